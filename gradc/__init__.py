@@ -1,0 +1,79 @@
+"""gradc: a source-to-source compiler for gradient rules.
+
+Public API (SPEC §2):
+
+* :func:`compile_source` — .grad text to the text of a standalone Python module;
+* :func:`compile_file` — a .grad file to a module file;
+* :func:`load` — compile (cached on disk) and import a .grad file.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__version__ = "0.1.0"
+
+from gradc.errors import GradcError, GradcErrors  # noqa: E402
+
+__all__ = ["compile_source", "compile_file", "load", "GradcError", "GradcErrors",
+           "__version__"]
+
+
+def compile_source(text: str, *, file: str = "<string>", target: str = "cpu",
+                   fuse: bool = True, fast_math: bool = False, check: bool = False) -> str:
+    """Compile .grad source ``text`` to the source of a standalone Python module.
+
+    ``file`` names the source in errors and in the module header (imports are
+    resolved relative to it).  ``target``: "cpu" (this version; "cuda" and
+    "all" raise NotImplementedError).  ``fuse=False`` makes the default
+    methods use the unfused plans too.  ``fast_math`` enables Numba's
+    fast-math flags that keep IEEE NaN/inf semantics.  ``check=True`` verifies
+    the IR after every pass.  Raises :class:`GradcError` (or
+    :class:`GradcErrors` for several) on a user error.
+    """
+    from gradc.codegen.module import render_module, source_sha256
+    from gradc.frontend.check import check_source
+    from gradc.pipeline import build_program
+    if target not in ("cpu", "cuda", "all"):
+        raise ValueError(f"target must be 'cpu', 'cuda' or 'all', got {target!r}")
+    if target != "cpu":
+        raise NotImplementedError("the CUDA target is not implemented yet; use target='cpu'")
+    program = check_source(text, file)
+    compiled = build_program(program, check=check, fuse=fuse)
+    sha = source_sha256(_full_source(program, text))
+    return render_module(Path(file).name, sha, __version__, compiled, fast_math=fast_math)
+
+
+def _full_source(program, text: str) -> str:
+    """The main text followed by every imported file's text, for the source hash."""
+    parts = [text]
+    for f in program.files[1:]:
+        try:
+            parts.append(Path(f).read_text(encoding="utf-8"))
+        except OSError:
+            pass
+    return "\n\0\n".join(parts)
+
+
+def compile_file(path: str | os.PathLike, out: str | os.PathLike | None = None,
+                 **options) -> Path:
+    """Compile the .grad file ``path`` to ``out`` (default: ``<stem>_gen.py`` beside it).
+
+    Returns the path written.  Options as for :func:`compile_source`.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GradcError(f"cannot read '{path}': {exc.strerror or exc}", None, "E205") from None
+    module = compile_source(text, file=str(path), **options)
+    out = Path(out) if out is not None else path.with_name(f"{path.stem}_gen.py")
+    out.write_text(module, encoding="utf-8")
+    return out
+
+
+def load(path: str | os.PathLike, **options):
+    """Compile ``path`` (cached on disk by source, gradc, Numba and NumPy versions and
+    options) and return the imported module."""
+    from gradc.runtime.loader import load as _load
+    return _load(path, **options)

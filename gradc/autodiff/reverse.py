@@ -1,0 +1,158 @@
+"""Reverse mode: vector-Jacobian products built into the graph.
+
+``vjp(graph, roots, cotangents, wrt)`` adds the nodes of the backward pass to
+``graph`` and returns one cotangent node per ``wrt`` node (None for a
+symbolic zero).  The walk is JAX's ``backward_pass`` over the graph instead of
+a jaxpr: nodes are visited in reverse topological order, cotangents are
+accumulated per node, symbolic zeros are dropped before a rule runs, and each
+rule's result is un-broadcast (``sum_to``) to its operand's shape class.
+
+A :class:`~gradc.ir.graph.CustomRegion` (an inlined call of an op with a
+``grad`` block) is visited as one unit: its outputs' cotangents go into the
+op's grad block, instantiated over the region's residual nodes, and the
+derived rules of the nodes inside it are never used.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import networkx as nx
+
+from gradc.autodiff.rules import COMPOSITES, rule_ast
+from gradc.errors import GradientError
+from gradc.ir.builder import Builder
+from gradc.ir.graph import CustomRegion, Graph, Node
+from gradc.ir.primitives import COMPOSITE, PRIMITIVES
+
+
+def vjp(graph: Graph, roots: Sequence[int], cotangents: Sequence[int | None],
+        wrt: Sequence[int]) -> list[int | None]:
+    """Add ``sum_i <cotangents[i], d roots[i] / d wrt>`` to ``graph``, per ``wrt``."""
+    live = _live_nodes(graph, roots, wrt)
+    cts: dict[int, list[int]] = {}
+    for r, c in zip(roots, cotangents):
+        if c is not None:
+            cts.setdefault(r, []).append(c)
+    wanted, results = set(wrt), {}
+    for unit in reversed(_unit_order(graph, live)):
+        if isinstance(unit, CustomRegion):
+            _custom_vjp(graph, unit, cts, live)
+            continue
+        g = _total(graph, cts.pop(unit, []))
+        if unit in wanted:
+            results[unit] = g
+        if g is not None:
+            _node_vjp(graph, graph.node(unit), g, cts, live)
+    return [results.get(w) for w in wrt]
+
+
+def _live_nodes(graph: Graph, roots: Sequence[int], wrt: Sequence[int]) -> set[int]:
+    """Nodes on a differentiable path from some ``wrt`` node to some root."""
+    down: set[int] = set(wrt)
+    region_of = {n: r for r in _outermost(graph) for n in r.nodes}
+    for nid in graph.topo_order():
+        node = graph.node(nid)
+        if nid in down or not node.args:
+            continue
+        region = region_of.get(nid)
+        if region is not None:        # a custom rule may pass gradients anywhere
+            if any(i in down for i in region.inputs):
+                down.add(nid)
+            continue
+        prim = PRIMITIVES[node.op]
+        if any(a in down and prim.vjp[i] is not None for i, a in enumerate(node.args)):
+            down.add(nid)
+    return down & graph.ancestors(roots)
+
+
+def _unit_order(graph: Graph, live: set[int]) -> list[int | CustomRegion]:
+    """Live nodes in topological order, each outermost custom region as one unit."""
+    owner: dict[int, int] = {}
+    outer = _outermost(graph)
+    for k, region in enumerate(outer):
+        for n in region.nodes:
+            owner[n] = -1 - k
+    q = nx.DiGraph()
+    for n in live:
+        q.add_node(owner.get(n, n))
+    for a, b in graph.dg.subgraph(live).edges:
+        ua, ub = owner.get(a, a), owner.get(b, b)
+        if ua != ub:
+            q.add_edge(ua, ub)
+    order = nx.lexicographical_topological_sort(q, key=lambda u: (u < 0, abs(u)))
+    return [outer[-1 - u] if u < 0 else u for u in order]
+
+
+def _outermost(graph: Graph) -> list[CustomRegion]:
+    return [r for r in graph.regions
+            if not any(r is not o and r.nodes < o.nodes for o in graph.regions)]
+
+
+def _total(graph: Graph, parts: list[int]) -> int | None:
+    parts = [p for p in parts if not _is_zero(graph, p)]
+    if not parts:
+        return None
+    acc = parts[0]
+    b = Builder(graph)
+    for p in parts[1:]:
+        acc = b.apply("add", (acc, p), span=graph.node(p).span)
+    return acc
+
+
+def _is_zero(graph: Graph, nid: int) -> bool:
+    node = graph.node(nid)
+    return node.op == "const" and node.value == 0
+
+
+def _unbroadcast(b: Builder, ct: int, operand: int) -> int:
+    graph = b.graph
+    if graph.node(ct).shape == graph.node(operand).shape:
+        return ct
+    return b.apply("sum_to", (ct, operand))
+
+
+def _node_vjp(graph: Graph, node: Node, g: int, cts: dict[int, list[int]],
+              live: set[int]) -> None:
+    prim = PRIMITIVES[node.op]
+    b = Builder(graph, span=node.span)     # autodiff nodes point at the primal's source
+    for i, (a, rule) in enumerate(zip(node.args, prim.vjp)):
+        if rule is None or a not in live:
+            continue
+        if rule == COMPOSITE:
+            ct = COMPOSITES[node.op](b, node, g, i)
+        else:
+            ct = _instantiate(graph, rule, node, g, b)
+        if not _is_zero(graph, ct):
+            cts.setdefault(a, []).append(_unbroadcast(b, ct, a))
+
+
+def _instantiate(graph: Graph, rule: str, node: Node, g: int, b: Builder) -> int:
+    from gradc.ir.lower import Attr, Lowerer
+    prim = PRIMITIVES[node.op]
+    scope = dict(zip(prim.params, node.args))
+    scope.update(out=node.id, g=g)
+    scope.update({k: Attr(v) for k, v in node.attrs})
+    return Lowerer(graph, {}, {}, rules=True, span=node.span).expr(rule_ast(rule), scope)
+
+
+def _custom_vjp(graph: Graph, region: CustomRegion, cts: dict[int, list[int]],
+                live: set[int]) -> None:
+    from gradc.ir.lower import Lowerer
+    ups = [_total(graph, cts.pop(o, [])) for o in region.outputs]
+    if all(u is None for u in ups):
+        return
+    op, block = region.op, region.op.grad
+    b = Builder(graph)
+    scope = dict(region.names)
+    for name, u, o in zip(block.upstreams, ups, region.outputs):
+        scope[name] = u if u is not None else b.apply("full_like", (o, b.const(0.0)))
+    scope = Lowerer(graph, region.ops, region.consts).body(block.body, scope)
+    diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
+    if len(diff) != len(block.outputs):
+        raise GradientError(f"the grad block of '{op.name}' gives {len(block.outputs)} "
+                            f"gradients, but '{op.name}' has {len(diff)} differentiable "
+                            "parameters", block.span)
+    for (p, a), gname in zip(diff, block.outputs):
+        ct = scope[gname]
+        if a in live and not _is_zero(graph, ct):
+            cts.setdefault(a, []).append(_unbroadcast(b, ct, a))

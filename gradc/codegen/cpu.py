@@ -1,0 +1,52 @@
+"""CPU backend: one ``@numba.njit(parallel=True)`` loop per kernel of the plan.
+
+A kernel reads its inputs and writes its outputs as flat contiguous arrays
+(the host wrapper flattens, broadcasts and validates them), loops over the
+flat index with ``numba.prange``, and computes every fused node in registers.
+``error_model="numpy"`` keeps division checks out of the loop (they block
+vectorisation); fast-math is opt-in and never includes ``nnan``/``ninf``
+(they would delete NaN guards and ``-inf`` sentinels) or ``reassoc``.
+"""
+from __future__ import annotations
+
+from gradc.codegen.printer import IndentedBuffer, Printer
+from gradc.ir.graph import Graph
+from gradc.passes.fuse import Kernel
+
+FAST_MATH = '{"nsz", "arcp", "contract", "afn"}'
+
+
+class CpuPrinter(Printer):
+    backend = "cpu"
+
+
+def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = False,
+                  comments: tuple[str, ...] = ()) -> str:
+    """Source of the Numba kernel ``name`` computing ``kernel``.
+
+    Signature: ``name(*outputs, *inputs, _T)``; every array is 1-D with the
+    kernel's flat size, ``_T`` is the float dtype class (``np.float32``...).
+    """
+    names: dict[int, str] = {}
+    outs = [f"_o{k}" for k in range(len(kernel.outputs))]
+    ins = [f"_i{k}" for k in range(len(kernel.inputs))]
+    buf = IndentedBuffer()
+    for c in comments:
+        buf.line(f"# {c}")
+    fm = f", fastmath={FAST_MATH}" if fast_math else ""
+    buf.line(f'@numba.njit(parallel=True, cache=True, error_model="numpy"{fm})')
+    buf.line(f"def {name}({', '.join(outs + ins + ['_T'])}):")
+    buf.indent()
+    buf.line(f"for _i in numba.prange({outs[0]}.size):")
+    buf.indent()
+    for k, nid in enumerate(kernel.inputs):
+        names[nid] = f"a{k}"
+        buf.line(f"a{k} = {ins[k]}[_i]")
+    printer = CpuPrinter(graph, names)
+    for k, nid in enumerate(kernel.nodes):
+        text = printer.expr(nid)
+        names[nid] = f"v{k}"
+        buf.line(f"v{k} = {text}")
+    for k, nid in enumerate(kernel.outputs):
+        buf.line(f"{outs[k]}[_i] = {names[nid]}")
+    return buf.getvalue()

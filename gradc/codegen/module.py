@@ -1,0 +1,245 @@
+"""The generated module: header, helpers, kernels, wrappers, ``OPS``.
+
+The module imports only numpy and numba, never gradc; its text is
+deterministic (same input, same bytes).  For each op and each method
+(``forward``, ``vjp``, ``fwd_bwd``), fused and unfused, it holds a host
+wrapper that validates arguments, allocates or checks ``out=`` buffers,
+runs the plan's steps (Numba kernels and NumPy library calls) and returns
+the results.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+import keyword
+
+from gradc.codegen import prelude, runtime_src
+from gradc.codegen.cpu import render_kernel
+from gradc.codegen.printer import IndentedBuffer
+from gradc.ir.graph import FLOAT, Graph
+from gradc.ir.primitives import PRIMITIVES
+from gradc.ir.shapes import Shape
+from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall
+from gradc.pipeline import METHODS, CompiledOp, Method
+
+_RESERVED = {"np", "numba", "out", "math"}
+_OUT_DTYPE = {FLOAT: "_T", "i32": "np.int32", "i64": "np.int64", "bool": "np.bool_"}
+
+
+def py_name(name: str) -> str:
+    """A user name as a safe Python identifier in generated code."""
+    if keyword.iskeyword(name) or name in _RESERVED or name.startswith("_"):
+        return f"{name}_"
+    return name
+
+
+class Kernels:
+    """The module's kernels, deduplicated by source text."""
+
+    def __init__(self, fast_math: bool) -> None:
+        self.fast_math = fast_math
+        self.by_body: dict[str, str] = {}
+        self.sources: list[str] = []
+
+    def add(self, graph: Graph, kernel: Kernel, base: str, comments: tuple[str, ...]) -> str:
+        body = render_kernel(graph, kernel, "_K", fast_math=self.fast_math)
+        if body in self.by_body:
+            return self.by_body[body]
+        name = base
+        n = 0
+        while name in self.by_body.values():
+            n += 1
+            name = f"{base}_{n}"
+        self.by_body[body] = name
+        self.sources.append(render_kernel(graph, kernel, name, fast_math=self.fast_math,
+                                          comments=comments))
+        return name
+
+
+class WrapperPrinter:
+    """Prints the host wrapper of one method of one op for one plan."""
+
+    def __init__(self, cop: CompiledOp, method: Method, plan: KernelPlan, kernels: Kernels,
+                 fn_name: str, kernel_base: str) -> None:
+        self.cop, self.method, self.plan, self.kernels = cop, method, plan, kernels
+        self.graph = plan.graph
+        self.fn_name, self.kernel_base = fn_name, kernel_base
+        self.buf = IndentedBuffer()
+        self.vars: dict[int, str] = {}
+
+    def render(self) -> str:
+        g, cop, b = self.graph, self.cop, self.buf
+        n_params = len(cop.params)
+        params = g.params[:n_params]
+        ups = g.params[n_params:] if self.method.name != "forward" else []
+        for p in g.params:
+            self.vars[p] = py_name(g.node(p).attr("name"))
+        pos = [py_name(i.name) for i in cop.params if not i.has_default]
+        pos += [self.vars[u] for u in ups]
+        kw = [f"{py_name(i.name)}={i.default!r}" for i in cop.params if i.has_default]
+        args = ", ".join(pos + (["/"] if pos else []) + ["*"] + kw + ["out=None"])
+        b.line(f"def {self.fn_name}({args}):")
+        b.indent()
+        names = [self.vars[p] for p in params]
+        tup = ", ".join(names) + ("," if len(names) == 1 else "")
+        b.line(f"_n = {cop.op.name + '.' + self.method.name!r}")
+        b.line(f"({tup}), _T, _RT, _d = _g_inputs(_n, _SIG_{cop.op.name}, ({tup}))")
+        inputs = "(" + ", ".join(names + [self.vars[u] for u in ups]) + ("," if len(names + ups) == 1 else "") + ")"
+        b.line(f"_out = _g_out_tuple(_n, out, {len(g.outputs)}, {inputs})")
+        pending = list(ups)
+        done: set[int] = set(g.params)
+        self._check_upstreams(pending, done)
+        self.slots: dict[int, int] = {}
+        for k, step in enumerate(self.plan.steps):
+            if isinstance(step, Kernel):
+                self._kernel(step, k)
+                done.update(step.outputs)
+            else:
+                self._library(step)
+                done.add(step.node)
+            self._check_upstreams(pending, done)
+        results = ", ".join(self.vars[o] for o in g.outputs) + ("," if len(g.outputs) == 1 else "")
+        shapes = ", ".join(self.shape_expr(s) for s in g.output_shapes)
+        shapes += "," if len(g.output_shapes) == 1 else ""
+        b.line(f"_r = _g_finish(_n, _out, ({results}), ({shapes}), _RT, {inputs})")
+        single = self.method.name == "forward" and len(g.outputs) == 1
+        b.line("return _r[0]" if single else "return _r")
+        return b.getvalue()
+
+    def _check_upstreams(self, pending: list[int], done: set[int]) -> None:
+        for u in list(pending):
+            shape = self.graph.node(u).shape
+            if shape.dyn <= done or not shape.dyn:
+                name = self.vars[u]
+                self.buf.line(f"{name} = _g_upstream(_n, {name!r}, {name}, "
+                              f"{self.shape_expr(shape)}, _T)")
+                pending.remove(u)
+
+    def shape_expr(self, shape: Shape) -> str:
+        static = "(" + "".join(f"{d!r}, " if isinstance(d, int) else f"_d[{d!r}], "
+                               for d in shape.static) + ")"
+        dyn = [f"{self.vars[d]}.shape" for d in sorted(shape.dyn)]
+        if not dyn:
+            return static
+        if not shape.static and len(dyn) == 1:
+            return dyn[0]
+        return f"_g_bshape(_n, {', '.join(([static] if shape.static else []) + dyn)})"
+
+    def _kernel(self, step: Kernel, k: int) -> None:
+        g, b = self.graph, self.buf
+        spans = sorted({(g.node(n).span.file, g.node(n).span.line)
+                        for n in step.nodes if g.node(n).span})
+        where = ", ".join(f"{f}:{l}" for f, l in spans) or "generated"
+        ops = " ".join(g.node(n).op for n in step.nodes)
+        comments = (f"{self.cop.op.name}.{self.method.name}: {ops}", f"from {where}")
+        if len(step.nodes) == 1 and step.nodes[0] not in g.outputs:
+            base = f"_gu_{g.node(step.nodes[0]).op}"
+        else:
+            base = f"{self.kernel_base}_{k}"
+        name = self.kernels.add(g, step, base, comments)
+        b.line(f"_s = {self.shape_expr(step.shape)}")
+        outs = []
+        for nid in step.outputs:
+            var = f"_v{nid}"
+            self.vars[nid] = var
+            dt = _OUT_DTYPE[g.node(nid).dtype]
+            slot = next((i for i, o in enumerate(g.outputs) if o == nid), None)
+            if slot is not None and dt == "_T" and slot not in self.slots.values():
+                self.slots[nid] = slot
+                b.line(f"{var} = _g_buffer(_n, _out, {slot}, _s, _T)")
+            else:
+                b.line(f"{var} = np.empty(_s, dtype={dt})")
+            outs.append(f"{var}.reshape(-1)")
+        ins = [f"_g_flat({self.vars[i]}, _s)" for i in step.inputs]
+        b.line(f"{name}({', '.join(outs + ins + ['_T'])})")
+
+    def _library(self, step: LibraryCall) -> None:
+        node = self.graph.node(step.node)
+        prim = PRIMITIVES[node.op]
+        fields = {p: self._value(a) for p, a in zip(prim.params, node.args)}
+        text = prim.lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **fields)
+        var = f"_v{step.node}"
+        self.vars[step.node] = var
+        self.buf.line(f"{var} = {text}")
+
+    def _value(self, nid: int) -> str:
+        node = self.graph.node(nid)
+        if node.op == "const":
+            return f"np.asarray({node.value!r}, dtype={_OUT_DTYPE[node.dtype]})"
+        return self.vars[nid]
+
+
+def _signature_text(cop: CompiledOp) -> str:
+    parts = []
+    for p in cop.params:
+        t = (p.dtype or "") + (f"[{', '.join(map(str, p.shape))}]" if p.shape else "")
+        if not p.differentiable and p.dtype not in ("i32", "i64", "bool"):
+            t = ("nograd " + t).strip()
+        s = p.name + (f": {t}" if t else "") + (f" = {p.default!r}" if p.has_default else "")
+        parts.append(s)
+    outs = cop.op.outputs
+    ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
+    return f"({', '.join(parts)}) -> {ret}"
+
+
+def render_op(cop: CompiledOp, kernels: Kernels) -> str:
+    name = cop.op.name
+    b = IndentedBuffer()
+    sig = tuple((p.name, p.dtype if p.dtype else None, p.shape) for p in cop.params)
+    b.line(f"_SIG_{name} = {sig!r}")
+    b.line(f"_SPEC_{name} = {cop.op.source!r}")
+    b.line("")
+    text = [b.getvalue()]
+    for variant in ("fused", "unfused"):
+        for m in METHODS:
+            method = cop.methods[m]
+            fn = f"_g_{name}_{m}" + ("" if variant == "fused" else "_unfused")
+            plan = method.fused if variant == "fused" else method.unfused
+            w = WrapperPrinter(cop, method, plan, kernels, fn, f"_gk_{name}_{m}")
+            text.append(w.render())
+    methods = lambda suffix: "{" + ", ".join(f"{m!r}: _g_{name}_{m}{suffix}" for m in METHODS) + "}"
+    sig_text = _signature_text(cop)
+    text.append(f"{name} = _GradcOp({name!r}, _SPEC_{name}, {sig_text!r}, {methods('')},\n"
+                f"    unfused=_GradcOp({name!r}, _SPEC_{name}, {sig_text!r}, {methods('_unfused')}))\n")
+    return "\n\n".join(text)
+
+
+def render_unsupported(name: str, message: str) -> str:
+    return (f"{name} = _GradcOp({name!r}, '', '', {{}}, note={message!r})\n"
+            f"{name}.unfused = {name}\n")
+
+
+def render_module(file: str, source_sha: str, version: str, compiled: dict,
+                  *, fast_math: bool = False) -> str:
+    """The whole module text for ``compiled`` (op name -> CompiledOp or error message)."""
+    kernels = Kernels(fast_math)
+    op_texts = []
+    for name, cop in compiled.items():
+        if isinstance(cop, CompiledOp):
+            op_texts.append(f"# {'=' * 70}\n# op {name} ({cop.op.span})\n\n" + render_op(cop, kernels))
+        else:
+            op_texts.append(f"# op {name}: not available\n" + render_unsupported(name, cop))
+    helpers = "\n\n".join(inspect.getsource(obj) for obj in _HELPERS)
+    names = sorted(compiled)
+    head = (f"# Generated by gradc {version} from {file}. Do not edit: edit the .grad file\n"
+            f"# and recompile.\n"
+            f'"""Kernels compiled by gradc from {file}.\n\nOps: {", ".join(names)}.\n"""\n'
+            "import numpy as np\nimport numba\nimport math\n\n"
+            f"__gradc_version__ = {version!r}\nSOURCE_SHA256 = {source_sha!r}\n")
+    tail = ("OPS = {" + ", ".join(f"{n!r}: {n}" for n in names) + "}\n"
+            f"__all__ = {['OPS', *names]!r}\n")
+    parts = [head, "# --- runtime helpers (copied from gradc) ---\n", _CONSTANTS, helpers,
+             "# --- kernels ---\n", *kernels.sources, "# --- ops ---\n", *op_texts, tail]
+    return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
+
+
+_HELPERS = (prelude._g_sum_to, prelude._g_broadcast_in, prelude._g_logsumexp, prelude._g_norm,
+            runtime_src._g_inputs, runtime_src._g_bind_dims, runtime_src._g_bshape,
+            runtime_src._g_upstream, runtime_src._g_out_tuple, runtime_src._g_buffer,
+            runtime_src._g_flat, runtime_src._g_finish, runtime_src._GradcOp)
+_CONSTANTS = ("_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"
+              "_G_INTS = {'i32': np.int32, 'i64': np.int64, 'bool': np.bool_}\n")
+
+
+def source_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()

@@ -1,0 +1,73 @@
+"""Run-time helpers copied verbatim into every generated module that uses them.
+
+Generated modules never import gradc, so :mod:`gradc.codegen.module` copies
+the source of the helpers a module needs (``inspect.getsource``).  The IR
+interpreter calls the same functions, so the oracle and the generated code
+share one implementation.  Each helper uses only ``np`` (NumPy).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def _g_sum_to(g, shape):
+    """Sum ``g`` down to ``shape`` (NumPy's un-broadcast), or broadcast it up.
+
+    The adjoint of ``np.broadcast_to(x, g.shape)``: leading dims are summed
+    away and dims where ``shape`` has 1 are summed with ``keepdims``.
+    """
+    g = np.asarray(g)
+    shape = tuple(shape)
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    if lead > 0:
+        g = g.sum(axis=tuple(range(lead)))
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and i < g.ndim and g.shape[i] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return np.broadcast_to(g, shape)
+
+
+def _g_broadcast_in(a, shape, axis, keepdims):
+    """Broadcast a reduction's result (or cotangent) back to the reduced shape.
+
+    The adjoint of ``sum(x, axis, keepdims)``: re-insert the reduced axes when
+    ``keepdims`` is false, then ``np.broadcast_to`` (a view, not a copy).
+    """
+    a = np.asarray(a)
+    if not keepdims:
+        ndim = len(shape)
+        axes = range(ndim) if axis is None else sorted(ax % ndim for ax in axis)
+        for ax in axes:
+            a = np.expand_dims(a, ax)
+    return np.broadcast_to(a, tuple(shape))
+
+
+def _g_logsumexp(x, axis, keepdims):
+    """``log(sum(exp(x)))`` without overflow: the max is subtracted first.
+
+    All-``-inf`` slices give ``-inf`` (not NaN); ``+inf`` anywhere gives ``+inf``.
+    Source: the standard max-shift identity, as in ``scipy.special.logsumexp``.
+    """
+    x = np.asarray(x)
+    m = np.max(x, axis=axis, keepdims=True) if x.size else np.zeros((1,) * x.ndim, x.dtype)
+    shift = np.where(np.isfinite(m), m, np.zeros_like(m))
+    with np.errstate(divide="ignore"):
+        s = np.log(np.sum(np.exp(x - shift), axis=axis, keepdims=True)) + shift
+    return s if keepdims else np.squeeze(s, axis=axis) if axis is not None else s.reshape(())
+
+
+def _g_norm(x, axis, keepdims):
+    """Euclidean (Frobenius) norm over ``axis``, scaled so squares do not overflow."""
+    x = np.asarray(x)
+    scale = np.max(np.abs(x), axis=axis, keepdims=True) if x.size else np.ones((1,) * x.ndim, x.dtype)
+    safe = np.where((scale > 0) & np.isfinite(scale), scale, np.ones_like(scale))
+    r = np.sqrt(np.sum((x / safe) ** 2, axis=axis, keepdims=True)) * safe
+    r = np.where(np.isinf(scale), scale, r)
+    return r if keepdims else np.squeeze(r, axis=axis) if axis is not None else r.reshape(())
+
+
+def _g_reduce(fn, x, axis, keepdims, dtype):
+    """``fn(x, axis, keepdims)`` as an array of ``dtype`` (0-d for full reductions)."""
+    return np.asarray(fn(x, axis=axis, keepdims=keepdims), dtype=dtype)

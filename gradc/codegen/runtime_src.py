@@ -1,0 +1,207 @@
+"""Argument checking and buffer handling for generated wrappers.
+
+Copied verbatim into generated modules (``inspect.getsource``), like
+:mod:`gradc.codegen.prelude`; uses only ``np``.  Numba kernels do not check
+bounds, so these checks are what stands between a bad argument and a write
+out of bounds: every array a kernel touches passes through them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+_G_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+_G_INTS = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
+
+
+def _g_inputs(op, sig, values):
+    """Validate and convert call arguments.
+
+    ``sig`` holds one ``(name, dtype, dims)`` per parameter (dtype None for a
+    generic float, dims None for any shape).  Returns ``(arrays, T, RT, dims)``:
+    C-contiguous arrays, the float compute dtype ``T`` (float32 for float16
+    inputs), the result dtype ``RT`` and the sizes of named dims.  Python
+    scalars are weak (they take the arrays' dtype, as in NumPy 2 and JAX).
+    Raises TypeError for a wrong dtype, ValueError for a wrong shape.
+    """
+    arrays, floats, dims, where = [], [], {}, {}
+    for (name, dt, shape), v in zip(sig, values):
+        weak = isinstance(v, (bool, int, float))
+        try:
+            a = np.asarray(v)
+        except Exception as exc:
+            raise TypeError(f"{op}: argument '{name}' is not an array ({exc})") from None
+        if a.dtype.kind not in "biuf":
+            raise TypeError(f"{op}: argument '{name}' must be a numeric array, "
+                            f"got dtype {a.dtype}")
+        if dt in _G_INTS:
+            if a.dtype.kind not in "biu":
+                raise TypeError(f"{op}: argument '{name}' must be an array of "
+                                f"{np.dtype(_G_INTS[dt]).name}, got {a.dtype}")
+            a = np.asarray(a, dtype=_G_INTS[dt], order="C")
+        elif not weak:
+            want = _G_FLOATS.get(dt)
+            if want is not None and a.dtype != want:
+                raise TypeError(f"{op}: argument '{name}' must be {np.dtype(want).name}, "
+                                f"got {a.dtype} (convert with .astype(np.{np.dtype(want).name}))")
+            if a.dtype.kind != "f":
+                raise TypeError(f"{op}: argument '{name}' must be a floating-point array "
+                                f"(float16, float32 or float64), got {a.dtype}")
+            floats.append(a.dtype)
+        if shape is not None:
+            _g_bind_dims(op, name, a.shape, shape, dims, where)
+        arrays.append(a)
+    rt = np.result_type(*floats) if floats else np.dtype(np.float64)
+    t = np.float32 if rt == np.float16 else rt.type
+    for i, ((name, dt, shape), a) in enumerate(zip(sig, arrays)):
+        if dt not in _G_INTS:
+            arrays[i] = np.asarray(a, dtype=t, order="C")
+    return arrays, t, rt, dims
+
+
+def _g_bind_dims(op, name, actual, dims_spec, dims, where):
+    if len(actual) != len(dims_spec):
+        raise ValueError(f"{op}: argument '{name}' must have {len(dims_spec)} dims "
+                         f"{list(dims_spec)}, got shape {actual}")
+    for axis, (d, n) in enumerate(zip(dims_spec, actual)):
+        if isinstance(d, int):
+            if d != n:
+                raise ValueError(f"{op}: argument '{name}' must have size {d} on axis "
+                                 f"{axis}, got shape {actual}")
+        elif dims.setdefault(d, n) != n:
+            raise ValueError(f"{op}: dim '{d}' is {dims[d]} in argument '{where[d]}' "
+                             f"but {n} in argument '{name}' (shape {actual})")
+        else:
+            where.setdefault(d, name)
+
+
+def _g_bshape(op, *shapes):
+    """NumPy broadcasting of run-time shapes, with the op named in the error."""
+    try:
+        return np.broadcast_shapes(*shapes)
+    except ValueError:
+        raise ValueError(f"{op}: argument shapes do not broadcast together: "
+                         f"{', '.join(str(tuple(s)) for s in shapes)}") from None
+
+
+def _g_upstream(op, name, v, shape, t):
+    """A cotangent argument: float, exactly the shape of its output (a scalar for 0-d)."""
+    a = np.asarray(v)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{op}: upstream '{name}' must be a float array, got {a.dtype}")
+    if a.shape != tuple(shape):
+        raise ValueError(f"{op}: upstream '{name}' must have the output's shape "
+                         f"{tuple(shape)}, got {a.shape}")
+    return np.asarray(a, dtype=t, order="C")
+
+
+def _g_out_tuple(op, out, n, inputs):
+    """Check the ``out=`` argument: None, an array (one result) or a tuple of n arrays,
+    each C-contiguous, writeable and not overlapping any input."""
+    if out is None:
+        return None
+    outs = (out,) if isinstance(out, np.ndarray) else out
+    if not isinstance(outs, (tuple, list)) or len(outs) != n:
+        raise TypeError(f"{op}: out= must be {'an array or ' if n == 1 else ''}"
+                        f"a tuple of {n} arrays")
+    for k, o in enumerate(outs):
+        if not isinstance(o, np.ndarray):
+            raise TypeError(f"{op}: out[{k}] must be a numpy.ndarray, got {type(o).__name__}")
+        if not o.flags.c_contiguous or not o.flags.writeable:
+            raise ValueError(f"{op}: out[{k}] must be a writeable C-contiguous array")
+        for a in inputs:
+            if np.may_share_memory(o, a):
+                raise ValueError(f"{op}: out[{k}] overlaps an input argument")
+        for j in range(k):
+            if np.may_share_memory(o, outs[j]):
+                raise ValueError(f"{op}: out[{k}] overlaps out[{j}]")
+    return tuple(outs)
+
+
+def _g_buffer(op, outs, k, shape, t):
+    """Where result ``k`` is computed: the caller's out[k] when it fits, else new."""
+    shape = tuple(shape)
+    if outs is not None:
+        o = outs[k]
+        if o.shape != shape:
+            raise ValueError(f"{op}: out[{k}] must have shape {shape}, got {o.shape}")
+        if o.dtype == t:
+            return o
+    return np.empty(shape, dtype=t)
+
+
+def _g_flat(a, shape):
+    """``a`` as a flat contiguous array over the loop of ``shape`` (broadcast)."""
+    a = np.asarray(a)
+    shape = tuple(shape)
+    if a.shape == shape and a.flags.c_contiguous:
+        return a.reshape(-1)
+    n = 1
+    for s in shape:
+        n *= s
+    if a.size == 1:
+        return np.broadcast_to(a.reshape(-1), (n,))
+    return np.ascontiguousarray(np.broadcast_to(a, shape)).reshape(-1)
+
+
+def _g_finish(op, outs, results, shapes, rt, inputs):
+    """Results as fresh arrays of the result dtype, or written into ``out``."""
+    final = []
+    for k, (r, shape) in enumerate(zip(results, shapes)):
+        r = np.asarray(r)
+        if r.shape != tuple(shape):
+            r = np.broadcast_to(r, tuple(shape))
+        if outs is not None:
+            o = outs[k]
+            if o.shape != tuple(shape):
+                raise ValueError(f"{op}: out[{k}] must have shape {tuple(shape)}, "
+                                 f"got {o.shape}")
+            if r is not o:
+                np.copyto(o, r, casting="same_kind")
+            final.append(o)
+            continue
+        if (r.dtype != rt and r.dtype.kind == "f") or not r.flags.c_contiguous \
+                or not r.flags.writeable or any(np.may_share_memory(r, a) for a in inputs):
+            r = np.array(r, dtype=rt if r.dtype.kind == "f" else r.dtype, order="C")
+        final.append(r)
+    return tuple(final)
+
+
+class _GradcOp:
+    """A compiled op: call it for the forward pass; ``vjp``, ``fwd_bwd``, ``jvp``,
+    ``unfused`` and ``cuda`` as in SPEC §2; ``spec`` is its source text and
+    ``signature`` its parameter list."""
+
+    def __init__(self, name, spec, signature, methods, unfused=None, note=None):
+        self.__name__ = name
+        self.spec = spec
+        self.signature = signature
+        self._methods = methods
+        self.unfused = unfused
+        self._note = note
+
+    def _get(self, method):
+        fn = self._methods.get(method)
+        if fn is None:
+            raise NotImplementedError(f"{self.__name__}.{method}: {self._note or 'not available'}")
+        return fn
+
+    def __call__(self, *args, **kwargs):
+        return self._get("forward")(*args, **kwargs)
+
+    def vjp(self, *args, **kwargs):
+        return self._get("vjp")(*args, **kwargs)
+
+    def fwd_bwd(self, *args, **kwargs):
+        return self._get("fwd_bwd")(*args, **kwargs)
+
+    def jvp(self, *args, **kwargs):
+        raise NotImplementedError(f"{self.__name__}.jvp: forward mode is not implemented "
+                                  "yet in this gradc version; use vjp or fwd_bwd")
+
+    @property
+    def cuda(self):
+        raise NotImplementedError(f"{self.__name__}.cuda: the CUDA target is not "
+                                  "implemented yet in this gradc version (CPU only)")
+
+    def __repr__(self):
+        return f"<gradc op {self.__name__}{self.signature}>"

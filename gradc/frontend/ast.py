@@ -1,0 +1,147 @@
+"""The abstract syntax tree of a .grad file: frozen dataclasses with spans.
+
+Built from Lark's parse tree by :mod:`gradc.frontend.to_ast`; consumed by
+:mod:`gradc.frontend.check` and lowered to the graph IR by
+:mod:`gradc.ir.lower`.  Operators are normalised: ``**`` becomes ``^``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from gradc.errors import Span
+
+
+@dataclass(frozen=True)
+class Num:
+    value: float
+    text: str                # as written, e.g. "1e-3"
+    span: Span
+    is_int: bool = False     # written without '.', 'e' or 'E'
+
+
+@dataclass(frozen=True)
+class Name:
+    id: str                  # also the constants pi, e, inf
+    span: Span
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str                  # one of + - * / @ ^
+    lhs: "Expr"
+    rhs: "Expr"
+    span: Span               # the operator token
+
+
+@dataclass(frozen=True)
+class Compare:
+    op: str                  # one of < <= > >= == !=
+    lhs: "Expr"
+    rhs: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True)
+class Neg:
+    operand: "Expr"
+    span: Span
+
+
+@dataclass(frozen=True)
+class Transpose:
+    operand: "Expr"
+    span: Span               # the '.T'
+
+
+@dataclass(frozen=True)
+class TupleExpr:
+    items: tuple["Expr", ...]   # e.g. axis=(0, 1)
+    span: Span
+
+
+@dataclass(frozen=True)
+class Call:
+    func: str
+    args: tuple["Expr", ...]
+    kwargs: tuple[tuple[str, "Expr"], ...]
+    span: Span               # the function name
+
+
+Expr = Union[Num, Name, BinOp, Compare, Neg, Transpose, TupleExpr, Call]
+
+
+@dataclass(frozen=True)
+class Assign:
+    target: str
+    value: Expr
+    span: Span               # the target name
+
+
+@dataclass(frozen=True)
+class TypeAnn:
+    dtype: str | None        # f16 f32 f64 i32 i64 bool, or None (generic float)
+    shape: tuple[int | str, ...] | None   # None: any shape
+    nograd: bool
+    span: Span
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: TypeAnn | None
+    default: Expr | None
+    span: Span
+
+    @property
+    def differentiable(self) -> bool:
+        t = self.type
+        if t is None:
+            return True
+        return not t.nograd and t.dtype not in ("i32", "i64", "bool")
+
+
+@dataclass(frozen=True)
+class GradBlock:
+    upstreams: tuple[str, ...]
+    outputs: tuple[str, ...]
+    body: tuple[Assign, ...]
+    span: Span               # the 'grad' keyword
+    surrogate: bool = False  # reserved for the custom-gradient audit
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    params: tuple[Param, ...]
+    outputs: tuple[str, ...]
+    body: tuple[Assign, ...]
+    grad: GradBlock | None
+    span: Span               # the op's name
+    source: str = ""         # the op's text, for NAME.spec
+
+
+@dataclass(frozen=True)
+class Const:
+    name: str
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True)
+class Import:
+    path: str                # as written, relative to the importing file
+    span: Span
+
+
+Item = Union[Import, Const, OpDef]
+
+
+@dataclass(frozen=True)
+class Module:
+    file: str
+    items: tuple[Item, ...]
+
+    @property
+    def ops(self) -> tuple[OpDef, ...]:
+        return tuple(i for i in self.items if isinstance(i, OpDef))

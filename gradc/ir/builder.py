@@ -1,0 +1,107 @@
+"""Emitting IR nodes: shape and dtype inference and the implicit casts.
+
+:class:`Builder` is the only way nodes are created, by lowering, by autodiff
+and by passes, so every node gets its shape class and dtype from one place:
+the kind of its primitive (:mod:`gradc.ir.primitives`).  Literals are weak:
+a ``const`` takes the dtype of the arrays it meets, as SPEC §1 requires
+(float32 in, float32 math, float32 out).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from gradc.errors import ShapeError, Span
+from gradc.ir.graph import FLOAT, Graph
+from gradc.ir.primitives import ELEMENTWISE, LIBRARY, PRIMITIVES, REDUCTION
+from gradc.ir.shapes import (SCALAR, BroadcastError, Shape, broadcast, matmul_static,
+                             reduce_static)
+
+# Operands whose dtype is unified for "same"-dtype primitives (default: all).
+_VALUE_ARGS = {"where": (1, 2), "full_like": (1,), "sum_to": (0,), "broadcast_in": (0,)}
+_INT_RANK = {"bool": 0, "i32": 1, "i64": 2}
+
+
+class Builder:
+    """Adds nodes to ``graph``; ``span`` overrides the span of every node made."""
+
+    def __init__(self, graph: Graph, span: Span | None = None) -> None:
+        self.graph = graph
+        self.span = span
+
+    def const(self, value: float, dtype: str = FLOAT, span: Span | None = None) -> int:
+        if dtype in _INT_RANK and float(value).is_integer():
+            value = int(value)
+        else:
+            value, dtype = float(value), FLOAT
+        return self.graph.add("const", (), {"value": value}, SCALAR, dtype, self.span or span)
+
+    def param(self, name: str, shape: Shape | None, dtype: str, span: Span | None) -> int:
+        nid = self.graph.next_id
+        shape = Shape((), frozenset([nid])) if shape is None else shape
+        return self.graph.add("param", (), {"name": name}, shape, dtype, span)
+
+    def apply(self, op: str, args: Sequence[int], attrs: Mapping[str, Any] | None = None,
+              span: Span | None = None) -> int:
+        prim = PRIMITIVES[op]
+        span = self.span or span
+        args = list(args)
+        if len(args) != len(prim.params):
+            raise ShapeError(f"'{op}' takes {len(prim.params)} operands, got {len(args)}", span)
+        value_args = _VALUE_ARGS.get(op, range(len(args)))
+        dtype = FLOAT if prim.float_only else self._unify([args[i] for i in value_args])
+        for i in value_args:
+            args[i] = self._coerce(args[i], dtype, span)
+        shape = self._infer_shape(op, prim.kind, args, attrs or {}, span)
+        if prim.dtype == "float" and not prim.float_only:
+            dtype = FLOAT
+        return self.graph.add(op, args, attrs, shape, dtype, span)
+
+    # -- dtypes -------------------------------------------------------------
+    def _unify(self, args: Sequence[int]) -> str:
+        real = [self.graph.node(a).dtype for a in args if self.graph.node(a).op != "const"]
+        if not real or FLOAT in real:
+            return FLOAT
+        if any(self.graph.node(a).op == "const" and isinstance(self.graph.node(a).value, float)
+               and not self.graph.node(a).value.is_integer() for a in args):
+            return FLOAT
+        best = max(real, key=_INT_RANK.__getitem__)
+        return "i32" if best == "bool" else best
+
+    def _coerce(self, nid: int, dtype: str, span: Span | None) -> int:
+        node = self.graph.node(nid)
+        if node.dtype == dtype:
+            return nid
+        if node.op == "const":
+            return self.const(node.value, dtype, node.span)
+        return self.graph.add("cast", (nid,), None, node.shape, dtype, self.span or span)
+
+    # -- shapes -------------------------------------------------------------
+    def _infer_shape(self, op: str, kind: str, args: Sequence[int], attrs: Mapping[str, Any],
+                     span: Span | None) -> Shape:
+        shapes = [self.graph.node(a).shape for a in args]
+        opaque = Shape((), frozenset([self.graph.next_id]))
+        try:
+            if kind == ELEMENTWISE:
+                return broadcast(shapes)
+            if kind == REDUCTION:
+                (s,) = shapes
+                if attrs.get("axis") is None and not attrs.get("keepdims"):
+                    return SCALAR
+                if s.dyn:
+                    return opaque
+                return Shape(reduce_static(s.static, attrs.get("axis"), attrs.get("keepdims")))
+            if op == "matmul":
+                if shapes[0].dyn or shapes[1].dyn:
+                    return opaque
+                return Shape(matmul_static(shapes[0].static, shapes[1].static))
+            if op == "transpose":
+                s = shapes[0]
+                return opaque if s.dyn else Shape(tuple(reversed(s.static)))
+            if op in ("sum_to", "broadcast_in"):
+                return shapes[1]
+            if op == "size_ratio":
+                return SCALAR
+        except BroadcastError as exc:
+            desc = " and ".join(str(s) for s in shapes)
+            raise ShapeError(f"shapes {desc} do not fit '{op}': {exc}", span) from None
+        raise AssertionError(f"no shape rule for {op} ({kind})")

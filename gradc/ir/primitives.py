@@ -1,0 +1,239 @@
+"""The one registry of primitives: shapes, NumPy references, derivative rules
+and code templates, as data.
+
+Rule scope (as in PyTorch's derivatives.yaml header): a rule is a .grad
+expression that may name the primitive's operands by parameter name, ``out``
+(the primitive's result), ``g`` (the cotangent of ``out``) and the node's
+attributes (``axis``, ``keepdims``).  ``vjp`` holds one rule per operand, or
+None where no gradient flows (the operand is data, an index or a shape
+source).  The engine un-broadcasts every rule's result to its operand's shape
+and drops symbolic-zero cotangents before a rule runs, so rules handle
+neither.  Rules whose form depends on static ranks (matmul) are composites in
+:mod:`gradc.autodiff.rules`; their entry here is ``COMPOSITE``.
+
+Templates: ``cpu`` is a fully parenthesised Numba scalar expression; ``{x}``
+fields are operand names and ``{dt}`` is the constructor of the node's dtype
+(``_T`` for the float compute dtype).  ``lib`` is a NumPy expression used in
+the host wrapper for primitives that are kernel boundaries (reductions,
+matmul, layout).  Derivative sources: standard calculus; the tie and kink
+conventions (``sign'(0) = 0``, ``abs'(0) = 0``, ties split evenly for
+``maximum``/``minimum`` and the ``max``/``min`` reductions) follow PyTorch and
+JAX as SPEC §1 requires; ``clip`` passes the gradient on the closed interval
+``[lo, hi]`` (``torch.clamp``); ``norm`` has gradient 0 at 0 (the minimum-norm
+subgradient).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Callable
+
+import numpy as np
+
+from gradc.codegen import prelude as P
+
+COMPOSITE = "<composite>"
+
+# Kinds: how shape inference, fusion and code generation treat a primitive.
+ELEMENTWISE = "elementwise"   # fusable into one loop
+REDUCTION = "reduction"       # axis/keepdims attrs; a kernel boundary
+LIBRARY = "library"           # matmul and layout: a kernel boundary
+SOURCE = "source"             # param, const
+
+# Test-sampling domains.
+REAL, POSITIVE, UNIT, ABOVE_ONE, NONZERO = "real", "positive", "unit", "above_one", "nonzero"
+
+
+@dataclass(frozen=True)
+class Primitive:
+    name: str
+    params: tuple[str, ...]
+    kind: str
+    ref: Callable | None
+    vjp: tuple[str | None, ...] = ()
+    jvp: str | None = None
+    cpu: str | None = None
+    lib: str | None = None
+    float_only: bool = True        # operands are cast to the float dtype first
+    dtype: str = "float"           # "float" | "same" (of the operands) | "bool"
+    domain: str = REAL
+    differentiable: bool = True    # False: no gradient flows (nothing to test)
+
+
+def _ew(name, params, ref, vjp, cpu, **kw) -> Primitive:
+    return Primitive(name, tuple(params.split()), ELEMENTWISE, ref, tuple(vjp), cpu=cpu, **kw)
+
+
+def _unary(name, ref, vjp, cpu, **kw) -> Primitive:
+    return _ew(name, "x", ref, (vjp,), cpu, **kw)
+
+
+def _cmp(name, ufunc, sym) -> Primitive:
+    return _ew(name, "x y", lambda x, y: ufunc(x, y).astype(np.result_type(x, y)),
+               (None, None), f"{{dt}}({{x}} {sym} {{y}})", float_only=False, dtype="same",
+               differentiable=False)
+
+
+def _red(name, ref, vjp, lib, **kw) -> Primitive:
+    return Primitive(name, ("x",), REDUCTION, ref, (vjp,), lib=lib, **kw)
+
+
+def _erf(x):
+    return np.vectorize(math.erf, otypes=[np.asarray(x).dtype])(x)
+
+
+def _erfc(x):
+    return np.vectorize(math.erfc, otypes=[np.asarray(x).dtype])(x)
+
+
+def _where(c, x, y):
+    return np.where(np.asarray(c) != 0, x, y)
+
+
+def _maximum(x, y):
+    return np.maximum(x, y)
+
+
+_BC = "broadcast_in({v}, x, axis=axis, keepdims=keepdims)"
+_TIE = ("bc(g) * (x == bc(out)) / bc(sum(x == bc(out), axis=axis, keepdims=keepdims))")
+
+
+def _bc(expr: str) -> str:
+    """Expand ``bc(v)``: broadcast a reduced value back to the operand's shape."""
+    out = expr
+    while "bc(" in out:
+        i = out.index("bc(")
+        depth, j = 0, i + 2
+        while True:
+            depth += {"(": 1, ")": -1}.get(out[j], 0)
+            if depth == 0:
+                break
+            j += 1
+        out = out[:i] + _BC.format(v=out[i + 3:j]) + out[j + 1:]
+    return out
+
+
+PRIMITIVES = MappingProxyType({p.name: p for p in [
+    # --- sources -----------------------------------------------------------
+    Primitive("param", (), SOURCE, None, float_only=False, dtype="same"),
+    Primitive("const", (), SOURCE, None, float_only=False, dtype="same"),
+    # --- arithmetic --------------------------------------------------------
+    _ew("add", "x y", np.add, ("g", "g"), "({x} + {y})", float_only=False, dtype="same",
+        jvp="x_t + y_t"),
+    _ew("sub", "x y", np.subtract, ("g", "-g"), "({x} - {y})", float_only=False, dtype="same",
+        jvp="x_t - y_t"),
+    _ew("mul", "x y", np.multiply, ("g * y", "g * x"), "({x} * {y})", float_only=False,
+        dtype="same", jvp="x_t * y + x * y_t"),
+    _ew("div", "x y", np.divide, ("g / y", "-g * out / y"), "({x} / {y})", domain=NONZERO,
+        jvp="(x_t - out * y_t) / y"),
+    _unary("neg", np.negative, "-g", "(-{x})", float_only=False, dtype="same"),
+    # x^y: d/dy uses log(x) only where x > 0, so (0, 1) gives (1, 0), not NaN.
+    _ew("pow", "x y", np.power,
+        ("g * y * pow(x, y - 1)", "g * where(x > 0, out * log(where(x > 0, x, 1)), 0)"),
+        "({x} ** {y})", domain=POSITIVE),
+    _ew("maximum", "x y", _maximum,
+        ("g * ((x > y) + 0.5 * (x == y))", "g * ((y > x) + 0.5 * (x == y))"),
+        "({x} if ({x} > {y} or {x} != {x}) else {y})", float_only=False, dtype="same"),
+    _ew("minimum", "x y", np.minimum,
+        ("g * ((x < y) + 0.5 * (x == y))", "g * ((y < x) + 0.5 * (x == y))"),
+        "({x} if ({x} < {y} or {x} != {x}) else {y})", float_only=False, dtype="same"),
+    _ew("atan2", "y x", np.arctan2, ("g * x / (x * x + y * y)", "-g * y / (x * x + y * y)"),
+        "np.arctan2({y}, {x})", domain=NONZERO),
+    _cmp("lt", np.less, "<"), _cmp("le", np.less_equal, "<="),
+    _cmp("gt", np.greater, ">"), _cmp("ge", np.greater_equal, ">="),
+    _cmp("eq", np.equal, "=="), _cmp("ne", np.not_equal, "!="),
+    _ew("where", "c x y", _where, (None, "where(c, g, 0)", "where(c, 0, g)"),
+        "({x} if {c} else {y})", float_only=False, dtype="same"),
+    _ew("clip", "x lo hi", lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
+        ("g * (x >= lo) * (x <= hi)", "g * (x < lo)", "g * (x > hi) * (x >= lo)"),
+        "({lo} if {x} < {lo} else ({hi} if {x} > {hi} else {x}))", float_only=False,
+        dtype="same"),
+    _ew("full_like", "x v", lambda x, v: np.full_like(x, v, dtype=np.result_type(v)),
+        (None, "g"), "{dt}({v})", float_only=False, dtype="same"),
+    _unary("cast", lambda x: x, "g", "{dt}({x})", float_only=False),
+    # identity: marks a custom-gradient call's result; removed by simplification.
+    _unary("identity", lambda x: x, "g", "{x}", float_only=False, dtype="same"),
+    _unary("stop_gradient", lambda x: x, None, "{x}", float_only=False, dtype="same",
+           differentiable=False),
+    # --- elementwise math ----------------------------------------------------
+    _unary("abs", np.abs, "g * sign(x)", "abs({x})", float_only=False, dtype="same"),
+    _unary("sign", np.sign, None, "np.sign({x})", float_only=False, dtype="same",
+           differentiable=False),
+    _unary("floor", np.floor, None, "np.floor({x})", differentiable=False),
+    _unary("ceil", np.ceil, None, "np.ceil({x})", differentiable=False),
+    _unary("round", np.rint, None, "np.rint({x})", differentiable=False),
+    _unary("exp", np.exp, "g * out", "np.exp({x})"),
+    _unary("exp2", np.exp2, "g * out * 0.6931471805599453", "np.exp2({x})"),
+    _unary("expm1", np.expm1, "g * (out + 1)", "np.expm1({x})"),
+    _unary("log", np.log, "g / x", "np.log({x})", domain=POSITIVE),
+    _unary("log2", np.log2, "g / (x * 0.6931471805599453)", "np.log2({x})", domain=POSITIVE),
+    _unary("log10", np.log10, "g / (x * 2.302585092994046)", "np.log10({x})",
+           domain=POSITIVE),
+    _unary("log1p", np.log1p, "g / (1 + x)", "np.log1p({x})", domain=POSITIVE),
+    _unary("sqrt", np.sqrt, "g * 0.5 / out", "np.sqrt({x})", domain=POSITIVE),
+    _unary("rsqrt", lambda x: 1 / np.sqrt(x), "g * -0.5 * out / x", "({dt}(1) / np.sqrt({x}))",
+           domain=POSITIVE),
+    _unary("square", np.square, "g * 2 * x", "({x} * {x})"),
+    _unary("reciprocal", np.reciprocal, "-g * out * out", "({dt}(1) / {x})", domain=NONZERO),
+    _unary("sin", np.sin, "g * cos(x)", "np.sin({x})"),
+    _unary("cos", np.cos, "-g * sin(x)", "np.cos({x})"),
+    _unary("tan", np.tan, "g * (1 + out * out)", "np.tan({x})", domain=UNIT),
+    _unary("asin", np.arcsin, "g * rsqrt(1 - x * x)", "np.arcsin({x})", domain=UNIT),
+    _unary("acos", np.arccos, "-g * rsqrt(1 - x * x)", "np.arccos({x})", domain=UNIT),
+    _unary("atan", np.arctan, "g / (1 + x * x)", "np.arctan({x})"),
+    _unary("sinh", np.sinh, "g * cosh(x)", "np.sinh({x})"),
+    _unary("cosh", np.cosh, "g * sinh(x)", "np.cosh({x})"),
+    _unary("tanh", np.tanh, "g * (1 - out * out)", "np.tanh({x})"),
+    _unary("sigmoid", lambda x: 1 / (1 + np.exp(-x)), "g * out * (1 - out)",
+           "({dt}(1) / ({dt}(1) + np.exp(-{x})))"),
+    # softplus(x) = max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|.
+    _unary("softplus", lambda x: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),
+           "g * sigmoid(x)",
+           "(max({x}, {dt}(0)) + np.log1p(np.exp(-abs({x}))))"),
+    # d/dx erf(x) = 2/sqrt(pi) exp(-x^2)  (Abramowitz & Stegun 7.1.19).
+    _unary("erf", _erf, "g * 1.1283791670955126 * exp(-x * x)", "math.erf({x})"),
+    _unary("erfc", _erfc, "g * -1.1283791670955126 * exp(-x * x)", "math.erfc({x})"),
+    # --- reductions (attrs: axis, keepdims) ------------------------------------
+    _red("sum", np.sum, _bc("bc(g)"), "np.sum({x}, axis={axis}, keepdims={keepdims})",
+         float_only=False, dtype="same"),
+    _red("mean", np.mean, _bc("bc(g) * size_ratio(out, x)"),
+         "np.mean({x}, axis={axis}, keepdims={keepdims})"),
+    _red("prod", np.prod, _bc("bc(g * out) / x"),
+         "np.prod({x}, axis={axis}, keepdims={keepdims})", domain=NONZERO),
+    _red("max", np.max, _bc(_TIE), "np.max({x}, axis={axis}, keepdims={keepdims})",
+         float_only=False, dtype="same"),
+    _red("min", np.min, _bc(_TIE), "np.min({x}, axis={axis}, keepdims={keepdims})",
+         float_only=False, dtype="same"),
+    _red("logsumexp", P._g_logsumexp, _bc("bc(g) * exp(x - bc(out))"),
+         "_g_logsumexp({x}, {axis}, {keepdims})"),
+    # d|x|/dx = x/|x|; dividing by inf where the norm is 0 gives gradient 0 there.
+    _red("norm", P._g_norm, _bc("bc(g) * x / bc(where(out == 0, inf, out))"),
+         "_g_norm({x}, {axis}, {keepdims})"),
+    # --- linear algebra and layout (kernel boundaries) ---------------------------
+    Primitive("matmul", ("x", "y"), LIBRARY, np.matmul, (COMPOSITE, COMPOSITE),
+              lib="np.matmul({x}, {y})", jvp="matmul(x_t, y) + matmul(x, y_t)"),
+    Primitive("transpose", ("x",), LIBRARY, np.transpose, ("transpose(g)",),
+              lib="np.transpose({x})", float_only=False, dtype="same"),
+    # sum_to(g, like): g summed (or broadcast) to like's shape; its own adjoint.
+    Primitive("sum_to", ("x", "like"), LIBRARY, lambda x, like: P._g_sum_to(x, np.shape(like)),
+              ("sum_to(g, x)", None), lib="_g_sum_to({x}, {like}.shape)",
+              float_only=False, dtype="same"),
+    # broadcast_in(v, like): a reduction's result broadcast back (see prelude).
+    Primitive("broadcast_in", ("x", "like"), LIBRARY,
+              lambda x, like, axis=None, keepdims=False:
+              P._g_broadcast_in(x, np.shape(like), axis, keepdims),
+              (COMPOSITE, None), lib="_g_broadcast_in({x}, {like}.shape, {axis}, {keepdims})",
+              float_only=False, dtype="same"),
+    # size_ratio(a, b) = a.size / b.size, a 0-d float: the 1/n of mean's rule.
+    Primitive("size_ratio", ("x", "y"), LIBRARY,
+              lambda x, y: np.asarray(np.size(x) / max(np.size(y), 1)),
+              (None, None), lib="_T({x}.size / max({y}.size, 1))", float_only=False,
+              differentiable=False),
+]})
+
+# DSL spelling -> primitive, where they differ.
+BINARY_OPS = MappingProxyType({"+": "add", "-": "sub", "*": "mul", "/": "div",
+                               "^": "pow", "@": "matmul"})
+COMPARE_OPS = MappingProxyType({"<": "lt", "<=": "le", ">": "gt", ">=": "ge",
+                                "==": "eq", "!=": "ne"})

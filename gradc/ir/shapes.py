@@ -1,0 +1,121 @@
+"""Shape classes: what the compiler knows about an array's shape before run time.
+
+A :class:`Shape` is ``broadcast(static, *runtime_shape(s) for s in dyn)``:
+
+* ``static`` is a tuple of dims, each an ``int`` or a dim name from an
+  annotation (``f32[b, 784]`` gives ``("b", 784)``);
+* ``dyn`` is a set of node ids whose shapes are only known at run time
+  (generic parameters, and reductions or matmuls of them).
+
+``Shape(("b", "h"))`` is fully static; a generic parameter ``x`` (node 0) has
+``Shape((), {0})``.  Two nodes of equal shape class have equal runtime shapes,
+which is what fusion needs.  Broadcasting follows NumPy: dims align on the
+right, and a 1 stretches.  Named dims are trusted to be equal to any int but
+1 at compile time and checked at run time by the generated wrappers.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+Dim = int | str
+
+
+class BroadcastError(ValueError):
+    pass
+
+
+@dataclass(frozen=True, order=True)
+class Shape:
+    static: tuple[Dim, ...] = ()
+    dyn: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def rank(self) -> int | None:
+        """The number of dims, or None when a run-time shape takes part."""
+        return None if self.dyn else len(self.static)
+
+    @property
+    def is_scalar(self) -> bool:
+        return not self.dyn and all(d == 1 for d in self.static)
+
+    def substitute(self, mapping: dict[int, int]) -> "Shape":
+        if not self.dyn or not (self.dyn & mapping.keys()):
+            return self
+        return Shape(self.static, frozenset(mapping.get(d, d) for d in self.dyn))
+
+    def __str__(self) -> str:
+        dims = ", ".join(str(d) for d in self.static)
+        text = f"({dims}{',' if len(self.static) == 1 else ''})"
+        if self.dyn:
+            text += " ⊔ " + " ⊔ ".join(f"shape(%{d})" for d in sorted(self.dyn))
+        return text
+
+
+SCALAR = Shape()
+
+
+def broadcast_static(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...]:
+    """NumPy broadcasting of two static dim tuples; raises BroadcastError."""
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    out: list[Dim] = []
+    for x, y in zip(a, b):
+        if x == y or y == 1:
+            out.append(x)
+        elif x == 1:
+            out.append(y)
+        elif isinstance(x, str) and isinstance(y, int):
+            out.append(x)          # the name must equal y at run time
+        elif isinstance(y, str) and isinstance(x, int):
+            out.append(y)
+        else:
+            raise BroadcastError(f"dims {x!r} and {y!r} do not broadcast")
+    return tuple(out)
+
+
+def broadcast(shapes: Iterable[Shape]) -> Shape:
+    """The shape class of an elementwise result of operands of these classes."""
+    static: tuple[Dim, ...] = ()
+    dyn: set[int] = set()
+    for s in shapes:
+        static = broadcast_static(static, s.static)
+        dyn |= s.dyn
+    return Shape(static, frozenset(dyn))
+
+
+def normalize_axis(axis: tuple[int, ...] | None, rank: int) -> tuple[int, ...]:
+    """Axes as non-negative ints, sorted; all axes when ``axis`` is None."""
+    if axis is None:
+        return tuple(range(rank))
+    out = []
+    for a in axis:
+        if not -rank <= a < rank:
+            raise BroadcastError(f"axis {a} is out of range for an array of rank {rank}")
+        out.append(a % rank)
+    if len(set(out)) != len(out):
+        raise BroadcastError(f"repeated axis in {axis}")
+    return tuple(sorted(out))
+
+
+def reduce_static(dims: tuple[Dim, ...], axis: tuple[int, ...] | None,
+                  keepdims: bool) -> tuple[Dim, ...]:
+    axes = normalize_axis(axis, len(dims))
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(dims))
+    return tuple(d for i, d in enumerate(dims) if i not in axes)
+
+
+def matmul_static(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...]:
+    """Result dims of ``a @ b`` for operands of rank 1 or 2 (NumPy rules)."""
+    if not (1 <= len(a) <= 2 and 1 <= len(b) <= 2):
+        raise BroadcastError(f"matmul takes operands of rank 1 or 2, got ranks "
+                             f"{len(a)} and {len(b)}")
+    ka = a[-1]
+    kb = b[0] if len(b) == 1 else b[-2]
+    if ka != kb and not (isinstance(ka, str) or isinstance(kb, str)):
+        raise BroadcastError(f"contracted dims {ka!r} and {kb!r} differ")
+    if isinstance(ka, str) and isinstance(kb, str) and ka != kb:
+        raise BroadcastError(f"contracted dims {ka!r} and {kb!r} differ")
+    return a[:-1] + b[1:] if len(b) == 2 else a[:-1]

@@ -1,0 +1,115 @@
+"""Fusion: the kernel plan of a graph.
+
+Connected elementwise nodes of equal shape class are grouped into one
+:class:`Kernel` (one loop over memory), as long as the group does not need a
+value that itself needs the group (no cycle through a reduction or matmul).
+Everything else (reductions, matmul, layout) is a :class:`LibraryCall`, a
+kernel boundary run by NumPy.  With ``fuse=False`` every elementwise node is
+its own kernel and every intermediate is stored: the baseline that shows
+what fusion buys.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import networkx as nx
+
+from gradc.ir.graph import Graph
+from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES
+from gradc.ir.shapes import Shape
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One fused loop: ``nodes`` in order, reading ``inputs``, storing ``outputs``."""
+
+    nodes: tuple[int, ...]
+    inputs: tuple[int, ...]       # array values read (params and earlier results)
+    outputs: tuple[int, ...]      # values stored for later steps or the caller
+    shape: Shape                  # the iteration space, shared by every node
+
+
+@dataclass(frozen=True)
+class LibraryCall:
+    node: int
+
+
+Step = Union[Kernel, LibraryCall]
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    graph: Graph
+    steps: tuple[Step, ...]
+
+
+def _is_fusable(graph: Graph, nid: int) -> bool:
+    node = graph.node(nid)
+    return PRIMITIVES[node.op].kind == ELEMENTWISE and bool(node.args)
+
+
+def _quotient_is_dag(graph: Graph, group_of: dict[int, int]) -> bool:
+    q = nx.DiGraph()
+    for a, b in graph.dg.edges:
+        ga, gb = group_of.get(a, a), group_of.get(b, b)
+        if ga != gb:
+            q.add_edge(ga, gb)
+    return nx.is_directed_acyclic_graph(q)
+
+
+def group_elementwise(graph: Graph, fuse: bool = True) -> dict[int, int]:
+    """Map each fusable node to its group's id (the id of its first node)."""
+    group_of: dict[int, int] = {}
+    for nid in graph.topo_order():
+        if not _is_fusable(graph, nid):
+            continue
+        group_of[nid] = nid
+        if not fuse:
+            continue
+        shape = graph.node(nid).shape
+        cands = sorted({group_of[a] for a in graph.node(nid).args
+                        if a in group_of and graph.node(a).shape == shape})
+        for g in cands:
+            trial = {n: (nid if v in (g, group_of[nid]) else v) for n, v in group_of.items()}
+            if _quotient_is_dag(graph, trial):
+                group_of = trial
+    return group_of
+
+
+def plan_kernels(graph: Graph, fuse: bool = True) -> KernelPlan:
+    """Kernels and library calls in a deterministic order that respects data
+    and shape dependencies."""
+    group_of = group_elementwise(graph, fuse)
+    members: dict[int, list[int]] = {}
+    order = graph.topo_order()
+    for nid in order:
+        if nid in group_of:
+            members.setdefault(group_of[nid], []).append(nid)
+    outputs = set(graph.outputs)
+    steps: dict[int, Step] = {}
+    for gid, nodes in members.items():
+        inside = set(nodes)
+        ins = sorted({a for n in nodes for a in graph.node(n).args
+                      if a not in inside and graph.node(a).op != "const"})
+        outs = [n for n in nodes if n in outputs or any(u not in inside for u in graph.users(n))]
+        steps[gid] = Kernel(tuple(nodes), tuple(ins), tuple(outs), graph.node(nodes[0]).shape)
+    for nid in order:
+        node = graph.node(nid)
+        if nid not in group_of and node.args:
+            steps[nid] = LibraryCall(nid)
+    return KernelPlan(graph, tuple(_order_steps(graph, steps, group_of)))
+
+
+def _order_steps(graph: Graph, steps: dict[int, Step], group_of: dict[int, int]) -> list[Step]:
+    q = nx.DiGraph()
+    q.add_nodes_from(steps)
+    key = lambda n: group_of.get(n, n)
+    for sid, step in steps.items():
+        nodes = step.nodes if isinstance(step, Kernel) else (step.node,)
+        shape_deps = {d for n in nodes for d in graph.node(n).shape.dyn}
+        for n in nodes:
+            for a in (*graph.node(n).args, *shape_deps):
+                if key(a) in steps and key(a) != sid:
+                    q.add_edge(key(a), sid)
+    return [steps[s] for s in nx.lexicographical_topological_sort(q)]

@@ -1,0 +1,120 @@
+"""From a checked program to optimised graphs and kernel plans, per op and method.
+
+For each op: lower the forward body to the primal graph; for ``vjp`` and
+``fwd_bwd`` add one upstream (cotangent) parameter per output and run reverse
+mode; then the pass pipeline and fusion, fused and unfused.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from gradc import passes
+from gradc.autodiff.reverse import vjp
+from gradc.errors import GradcError, NotSupportedError, raise_all
+from gradc.frontend import ast
+from gradc.ir.builder import Builder
+from gradc.ir.graph import FLOAT, Graph
+from gradc.ir.lower import ParamInfo, lower_op, param_infos
+from gradc.passes.fuse import KernelPlan, plan_kernels
+
+METHODS = ("forward", "vjp", "fwd_bwd")
+
+
+@dataclass
+class Method:
+    name: str
+    graph: Graph
+    fused: KernelPlan
+    unfused: KernelPlan
+
+
+@dataclass
+class CompiledOp:
+    op: ast.OpDef
+    params: tuple[ParamInfo, ...]
+    upstreams: tuple[str, ...]            # one cotangent name per output
+    methods: dict[str, Method] = field(default_factory=dict)
+    primal: Graph | None = None
+
+
+def upstream_names(op: ast.OpDef) -> tuple[str, ...]:
+    """``d<out>`` per output (the grad block's names when it has one)."""
+    if op.grad is not None:
+        return op.grad.upstreams
+    taken = {p.name for p in op.params} | {s.target for s in op.body}
+    names = []
+    for o in op.outputs:
+        n = f"d{o}"
+        while n in taken:
+            n = f"d{n}"
+        names.append(n)
+    return tuple(names)
+
+
+def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, float],
+             *, check: bool = False) -> CompiledOp:
+    """Lower, differentiate, simplify and plan every method of ``op``."""
+    compiled = CompiledOp(op, param_infos(op, consts), upstream_names(op))
+    primal = lower_op(op, ops, consts)
+    compiled.primal = primal
+    compiled.methods["forward"] = _method("forward", primal.copy(), check)
+    joint = _differentiate(primal, compiled)
+    grads_only = joint.copy()
+    n_out = len(primal.outputs)
+    grads_only.outputs = joint.outputs[n_out:]
+    grads_only.output_shapes = joint.output_shapes[n_out:]
+    grads_only.output_names = joint.output_names[n_out:]
+    compiled.methods["vjp"] = _method("vjp", grads_only, check)
+    compiled.methods["fwd_bwd"] = _method("fwd_bwd", joint, check)
+    return compiled
+
+
+def _differentiate(primal: Graph, compiled: CompiledOp) -> Graph:
+    """The primal graph plus cotangent params and gradient outputs."""
+    g = primal.copy()
+    b = Builder(g)
+    ups = [b.param(name, g.node(o).shape, FLOAT, g.node(o).span)
+           for name, o in zip(compiled.upstreams, g.outputs)]
+    g.params = g.params + ups
+    diff = [p for p, info in zip(g.params, compiled.params) if info.differentiable]
+    grads = vjp(g, g.outputs, ups, diff)
+    for p, gr in zip(diff, grads):
+        pnode = g.node(p)
+        if gr is None:
+            gr = b.apply("full_like", (p, b.const(0.0)), span=pnode.span)
+        elif g.node(gr).shape != pnode.shape:
+            gr = b.apply("sum_to", (gr, p), span=pnode.span)
+        g.set_output(gr, pnode.shape, name=f"grad_{pnode.attr('name')}")
+    return g
+
+
+def _method(name: str, graph: Graph, check: bool) -> Method:
+    graph = passes.run(graph, check=check)
+    return Method(name, graph, plan_kernels(graph, True), plan_kernels(graph, False))
+
+
+def build_program(program, *, check: bool = False, fuse: bool = True
+                  ) -> dict[str, CompiledOp | str]:
+    """Every op of the main file, compiled; raises every user error together.
+
+    An op that uses a construct this version cannot compile yet
+    (:class:`NotSupportedError`) maps to the message its methods will raise.
+    """
+    out: dict[str, CompiledOp | str] = {}
+    errors: list[GradcError] = []
+    for name in program.main_ops:
+        try:
+            cop = build_op(program.ops[name], program.ops, program.consts, check=check)
+        except NotSupportedError as exc:
+            out[name] = exc.render()
+            continue
+        except GradcError as exc:
+            errors.append(exc)
+            continue
+        if not fuse:
+            for m in cop.methods.values():
+                m.fused = m.unfused
+        out[name] = cop
+    raise_all(errors)
+    return out
