@@ -1,0 +1,43 @@
+"""Evaluate a graph with the registry's NumPy references: the oracle.
+
+Used by constant folding's tests, ``gradc check`` (finite differences in
+float64) and every test that compares generated kernels with a reference.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from gradc.ir.graph import FLOAT, Graph
+from gradc.ir.primitives import PRIMITIVES, REDUCTION
+
+_NP_DTYPES = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
+
+
+def interpret(graph: Graph, args: Sequence, dtype=np.float64) -> list[np.ndarray]:
+    """The graph's outputs for ``args`` (one per ``graph.params``, in order),
+    computing floats in ``dtype``."""
+    env: dict[int, np.ndarray] = {}
+    params = dict(zip(graph.params, args))
+    with np.errstate(all="ignore"):
+        for node in graph:
+            want = dtype if node.dtype == FLOAT else _NP_DTYPES[node.dtype]
+            if node.op == "param":
+                value = params[node.id]
+            elif node.op == "const":
+                value = node.value
+            else:
+                value = _apply(node, [env[a] for a in node.args], dtype)
+            env[node.id] = np.asarray(value, dtype=want)
+    return [env[o] for o in graph.outputs]
+
+
+def _apply(node, args: list[np.ndarray], dtype) -> np.ndarray:
+    prim = PRIMITIVES[node.op]
+    attrs: Mapping = dict(node.attrs)
+    if prim.kind == REDUCTION:
+        return prim.ref(args[0], axis=attrs.get("axis"), keepdims=bool(attrs.get("keepdims")))
+    if node.op == "broadcast_in":
+        return prim.ref(*args, axis=attrs.get("axis"), keepdims=attrs.get("keepdims"))
+    return prim.ref(*args)
