@@ -31,6 +31,8 @@ class Method:
 
 @dataclass
 class CompiledOp:
+    """Every method of one op, lowered, differentiated and planned."""
+
     op: ast.OpDef
     params: tuple[ParamInfo, ...]
     upstreams: tuple[str, ...]            # one cotangent name per output
@@ -53,10 +55,14 @@ def upstream_names(op: ast.OpDef) -> tuple[str, ...]:
 
 
 def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, float],
-             *, check: bool = False) -> CompiledOp:
-    """Lower, differentiate, simplify and plan every method of ``op``."""
+             *, check: bool = False, custom: bool = True) -> CompiledOp:
+    """Lower, differentiate, simplify and plan every method of ``op``.
+
+    ``custom=False`` ignores grad blocks: the methods then compute the true
+    derivative (used to audit custom gradients).
+    """
     compiled = CompiledOp(op, param_infos(op, consts), upstream_names(op))
-    primal = lower_op(op, ops, consts)
+    primal = lower_op(op, ops, consts, custom=custom)
     compiled.primal = primal
     compiled.methods["forward"] = _method("forward", primal.copy(), check)
     joint = _differentiate(primal, compiled)

@@ -83,8 +83,9 @@ class Lowerer:
     """Lowers expressions of a program's ops into one graph."""
 
     def __init__(self, graph: Graph, ops: Mapping[str, ast.OpDef], consts: Mapping[str, float],
-                 *, rules: bool = False, span: Span | None = None) -> None:
+                 *, rules: bool = False, span: Span | None = None, custom: bool = True) -> None:
         self.graph = graph
+        self.custom = custom             # False: ignore grad blocks (the true derivative)
         self.ops = ops
         self.consts = consts
         self.rules = rules               # lowering a derivative rule: internals allowed
@@ -163,12 +164,12 @@ class Lowerer:
         bound = self._bind(op, call, scope)
         start = self.graph.next_id
         inner: Scope = dict(bound)
-        inner = Lowerer(self.graph, self.ops, self.consts).body(op.body, inner)
+        inner = Lowerer(self.graph, self.ops, self.consts, custom=self.custom).body(op.body, inner)
         outs = [inner[o] for o in op.outputs]
         if len(outs) != 1:
             raise ShapeError(f"op '{op.name}' returns {len(outs)} outputs and cannot be "
                              "used inside an expression", call.span)
-        if op.grad is None:
+        if op.grad is None or not self.custom:
             return outs[0]
         outs = [o if o >= start else self.b.apply("identity", (o,), span=call.span) for o in outs]
         nodes = frozenset(range(start, self.graph.next_id))
@@ -208,8 +209,14 @@ class Lowerer:
         return g
 
 
-def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, float]) -> Graph:
-    """The primal graph of ``op``: its params, body and outputs."""
+def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, float],
+             *, custom: bool = True) -> Graph:
+    """The primal graph of ``op``: its params, body and outputs.
+
+    ``custom=False`` ignores every ``grad`` block, so that differentiating the
+    graph gives the true derivative (for the custom-gradient report of
+    ``gradc check``).
+    """
     graph = Graph()
     b = Builder(graph)
     scope: Scope = {}
@@ -218,11 +225,11 @@ def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
         shape = Shape(tuple(t.shape)) if t is not None and t.shape is not None else None
         scope[p.name] = b.param(p.name, shape, _DTYPE_OF[t.dtype if t else None], p.span)
         graph.params.append(scope[p.name])
-    lowerer = Lowerer(graph, ops, consts)
+    lowerer = Lowerer(graph, ops, consts, custom=custom)
     start = graph.next_id
     scope = lowerer.body(op.body, scope)
     outs = [scope[o] for o in op.outputs]
-    if op.grad is not None:           # the op's own grad block replaces its derivative
+    if op.grad is not None and custom:    # the op's own grad block replaces its derivative
         outs = [o if o >= start else lowerer.b.apply("identity", (o,), span=op.span)
                 for o in outs]
         graph.regions.append(CustomRegion(

@@ -71,10 +71,21 @@ def group_elementwise(graph: Graph, fuse: bool = True) -> dict[int, int]:
         cands = sorted({group_of[a] for a in graph.node(nid).args
                         if a in group_of and graph.node(a).shape == shape})
         for g in cands:
-            trial = {n: (nid if v in (g, group_of[nid]) else v) for n, v in group_of.items()}
-            if _quotient_is_dag(graph, trial):
-                group_of = trial
+            group_of = _try_merge(graph, group_of, g, group_of[nid])
+    if fuse:                            # horizontal: independent loops over one shape
+        for gid in sorted(set(group_of.values())):
+            shape = graph.node(gid).shape
+            for other in sorted(set(group_of.values())):
+                if other < gid and graph.node(other).shape == shape and other in group_of.values() \
+                        and gid in group_of.values():
+                    group_of = _try_merge(graph, group_of, other, gid)
     return group_of
+
+
+def _try_merge(graph: Graph, group_of: dict[int, int], a: int, b: int) -> dict[int, int]:
+    """Groups ``a`` and ``b`` as one (named ``b``), if that leaves the plan acyclic."""
+    trial = {n: (b if v in (a, b) else v) for n, v in group_of.items()}
+    return trial if _quotient_is_dag(graph, trial) else group_of
 
 
 def plan_kernels(graph: Graph, fuse: bool = True) -> KernelPlan:

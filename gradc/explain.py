@@ -1,0 +1,117 @@
+"""``gradc explain``: an op's derived gradient as readable math, and its kernel plan."""
+from __future__ import annotations
+
+from collections import Counter
+
+from gradc.frontend.check import load_program
+from gradc.ir.graph import Graph
+from gradc.ir.primitives import BINARY_OPS, COMPARE_OPS, PRIMITIVES
+from gradc.passes.fuse import Kernel, KernelPlan
+from gradc.pipeline import build_op
+
+_INFIX = {v: k for k, v in {**BINARY_OPS, **COMPARE_OPS}.items()} | {"matmul": "@"}
+_PREC = {"lt": 0, "le": 0, "gt": 0, "ge": 0, "eq": 0, "ne": 0, "add": 1, "sub": 1,
+         "mul": 2, "div": 2, "matmul": 2, "neg": 3, "pow": 4}
+
+
+class MathPrinter:
+    """Infix text of graph values; values used more than once get names t1, t2..."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        uses = Counter(a for n in graph for a in n.args)
+        self.shared = [n.id for n in graph
+                       if uses[n.id] > 1 and n.op not in ("param", "const")]
+        self.names = {p: graph.node(p).attr("name") for p in graph.params}
+        self.names.update({nid: f"t{k + 1}" for k, nid in enumerate(self.shared)})
+
+    def definitions(self) -> list[str]:
+        return [f"{self.names[n]} = {self.text(n, top=True)}" for n in self.shared]
+
+    def text(self, nid: int, top: bool = False) -> str:
+        node = self.graph.node(nid)
+        if not top and nid in self.names:
+            return self.names[nid]
+        if node.op == "const":
+            v = node.value
+            return repr(int(v)) if float(v).is_integer() and abs(v) < 1e15 else repr(v)
+        args = [self._operand(a, node.op, i) for i, a in enumerate(node.args)]
+        if node.op in _INFIX:
+            return f"{args[0]} {_INFIX[node.op]} {args[1]}"
+        if node.op == "neg":
+            return f"-{args[0]}"
+        attrs = "".join(f", {k}={v}" for k, v in node.attrs if v is not None and v is not False)
+        return f"{node.op}({', '.join(self.text(a) for a in node.args)}{attrs})"
+
+    def _operand(self, nid: int, parent: str, i: int) -> str:
+        inner = self.graph.node(nid).op
+        s = self.text(nid)
+        if nid in self.names or inner not in _PREC or parent not in _PREC:
+            return s
+        p, q = _PREC[parent], _PREC[inner]
+        if q < p or (q == p and (i == 1 and parent in ("sub", "div", "pow") or parent == "pow")):
+            return f"({s})"
+        return s
+
+
+def shape_text(graph: Graph, shape) -> str:
+    """A shape class in user terms: ``(b, h)``, ``shape(x)``, ``broadcast((3,), shape(x))``."""
+    parts = [f"({', '.join(map(str, shape.static))}{',' if len(shape.static) == 1 else ''})"
+             ] if shape.static or not shape.dyn else []
+    for d in sorted(shape.dyn):
+        node = graph.node(d)
+        parts.append(f"shape({node.attr('name') if node.op == 'param' else f'%{d}'})")
+    return parts[0] if len(parts) == 1 else f"broadcast({', '.join(parts)})"
+
+
+def plan_text(plan: KernelPlan, label: str) -> list[str]:
+    g = plan.graph
+    lines = [f"{label}: {len(plan.steps)} step(s)"]
+    names = MathPrinter(g).names
+    ref = lambda n: names.get(n, f"%{n}")
+    for k, step in enumerate(plan.steps):
+        if isinstance(step, Kernel):
+            ops = Counter(g.node(n).op for n in step.nodes)
+            fused = ", ".join(f"{op}×{c}" if c > 1 else op for op, c in sorted(ops.items()))
+            lines.append(f"  [{k}] kernel over {shape_text(g, step.shape)}: fuses {len(step.nodes)} "
+                         f"primitive(s) ({fused})")
+            lines.append(f"      reads {', '.join(ref(i) for i in step.inputs) or '-'}; "
+                         f"stores {', '.join(ref(o) for o in step.outputs)}; "
+                         f"{len(step.inputs) + len(step.outputs)} array(s) per element")
+        else:
+            node = g.node(step.node)
+            lines.append(f"  [{k}] {PRIMITIVES[node.op].kind} call: {node.op} "
+                         f"(a kernel boundary, run by NumPy)")
+    return lines
+
+
+def explain(path: str, op_name: str) -> str:
+    program = load_program(path)
+    if op_name not in program.ops:
+        from gradc.errors import NameResolutionError
+        raise NameResolutionError(f"no op '{op_name}' in {path} (ops: "
+                                  f"{', '.join(program.main_ops)})")
+    op = program.ops[op_name]
+    cop = build_op(op, program.ops, program.consts)
+    out = [f"op {op_name}{_sig(cop)}", ""]
+    g = cop.methods["vjp"].graph
+    mp = MathPrinter(g)
+    out.append("gradient (vjp), after simplification:")
+    out += [f"  {d}" for d in mp.definitions()]
+    for name, o in zip(g.output_names, g.outputs):
+        out.append(f"  {name} = {mp.text(o, top=o in mp.shared) if o not in mp.shared else mp.names[o]}")
+    if op.grad is not None:
+        true = build_op(op, program.ops, program.consts, custom=False).methods["vjp"].graph
+        tp = MathPrinter(true)
+        out += ["", "the true derivative, for comparison (grad block ignored):"]
+        out += [f"  {d}" for d in tp.definitions()]
+        out += [f"  {n} = {tp.text(o, top=True)}" for n, o in zip(true.output_names, true.outputs)]
+    for m in ("forward", "fwd_bwd"):
+        out += [""] + plan_text(cop.methods[m].fused, f"kernel plan of {m} (fused)")
+    out += [""] + plan_text(cop.methods["fwd_bwd"].unfused, "kernel plan of fwd_bwd (unfused)")
+    return "\n".join(out)
+
+
+def _sig(cop) -> str:
+    from gradc.codegen.module import _signature_text
+    return _signature_text(cop)

@@ -1,0 +1,1 @@
+"""Front end: grammar, parser, AST and semantic checks of .grad files."""

@@ -1,0 +1,180 @@
+"""Name resolution and call checks inside op bodies (used by :mod:`gradc.frontend.check`).
+
+A name in an expression is a local (parameter, earlier assignment, upstream,
+forward name in a grad block), a const, or ``pi``/``e``/``inf``.  A call names
+a builtin of :data:`BUILTINS` or an op the file can see.  Calls of builtins are
+checked against the table (arity, ``axis=``, ``keepdims=``), calls of ops
+against the callee's parameters, bound like Python: positional arguments in
+declared order (a parameter with a default may be passed either way),
+keywords by name, every parameter without a default bound once.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import networkx as nx
+
+from gradc.errors import GradcError, GradientError, NameResolutionError, Span, TypeError_
+from gradc.frontend import ast
+from gradc.frontend.builtins import BUILTINS, CONSTANTS
+from gradc.frontend.consts import did_you_mean, undefined_name
+from gradc.frontend.to_ast import leftmost_span
+
+# name -> (kind, where it is defined); kind is parameter, assignment, upstream or forward.
+Scope = dict[str, tuple[str, Span]]
+
+KEEPDIMS_NAMES = ("true", "false")
+
+
+class CallChecker:
+    """Checks the expressions of one op, recording its calls of ops in ``calls``."""
+
+    def __init__(self, ops: Mapping[str, ast.OpDef], consts: set[str], calls: nx.DiGraph,
+                 caller: str, errors: list[GradcError]) -> None:
+        self.ops = ops
+        self.consts = consts
+        self.calls = calls
+        self.caller = caller
+        self.errors = errors
+
+    def expr(self, e: ast.Expr, scope: Scope, later: Mapping[str, Span]) -> None:
+        """Check ``e`` where ``scope`` is defined and ``later`` will be assigned later."""
+        match e:
+            case ast.Name():
+                self._name(e, scope, later)
+            case ast.BinOp() | ast.Compare():
+                self.expr(e.lhs, scope, later)
+                self.expr(e.rhs, scope, later)
+            case ast.Neg() | ast.Transpose():
+                self.expr(e.operand, scope, later)
+            case ast.TupleExpr():
+                self._error(TypeError_, "a tuple can only be an axis= value", e.span, "E304")
+            case ast.Call():
+                self._call(e, scope, later)
+
+    def _name(self, n: ast.Name, scope: Scope, later: Mapping[str, Span]) -> None:
+        if n.id in scope:
+            return
+        if n.id in later:
+            self._error(NameResolutionError, f"name '{n.id}' is used before it is assigned",
+                        n.span, "E202", [f"'{n.id}' is assigned at {later[n.id]}"])
+        elif n.id in self.consts or n.id in CONSTANTS:
+            return
+        elif n.id in self.ops or n.id in BUILTINS:
+            self._error(NameResolutionError, f"'{n.id}' is a function: call it as {n.id}(...)",
+                        n.span, "E201")
+        else:
+            self.errors.append(undefined_name(n.id, n.span, [*scope, *self.consts, *CONSTANTS]))
+
+    def _error(self, cls: type[GradcError], message: str, span: Span, code: str,
+               notes: list[str] | tuple[str, ...] = ()) -> None:
+        self.errors.append(cls(message, span, code, notes))
+
+    # ---- calls -------------------------------------------------------------------
+
+    def _call(self, c: ast.Call, scope: Scope, later: Mapping[str, Span]) -> None:
+        if c.func == "grad":
+            self._grad_call(c, scope, later)
+        elif c.func in BUILTINS:
+            self._builtin_call(c, scope, later)
+        elif c.func in self.ops:
+            self._op_call(c, self.ops[c.func], scope, later)
+        else:
+            self._error(NameResolutionError, f"unknown function '{c.func}'", c.span, "E201",
+                        did_you_mean(c.func, [*BUILTINS, *self.ops]))
+            for arg in (*c.args, *(v for _, v in c.kwargs)):
+                self.expr(arg, scope, later)
+
+    def _builtin_call(self, c: ast.Call, scope: Scope, later: Mapping[str, Span]) -> None:
+        b = BUILTINS[c.func]
+        n = len(c.args)
+        if not b.min_args <= n <= b.max_args:
+            takes = (f"{b.min_args}" if b.min_args == b.max_args
+                     else f"{b.min_args} or {b.max_args}")
+            notes = [f"pass the axis as {c.func}(x, axis=...)"] if b.kwargs and n == 2 else []
+            self._error(TypeError_, f"'{c.func}' takes {takes} argument"
+                        f"{'' if b.max_args == 1 else 's'}, got {n}", c.span, "E303", notes)
+        for arg in c.args:
+            self.expr(arg, scope, later)
+        seen: set[str] = set()
+        for key, value in c.kwargs:
+            if key in seen:
+                self._error(TypeError_, f"keyword argument '{key}' is given twice",
+                            leftmost_span(value), "E303")
+            elif key not in b.kwargs:
+                takes = (f"only {' and '.join(k + '=' for k in b.kwargs)}" if b.kwargs
+                         else "no keyword arguments")
+                self._error(NameResolutionError, f"'{c.func}' has no keyword argument '{key}'",
+                            leftmost_span(value), "E201", [f"'{c.func}' takes {takes}"])
+            elif n == 2:    # elementwise max/min
+                self._error(TypeError_, f"'{c.func}' of two arguments is elementwise and "
+                            "takes no axis= or keepdims=", leftmost_span(value), "E303")
+            elif key == "axis":
+                self._axis(value)
+            else:
+                self._keepdims(value)
+            seen.add(key)
+
+    def _axis(self, value: ast.Expr) -> None:
+        items = value.items if isinstance(value, ast.TupleExpr) else (value,)
+        if not all(_is_int(i) for i in items):
+            self._error(TypeError_, "axis= must be an integer or a tuple of integers",
+                        leftmost_span(value), "E304")
+
+    def _keepdims(self, value: ast.Expr) -> None:
+        ok = (isinstance(value, ast.Num) and value.is_int and value.value in (0, 1)) or (
+            isinstance(value, ast.Name) and value.id in KEEPDIMS_NAMES)
+        if not ok:
+            self._error(TypeError_, "keepdims= must be 0, 1, true or false",
+                        leftmost_span(value), "E304")
+
+    def _grad_call(self, c: ast.Call, scope: Scope, later: Mapping[str, Span]) -> None:
+        if len(c.args) != 2 or c.kwargs:
+            self._error(TypeError_, "'grad' takes 2 arguments: grad(EXPR, NAME), got "
+                        f"{len(c.args) + len(c.kwargs)}", c.span, "E303")
+        for arg in c.args[:1]:
+            self.expr(arg, scope, later)
+        if len(c.args) < 2:
+            return
+        wrt = c.args[1]
+        if isinstance(wrt, ast.Name) and wrt.id in later and wrt.id not in scope:
+            self._name(wrt, scope, later)
+        elif not isinstance(wrt, ast.Name) or wrt.id not in scope:
+            self._error(GradientError, "the second argument of grad() must be a parameter "
+                        "or an assigned name", leftmost_span(wrt), "E404")
+
+    def _op_call(self, c: ast.Call, callee: ast.OpDef, scope: Scope,
+                 later: Mapping[str, Span]) -> None:
+        if not self.calls.has_edge(self.caller, callee.name):
+            self.calls.add_edge(self.caller, callee.name, span=c.span)
+        if len(callee.outputs) != 1:
+            self._error(TypeError_, f"op '{callee.name}' returns {len(callee.outputs)} outputs; "
+                        "only an op with one output can be called in an expression",
+                        c.span, "E306")
+        names = [p.name for p in callee.params]
+        if len(c.args) > len(names):
+            self._error(TypeError_, f"op '{callee.name}' takes at most {len(names)} "
+                        f"argument{'' if len(names) == 1 else 's'}, got {len(c.args)}",
+                        c.span, "E303")
+        bound = set(names[:len(c.args)])
+        for key, value in c.kwargs:
+            if key not in names:
+                self._error(NameResolutionError, f"op '{callee.name}' has no parameter '{key}'",
+                            leftmost_span(value), "E201", did_you_mean(key, names))
+            elif key in bound:
+                self._error(TypeError_, f"argument '{key}' of op '{callee.name}' is given twice",
+                            leftmost_span(value), "E303")
+            bound.add(key)
+        missing = [p.name for p in callee.params if p.default is None and p.name not in bound]
+        if missing:
+            self._error(TypeError_, f"call of op '{callee.name}' is missing "
+                        f"{'the argument' if len(missing) == 1 else 'the arguments'} "
+                        f"{', '.join(repr(m) for m in missing)}", c.span, "E303")
+        for arg in (*c.args, *(v for _, v in c.kwargs)):
+            self.expr(arg, scope, later)
+
+
+def _is_int(e: ast.Expr) -> bool:
+    if isinstance(e, ast.Neg):
+        e = e.operand
+    return isinstance(e, ast.Num) and e.is_int

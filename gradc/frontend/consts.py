@@ -1,0 +1,137 @@
+"""Evaluate ``const`` items and parameter defaults at compile time.
+
+A constant expression uses numbers, ``+ - * / ^``, unary minus, ``pi``, ``e``,
+``inf``, earlier constants, and elementwise builtins of one or two numbers
+(``sqrt(2)``, ``log(10)``, ``max(a, b)``).  Values are Python floats (float64);
+code generation casts them to the dtype they meet.
+"""
+from __future__ import annotations
+
+import difflib
+import math
+from typing import Callable, Iterable, Mapping
+
+from gradc.errors import GradcError, NameResolutionError, Span, TypeError_
+from gradc.frontend import ast
+from gradc.frontend.builtins import BUILTINS, CONSTANTS
+
+
+def _sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    z = math.exp(x)
+    return z / (1.0 + z)
+
+
+FUNCTIONS: Mapping[str, Callable[..., float]] = {
+    "abs": abs, "sign": lambda x: float((x > 0) - (x < 0)), "exp": math.exp,
+    "exp2": lambda x: math.pow(2.0, x), "expm1": math.expm1, "log": math.log,
+    "log2": math.log2, "log10": math.log10, "log1p": math.log1p, "sqrt": math.sqrt,
+    "rsqrt": lambda x: 1.0 / math.sqrt(x), "square": lambda x: x * x,
+    "reciprocal": lambda x: 1.0 / x, "sin": math.sin, "cos": math.cos, "tan": math.tan,
+    "asin": math.asin, "acos": math.acos, "atan": math.atan, "sinh": math.sinh,
+    "cosh": math.cosh, "tanh": math.tanh, "sigmoid": _sigmoid,
+    "softplus": lambda x: math.log1p(math.exp(-abs(x))) + max(x, 0.0),
+    "erf": math.erf, "erfc": math.erfc, "floor": lambda x: float(math.floor(x)),
+    "ceil": lambda x: float(math.ceil(x)), "round": lambda x: float(round(x)),
+    "atan2": math.atan2, "pow": math.pow, "max": max, "min": min,
+}
+
+_BINOPS: Mapping[str, Callable[[float, float], float]] = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b, "^": math.pow,
+}
+
+
+class ConstError(Exception):
+    """Why a constant expression has no value; becomes a GradcError at its span."""
+
+    def __init__(self, error: GradcError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def evaluate(expr: ast.Expr, consts: Mapping[str, float],
+             later: Mapping[str, ast.Const] | None = None) -> float:
+    """The value of the constant expression ``expr``; raise ConstError if it has none.
+
+    ``consts`` holds the constants it may use; ``later`` the constants of the same
+    file defined after it, for a clearer message.
+    """
+    match expr:
+        case ast.Num(value=value):
+            return value
+        case ast.Name(id=name, span=span):
+            if name in consts:
+                return consts[name]
+            if name in CONSTANTS:
+                return CONSTANTS[name]
+            if later and name in later:
+                raise ConstError(NameResolutionError(
+                    f"const '{name}' is used before it is defined", span, "E202",
+                    [f"'{name}' is defined at {later[name].span}"]))
+            raise ConstError(undefined_name(name, span, [*consts, *CONSTANTS]))
+        case ast.Neg(operand=operand):
+            return -evaluate(operand, consts, later)
+        case ast.BinOp(op=op, span=span) if op in _BINOPS:
+            lhs = evaluate(expr.lhs, consts, later)
+            rhs = evaluate(expr.rhs, consts, later)
+            return _apply(_BINOPS[op], (lhs, rhs), f"'{op}'", span)
+        case ast.Call(func=func, span=span) if func in FUNCTIONS:
+            if expr.kwargs or len(expr.args) not in _arity(func):
+                raise ConstError(TypeError_(
+                    f"'{func}' in a constant expression takes {_arity_words(func)}",
+                    span, "E305"))
+            args = tuple(evaluate(a, consts, later) for a in expr.args)
+            return _apply(FUNCTIONS[func], args, f"'{func}'", span)
+        case ast.Call(func=func, span=span) if func not in BUILTINS:
+            raise ConstError(NameResolutionError(
+                f"unknown function '{func}'", span, "E201", did_you_mean(func, FUNCTIONS)))
+    raise ConstError(TypeError_(
+        f"{_describe(expr)} cannot be used in a constant expression", expr.span, "E305",
+        ["a constant uses numbers, + - * / ^, pi, e, inf, other constants "
+         "and elementwise functions such as sqrt(2)"]))
+
+
+def _arity(func: str) -> range:
+    b = BUILTINS[func]
+    return range(2, 3) if func in ("max", "min") else range(b.min_args, b.max_args + 1)
+
+
+def _arity_words(func: str) -> str:
+    n = _arity(func).start
+    return f"{n} number{'s' if n > 1 else ''} and no keyword arguments"
+
+
+def _apply(fn: Callable[..., float], args: tuple[float, ...], what: str, span: Span) -> float:
+    try:
+        return float(fn(*args))
+    except (ArithmeticError, ValueError) as exc:
+        why = "division by zero" if isinstance(exc, ZeroDivisionError) else str(exc)
+        raise ConstError(TypeError_(
+            f"{what} has no value here ({why})", span, "E305")) from None
+
+
+def _describe(expr: ast.Expr) -> str:
+    match expr:
+        case ast.Call(func=func):
+            return f"'{func}'"
+        case ast.BinOp(op=op) | ast.Compare(op=op):
+            return f"'{op}'"
+        case ast.Transpose():
+            return "'.T'"
+        case ast.TupleExpr():
+            return "a tuple"
+    return "this"
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> list[str]:
+    """A note suggesting the candidate closest to ``name``, or no note."""
+    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1)
+    return [f"did you mean '{close[0]}'?"] if close else []
+
+
+def undefined_name(name: str, span: Span, candidates: Iterable[str]) -> NameResolutionError:
+    """The error for a name that is defined nowhere."""
+    return NameResolutionError(f"undefined name '{name}'", span, "E201",
+                               did_you_mean(name, candidates))

@@ -1,0 +1,239 @@
+"""Parse .grad source text into an :class:`gradc.frontend.ast.Module`.
+
+One Lark LALR parser built from ``grammars/gradc.lark``.  Syntax errors become
+:class:`ParseError` with the exact position and what was expected in words.
+When a file has a syntax error, each top-level item (``import``, ``const``,
+``op``, ``grad`` block) is parsed on its own as well, so every bad item is
+reported, together, in one :class:`GradcErrors`.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import importlib.util
+import re
+from pathlib import Path
+from typing import Iterator
+
+from lark import Lark, Token, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark.exceptions import VisitError
+
+from gradc.errors import (GradcError, GradcErrors, ParseError, Span, raise_all,
+                          remember_source)
+from gradc.frontend import ast
+from gradc.frontend.to_ast import ToAst
+
+
+def grammar_path() -> Path:
+    """Where ``gradc.lark`` is: inside an installed wheel, else in the repository."""
+    try:
+        found = importlib.util.find_spec("gradc.grammars") is not None
+    except ModuleNotFoundError:
+        found = False
+    if found:
+        path = Path(str(importlib.resources.files("gradc.grammars") / "gradc.lark"))
+        if path.is_file():
+            return path
+    return Path(__file__).resolve().parents[2] / "grammars" / "gradc.lark"
+
+
+_OPENERS = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE"}
+_CLOSERS = set(_OPENERS.values())
+
+
+class _NewlinesInBrackets:
+    """Post-lexer: a newline only counts at top level or directly inside braces."""
+
+    always_accept = ("_NL",)
+
+    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+        stack: list[str] = []
+        for tok in stream:
+            if tok.type == "_NL":
+                if stack and stack[-1] != "LBRACE":
+                    continue
+            elif tok.type in _OPENERS:
+                stack.append(tok.type)
+            elif tok.type in _CLOSERS and stack:
+                stack.pop()
+            yield tok
+
+
+@functools.lru_cache(maxsize=1)
+def _lark() -> Lark:
+    return Lark(grammar_path().read_text(encoding="utf-8"), parser="lalr",
+                propagate_positions=True, postlex=_NewlinesInBrackets())
+
+
+def parse(text: str, file: str = "<string>") -> ast.Module:
+    """Parse the .grad source ``text`` of ``file``; raise ParseError(s) on bad syntax."""
+    remember_source(file, text)
+    try:
+        tree = _lark().parse(text)
+    except UnexpectedInput as e:
+        errors = _item_errors(text, file) or [_parse_error(e, text, file, None)]
+        raise (errors[0] if len(errors) == 1 else GradcErrors(errors)) from None
+    builder = ToAst(file, text)
+    try:
+        module = builder.transform(tree)
+    except VisitError as e:
+        if isinstance(e.orig_exc, GradcError):
+            raise e.orig_exc from None
+        raise
+    raise_all(builder.errors)
+    return module
+
+
+# ---- several errors: parse each top-level item on its own -------------------
+
+_ITEM_START = re.compile(
+    r'^[ \t]*(?:\}[ \t]*)?(?P<kw>(?:op|const)[ \t]+[A-Za-z_]|import[ \t]*"'
+    r'|grad[ \t]*\([\w \t,]*\)[ \t]*->)', re.M)
+
+
+def _item_errors(text: str, file: str) -> list[GradcError]:
+    """Parse each item of ``text`` alone, keeping positions; return their errors."""
+    starts = sorted({0, *(m.start("kw") for m in _ITEM_START.finditer(text))})
+    bounds = list(zip(starts, [*starts[1:], len(text)]))
+    errors: list[GradcError] = []
+    for begin, end in bounds:
+        # Blank out everything before the item so lines and columns stay right.
+        chunk = re.sub(r"[^\n]", " ", text[:begin]) + text[begin:end]
+        following = (end, re.match(r"\w*", text[end:]).group(0)) if end < len(text) else None
+        try:
+            _lark().parse(chunk)
+        except UnexpectedInput as e:
+            errors.append(_parse_error(e, chunk, file, following))
+    return errors
+
+
+# ---- error messages ---------------------------------------------------------
+
+_WORDS = {      # in the order they are listed in a message
+    "RPAR": "')'", "RSQB": "']'", "COMMA": "','", "EQUAL": "'='", "COLON": "':'",
+    "ARROW": "'->'", "LBRACE": "'{'", "LPAR": "'('", "LSQB": "'['",
+    "NAME": "a name", "INT": "an integer", "NUMBER": "a number",
+    "STRING": 'a quoted file name like "other.grad"', "NOGRAD": "'nograd'",
+    "SURROGATE": "'surrogate'", "OP": "'op'", "CONST": "'const'", "IMPORT": "'import'",
+    "GRAD": "'grad'", "_NL": "a newline", "SEMICOLON": "';'", "RBRACE": "'}'",
+    "$END": "the end of the file", "PLUS": "'+'", "MINUS": "'-'", "STAR": "'*'",
+    "SLASH": "'/'", "AT": "'@'", "POW": "'^'", "CMP": "a comparison", "TRANSPOSE": "'.T'",
+}
+_ORDER = list(_WORDS)
+_EXPR_START = {"NAME", "NUMBER", "LPAR", "MINUS", "PLUS"}
+_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "AT", "POW", "CMP", "TRANSPOSE", "LPAR"}
+_ITEMS = {"OP", "CONST", "IMPORT", "GRAD"}
+_MAX_SHOWN = 4
+
+
+def describe_expected(terminals: set[str] | frozenset[str]) -> str:
+    """Say in words which of Lark's terminals were expected, at most a few."""
+    names = {t for t in terminals if t in _WORDS}
+    words: list[tuple[int, str]] = []
+    if "NUMBER" in names:
+        names -= _EXPR_START
+        words.append((_ORDER.index("NAME"), "an expression"))
+    if names & (_OPERATORS - {"LPAR"}):
+        names -= _OPERATORS | {"EQUAL"}     # '=' there only starts a keyword argument
+        words.append((_ORDER.index("NAME"), "an operator"))
+    if len(names & _ITEMS) > 1:
+        names -= _ITEMS | {"_NL", "$END"}
+        words.append((_ORDER.index("OP"), "an item ('op', 'const' or 'import')"))
+    if names & {"ARROW", "LBRACE"}:
+        names.discard("_NL")                # a newline is allowed in op headers, not needed
+    words += [(_ORDER.index(n), _WORDS[n]) for n in names]
+    shown = [w for _, w in sorted(words)][:_MAX_SHOWN]
+    if not shown:
+        return "something else"
+    return shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} or {shown[-1]}"
+
+
+def _found(tok: Token) -> str:
+    if tok.type == "_NL":
+        return "a newline"
+    if tok.type == "$END":
+        return "the end of the file"
+    return f"'{tok.value}'"
+
+
+def _acceptable(e: UnexpectedInput) -> set[str]:
+    """The terminals the parser could really take where ``e`` happened."""
+    parser = getattr(e, "interactive_parser", None)
+    if parser is not None:
+        return set(parser.accepts())
+    return set(getattr(e, "expected", None) or getattr(e, "allowed", None) or ())
+
+
+def _parse_error(e: UnexpectedInput, text: str, file: str,
+                 following: tuple[int, str] | None) -> ParseError:
+    """Translate Lark's error ``e`` in ``text``.
+
+    ``following`` is the offset and first word of the next item when ``text``
+    is one item cut from a longer file, so running out of text means the
+    item ran into the next one.
+    """
+    accepts = _acceptable(e)
+    if isinstance(e, UnexpectedCharacters):
+        char = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        span = Span(file, e.line, e.column, e.line, e.column + 1)
+        return ParseError(f"unexpected character {char!r}{_expecting(accepts, ', expected ')}",
+                          span, "E101")
+    tok = e.token if isinstance(e, UnexpectedToken) else Token("$END", "")
+    if tok.type != "$END":
+        span = Span(file, tok.line, tok.column, tok.end_line, tok.end_column)
+        after_operand = "NUMBER" not in accepts and bool(accepts & {"PLUS", "STAR"})
+        if tok.type == "CMP" and "CMP" not in accepts and after_operand:
+            return ParseError("comparisons do not chain: add parentheses", span, "E101")
+        return ParseError(f"expected {describe_expected(accepts)}, found {_found(tok)}",
+                          span, "E101")
+    return _eof_error(accepts, text, file, following)
+
+
+def _expecting(accepts: set[str], prefix: str) -> str:
+    words = describe_expected(accepts)
+    return "" if words == "something else" else prefix + words
+
+
+def _eof_error(accepts: set[str], text: str, file: str,
+               following: tuple[int, str] | None) -> ParseError:
+    """An item ended early: point at the next item, or just past the last token."""
+    unclosed = _unclosed(text)
+    notes = [f"this '{c}' at {file}:{line}:{col} is not closed" for c, line, col in unclosed[-1:]]
+    closer = {"(": "RPAR", "[": "RSQB", "{": "RBRACE"}[unclosed[-1][0]] if unclosed else None
+    expected = describe_expected({closer} if closer in accepts else accepts)
+    if following is not None:
+        pos, word = following
+        line = text.count("\n", 0, pos) + 1
+        col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        return ParseError(f"expected {expected}, found '{word}'",
+                          Span(file, line, col, line, col + len(word)), "E101", notes)
+    line, col = _end_of_last_token(text)
+    return ParseError(f"expected {expected}, found the end of the file",
+                      Span(file, line, col, line, col + 1), "E101", notes)
+
+
+_BRACKETS = re.compile(r'#[^\n]*|"[^"\n]*"|[()\[\]{}]')
+_PAIRS = {")": "(", "]": "[", "}": "{"}
+
+
+def _unclosed(text: str) -> list[tuple[str, int, int]]:
+    """The brackets of ``text`` still open at its end, as (char, line, column)."""
+    stack: list[tuple[str, int, int]] = []
+    for m in _BRACKETS.finditer(text):
+        c = m.group(0)
+        if c in "([{":
+            line = text.count("\n", 0, m.start()) + 1
+            stack.append((c, line, m.start() - text.rfind("\n", 0, m.start())))
+        elif c in _PAIRS and stack and stack[-1][0] == _PAIRS[c]:
+            stack.pop()
+    return stack
+
+
+def _end_of_last_token(text: str) -> tuple[int, int]:
+    """Line and column just after the last non-blank, non-comment character."""
+    lines = text.splitlines() or [""]
+    for i in range(len(lines) - 1, -1, -1):
+        code = re.sub(r'#[^\n]*$', "", lines[i]).rstrip()
+        if code:
+            return i + 1, len(code) + 1
+    return 1, 1

@@ -1,0 +1,427 @@
+"""Tests of the semantic checks (SPEC §1): names, calls, outputs, grad blocks, imports."""
+from __future__ import annotations
+
+import math
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gradc.errors import GradcError, GradcErrors
+from gradc.frontend import ast
+from gradc.frontend.check import Program, check, check_source, load_program
+from gradc.frontend.parser import parse
+
+EXAMPLES = Path(__file__).parent / "spec_examples"
+
+
+def src(text: str) -> str:
+    return textwrap.dedent(text).lstrip("\n")
+
+
+def errors_of(text: str, file: str = "bad.grad") -> list[GradcError]:
+    with pytest.raises(GradcError) as info:
+        check_source(src(text), file)
+    err = info.value
+    return list(err.errors) if isinstance(err, GradcErrors) else [err]
+
+
+def messages(text: str) -> list[str]:
+    return [e.message for e in errors_of(text)]
+
+
+def rendered(text: str) -> str:
+    with pytest.raises(GradcError) as info:
+        check_source(src(text), "bad.grad")
+    return str(info.value)
+
+
+def memory_loader(files: dict[str, str]):
+    """A loader that reads .grad files from a dict instead of the disk."""
+    def load(path: str) -> ast.Module:
+        if path not in files:
+            raise FileNotFoundError(path)
+        return parse(src(files[path]), path)
+    return load
+
+
+# ---- clean programs --------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["activations.grad", "seed.grad"])
+def test_spec_examples_check_cleanly(name: str) -> None:
+    program = load_program(EXAMPLES / name)
+    assert isinstance(program, Program)
+    assert program.main_ops == tuple(program.ops)
+    assert program.files == (str(EXAMPLES / name),)
+
+
+def test_program_fields_and_const_values() -> None:
+    program = check_source(src('''
+        const A = 2
+        const B = -A ^ 2 + sqrt(4) * pi / e - 1e-3
+        const C = max(A, 3) + log(1) + inf
+        op f(x, alpha: nograd = B) -> y {
+            y = g(x) * alpha + A
+        }
+        op g(x) -> y {
+            y = x
+        }
+    '''), "p.grad")
+    assert list(program.ops) == ["f", "g"] and program.main_ops == ("f", "g")
+    assert program.consts["A"] == 2.0
+    assert program.consts["B"] == pytest.approx(-4 + 2 * math.pi / math.e - 1e-3)
+    assert program.consts["C"] == math.inf
+    assert program.files == ("p.grad",)
+
+
+def test_grad_block_sees_params_residuals_and_upstreams() -> None:
+    check_source(src('''
+        op f(x, w, k: i32, m: nograd) -> (y, z) {
+            h = x * w
+            y = tanh(h) + k + m
+            z = h
+        } grad(dy, dz) -> (dx, dw) {
+            t = dy * (1 - y^2) + dz
+            dx = t * w
+            dw = 0
+        }
+    '''))
+
+
+def test_keepdims_true_false_and_axis_forms() -> None:
+    check_source(src('''
+        op f(x) -> y {
+            a = sum(x, axis=1, keepdims=true) + mean(x, axis=(0, -1), keepdims=false)
+            b = max(x, axis=-1, keepdims=1) + min(x, keepdims=0) + max(x, 0) + norm(x)
+            y = a + b + logsumexp(x, axis=()) + prod(x).T
+        }
+    '''))
+    assert messages("op f(x) -> y {\n    y = x + true\n}\n") == ["undefined name 'true'"]
+
+
+def test_ops_may_call_ops_defined_later_and_pass_defaults_either_way() -> None:
+    check_source(src('''
+        op f(x) -> y {
+            y = g(x, 0.2) + g(x) + g(x, alpha=0.3) + g(alpha=1, x=x)
+        }
+        op g(x, alpha: nograd = 0.1) -> y {
+            y = x * alpha
+        }
+    '''))
+
+
+def test_grad_builtin_takes_a_local_name() -> None:
+    check_source(src('''
+        op f(x, w) -> p {
+            s = x * w
+            g = grad(sum(s), x) + grad(sum(s), s)
+            p = mean(g^2)
+        }
+    '''))
+
+
+# ---- errors: the whole rendered message -----------------------------------------
+
+def test_unknown_function_suggests_a_builtin() -> None:
+    assert rendered('''
+        op f(x) -> y {
+            y = 2 * tanhh(x)
+        }
+    ''') == (
+        "bad.grad:2:13: error[E201]: unknown function 'tanhh'\n"
+        "    2 |     y = 2 * tanhh(x)\n"
+        "      |             ^^^^^\n"
+        "    = note: did you mean 'tanh'?")
+
+
+def test_undefined_name() -> None:
+    assert rendered('''
+        op f(x, weight) -> y {
+            y = x * weigth
+        }
+    ''') == (
+        "bad.grad:2:13: error[E201]: undefined name 'weigth'\n"
+        "    2 |     y = x * weigth\n"
+        "      |             ^^^^^^\n"
+        "    = note: did you mean 'weight'?")
+
+
+def test_name_used_before_it_is_assigned() -> None:
+    assert rendered('''
+        op f(x) -> y {
+            y = x + z
+            z = x
+        }
+    ''') == (
+        "bad.grad:2:13: error[E202]: name 'z' is used before it is assigned\n"
+        "    2 |     y = x + z\n"
+        "      |             ^\n"
+        "    = note: 'z' is assigned at bad.grad:3:5")
+
+
+def test_reassignment() -> None:
+    assert rendered('''
+        op f(x) -> y {
+            y = x
+            y = 2 * y
+        }
+    ''') == (
+        "bad.grad:3:5: error[E203]: 'y' is assigned twice\n"
+        "    3 |     y = 2 * y\n"
+        "      |     ^\n"
+        "    = note: first assigned at bad.grad:2:5")
+
+
+def test_output_not_assigned() -> None:
+    assert rendered('''
+        op split(x) -> (lo, hi) {
+            lo = min(x, 0)
+        }
+    ''') == (
+        "bad.grad:1:4: error[E204]: output 'hi' of op 'split' is never assigned\n"
+        "    1 | op split(x) -> (lo, hi) {\n"
+        "      |    ^^^^^")
+
+
+def test_gradient_output_count_mismatch() -> None:
+    assert rendered('''
+        op f(x, w, alpha: nograd) -> y {
+            y = x * w * alpha
+        } grad(dy) -> dx {
+            dx = dy * w * alpha
+        }
+    ''') == (
+        "bad.grad:3:3: error[E402]: op 'f' has 2 differentiable parameters (x, w), "
+        "so its grad block returns 2 gradients, got 1\n"
+        "    3 | } grad(dy) -> dx {\n"
+        "      |   ^^^^")
+
+
+def test_upstream_count_mismatch() -> None:
+    assert rendered('''
+        op f(x) -> (y, z) {
+            y = x
+            z = 2 * x
+        } grad(dy) -> dx {
+            dx = dy
+        }
+    ''') == (
+        "bad.grad:4:3: error[E401]: op 'f' has 2 outputs, so its grad block takes "
+        "2 upstream names, got 1\n"
+        "    4 | } grad(dy) -> dx {\n"
+        "      |   ^^^^")
+
+
+def test_gradient_output_not_assigned() -> None:
+    assert rendered('''
+        op f(x) -> y {
+            y = x
+        } grad(dy) -> dx {
+            t = dy
+        }
+    ''') == (
+        "bad.grad:3:3: error[E204]: gradient output 'dx' is never assigned\n"
+        "    3 | } grad(dy) -> dx {\n"
+        "      |   ^^^^")
+
+
+def test_mutual_recursion() -> None:
+    assert rendered('''
+        op f(x) -> y {
+            y = g(x)
+        }
+        op g(x) -> y {
+            y = 2 * f(x)
+        }
+    ''') == (
+        "bad.grad:2:9: error[E206]: recursion is not allowed: f -> g -> f\n"
+        "    2 |     y = g(x)\n"
+        "      |         ^")
+
+
+def test_direct_recursion() -> None:
+    assert rendered('''
+        op f(x) -> y {
+            y = f(x - 1)
+        }
+    ''') == (
+        "bad.grad:2:9: error[E206]: recursion is not allowed: op 'f' calls itself\n"
+        "    2 |     y = f(x - 1)\n"
+        "      |         ^")
+
+
+def test_missing_import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "main.grad").write_text('import "nope.grad"\nop f(x) -> y {\n    y = x\n}\n')
+    with pytest.raises(GradcError) as info:
+        load_program("main.grad")
+    assert str(info.value) == (
+        "main.grad:1:8: error[E205]: cannot find the imported file 'nope.grad'\n"
+        '    1 | import "nope.grad"\n'
+        "      |        ^^^^^^^^^^^\n"
+        "    = note: looked for nope.grad")
+
+
+def test_several_errors_are_reported_together() -> None:
+    assert rendered('''
+        op f(x) -> y {
+            y = expp(x)
+        }
+        op g(x) -> y {
+            a = x
+            a = undefined_thing
+        }
+    ''') == (
+        "bad.grad:2:9: error[E201]: unknown function 'expp'\n"
+        "    2 |     y = expp(x)\n"
+        "      |         ^^^^\n"
+        "    = note: did you mean 'exp'?\n"
+        "\n"
+        "bad.grad:4:4: error[E204]: output 'y' of op 'g' is never assigned\n"
+        "    4 | op g(x) -> y {\n"
+        "      |    ^\n"
+        "\n"
+        "bad.grad:6:5: error[E203]: 'a' is assigned twice\n"
+        "    6 |     a = undefined_thing\n"
+        "      |     ^\n"
+        "    = note: first assigned at bad.grad:5:5\n"
+        "\n"
+        "bad.grad:6:9: error[E201]: undefined name 'undefined_thing'\n"
+        "    6 |     a = undefined_thing\n"
+        "      |         ^^^^^^^^^^^^^^^\n"
+        "\n"
+        "4 errors")
+
+
+# ---- errors: messages -------------------------------------------------------------
+
+@pytest.mark.parametrize("body, message", [
+    ("y = sum(x, 1)", "'sum' takes 1 argument, got 2"),
+    ("y = where(x, 1)", "'where' takes 3 arguments, got 2"),
+    ("y = max(x, 1, 2)", "'max' takes 1 or 2 arguments, got 3"),
+    ("y = tanh(x, axis=1)", "'tanh' has no keyword argument 'axis'"),
+    ("y = sum(x, axes=1)", "'sum' has no keyword argument 'axes'"),
+    ("y = sum(x, axis=1, axis=0)", "keyword argument 'axis' is given twice"),
+    ("y = max(x, 0, axis=1)",
+     "'max' of two arguments is elementwise and takes no axis= or keepdims="),
+    ("y = sum(x, axis=x)", "axis= must be an integer or a tuple of integers"),
+    ("y = sum(x, axis=1.0)", "axis= must be an integer or a tuple of integers"),
+    ("y = sum(x, axis=(0, x))", "axis= must be an integer or a tuple of integers"),
+    ("y = sum(x, keepdims=2)", "keepdims= must be 0, 1, true or false"),
+    ("y = x + (1, 2)", "a tuple can only be an axis= value"),
+    ("y = grad(x, 2 * x)", "the second argument of grad() must be a parameter or an assigned name"),
+    ("y = grad(x, pi)", "the second argument of grad() must be a parameter or an assigned name"),
+    ("y = grad(x)", "'grad' takes 2 arguments: grad(EXPR, NAME), got 1"),
+    ("y = x * tanh", "'tanh' is a function: call it as tanh(...)"),
+    ("y = x\n    x = 1", "parameter 'x' cannot be assigned"),
+    ("y = two(x)", "op 'two' returns 2 outputs; only an op with one output can be called "
+                   "in an expression"),
+    ("y = lin(x, 1, 2, 3)", "op 'lin' takes at most 3 arguments, got 4"),
+    ("y = lin(x)", "call of op 'lin' is missing the argument 'w'"),
+    ("y = lin()", "call of op 'lin' is missing the arguments 'x', 'w'"),
+    ("y = lin(x, w=x, x=x)", "argument 'x' of op 'lin' is given twice"),
+    ("y = lin(x, x, sclae=2)", "op 'lin' has no parameter 'sclae'"),
+])
+def test_call_and_name_errors(body: str, message: str) -> None:
+    text = ("op two(x) -> (a, b) {\n    a = x; b = x\n}\n"
+            "op lin(x, w, scale: nograd = 1) -> y {\n    y = x * w * scale\n}\n"
+            f"op f(x) -> y {{\n    {body}\n}}\n")
+    assert message in messages(text)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("op f(x, x) -> y {\n    y = x\n}\n", "parameter 'x' is declared twice"),
+    ("op f(x) -> (y, y) {\n    y = x\n}\n", "output 'y' of op 'f' is declared twice"),
+    ("op f(x) -> x {\n    z = x\n}\n", "output 'x' of op 'f' is never assigned"),
+    ("op f(x: float32) -> y {\n    y = x\n}\n", "unknown dtype 'float32'"),
+    ("op f(x) -> y {\n    y = x\n}\nop f(x) -> y {\n    y = x\n}\n", "'f' is defined twice"),
+    ("const f = 1\nop f(x) -> y {\n    y = x\n}\n", "'f' is defined twice"),
+    ("op tanh(x) -> y {\n    y = x\n}\n", "op 'tanh' has the name of a builtin function"),
+    ("const pi = 3\n", "const 'pi' redefines a builtin constant"),
+    ("const A = B\nconst B = 1\n", "const 'B' is used before it is defined"),
+    ("const A = 1 / 0\n", "'/' has no value here (division by zero)"),
+    ("const A = log(-1)\n", "'log' has no value here (math domain error)"),
+    ("const A = sum(2)\n", "'sum' cannot be used in a constant expression"),
+    ("const A = 1 < 2\n", "'<' cannot be used in a constant expression"),
+    ("const A = sqrtt(2)\n", "unknown function 'sqrtt'"),
+    ("const A = ZZ\n", "undefined name 'ZZ'"),
+    ("op f(x, a = x) -> y {\n    y = x\n}\n", "undefined name 'x'"),
+    ("op f(x) -> y {\n    y = x\n} grad(x) -> dx {\n    dx = x\n}\n",
+     "upstream 'x' of the grad block shadows the parameter 'x'"),
+    ("op f(x) -> y {\n    y = x\n} grad(dy) -> y {\n    y = dy\n}\n",
+     "gradient output 'y' of the grad block shadows 'y' of the forward body"),
+    ("op f(x, w) -> y {\n    y = x\n} grad(dy) -> (dx, dx) {\n    dx = dy\n}\n",
+     "gradient output 'dx' of the grad block shadows the gradient output 'dx'"),
+    ("op f(x) -> y {\n    h = x; y = h\n} grad(dy) -> dx {\n    h = dy; dx = h\n}\n",
+     "'h' is assigned twice"),
+    ("op f(x) -> y {\n    y = x\n} grad(dy) -> dx {\n    dy = 1; dx = dy\n}\n",
+     "upstream 'dy' cannot be assigned"),
+    ("op f(x: nograd) -> y {\n    y = x\n} grad(dy) -> dx {\n    dx = dy\n}\n",
+     "op 'f' has 0 differentiable parameters, so its grad block returns 0 gradients, got 1"),
+])
+def test_definition_errors(text: str, message: str) -> None:
+    assert message in messages(text)
+
+
+def test_grad_block_body_cannot_use_names_before_assignment() -> None:
+    text = "op f(x) -> y {\n    y = x\n} grad(dy) -> dx {\n    dx = t\n    t = dy\n}\n"
+    assert messages(text) == ["name 't' is used before it is assigned"]
+
+
+# ---- imports ------------------------------------------------------------------------
+
+def test_imports_with_a_cycle_and_transitive_visibility() -> None:
+    files = {
+        "lib/a.grad": 'import "b.grad"\nconst SCALE = 2\nop act(x) -> y {\n    y = deep(x) * SCALE\n}\n',
+        "lib/b.grad": 'import "a.grad"\nimport "c.grad"\nop mid(x) -> y {\n    y = x\n}\n',
+        "lib/c.grad": 'op deep(x) -> y {\n    y = tanh(x)\n}\n',
+    }
+    main = parse('import "lib/a.grad"\nop f(x) -> y {\n    y = act(x) + deep(x) + mid(x)\n}\n',
+                 "main.grad")
+    program = check(main, loader=memory_loader(files))
+    assert list(program.ops) == ["deep", "mid", "act", "f"]
+    assert program.main_ops == ("f",)
+    assert program.files == ("main.grad", "lib/c.grad", "lib/b.grad", "lib/a.grad")
+    assert program.consts == {"SCALE": 2.0}
+
+
+def test_ops_of_files_not_imported_are_not_visible() -> None:
+    files = {
+        "a.grad": 'op a(x) -> y {\n    y = b(x)\n}\n',
+        "b.grad": 'op b(x) -> y {\n    y = x\n}\n',
+    }
+    main = parse('import "a.grad"\nimport "b.grad"\n', "main.grad")
+    with pytest.raises(GradcError) as info:
+        check(main, loader=memory_loader(files))
+    assert info.value.message == "unknown function 'b'"
+    assert info.value.span.file == "a.grad"
+
+
+def test_duplicate_names_across_imports() -> None:
+    files = {"a.grad": 'op relu(x) -> y {\n    y = max(x, 0)\n}\n'}
+    main = parse('import "a.grad"\nop relu(x) -> y {\n    y = x\n}\n', "main.grad")
+    with pytest.raises(GradcError) as info:
+        check(main, loader=memory_loader(files))
+    assert str(info.value) == (
+        "main.grad:2:4: error[E203]: 'relu' is defined twice\n"
+        "    2 | op relu(x) -> y {\n"
+        "      |    ^^^^\n"
+        "    = note: first defined at a.grad:1:4")
+
+
+def test_errors_in_imported_files_are_reported(tmp_path: Path) -> None:
+    (tmp_path / "lib.grad").write_text("op g(x) -> y {\n    y = x +\n}\n")
+    (tmp_path / "main.grad").write_text('import "lib.grad"\nop f(x) -> y {\n    y = zz\n}\n')
+    with pytest.raises(GradcErrors) as info:
+        load_program(tmp_path / "main.grad")
+    assert [(Path(e.span.file).name, e.message) for e in info.value.errors] == [
+        ("lib.grad", "expected an expression, found a newline"),
+        ("main.grad", "undefined name 'zz'"),
+    ]
+
+
+def test_missing_main_file(tmp_path: Path) -> None:
+    with pytest.raises(GradcError) as info:
+        load_program(tmp_path / "none.grad")
+    assert info.value.message.startswith("cannot read ")
+    assert info.value.span is None
