@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import keyword
+from pathlib import Path
 
 from gradc.codegen import prelude, runtime_src
 from gradc.codegen.cpu import render_kernel
@@ -129,7 +130,7 @@ class WrapperPrinter:
         g, b = self.graph, self.buf
         spans = sorted({(g.node(n).span.file, g.node(n).span.line)
                         for n in step.nodes if g.node(n).span})
-        where = ", ".join(f"{f}:{l}" for f, l in spans) or "generated"
+        where = ", ".join(f"{Path(f).name}:{l}" for f, l in spans) or "generated"
         ops = " ".join(g.node(n).op for n in step.nodes)
         comments = (f"{self.cop.op.name}.{self.method.name}: {ops}", f"from {where}")
         if len(step.nodes) == 1 and step.nodes[0] not in g.outputs:

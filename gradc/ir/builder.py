@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from gradc.errors import ShapeError, Span
 from gradc.ir.graph import FLOAT, Graph
-from gradc.ir.primitives import ELEMENTWISE, LIBRARY, PRIMITIVES, REDUCTION
+from gradc.ir.primitives import BINARY_OPS, ELEMENTWISE, PRIMITIVES, REDUCTION
 from gradc.ir.shapes import (SCALAR, BroadcastError, Shape, broadcast, matmul_static,
                              reduce_static)
 
@@ -103,5 +103,6 @@ class Builder:
                 return SCALAR
         except BroadcastError as exc:
             desc = " and ".join(str(s) for s in shapes)
-            raise ShapeError(f"shapes {desc} do not fit '{op}': {exc}", span) from None
+            spelled = {v: k for k, v in BINARY_OPS.items()}.get(op, op)
+            raise ShapeError(f"shapes {desc} do not fit '{spelled}': {exc}", span) from None
         raise AssertionError(f"no shape rule for {op} ({kind})")
