@@ -184,7 +184,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _unary("atan", np.arctan, "g / (1 + x * x)", "np.arctan({x})"),
     _unary("sinh", np.sinh, "g * cosh(x)", "np.sinh({x})"),
     _unary("cosh", np.cosh, "g * sinh(x)", "np.cosh({x})"),
-    _unary("tanh", np.tanh, "g * (1 - out * out)", "np.tanh({x})"),
+    _unary("tanh", np.tanh, "g * (1 - out * out)", "_g_tanh({x})"),
     _unary("sigmoid", lambda x: 1 / (1 + np.exp(-x)), "g * out * (1 - out)",
            "({dt}(1) / ({dt}(1) + np.exp(-{x})))"),
     # softplus(x) = max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|.
