@@ -1,0 +1,73 @@
+"""gradc.load: compile through the on-disk cache and import."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gradc
+from gradc.runtime.cache import cache_dir
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("GRADC_CACHE_DIR", str(d))
+    return d
+
+
+def test_load_compiles_once_and_reuses(tmp_path, cache):
+    src = tmp_path / "ops.grad"
+    src.write_text("op double(x) -> y { y = 2 * x }\n")
+    m1 = gradc.load(src)
+    assert cache_dir() == cache
+    files = sorted(cache.glob("*.py"))
+    assert len(files) == 1
+    m2 = gradc.load(src)
+    assert m2 is m1
+    np.testing.assert_array_equal(m1.double(np.arange(3.0)), [0.0, 2.0, 4.0])
+
+
+def test_changed_source_recompiles(tmp_path, cache):
+    src = tmp_path / "ops.grad"
+    src.write_text("op f(x) -> y { y = 2 * x }\n")
+    a = gradc.load(src)
+    src.write_text("op f(x) -> y { y = 3 * x }\n")
+    b = gradc.load(src)
+    assert a is not b
+    assert float(b.f(np.float64(1.0))) == 3.0
+    assert len(list(cache.glob("*.py"))) == 2
+
+
+def test_changed_import_recompiles(tmp_path, cache):
+    (tmp_path / "lib.grad").write_text("op g(x) -> y { y = x + 1 }\n")
+    src = tmp_path / "main.grad"
+    src.write_text('import "lib.grad"\nop f(x) -> y { y = g(x) }\n')
+    a = gradc.load(src)
+    (tmp_path / "lib.grad").write_text("op g(x) -> y { y = x + 2 }\n")
+    b = gradc.load(src)
+    assert float(a.f(np.float64(0.0))) == 1.0 and float(b.f(np.float64(0.0))) == 2.0
+
+
+def test_concurrent_processes_both_get_a_module(tmp_path, cache):
+    src = tmp_path / "ops.grad"
+    src.write_text("op f(x) -> y { y = x * x }\n")
+    code = (f"import gradc, numpy as np; m = gradc.load({str(src)!r}); "
+            "print(float(m.f(np.float64(3.0))))")
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=300)[0].strip() for p in procs]
+    assert [p.returncode for p in procs] == [0, 0]
+    assert outs == ["9.0", "9.0"]
+    assert not list(cache.glob("*.tmp"))
+
+
+def test_load_errors(tmp_path, cache):
+    with pytest.raises(FileNotFoundError):
+        gradc.load(tmp_path / "missing.grad")
+    bad = tmp_path / "bad.grad"
+    bad.write_text("op f(x) -> y { y = q }\n")
+    with pytest.raises(gradc.GradcError, match="undefined name 'q'"):
+        gradc.load(bad)

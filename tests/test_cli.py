@@ -1,0 +1,92 @@
+"""The command line: exit statuses, messages and files written."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradc.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_compile_writes_a_standalone_module(tmp_path, capsys):
+    out = tmp_path / "seed_gen.py"
+    assert main(["compile", str(EXAMPLES / "seed.grad"), "-o", str(out)]) == 0
+    text = out.read_text()
+    imports = [l for l in text.splitlines() if l.startswith(("import ", "from "))]
+    assert imports and not any("gradc" in l for l in imports)
+    assert "__gradc_version__" in text and "SOURCE_SHA256" in text
+    assert f"wrote {out}" in capsys.readouterr().out
+
+
+def test_compile_default_output_name(tmp_path):
+    src = tmp_path / "ops.grad"
+    src.write_text("op f(x) -> y { y = x * 2 }\n")
+    assert main(["compile", str(src)]) == 0
+    assert (tmp_path / "ops_gen.py").is_file()
+
+
+def test_user_error_exits_1_with_a_rendered_message(tmp_path, capsys):
+    bad = tmp_path / "bad.grad"
+    bad.write_text("op f(x) -> y {\n    y = tanhh(x)\n}\n")
+    assert main(["compile", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"{bad}:2:9: error[E201]: unknown function 'tanhh'")
+    assert "    2 |     y = tanhh(x)\n      |         ^^^^^" in err
+    assert "did you mean 'tanh'?" in err
+
+
+def test_missing_file_exits_1(tmp_path, capsys):
+    assert main(["check", str(tmp_path / "nope.grad")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_bad_usage_exits_2():
+    with pytest.raises(SystemExit) as exc:
+        main(["frobnicate"])
+    assert exc.value.code == 2
+
+
+def test_check_reports_every_op_and_custom_rules(capsys):
+    assert main(["check", str(EXAMPLES / "seed.grad")]) == 0
+    out = capsys.readouterr().out
+    for op in ("custom_linear", "sign_ste", "clipped_relu", "scaled_tanh", "mlp",
+               "softmax_xent", "gradient_penalty"):
+        assert f"ok   {op}:" in out
+    assert "scaled_tanh: derivative vs finite differences" in out
+    assert "custom gradient differs from the true derivative (relative difference 0.5)" in out
+
+
+def test_check_fails_on_a_wrong_derivative(tmp_path, monkeypatch, capsys):
+    # Break one rule of the table for this test only: the check must notice.
+    import gradc.ir.primitives as P
+    from dataclasses import replace
+    table = dict(P.PRIMITIVES)
+    table["sin"] = replace(table["sin"], vjp=("g * sin(x)",))
+    monkeypatch.setattr("gradc.autodiff.reverse.PRIMITIVES", table)
+    src = tmp_path / "s.grad"
+    src.write_text("op f(x) -> y { y = sin(x) }\n")
+    assert main(["check", str(src)]) == 1
+    assert "FAIL f:" in capsys.readouterr().out
+
+
+def test_explain_shows_gradient_and_plan(capsys):
+    assert main(["explain", str(EXAMPLES / "seed.grad"), "scaled_tanh"]) == 0
+    out = capsys.readouterr().out
+    assert "grad_x = dy * (1 - tanh(x) ^ 2) * 0.5" in out
+    assert "the true derivative" in out
+    assert "kernel plan of fwd_bwd (fused): 1 step(s)" in out
+
+
+def test_explain_unknown_op(capsys):
+    assert main(["explain", str(EXAMPLES / "seed.grad"), "nope"]) == 1
+    assert "no op 'nope'" in capsys.readouterr().err
+
+
+def test_console_script_entry_point():
+    r = subprocess.run([sys.executable, "-m", "gradc.cli", "--help"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and "compile" in r.stdout

@@ -1,0 +1,36 @@
+"""An installed wheel works on its own: grammar and examples ship inside it."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_runs(tmp_path):
+    wheels = tmp_path / "wheels"
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
+                        "-w", str(wheels)], capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        pytest.fail(f"building the wheel failed:\n{r.stdout}\n{r.stderr}")
+    (wheel,) = wheels.glob("gradc-*.whl")
+    env = tmp_path / "venv"
+    venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env)
+    py = env / "bin" / "python"
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True,
+                   timeout=600)
+    code = ("import gradc, gradc.frontend.parser as p, gradc.demo as d; "
+            "print(gradc.__file__); print(p.grammar_path()); print(d.examples_dir())")
+    out = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=tmp_path).stdout.split()
+    assert all(str(env) in line for line in out), out
+    seed = Path(out[2]) / "seed.grad"
+    r = subprocess.run([env / "bin" / "gradc", "check", str(seed)], capture_output=True,
+                       text=True, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "ok   scaled_tanh" in r.stdout
