@@ -22,31 +22,48 @@ class CpuPrinter(Printer):
 
 def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = False,
                   comments: tuple[str, ...] = ()) -> str:
-    """Source of the Numba kernel ``name`` computing ``kernel``.
+    """Source of the Numba kernels ``name`` (parallel) and ``name_serial`` computing
+    ``kernel``.
 
     Signature: ``name(*outputs, *inputs, _T)``; every array is 1-D with the
     kernel's flat size, ``_T`` is the float dtype class (``np.float32``...).
+    The serial twin runs small loops, where waking threads costs more than the
+    loop (and where OpenMP threads would fight BLAS's for the cores); Numba
+    compiles each only when first called.
     """
-    names: dict[int, str] = {}
+    body = _loop_body(graph, kernel)
     outs = [f"_o{k}" for k in range(len(kernel.outputs))]
     ins = [f"_i{k}" for k in range(len(kernel.inputs))]
+    params = ", ".join(outs + ins + ["_T"])
+    fm = f", fastmath={FAST_MATH}" if fast_math else ""
     buf = IndentedBuffer()
     for c in comments:
         buf.line(f"# {c}")
-    fm = f", fastmath={FAST_MATH}" if fast_math else ""
-    buf.line(f'@numba.njit(parallel=True, cache=True, error_model="numpy"{fm})')
-    buf.line(f"def {name}({', '.join(outs + ins + ['_T'])}):")
-    buf.indent()
-    buf.line(f"for _i in numba.prange({outs[0]}.size):")
-    buf.indent()
+    for suffix, par in (("", "parallel=True, "), ("_serial", "")):
+        buf.line(f'@numba.njit({par}cache=True, error_model="numpy"{fm})')
+        buf.line(f"def {name}{suffix}({params}):")
+        buf.indent()
+        buf.line(f"for _i in numba.prange({outs[0]}.size):")
+        buf.indent()
+        for line in body:
+            buf.line(line)
+        buf.dedent()
+        buf.dedent()
+        buf.line()
+    return buf.getvalue().rstrip("\n") + "\n"
+
+
+def _loop_body(graph: Graph, kernel: Kernel) -> list[str]:
+    names: dict[int, str] = {}
+    lines = []
     for k, nid in enumerate(kernel.inputs):
         names[nid] = f"a{k}"
-        buf.line(f"a{k} = {ins[k]}[_i]")
+        lines.append(f"a{k} = _i{k}[_i]")
     printer = CpuPrinter(graph, names)
     for k, nid in enumerate(kernel.nodes):
         text = printer.expr(nid)
         names[nid] = f"v{k}"
-        buf.line(f"v{k} = {text}")
+        lines.append(f"v{k} = {text}")
     for k, nid in enumerate(kernel.outputs):
-        buf.line(f"{outs[k]}[_i] = {names[nid]}")
-    return buf.getvalue()
+        lines.append(f"_o{k}[_i] = {names[nid]}")
+    return lines

@@ -152,7 +152,7 @@ class WrapperPrinter:
                 b.line(f"{var} = np.empty(_s, dtype={dt})")
             outs.append(f"{var}.reshape(-1)")
         ins = [f"_g_flat({self.vars[i]}, _s)" for i in step.inputs]
-        b.line(f"{name}({', '.join(outs + ins + ['_T'])})")
+        b.line(f"_g_launch({name}, {name}_serial, {', '.join(outs + ins + ['_T'])})")
 
     def _library(self, step: LibraryCall) -> None:
         node = self.graph.node(step.node)
@@ -237,9 +237,10 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
 _HELPERS = (prelude._g_sum_to, prelude._g_broadcast_in, prelude._g_logsumexp, prelude._g_norm,
             runtime_src._g_inputs, runtime_src._g_bind_dims, runtime_src._g_bshape,
             runtime_src._g_upstream, runtime_src._g_out_tuple, runtime_src._g_buffer,
-            runtime_src._g_flat, runtime_src._g_finish, runtime_src._GradcOp,
+            runtime_src._g_flat, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcOp,
             mathlib._g_tanh, mathlib._g_tanh_f32)
-_CONSTANTS = ("_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"
+_CONSTANTS = ("_G_PARALLEL_MIN = 1 << 17   # elements; smaller loops run on one thread\n"
+              "_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"
               "_G_INTS = {'i32': np.int32, 'i64': np.int64, 'bool': np.bool_}\n")
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 _G_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 _G_INTS = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
+_G_PARALLEL_MIN = 1 << 17
 
 
 def _g_inputs(op, sig, values):
@@ -59,6 +60,9 @@ def _g_inputs(op, sig, values):
 
 
 def _g_bind_dims(op, name, actual, dims_spec, dims, where):
+    if len(dims_spec) == 0 and len(actual) != 0:
+        raise ValueError(f"{op}: argument '{name}' must be a scalar (a parameter with a "
+                         f"default and no shape annotation), got shape {actual}")
     if len(actual) != len(dims_spec):
         raise ValueError(f"{op}: argument '{name}' must have {len(dims_spec)} dims "
                          f"{list(dims_spec)}, got shape {actual}")
@@ -141,6 +145,11 @@ def _g_flat(a, shape):
     if a.size == 1:
         return np.broadcast_to(a.reshape(-1), (n,))
     return np.ascontiguousarray(np.broadcast_to(a, shape)).reshape(-1)
+
+
+def _g_launch(parallel, serial, *args):
+    """Run a kernel over ``args[0].size`` elements: threaded from _G_PARALLEL_MIN."""
+    return (parallel if args[0].size >= _G_PARALLEL_MIN else serial)(*args)
 
 
 def _g_finish(op, outs, results, shapes, rt, inputs):

@@ -47,12 +47,20 @@ class ParamInfo:
     differentiable: bool
 
 
+def declared_shape(p: ast.Param) -> tuple | None:
+    """The dims a parameter must have: its annotation's, ``()`` for a parameter with
+    a default and no shape (a scalar, like ``alpha = 0.01``), else None (any)."""
+    if p.type is not None and p.type.shape is not None:
+        return tuple(p.type.shape)
+    return () if p.default is not None else None
+
+
 def param_infos(op: ast.OpDef, consts: Mapping[str, float]) -> tuple[ParamInfo, ...]:
     out = []
     for p in op.params:
         t = p.type
         default = None if p.default is None else eval_const(p.default, consts)
-        out.append(ParamInfo(p.name, t.dtype if t else None, t.shape if t else None,
+        out.append(ParamInfo(p.name, t.dtype if t else None, declared_shape(p),
                              default, p.default is not None, p.differentiable))
     return tuple(out)
 
@@ -222,7 +230,8 @@ def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
     scope: Scope = {}
     for p in op.params:
         t = p.type
-        shape = Shape(tuple(t.shape)) if t is not None and t.shape is not None else None
+        dims = declared_shape(p)
+        shape = None if dims is None else Shape(dims)
         scope[p.name] = b.param(p.name, shape, _DTYPE_OF[t.dtype if t else None], p.span)
         graph.params.append(scope[p.name])
     lowerer = Lowerer(graph, ops, consts, custom=custom)
