@@ -43,17 +43,17 @@ def _fmt(a) -> str:
 
 
 def guide_table(module) -> tuple[str, bool]:
-    lines = [f"{'op':<14} {'x':<22} {'guide y / dx':<44} gradc y / dx"]
-    ok = True
+    """The guide's printed values beside gradc's, and whether all match (float32)."""
+    lines, ok = [], True
     for name, x, dy, y_ref, dx_ref in GUIDE:
         op = getattr(module, name)
-        xs = np.asarray(x, np.float32)
-        y, dx = op.fwd_bwd(xs, np.asarray(dy, np.float32))
-        good = np.allclose(y, y_ref, rtol=1e-6, atol=1e-7) and np.allclose(dx, dx_ref, rtol=1e-6,
-                                                                            atol=1e-7)
+        y, dx = op.fwd_bwd(np.asarray(x, np.float32), np.asarray(dy, np.float32))
+        good = (np.allclose(y, y_ref, rtol=1e-6, atol=1e-7)
+                and np.allclose(dx, dx_ref, rtol=1e-6, atol=1e-7))
         ok &= good
-        lines.append(f"{name:<14} {_fmt(x):<22} {_fmt(y_ref) + ' / ' + _fmt(dx_ref):<44} "
-                     f"{_fmt(y)} / {_fmt(dx)}  {'ok' if good else 'MISMATCH'}")
+        lines.append(f"{name}(x={_fmt(x)}, dy={_fmt(dy)})  {'ok' if good else 'MISMATCH'}")
+        lines.append(f"    y : guide {_fmt(y_ref):<28} gradc {_fmt(y)}")
+        lines.append(f"    dx: guide {_fmt(dx_ref):<28} gradc {_fmt(dx)}")
     return "\n".join(lines), ok
 
 
