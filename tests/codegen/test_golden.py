@@ -1,0 +1,152 @@
+"""Golden test: the exact generated module for ``tests/golden/scaled_tanh.grad``.
+
+The expected text is ``tests/golden/scaled_tanh.cpu.py``; after an intended
+change of the generated code, regenerate it with ``pytest --update-golden``
+and review the diff.  The golden module is also imported and run, and the
+generated text is checked for the properties SPEC §2 promises: deterministic,
+standalone (never imports gradc), a header with the version and source hash.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gradc
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+CASE = GOLDEN / "scaled_tanh.grad"
+EXPECTED = GOLDEN / "scaled_tanh.cpu.py"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def generate() -> str:
+    # a bare file name keeps the text independent of where the repository lives
+    return gradc.compile_source(CASE.read_text(encoding="utf-8"), file=CASE.name)
+
+
+@pytest.fixture(scope="module")
+def text() -> str:
+    return generate()
+
+
+def test_generated_module_matches_the_golden_file(text: str, update_golden: bool) -> None:
+    if update_golden:
+        EXPECTED.write_text(text, encoding="utf-8")
+        pytest.skip(f"rewrote {EXPECTED.name}")
+    assert EXPECTED.exists(), f"{EXPECTED} is missing: run pytest --update-golden"
+    expected = EXPECTED.read_text(encoding="utf-8")
+    if text != expected:
+        import difflib
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True),
+                                            str(EXPECTED.name), "generated", n=2))
+        pytest.fail("generated module differs from the golden file "
+                    "(run pytest --update-golden if the change is intended):\n" + diff[:6000])
+
+
+@pytest.fixture(scope="module")
+def golden(tmp_path_factory):
+    """The golden file itself, imported as a module (it must run without gradc)."""
+    path = tmp_path_factory.mktemp("golden") / "scaled_tanh_gen.py"
+    path.write_text(EXPECTED.read_text(encoding="utf-8"), encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("gradc_golden_scaled_tanh", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_golden_module_runs(golden) -> None:
+    x = np.array([-1.0, 0.0, 1.0, 2.0])
+    t = np.tanh(x)
+    for op in (golden.scaled_tanh, golden.scaled_tanh.unfused):
+        np.testing.assert_allclose(op(x), t, rtol=1e-12)
+        (dx,) = op.vjp(x, np.ones(4))
+        np.testing.assert_allclose(dx, 0.5 * (1 - t ** 2), rtol=1e-12)
+        y, dx2 = op.fwd_bwd(x, np.full(4, 2.0))
+        np.testing.assert_allclose(y, t, rtol=1e-12)
+        np.testing.assert_allclose(dx2, 2 * dx, rtol=1e-12)
+    # float32 in, float32 out (the spec example's values)
+    for op in (golden.scaled_tanh, golden.scaled_tanh.unfused):
+        y, dx = op.fwd_bwd(np.array([0.0, 1.0], np.float32), np.ones(2, np.float32))
+        assert y.dtype == dx.dtype == np.float32
+        np.testing.assert_allclose(y, [0.0, 0.7615942], rtol=2e-6, atol=1e-7)
+        np.testing.assert_allclose(dx, [0.5, 0.2099871], rtol=2e-6)
+    x32 = np.array([-2.0, 3.0], np.float32)
+    for op in (golden.leaky_relu, golden.leaky_relu.unfused):
+        y = op(x32, alpha=0.1)
+        assert y.dtype == np.float32
+        np.testing.assert_allclose(y, [-0.2, 3.0], rtol=1e-6)
+        (dx,) = op.vjp(x32, np.ones(2, np.float32))
+        assert dx.dtype == np.float32
+        np.testing.assert_allclose(dx, [0.01, 1.0], rtol=1e-6)
+    assert golden.leaky_relu.spec.startswith("op leaky_relu(")
+    assert "alpha" in golden.leaky_relu.signature
+
+
+def test_compiling_twice_gives_identical_bytes(text: str) -> None:
+    assert generate().encode() == text.encode()
+
+
+_COMPILE = ("import sys, gradc; from pathlib import Path; p = Path(sys.argv[1]); "
+            "sys.stdout.buffer.write(gradc.compile_source(p.read_text(encoding='utf-8'), "
+            "file=p.name).encode())")
+
+
+@pytest.mark.parametrize("source", [CASE, EXAMPLES / "seed.grad"], ids=["golden", "seed"])
+def test_output_does_not_depend_on_the_process(source: Path) -> None:
+    """Same bytes under different string-hash seeds (no set or dict-order leaks)."""
+    outs = []
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        outs.append(subprocess.run([sys.executable, "-c", _COMPILE, str(source)], env=env,
+                                   check=True, capture_output=True, timeout=120).stdout)
+    here = gradc.compile_source(source.read_text(encoding="utf-8"), file=source.name)
+    assert outs[0] == outs[1] == here.encode()
+
+
+def _imports(text: str) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names.append(node.module or "")
+    return names
+
+
+def test_module_never_imports_gradc(text: str) -> None:
+    imports = _imports(text)
+    assert imports, "no imports found"
+    assert all(n.split(".")[0] in ("numpy", "numba", "math") for n in imports), imports
+    lines = [line for line in text.splitlines() if re.match(r"\s*(import|from)\s", line)]
+    assert all("gradc" not in line for line in lines), lines
+
+
+def test_header_has_version_and_source_hash(text: str, golden) -> None:
+    head = "\n".join(text.splitlines()[:12])
+    assert f"gradc {gradc.__version__}" in head and "Do not edit" in head
+    assert f"__gradc_version__ = {gradc.__version__!r}" in text
+    sha = hashlib.sha256(CASE.read_text(encoding="utf-8").encode()).hexdigest()
+    assert f"SOURCE_SHA256 = {sha!r}" in text
+    assert golden.SOURCE_SHA256 == sha and golden.__gradc_version__ == gradc.__version__
+
+
+def test_ops_and_all_are_exported(golden) -> None:
+    assert set(golden.OPS) == {"scaled_tanh", "leaky_relu"}
+    assert golden.OPS["scaled_tanh"] is golden.scaled_tanh
+    assert set(golden.__all__) == {"OPS", "scaled_tanh", "leaky_relu"}
+
+
+def test_kernels_say_where_they_came_from(text: str) -> None:
+    # every kernel is preceded by comments naming its op/method and source line
+    for m in re.finditer(r"\n((?:#[^\n]*\n)+)@numba\.njit[^\n]*\ndef (\w+)\(", text):
+        comments, name = m.group(1), m.group(2)
+        assert "from scaled_tanh.grad:" in comments, name

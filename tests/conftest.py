@@ -1,0 +1,30 @@
+"""Shared pytest configuration: ``--update-golden`` and an isolated gradc cache."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite the expected files under tests/golden/ instead of "
+                          "comparing against them")
+
+
+@pytest.fixture(scope="session")
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    """True when the run should rewrite golden files (``pytest --update-golden``)."""
+    return bool(request.config.getoption("--update-golden"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _gradc_cache_dir(tmp_path_factory: pytest.TempPathFactory):
+    """Modules compiled by ``gradc.load`` go to a per-session directory, not the
+    user's cache (unless GRADC_CACHE_DIR is set explicitly)."""
+    if os.environ.get("GRADC_CACHE_DIR"):
+        yield
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("GRADC_CACHE_DIR", str(tmp_path_factory.mktemp("gradc-cache")))
+        yield
