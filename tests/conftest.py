@@ -28,3 +28,15 @@ def _gradc_cache_dir(tmp_path_factory: pytest.TempPathFactory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("GRADC_CACHE_DIR", str(tmp_path_factory.mktemp("gradc-cache")))
         yield
+
+
+# CI runs hypothesis derandomised (the same examples every run), so that a
+# landing never depends on luck; locally it explores new examples each run.
+try:
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True, database=None)
+    if os.environ.get("CI"):
+        settings.load_profile("ci")
+except ImportError:          # hypothesis is in the test extra
+    pass

@@ -122,8 +122,12 @@ def _node_vjp(graph: Graph, node: Node, g: int, cts: dict[int, list[int]],
             ct = COMPOSITES[node.op](b, node, g, i)
         else:
             ct = _instantiate(graph, rule, node, g, b)
-        if not _is_zero(graph, ct):
-            cts.setdefault(a, []).append(_unbroadcast(b, ct, a))
+        if _is_zero(graph, ct):
+            continue
+        if prim.masks_zero_cotangent:       # 0 * inf must not leak a NaN
+            zero = b.const(0.0)
+            ct = b.apply("where", (b.apply("eq", (g, zero)), zero, ct))
+        cts.setdefault(a, []).append(_unbroadcast(b, ct, a))
 
 
 def _instantiate(graph: Graph, rule: str, node: Node, g: int, b: Builder) -> int:

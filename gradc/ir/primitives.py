@@ -60,6 +60,21 @@ class Primitive:
     domain: str = REAL
     differentiable: bool = True    # False: no gradient flows (nothing to test)
 
+    @property
+    def masks_zero_cotangent(self) -> bool:
+        """Whether a zero cotangent must give a zero contribution even where the
+        local derivative is inf or NaN (0 * inf = NaN would otherwise leak from
+        the unselected branch of a ``where``); false for bounded derivatives.
+        Reduction rules are written safe instead (see ``prod``, ``logsumexp``)."""
+        return self.kind == ELEMENTWISE and self.differentiable and self.name not in _BOUNDED
+
+
+# Primitives whose local derivatives are finite wherever their operands are:
+# their cotangent needs no zero mask.
+_BOUNDED = frozenset("""add sub neg identity cast where clip full_like square abs maximum minimum
+    sin cos atan tanh sigmoid softplus erf erfc sum mean max min transpose sum_to
+    broadcast_in matmul""".split())
+
 
 def _ew(name, params, ref, vjp, cpu, **kw) -> Primitive:
     return Primitive(name, tuple(params.split()), ELEMENTWISE, ref, tuple(vjp), cpu=cpu, **kw)
@@ -130,7 +145,8 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _unary("neg", np.negative, "-g", "(-{x})", float_only=False, dtype="same"),
     # x^y: d/dy uses log(x) only where x > 0, so (0, 1) gives (1, 0), not NaN.
     _ew("pow", "x y", np.power,
-        ("g * y * pow(x, y - 1)", "g * where(x > 0, out * log(where(x > 0, x, 1)), 0)"),
+        ("g * where(y == 0, 0, y * pow(x, y - 1))",
+         "g * where(x > 0, out * log(where(x > 0, x, 1)), 0)"),
         "({x} ** {y})", domain=POSITIVE),
     _ew("maximum", "x y", _maximum,
         ("g * ((x > y) + 0.5 * (x == y))", "g * ((y > x) + 0.5 * (x == y))"),
@@ -145,10 +161,11 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _cmp("eq", np.equal, "=="), _cmp("ne", np.not_equal, "!="),
     _ew("where", "c x y", _where, (None, "where(c, g, 0)", "where(c, 0, g)"),
         "({x} if {c} else {y})", float_only=False, dtype="same"),
+    # clip = min(max(x, lo), hi), as np.clip (so hi wins when lo > hi).
     _ew("clip", "x lo hi", lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
-        ("g * (x >= lo) * (x <= hi)", "g * (x < lo)", "g * (x > hi) * (x >= lo)"),
-        "({lo} if {x} < {lo} else ({hi} if {x} > {hi} else {x}))", float_only=False,
-        dtype="same"),
+        ("g * (x >= lo) * (x <= hi)", "g * (x < lo) * (lo <= hi)", "g * (max(x, lo) > hi)"),
+        "({hi} if ({lo} if {x} < {lo} else {x}) > {hi} else ({lo} if {x} < {lo} else {x}))",
+        float_only=False, dtype="same"),
     _ew("full_like", "x v", lambda x, v: np.full_like(x, v, dtype=np.result_type(v)),
         (None, "g"), "{dt}({v})", float_only=False, dtype="same"),
     _unary("cast", lambda x: x, "g", "{dt}({x})", float_only=False),
@@ -199,13 +216,18 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
          float_only=False, dtype="same"),
     _red("mean", np.mean, _bc("bc(g) * size_ratio(out, x)"),
          "np.mean({x}, axis={axis}, keepdims={keepdims})"),
-    _red("prod", np.prod, _bc("bc(g * out) / x"),
+    # d prod / d x_i = product of the others: out / x_i where x_i != 0; at the one
+    # zero of a slice, the product of the rest; 0 where a slice has two zeros.
+    _red("prod", np.prod, _bc(
+        "bc(g) * where(x == 0, where(bc(sum(x == 0, axis=axis, keepdims=keepdims)) == 1, "
+        "bc(prod(where(x == 0, 1, x), axis=axis, keepdims=keepdims)), 0), "
+        "bc(out) / where(x == 0, 1, x))"),
          "np.prod({x}, axis={axis}, keepdims={keepdims})", domain=NONZERO),
     _red("max", np.max, _bc(_TIE), "np.max({x}, axis={axis}, keepdims={keepdims})",
          float_only=False, dtype="same"),
     _red("min", np.min, _bc(_TIE), "np.min({x}, axis={axis}, keepdims={keepdims})",
          float_only=False, dtype="same"),
-    _red("logsumexp", P._g_logsumexp, _bc("bc(g) * exp(x - bc(out))"),
+    _red("logsumexp", P._g_logsumexp, _bc("bc(g) * exp(x - bc(where(out == -inf, 0, out)))"),
          "_g_logsumexp({x}, {axis}, {keepdims})"),
     # d|x|/dx = x/|x|; dividing by inf where the norm is 0 gives gradient 0 there.
     _red("norm", P._g_norm, _bc("bc(g) * x / bc(where(out == 0, inf, out))"),

@@ -482,7 +482,7 @@ def _gk_leaky_relu_forward_0_serial(_o0, _i0, _i1, _T):
         _o0[_i] = v2
 
 
-# leaky_relu.vjp: gt where where mul add
+# leaky_relu.vjp: gt where where mul eq where add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _T):
@@ -494,8 +494,10 @@ def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _T):
         v1 = (a2 if v0 else _T(0.0))
         v2 = (_T(0.0) if v0 else a2)
         v3 = (v2 * a1)
-        v4 = (v1 + v3)
-        _o0[_i] = v4
+        v4 = _T(v2 == _T(0.0))
+        v5 = (_T(0.0) if v4 else v3)
+        v6 = (v1 + v5)
+        _o0[_i] = v6
 
 @numba.njit(cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _T):
@@ -507,11 +509,13 @@ def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _T):
         v1 = (a2 if v0 else _T(0.0))
         v2 = (_T(0.0) if v0 else a2)
         v3 = (v2 * a1)
-        v4 = (v1 + v3)
-        _o0[_i] = v4
+        v4 = _T(v2 == _T(0.0))
+        v5 = (_T(0.0) if v4 else v3)
+        v6 = (v1 + v5)
+        _o0[_i] = v6
 
 
-# leaky_relu.fwd_bwd: gt mul where where where mul add
+# leaky_relu.fwd_bwd: gt mul where where where mul eq where add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _T):
@@ -525,9 +529,11 @@ def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _T):
         v3 = (a2 if v0 else _T(0.0))
         v4 = (_T(0.0) if v0 else a2)
         v5 = (v4 * a1)
-        v6 = (v3 + v5)
+        v6 = _T(v4 == _T(0.0))
+        v7 = (_T(0.0) if v6 else v5)
+        v8 = (v3 + v7)
         _o0[_i] = v2
-        _o1[_i] = v6
+        _o1[_i] = v8
 
 @numba.njit(cache=True, error_model="numpy")
 def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _T):
@@ -541,9 +547,11 @@ def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _T):
         v3 = (a2 if v0 else _T(0.0))
         v4 = (_T(0.0) if v0 else a2)
         v5 = (v4 * a1)
-        v6 = (v3 + v5)
+        v6 = _T(v4 == _T(0.0))
+        v7 = (_T(0.0) if v6 else v5)
+        v8 = (v3 + v7)
         _o0[_i] = v2
-        _o1[_i] = v6
+        _o1[_i] = v8
 
 
 # leaky_relu.forward: gt
@@ -641,10 +649,46 @@ def _gu_where_1_serial(_o0, _i0, _i1, _T):
         _o0[_i] = v0
 
 
+# leaky_relu.vjp: eq
+# from scaled_tanh.grad:13
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gu_eq(_o0, _i0, _T):
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        v0 = _T(a0 == _T(0.0))
+        _o0[_i] = v0
+
+@numba.njit(cache=True, error_model="numpy")
+def _gu_eq_serial(_o0, _i0, _T):
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        v0 = _T(a0 == _T(0.0))
+        _o0[_i] = v0
+
+
+# leaky_relu.vjp: where
+# from scaled_tanh.grad:13
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gu_where_2(_o0, _i0, _i1, _T):
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        a1 = _i1[_i]
+        v0 = (_T(0.0) if a1 else a0)
+        _o0[_i] = v0
+
+@numba.njit(cache=True, error_model="numpy")
+def _gu_where_2_serial(_o0, _i0, _i1, _T):
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        a1 = _i1[_i]
+        v0 = (_T(0.0) if a1 else a0)
+        _o0[_i] = v0
+
+
 # leaky_relu.vjp: add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_leaky_relu_vjp_4(_o0, _i0, _i1, _T):
+def _gk_leaky_relu_vjp_6(_o0, _i0, _i1, _T):
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -652,7 +696,7 @@ def _gk_leaky_relu_vjp_4(_o0, _i0, _i1, _T):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gk_leaky_relu_vjp_4_serial(_o0, _i0, _i1, _T):
+def _gk_leaky_relu_vjp_6_serial(_o0, _i0, _i1, _T):
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -795,9 +839,9 @@ def _g_leaky_relu_vjp(x, dy, /, *, alpha=0.01, out=None):
     _out = _g_out_tuple(_n, out, 1, (x, alpha, dy))
     dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
     _s = x.shape
-    _v12 = _g_buffer(_n, _out, 0, _s, _T)
-    _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v12.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _g_flat(dy, _s), _T)
-    _r = _g_finish(_n, _out, (_v12,), (x.shape,), _RT, (x, alpha, dy))
+    _v15 = _g_buffer(_n, _out, 0, _s, _T)
+    _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _g_flat(dy, _s), _T)
+    _r = _g_finish(_n, _out, (_v15,), (x.shape,), _RT, (x, alpha, dy))
     return _r
 
 
@@ -808,9 +852,9 @@ def _g_leaky_relu_fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
     dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
     _s = x.shape
     _v5 = _g_buffer(_n, _out, 0, _s, _T)
-    _v12 = _g_buffer(_n, _out, 1, _s, _T)
-    _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v12.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _g_flat(dy, _s), _T)
-    _r = _g_finish(_n, _out, (_v5, _v12), (x.shape, x.shape), _RT, (x, alpha, dy))
+    _v15 = _g_buffer(_n, _out, 1, _s, _T)
+    _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _g_flat(dy, _s), _T)
+    _r = _g_finish(_n, _out, (_v5, _v15), (x.shape, x.shape), _RT, (x, alpha, dy))
     return _r
 
 
@@ -849,9 +893,15 @@ def _g_leaky_relu_vjp_unfused(x, dy, /, *, alpha=0.01, out=None):
     _v11 = np.empty(_s, dtype=_T)
     _g_launch(_gu_mul_1, _gu_mul_1_serial, _v11.reshape(-1), _g_flat(alpha, _s), _g_flat(_v10, _s), _T)
     _s = x.shape
-    _v12 = _g_buffer(_n, _out, 0, _s, _T)
-    _g_launch(_gk_leaky_relu_vjp_4, _gk_leaky_relu_vjp_4_serial, _v12.reshape(-1), _g_flat(_v8, _s), _g_flat(_v11, _s), _T)
-    _r = _g_finish(_n, _out, (_v12,), (x.shape,), _RT, (x, alpha, dy))
+    _v13 = np.empty(_s, dtype=_T)
+    _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _T)
+    _s = x.shape
+    _v14 = np.empty(_s, dtype=_T)
+    _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _T)
+    _s = x.shape
+    _v15 = _g_buffer(_n, _out, 0, _s, _T)
+    _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _T)
+    _r = _g_finish(_n, _out, (_v15,), (x.shape,), _RT, (x, alpha, dy))
     return _r
 
 
@@ -879,9 +929,15 @@ def _g_leaky_relu_fwd_bwd_unfused(x, dy, /, *, alpha=0.01, out=None):
     _v11 = np.empty(_s, dtype=_T)
     _g_launch(_gu_mul_1, _gu_mul_1_serial, _v11.reshape(-1), _g_flat(alpha, _s), _g_flat(_v10, _s), _T)
     _s = x.shape
-    _v12 = _g_buffer(_n, _out, 1, _s, _T)
-    _g_launch(_gk_leaky_relu_vjp_4, _gk_leaky_relu_vjp_4_serial, _v12.reshape(-1), _g_flat(_v8, _s), _g_flat(_v11, _s), _T)
-    _r = _g_finish(_n, _out, (_v5, _v12), (x.shape, x.shape), _RT, (x, alpha, dy))
+    _v13 = np.empty(_s, dtype=_T)
+    _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _T)
+    _s = x.shape
+    _v14 = np.empty(_s, dtype=_T)
+    _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _T)
+    _s = x.shape
+    _v15 = _g_buffer(_n, _out, 1, _s, _T)
+    _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _T)
+    _r = _g_finish(_n, _out, (_v5, _v15), (x.shape, x.shape), _RT, (x, alpha, dy))
     return _r
 
 
