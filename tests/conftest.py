@@ -40,3 +40,20 @@ try:
         settings.load_profile("ci")
 except ImportError:          # hypothesis is in the test extra
     pass
+
+
+@pytest.fixture(scope="session")
+def import_module_text(tmp_path_factory: pytest.TempPathFactory):
+    """``import_module_text(text, name)``: write generated module text to a file and
+    import it (a real file, so Numba's on-disk cache works as for users)."""
+    import importlib.util
+
+    def load(text: str, name: str):
+        path = tmp_path_factory.mktemp(name) / f"{name}.py"
+        path.write_text(text, encoding="utf-8")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

@@ -230,8 +230,10 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _red("logsumexp", P._g_logsumexp, _bc("bc(g) * exp(x - bc(where(out == -inf, 0, out)))"),
          "_g_logsumexp({x}, {axis}, {keepdims})"),
     # d|x|/dx = x/|x|; dividing by inf where the norm is 0 gives gradient 0 there.
+    # Sampled away from 0: the norm's curvature grows like 1/|x| there, which
+    # defeats finite differences (its kink at 0 is tested as an edge case).
     _red("norm", P._g_norm, _bc("bc(g) * x / bc(where(out == 0, inf, out))"),
-         "_g_norm({x}, {axis}, {keepdims})"),
+         "_g_norm({x}, {axis}, {keepdims})", domain=NONZERO),
     # --- linear algebra and layout (kernel boundaries) ---------------------------
     Primitive("matmul", ("x", "y"), LIBRARY, np.matmul, (COMPOSITE, COMPOSITE),
               lib="np.matmul({x}, {y})", jvp="matmul(x_t, y) + matmul(x, y_t)"),

@@ -6,7 +6,6 @@ the ops are compiled into one module per test session.
 """
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
@@ -99,13 +98,9 @@ op gcube(x, w) -> y {
 
 
 @pytest.fixture(scope="module")
-def m(tmp_path_factory):
-    path = tmp_path_factory.mktemp("reverse") / "reverse_gen.py"
-    path.write_text(gradc.compile_source(SOURCE, file="reverse.grad"))
-    spec = importlib.util.spec_from_file_location("gradc_test_reverse_gen", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def m(import_module_text):
+    return import_module_text(gradc.compile_source(SOURCE, file="reverse.grad"),
+                              "gradc_test_reverse_gen")
 
 
 RNG = np.random.default_rng(7)

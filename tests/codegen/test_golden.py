@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import os
 import re
 import subprocess
@@ -53,14 +52,9 @@ def test_generated_module_matches_the_golden_file(text: str, update_golden: bool
 
 
 @pytest.fixture(scope="module")
-def golden(tmp_path_factory):
+def golden(import_module_text):
     """The golden file itself, imported as a module (it must run without gradc)."""
-    path = tmp_path_factory.mktemp("golden") / "scaled_tanh_gen.py"
-    path.write_text(EXPECTED.read_text(encoding="utf-8"), encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("gradc_golden_scaled_tanh", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_module_text(EXPECTED.read_text(encoding="utf-8"), "gradc_golden_scaled_tanh")
 
 
 def test_golden_module_runs(golden) -> None:

@@ -6,7 +6,6 @@ wrong, never crash or write out of bounds.
 """
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
@@ -43,13 +42,9 @@ op chain(x) -> y {
 
 
 @pytest.fixture(scope="module")
-def m(tmp_path_factory):
-    path = tmp_path_factory.mktemp("wrappers") / "wrappers_gen.py"
-    path.write_text(gradc.compile_source(SOURCE, file="wrappers.grad"))
-    spec = importlib.util.spec_from_file_location("gradc_test_wrappers_gen", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def m(import_module_text):
+    return import_module_text(gradc.compile_source(SOURCE, file="wrappers.grad"),
+                              "gradc_test_wrappers_gen")
 
 
 def ones(*shape, dtype=np.float64):

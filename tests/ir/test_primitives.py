@@ -21,7 +21,6 @@ the suite's time budget.
 """
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from functools import lru_cache
 from operator import attrgetter
@@ -203,14 +202,10 @@ def compiled(name: str):
 
 
 @pytest.fixture(scope="module")
-def gen(tmp_path_factory):
+def gen(import_module_text):
     """The generated module of every case (compiled lazily by Numba, kernel by kernel)."""
-    path = tmp_path_factory.mktemp("primitives") / "primitives_gen.py"
-    path.write_text(gradc.compile_source(_module_source(), file="primitives.grad"))
-    spec = importlib.util.spec_from_file_location("gradc_test_primitives_gen", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return import_module_text(gradc.compile_source(_module_source(), file="primitives.grad"),
+                              "gradc_test_primitives_gen")
 
 
 def run_forward(case: Case, xs, dtype=np.float64) -> list[np.ndarray]:
