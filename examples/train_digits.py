@@ -240,7 +240,8 @@ def train(
         warmup_seconds = time.perf_counter() - t0
 
         start = time.perf_counter()
-        bar = tqdm(range(epochs), desc="train", unit="epoch", disable=quiet, file=sys.stdout)
+        bar = tqdm(range(epochs), desc="train", unit="epoch", file=sys.stdout,
+                   disable=True if quiet else None)   # None: only on a terminal
         for epoch in bar:
             order = rng.permutation(n)
             total = 0.0

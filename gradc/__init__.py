@@ -39,7 +39,11 @@ def compile_source(text: str, *, file: str = "<string>", target: str = "cpu",
     if target != "cpu":
         raise NotImplementedError("the CUDA target is not implemented yet; use target='cpu'")
     program = check_source(text, file)
-    compiled = build_program(program, check=check, fuse=fuse)
+    try:
+        compiled = build_program(program, check=check, fuse=fuse)
+    except RecursionError:
+        raise GradcError("an expression is nested too deeply to compile: split it into "
+                         "several statements", None, "E902") from None
     sha = source_sha256(_full_source(program, text))
     return render_module(Path(file).name, sha, __version__, compiled, fast_math=fast_math)
 
@@ -49,7 +53,7 @@ def _full_source(program, text: str) -> str:
     parts = [text]
     for f in program.files[1:]:
         try:
-            parts.append(Path(f).read_text(encoding="utf-8"))
+            parts.append(Path(f).read_text(encoding="utf-8", errors="replace"))
         except OSError:
             pass
     return "\n\0\n".join(parts)
@@ -61,11 +65,9 @@ def compile_file(path: str | os.PathLike, out: str | os.PathLike | None = None,
 
     Returns the path written.  Options as for :func:`compile_source`.
     """
+    from gradc.frontend.parser import read_source
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise GradcError(f"cannot read '{path}': {exc.strerror or exc}", None, "E205") from None
+    text = read_source(path)
     module = compile_source(text, file=str(path), **options)
     out = Path(out) if out is not None else path.with_name(f"{path.stem}_gen.py")
     out.write_text(module, encoding="utf-8")

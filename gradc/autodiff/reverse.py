@@ -158,5 +158,17 @@ def _custom_vjp(graph: Graph, region: CustomRegion, cts: dict[int, list[int]],
                             "parameters", block.span)
     for (p, a), gname in zip(diff, block.outputs):
         ct = scope[gname]
+        _check_custom_shape(graph, block, gname, ct, p.name, a)
         if a in live and not _is_zero(graph, ct):
             cts.setdefault(a, []).append(_unbroadcast(b, ct, a))
+
+
+def _check_custom_shape(graph: Graph, block, gname: str, ct: int, pname: str, arg: int) -> None:
+    """A custom gradient must have its parameter's shape where both are known
+    statically (as JAX's custom_vjp requires); a constant (``0``, ``1``) broadcasts."""
+    got, want = graph.node(ct).shape, graph.node(arg).shape
+    if got.dyn or want.dyn or got == want or graph.node(ct).op == "const":
+        return
+    span = next((s.span for s in block.body if s.target == gname), block.span)
+    raise GradientError(f"gradient '{gname}' has shape {got}, but parameter '{pname}' has "
+                        f"shape {want}", span)

@@ -99,7 +99,7 @@ class WrapperPrinter:
                 self._library(step)
                 done.add(step.node)
             self._check_upstreams(pending, done)
-        results = ", ".join(self.vars[o] for o in g.outputs) + ("," if len(g.outputs) == 1 else "")
+        results = ", ".join(self._value(o) for o in g.outputs) + ("," if len(g.outputs) == 1 else "")
         shapes = ", ".join(self.shape_expr(s) for s in g.output_shapes)
         shapes += "," if len(g.output_shapes) == 1 else ""
         b.line(f"_r = _g_finish(_n, _out, ({results}), ({shapes}), _RT, {inputs})")
@@ -184,30 +184,36 @@ def _signature_text(cop: CompiledOp) -> str:
 
 
 def render_op(cop: CompiledOp, kernels: Kernels) -> str:
-    name = cop.op.name
-    b = IndentedBuffer()
+    """The wrappers of one op, as functions in a namespace class named after it
+    (so Python's own argument errors read ``scaled_tanh.vjp() missing ...``),
+    then the op object, which takes over the name."""
+    name = py_name(cop.op.name)
     sig = tuple((p.name, p.dtype if p.dtype else None, p.shape) for p in cop.params)
-    b.line(f"_SIG_{name} = {sig!r}")
-    b.line(f"_SPEC_{name} = {cop.op.source!r}")
-    b.line("")
-    text = [b.getvalue()]
+    out = [f"_SIG_{name} = {sig!r}\n_SPEC_{name} = {cop.op.source!r}\n",
+           f"class {name}:\n    \"\"\"The wrappers of op {cop.op.name}; the name is rebound "
+           f"to the op below.\"\"\"\n"]
     for variant in ("fused", "unfused"):
+        if variant == "unfused":
+            out.append("    class unfused:\n")
+        pad = "    " * (1 if variant == "fused" else 2)
         for m in METHODS:
             method = cop.methods[m]
-            fn = f"_g_{name}_{m}" + ("" if variant == "fused" else "_unfused")
             plan = method.fused if variant == "fused" else method.unfused
-            w = WrapperPrinter(cop, method, plan, kernels, fn, f"_gk_{name}_{m}")
-            text.append(w.render())
-    methods = lambda suffix: "{" + ", ".join(f"{m!r}: _g_{name}_{m}{suffix}" for m in METHODS) + "}"
+            w = WrapperPrinter(cop, method, plan, kernels, m, f"_gk_{name}_{m}")
+            out.append("".join(pad + line if line else line
+                               for line in w.render().splitlines(keepends=True)))
+    methods = lambda ns: "{" + ", ".join(f"{m!r}: {ns}.{m}" for m in METHODS) + "}"
     sig_text = _signature_text(cop)
-    text.append(f"{name} = _GradcOp({name!r}, _SPEC_{name}, {sig_text!r}, {methods('')},\n"
-                f"    unfused=_GradcOp({name!r}, _SPEC_{name}, {sig_text!r}, {methods('_unfused')}))\n")
-    return "\n\n".join(text)
+    out.append(f"{name} = _GradcOp({cop.op.name!r}, _SPEC_{name}, {sig_text!r}, "
+               f"{methods(name)},\n    unfused=_GradcOp({cop.op.name!r}, _SPEC_{name}, "
+               f"{sig_text!r}, {methods(name + '.unfused')}))\n")
+    return "\n".join(out)
 
 
 def render_unsupported(name: str, message: str) -> str:
-    return (f"{name} = _GradcOp({name!r}, '', '', {{}}, note={message!r})\n"
-            f"{name}.unfused = {name}\n")
+    var = py_name(name)
+    return (f"{var} = _GradcOp({name!r}, '', '', {{}}, note={message!r})\n"
+            f"{var}.unfused = {var}\n")
 
 
 def render_module(file: str, source_sha: str, version: str, compiled: dict,
@@ -227,15 +233,15 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
             f'"""Kernels compiled by gradc from {file}.\n\nOps: {", ".join(names)}.\n"""\n'
             "import math\n\nimport numba\nimport numba.extending\nimport numpy as np\n\n"
             f"__gradc_version__ = {version!r}\nSOURCE_SHA256 = {source_sha!r}\n")
-    tail = ("OPS = {" + ", ".join(f"{n!r}: {n}" for n in names) + "}\n"
-            f"__all__ = {['OPS', *names]!r}\n")
+    tail = ("OPS = {" + ", ".join(f"{n!r}: {py_name(n)}" for n in names) + "}\n"
+            f"__all__ = {['OPS', *map(py_name, names)]!r}\n")
     parts = [head, "# --- runtime helpers (copied from gradc) ---\n", _CONSTANTS, helpers,
              "# --- kernels ---\n", *kernels.sources, "# --- ops ---\n", *op_texts, tail]
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
 _HELPERS = (prelude._g_sum_to, prelude._g_broadcast_in, prelude._g_logsumexp, prelude._g_norm,
-            runtime_src._g_inputs, runtime_src._g_bind_dims, runtime_src._g_bshape,
+            runtime_src._g_inputs, runtime_src._g_int_input, runtime_src._g_bind_dims, runtime_src._g_bshape,
             runtime_src._g_upstream, runtime_src._g_out_tuple, runtime_src._g_buffer,
             runtime_src._g_flat, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcOp,
             mathlib._g_tanh, mathlib._g_tanh_f32)

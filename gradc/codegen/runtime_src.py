@@ -35,10 +35,7 @@ def _g_inputs(op, sig, values):
             raise TypeError(f"{op}: argument '{name}' must be a numeric array, "
                             f"got dtype {a.dtype}")
         if dt in _G_INTS:
-            if a.dtype.kind not in "biu":
-                raise TypeError(f"{op}: argument '{name}' must be an array of "
-                                f"{np.dtype(_G_INTS[dt]).name}, got {a.dtype}")
-            a = np.asarray(a, dtype=_G_INTS[dt], order="C")
+            a = _g_int_input(op, name, v, a, np.dtype(_G_INTS[dt]), weak)
         elif not weak:
             want = _G_FLOATS.get(dt)
             if want is not None and a.dtype != want:
@@ -57,6 +54,20 @@ def _g_inputs(op, sig, values):
         if dt not in _G_INTS:
             arrays[i] = np.asarray(a, dtype=t, order="C")
     return arrays, t, rt, dims
+
+
+def _g_int_input(op, name, v, a, want, weak):
+    """An integer or bool argument: exactly ``want`` for arrays; a Python scalar
+    must fit it (no silent wrap-around)."""
+    if weak and not isinstance(v, float) and (want.kind == "b") == isinstance(v, bool):
+        if want.kind != "b" and not np.iinfo(want).min <= v <= np.iinfo(want).max:
+            raise OverflowError(f"{op}: argument '{name}' = {v} does not fit {want.name}")
+        return np.asarray(v, dtype=want)
+    if a.dtype != want:
+        raise TypeError(f"{op}: argument '{name}' must be {want.name}, got "
+                        f"{type(v).__name__ if weak else a.dtype} (convert with "
+                        f".astype(np.{want.name}))")
+    return np.asarray(a, order="C")
 
 
 def _g_bind_dims(op, name, actual, dims_spec, dims, where):
@@ -128,6 +139,8 @@ def _g_buffer(op, outs, k, shape, t):
         o = outs[k]
         if o.shape != shape:
             raise ValueError(f"{op}: out[{k}] must have shape {shape}, got {o.shape}")
+        if o.dtype.kind != "f":
+            raise TypeError(f"{op}: out[{k}] must be a floating-point array, got {o.dtype}")
         if o.dtype == t:
             return o
     return np.empty(shape, dtype=t)
@@ -165,6 +178,9 @@ def _g_finish(op, outs, results, shapes, rt, inputs):
                 raise ValueError(f"{op}: out[{k}] must have shape {tuple(shape)}, "
                                  f"got {o.shape}")
             if r is not o:
+                if not np.can_cast(r.dtype, o.dtype, "same_kind"):
+                    raise TypeError(f"{op}: out[{k}] must be able to hold {r.dtype} "
+                                    f"values, got {o.dtype}")
                 np.copyto(o, r, casting="same_kind")
             final.append(o)
             continue

@@ -6,7 +6,7 @@ Built from Lark's parse tree by :mod:`gradc.frontend.to_ast`; consumed by
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Union
 
 from gradc.errors import Span

@@ -37,7 +37,7 @@ from gradc.frontend import ast
 from gradc.frontend.builtins import BUILTINS, CONSTANTS, DTYPES
 from gradc.frontend.calls import CallChecker, Scope
 from gradc.frontend.consts import ConstError, did_you_mean, evaluate
-from gradc.frontend.parser import parse
+from gradc.frontend.parser import parse, read_source
 
 Loader = Callable[[str], ast.Module]
 
@@ -87,18 +87,14 @@ def check_source(text: str, file: str = "<string>", *, loader: Loader | None = N
 def load_program(path: str | os.PathLike[str]) -> Program:
     """Read, parse and check the .grad file at ``path`` and its imports."""
     name = os.fspath(path)
-    try:
-        text = Path(name).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or exc
-        raise GradcError(f"cannot read '{name}': {why}", None, "E205") from None
-    return check(parse(text, name))
+    return check(parse(read_source(name), name))
 
 
 # ---- imports ------------------------------------------------------------------
 
 def _read_module(path: str) -> ast.Module:
-    return parse(Path(path).read_text(encoding="utf-8"), path)
+    # OSError and UnicodeDecodeError propagate: the import's span reports them.
+    return parse(Path(path).read_bytes().decode("utf-8-sig"), path)
 
 
 def _key(path: str) -> str:

@@ -9,6 +9,7 @@ reported, together, in one :class:`GradcErrors`.
 from __future__ import annotations
 
 import functools
+import os
 import importlib.resources
 import importlib.util
 import re
@@ -65,17 +66,37 @@ def _lark() -> Lark:
                 propagate_positions=True, postlex=_NewlinesInBrackets())
 
 
+def read_source(path: str | os.PathLike[str]) -> str:
+    """The text of a .grad file (UTF-8, a leading BOM dropped); GradcError E205
+    when it cannot be read or is not UTF-8."""
+    try:
+        return Path(path).read_bytes().decode("utf-8-sig")
+    except OSError as exc:
+        raise GradcError(f"cannot read '{path}': {exc.strerror or exc}", None, "E205") from None
+    except UnicodeDecodeError as exc:
+        raise GradcError(f"cannot read '{path}': it is not UTF-8 text (byte {exc.start})",
+                         None, "E205") from None
+
+
 def parse(text: str, file: str = "<string>") -> ast.Module:
     """Parse the .grad source ``text`` of ``file``; raise ParseError(s) on bad syntax."""
+    text = text.removeprefix("\ufeff")
     remember_source(file, text)
     try:
         tree = _lark().parse(text)
+    except RecursionError:
+        raise ParseError("the file nests expressions too deeply to parse (simplify it or "
+                         "split long expressions into several statements)",
+                         Span(file, 1, 1)) from None
     except UnexpectedInput as e:
         errors = _item_errors(text, file) or [_parse_error(e, text, file, None)]
         raise (errors[0] if len(errors) == 1 else GradcErrors(errors)) from None
     builder = ToAst(file, text)
     try:
         module = builder.transform(tree)
+    except RecursionError:
+        raise ParseError("an expression is nested too deeply (more than a few hundred "
+                         "operators): split it into several statements", Span(file, 1, 1)) from None
     except VisitError as e:
         if isinstance(e.orig_exc, GradcError):
             raise e.orig_exc from None

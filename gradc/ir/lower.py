@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from gradc.errors import NameResolutionError, ShapeError, Span
+from gradc.errors import GradientError, NameResolutionError, ShapeError, Span
 from gradc.frontend import ast
-from gradc.frontend.builtins import BUILTINS, CONSTANTS
+from gradc.frontend.builtins import CONSTANTS
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, CustomRegion, Graph
 from gradc.ir.primitives import BINARY_OPS, COMPARE_OPS, PRIMITIVES
@@ -163,7 +163,10 @@ class Lowerer:
             return scope[v.id].value                 # a rule's attribute: axis=axis
         value = eval_const(v, self.consts)
         if key == "axis":
-            return tuple(int(a) for a in value) if isinstance(value, tuple) else (int(value),)
+            axes = tuple(int(a) for a in value) if isinstance(value, tuple) else (int(value),)
+            if len(set(axes)) != len(axes):
+                raise ShapeError(f"axis {axes} repeats an axis", getattr(v, "span", None))
+            return axes
         return value
 
     # -- calls of ops -------------------------------------------------------
@@ -207,10 +210,15 @@ class Lowerer:
             raise NameResolutionError("the second argument of grad() must be a parameter or "
                                       "a name assigned earlier", getattr(target, "span", e.span))
         f = self.expr(e.args[0], scope)
-        if self.graph.node(f).shape.rank != 0:
-            raise ShapeError(f"grad() needs a scalar expression; this one has shape "
-                             f"{self.graph.node(f).shape}", e.span)
+        shape = self.graph.node(f).shape
+        if shape.rank != 0:
+            what = "a shape known only at run time" if shape.dyn else f"shape {shape}"
+            raise ShapeError(f"grad() needs a scalar expression (reduce it, e.g. with sum()); "
+                             f"this one has {what}", e.span)
         wrt = scope[target.id]
+        if self.graph.node(wrt).dtype != FLOAT:
+            raise GradientError(f"grad() with respect to '{target.id}', which is not a float "
+                                "value (integer and bool values have no gradient)", target.span)
         (g,) = vjp(self.graph, [f], [self.b.const(1.0, FLOAT, e.span)], [wrt])
         if g is None:
             return self.b.apply("full_like", (wrt, self.b.const(0.0, FLOAT, e.span)), span=e.span)

@@ -8,7 +8,6 @@ by then.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import numpy as np
@@ -72,6 +71,9 @@ def _identities(graph: Graph, node: Node) -> int | None:
         return args[0]
     if op == "where" and args[1] == args[2]:
         return args[1]
+    if op == "where" and _const(graph, args[0]) is not None:
+        pick = args[1] if _const(graph, args[0]) != 0 else args[2]
+        return pick if _same_shape(graph, pick, node) else None
     return None
 
 

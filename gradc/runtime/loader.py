@@ -20,11 +20,12 @@ def load(path: str | os.PathLike, **options) -> ModuleType:
     """
     from gradc import compile_source
     from gradc.frontend.check import load_program
+    from gradc.frontend.parser import read_source
     path = Path(path).resolve()
     if not path.is_file():
         raise FileNotFoundError(f"no .grad file at '{path}'")
     program = load_program(path)          # parses imports too, for the key
-    sources = [Path(f).read_text(encoding="utf-8") for f in program.files]
+    sources = [read_source(f) for f in program.files]
     key = cache_key([str(path), *sources], dict(sorted(options.items())))
     stem = re.sub(r"\W", "_", path.stem)
     name = f"gradc_{stem}_{key[:16]}"

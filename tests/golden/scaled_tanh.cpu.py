@@ -101,10 +101,7 @@ def _g_inputs(op, sig, values):
             raise TypeError(f"{op}: argument '{name}' must be a numeric array, "
                             f"got dtype {a.dtype}")
         if dt in _G_INTS:
-            if a.dtype.kind not in "biu":
-                raise TypeError(f"{op}: argument '{name}' must be an array of "
-                                f"{np.dtype(_G_INTS[dt]).name}, got {a.dtype}")
-            a = np.asarray(a, dtype=_G_INTS[dt], order="C")
+            a = _g_int_input(op, name, v, a, np.dtype(_G_INTS[dt]), weak)
         elif not weak:
             want = _G_FLOATS.get(dt)
             if want is not None and a.dtype != want:
@@ -123,6 +120,20 @@ def _g_inputs(op, sig, values):
         if dt not in _G_INTS:
             arrays[i] = np.asarray(a, dtype=t, order="C")
     return arrays, t, rt, dims
+
+
+def _g_int_input(op, name, v, a, want, weak):
+    """An integer or bool argument: exactly ``want`` for arrays; a Python scalar
+    must fit it (no silent wrap-around)."""
+    if weak and not isinstance(v, float) and (want.kind == "b") == isinstance(v, bool):
+        if want.kind != "b" and not np.iinfo(want).min <= v <= np.iinfo(want).max:
+            raise OverflowError(f"{op}: argument '{name}' = {v} does not fit {want.name}")
+        return np.asarray(v, dtype=want)
+    if a.dtype != want:
+        raise TypeError(f"{op}: argument '{name}' must be {want.name}, got "
+                        f"{type(v).__name__ if weak else a.dtype} (convert with "
+                        f".astype(np.{want.name}))")
+    return np.asarray(a, order="C")
 
 
 def _g_bind_dims(op, name, actual, dims_spec, dims, where):
@@ -194,6 +205,8 @@ def _g_buffer(op, outs, k, shape, t):
         o = outs[k]
         if o.shape != shape:
             raise ValueError(f"{op}: out[{k}] must have shape {shape}, got {o.shape}")
+        if o.dtype.kind != "f":
+            raise TypeError(f"{op}: out[{k}] must be a floating-point array, got {o.dtype}")
         if o.dtype == t:
             return o
     return np.empty(shape, dtype=t)
@@ -231,6 +244,9 @@ def _g_finish(op, outs, results, shapes, rt, inputs):
                 raise ValueError(f"{op}: out[{k}] must have shape {tuple(shape)}, "
                                  f"got {o.shape}")
             if r is not o:
+                if not np.can_cast(r.dtype, o.dtype, "same_kind"):
+                    raise TypeError(f"{op}: out[{k}] must be able to hold {r.dtype} "
+                                    f"values, got {o.dtype}")
                 np.copyto(o, r, casting="same_kind")
             final.append(o)
             continue
@@ -713,105 +729,102 @@ def _gk_leaky_relu_vjp_6_serial(_o0, _i0, _i1, _T):
 _SIG_scaled_tanh = (('x', None, None),)
 _SPEC_scaled_tanh = 'op scaled_tanh(x) -> y {\n    y = tanh(x)\n} grad(dy) -> dx {\n    dx = dy * (1 - y^2) * 0.5\n}'
 
+class scaled_tanh:
+    """The wrappers of op scaled_tanh; the name is rebound to the op below."""
 
+    def forward(x, /, *, out=None):
+        _n = 'scaled_tanh.forward'
+        (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
+        _out = _g_out_tuple(_n, out, 1, (x,))
+        _s = x.shape
+        _v1 = _g_buffer(_n, _out, 0, _s, _T)
+        _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
+        _r = _g_finish(_n, _out, (_v1,), (x.shape,), _RT, (x,))
+        return _r[0]
 
-def _g_scaled_tanh_forward(x, /, *, out=None):
-    _n = 'scaled_tanh.forward'
-    (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
-    _out = _g_out_tuple(_n, out, 1, (x,))
-    _s = x.shape
-    _v1 = _g_buffer(_n, _out, 0, _s, _T)
-    _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
-    _r = _g_finish(_n, _out, (_v1,), (x.shape,), _RT, (x,))
-    return _r[0]
+    def vjp(x, dy, /, *, out=None):
+        _n = 'scaled_tanh.vjp'
+        (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
+        _out = _g_out_tuple(_n, out, 1, (x, dy))
+        dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+        _s = x.shape
+        _v9 = _g_buffer(_n, _out, 0, _s, _T)
+        _g_launch(_gk_scaled_tanh_vjp_0, _gk_scaled_tanh_vjp_0_serial, _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _T)
+        _r = _g_finish(_n, _out, (_v9,), (x.shape,), _RT, (x, dy))
+        return _r
 
+    def fwd_bwd(x, dy, /, *, out=None):
+        _n = 'scaled_tanh.fwd_bwd'
+        (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
+        _out = _g_out_tuple(_n, out, 2, (x, dy))
+        dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+        _s = x.shape
+        _v1 = _g_buffer(_n, _out, 0, _s, _T)
+        _v9 = _g_buffer(_n, _out, 1, _s, _T)
+        _g_launch(_gk_scaled_tanh_fwd_bwd_0, _gk_scaled_tanh_fwd_bwd_0_serial, _v1.reshape(-1), _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _T)
+        _r = _g_finish(_n, _out, (_v1, _v9), (x.shape, x.shape), _RT, (x, dy))
+        return _r
 
-def _g_scaled_tanh_vjp(x, dy, /, *, out=None):
-    _n = 'scaled_tanh.vjp'
-    (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
-    _out = _g_out_tuple(_n, out, 1, (x, dy))
-    dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
-    _s = x.shape
-    _v9 = _g_buffer(_n, _out, 0, _s, _T)
-    _g_launch(_gk_scaled_tanh_vjp_0, _gk_scaled_tanh_vjp_0_serial, _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _T)
-    _r = _g_finish(_n, _out, (_v9,), (x.shape,), _RT, (x, dy))
-    return _r
+    class unfused:
 
+        def forward(x, /, *, out=None):
+            _n = 'scaled_tanh.forward'
+            (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
+            _out = _g_out_tuple(_n, out, 1, (x,))
+            _s = x.shape
+            _v1 = _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
+            _r = _g_finish(_n, _out, (_v1,), (x.shape,), _RT, (x,))
+            return _r[0]
 
-def _g_scaled_tanh_fwd_bwd(x, dy, /, *, out=None):
-    _n = 'scaled_tanh.fwd_bwd'
-    (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
-    _out = _g_out_tuple(_n, out, 2, (x, dy))
-    dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
-    _s = x.shape
-    _v1 = _g_buffer(_n, _out, 0, _s, _T)
-    _v9 = _g_buffer(_n, _out, 1, _s, _T)
-    _g_launch(_gk_scaled_tanh_fwd_bwd_0, _gk_scaled_tanh_fwd_bwd_0_serial, _v1.reshape(-1), _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _T)
-    _r = _g_finish(_n, _out, (_v1, _v9), (x.shape, x.shape), _RT, (x, dy))
-    return _r
+        def vjp(x, dy, /, *, out=None):
+            _n = 'scaled_tanh.vjp'
+            (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
+            _out = _g_out_tuple(_n, out, 1, (x, dy))
+            dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+            _s = x.shape
+            _v1 = np.empty(_s, dtype=_T)
+            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
+            _s = x.shape
+            _v5 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_pow, _gu_pow_serial, _v5.reshape(-1), _g_flat(_v1, _s), _T)
+            _s = x.shape
+            _v6 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v5, _s), _T)
+            _s = x.shape
+            _v7 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), _g_flat(dy, _s), _g_flat(_v6, _s), _T)
+            _s = x.shape
+            _v9 = _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _T)
+            _r = _g_finish(_n, _out, (_v9,), (x.shape,), _RT, (x, dy))
+            return _r
 
+        def fwd_bwd(x, dy, /, *, out=None):
+            _n = 'scaled_tanh.fwd_bwd'
+            (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
+            _out = _g_out_tuple(_n, out, 2, (x, dy))
+            dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+            _s = x.shape
+            _v1 = _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
+            _s = x.shape
+            _v5 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_pow, _gu_pow_serial, _v5.reshape(-1), _g_flat(_v1, _s), _T)
+            _s = x.shape
+            _v6 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v5, _s), _T)
+            _s = x.shape
+            _v7 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), _g_flat(dy, _s), _g_flat(_v6, _s), _T)
+            _s = x.shape
+            _v9 = _g_buffer(_n, _out, 1, _s, _T)
+            _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _T)
+            _r = _g_finish(_n, _out, (_v1, _v9), (x.shape, x.shape), _RT, (x, dy))
+            return _r
 
-def _g_scaled_tanh_forward_unfused(x, /, *, out=None):
-    _n = 'scaled_tanh.forward'
-    (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
-    _out = _g_out_tuple(_n, out, 1, (x,))
-    _s = x.shape
-    _v1 = _g_buffer(_n, _out, 0, _s, _T)
-    _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
-    _r = _g_finish(_n, _out, (_v1,), (x.shape,), _RT, (x,))
-    return _r[0]
-
-
-def _g_scaled_tanh_vjp_unfused(x, dy, /, *, out=None):
-    _n = 'scaled_tanh.vjp'
-    (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
-    _out = _g_out_tuple(_n, out, 1, (x, dy))
-    dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
-    _s = x.shape
-    _v1 = np.empty(_s, dtype=_T)
-    _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
-    _s = x.shape
-    _v5 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_pow, _gu_pow_serial, _v5.reshape(-1), _g_flat(_v1, _s), _T)
-    _s = x.shape
-    _v6 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v5, _s), _T)
-    _s = x.shape
-    _v7 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), _g_flat(dy, _s), _g_flat(_v6, _s), _T)
-    _s = x.shape
-    _v9 = _g_buffer(_n, _out, 0, _s, _T)
-    _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _T)
-    _r = _g_finish(_n, _out, (_v9,), (x.shape,), _RT, (x, dy))
-    return _r
-
-
-def _g_scaled_tanh_fwd_bwd_unfused(x, dy, /, *, out=None):
-    _n = 'scaled_tanh.fwd_bwd'
-    (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
-    _out = _g_out_tuple(_n, out, 2, (x, dy))
-    dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
-    _s = x.shape
-    _v1 = _g_buffer(_n, _out, 0, _s, _T)
-    _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
-    _s = x.shape
-    _v5 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_pow, _gu_pow_serial, _v5.reshape(-1), _g_flat(_v1, _s), _T)
-    _s = x.shape
-    _v6 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v5, _s), _T)
-    _s = x.shape
-    _v7 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), _g_flat(dy, _s), _g_flat(_v6, _s), _T)
-    _s = x.shape
-    _v9 = _g_buffer(_n, _out, 1, _s, _T)
-    _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _T)
-    _r = _g_finish(_n, _out, (_v1, _v9), (x.shape, x.shape), _RT, (x, dy))
-    return _r
-
-
-scaled_tanh = _GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': _g_scaled_tanh_forward, 'vjp': _g_scaled_tanh_vjp, 'fwd_bwd': _g_scaled_tanh_fwd_bwd},
-    unfused=_GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': _g_scaled_tanh_forward_unfused, 'vjp': _g_scaled_tanh_vjp_unfused, 'fwd_bwd': _g_scaled_tanh_fwd_bwd_unfused}))
+scaled_tanh = _GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': scaled_tanh.forward, 'vjp': scaled_tanh.vjp, 'fwd_bwd': scaled_tanh.fwd_bwd},
+    unfused=_GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': scaled_tanh.unfused.forward, 'vjp': scaled_tanh.unfused.vjp, 'fwd_bwd': scaled_tanh.unfused.fwd_bwd}))
 
 
 # ======================================================================
@@ -820,129 +833,126 @@ scaled_tanh = _GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward':
 _SIG_leaky_relu = (('x', None, None), ('alpha', None, ()))
 _SPEC_leaky_relu = 'op leaky_relu(x, alpha: nograd = 0.01) -> y {\n    y = where(x > 0, x, alpha * x)\n}'
 
+class leaky_relu:
+    """The wrappers of op leaky_relu; the name is rebound to the op below."""
 
+    def forward(x, /, *, alpha=0.01, out=None):
+        _n = 'leaky_relu.forward'
+        (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
+        _out = _g_out_tuple(_n, out, 1, (x, alpha))
+        _s = x.shape
+        _v5 = _g_buffer(_n, _out, 0, _s, _T)
+        _g_launch(_gk_leaky_relu_forward_0, _gk_leaky_relu_forward_0_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _T)
+        _r = _g_finish(_n, _out, (_v5,), (x.shape,), _RT, (x, alpha))
+        return _r[0]
 
-def _g_leaky_relu_forward(x, /, *, alpha=0.01, out=None):
-    _n = 'leaky_relu.forward'
-    (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
-    _out = _g_out_tuple(_n, out, 1, (x, alpha))
-    _s = x.shape
-    _v5 = _g_buffer(_n, _out, 0, _s, _T)
-    _g_launch(_gk_leaky_relu_forward_0, _gk_leaky_relu_forward_0_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _T)
-    _r = _g_finish(_n, _out, (_v5,), (x.shape,), _RT, (x, alpha))
-    return _r[0]
+    def vjp(x, dy, /, *, alpha=0.01, out=None):
+        _n = 'leaky_relu.vjp'
+        (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
+        _out = _g_out_tuple(_n, out, 1, (x, alpha, dy))
+        dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+        _s = x.shape
+        _v15 = _g_buffer(_n, _out, 0, _s, _T)
+        _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _g_flat(dy, _s), _T)
+        _r = _g_finish(_n, _out, (_v15,), (x.shape,), _RT, (x, alpha, dy))
+        return _r
 
+    def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
+        _n = 'leaky_relu.fwd_bwd'
+        (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
+        _out = _g_out_tuple(_n, out, 2, (x, alpha, dy))
+        dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+        _s = x.shape
+        _v5 = _g_buffer(_n, _out, 0, _s, _T)
+        _v15 = _g_buffer(_n, _out, 1, _s, _T)
+        _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _g_flat(dy, _s), _T)
+        _r = _g_finish(_n, _out, (_v5, _v15), (x.shape, x.shape), _RT, (x, alpha, dy))
+        return _r
 
-def _g_leaky_relu_vjp(x, dy, /, *, alpha=0.01, out=None):
-    _n = 'leaky_relu.vjp'
-    (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
-    _out = _g_out_tuple(_n, out, 1, (x, alpha, dy))
-    dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
-    _s = x.shape
-    _v15 = _g_buffer(_n, _out, 0, _s, _T)
-    _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _g_flat(dy, _s), _T)
-    _r = _g_finish(_n, _out, (_v15,), (x.shape,), _RT, (x, alpha, dy))
-    return _r
+    class unfused:
 
+        def forward(x, /, *, alpha=0.01, out=None):
+            _n = 'leaky_relu.forward'
+            (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
+            _out = _g_out_tuple(_n, out, 1, (x, alpha))
+            _s = x.shape
+            _v3 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _T)
+            _s = x.shape
+            _v4 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _T)
+            _s = x.shape
+            _v5 = _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _T)
+            _r = _g_finish(_n, _out, (_v5,), (x.shape,), _RT, (x, alpha))
+            return _r[0]
 
-def _g_leaky_relu_fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
-    _n = 'leaky_relu.fwd_bwd'
-    (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
-    _out = _g_out_tuple(_n, out, 2, (x, alpha, dy))
-    dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
-    _s = x.shape
-    _v5 = _g_buffer(_n, _out, 0, _s, _T)
-    _v15 = _g_buffer(_n, _out, 1, _s, _T)
-    _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _g_flat(dy, _s), _T)
-    _r = _g_finish(_n, _out, (_v5, _v15), (x.shape, x.shape), _RT, (x, alpha, dy))
-    return _r
+        def vjp(x, dy, /, *, alpha=0.01, out=None):
+            _n = 'leaky_relu.vjp'
+            (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
+            _out = _g_out_tuple(_n, out, 1, (x, alpha, dy))
+            dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+            _s = x.shape
+            _v3 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _T)
+            _s = x.shape
+            _v8 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
+            _s = x.shape
+            _v10 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
+            _s = x.shape
+            _v11 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v11.reshape(-1), _g_flat(alpha, _s), _g_flat(_v10, _s), _T)
+            _s = x.shape
+            _v13 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _T)
+            _s = x.shape
+            _v14 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _T)
+            _s = x.shape
+            _v15 = _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _T)
+            _r = _g_finish(_n, _out, (_v15,), (x.shape,), _RT, (x, alpha, dy))
+            return _r
 
+        def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
+            _n = 'leaky_relu.fwd_bwd'
+            (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
+            _out = _g_out_tuple(_n, out, 2, (x, alpha, dy))
+            dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+            _s = x.shape
+            _v3 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _T)
+            _s = x.shape
+            _v4 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _T)
+            _s = x.shape
+            _v5 = _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _T)
+            _s = x.shape
+            _v8 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
+            _s = x.shape
+            _v10 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
+            _s = x.shape
+            _v11 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v11.reshape(-1), _g_flat(alpha, _s), _g_flat(_v10, _s), _T)
+            _s = x.shape
+            _v13 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _T)
+            _s = x.shape
+            _v14 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _T)
+            _s = x.shape
+            _v15 = _g_buffer(_n, _out, 1, _s, _T)
+            _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _T)
+            _r = _g_finish(_n, _out, (_v5, _v15), (x.shape, x.shape), _RT, (x, alpha, dy))
+            return _r
 
-def _g_leaky_relu_forward_unfused(x, /, *, alpha=0.01, out=None):
-    _n = 'leaky_relu.forward'
-    (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
-    _out = _g_out_tuple(_n, out, 1, (x, alpha))
-    _s = x.shape
-    _v3 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _T)
-    _s = x.shape
-    _v4 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _T)
-    _s = x.shape
-    _v5 = _g_buffer(_n, _out, 0, _s, _T)
-    _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _T)
-    _r = _g_finish(_n, _out, (_v5,), (x.shape,), _RT, (x, alpha))
-    return _r[0]
-
-
-def _g_leaky_relu_vjp_unfused(x, dy, /, *, alpha=0.01, out=None):
-    _n = 'leaky_relu.vjp'
-    (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
-    _out = _g_out_tuple(_n, out, 1, (x, alpha, dy))
-    dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
-    _s = x.shape
-    _v3 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _T)
-    _s = x.shape
-    _v8 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
-    _s = x.shape
-    _v10 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
-    _s = x.shape
-    _v11 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_mul_1, _gu_mul_1_serial, _v11.reshape(-1), _g_flat(alpha, _s), _g_flat(_v10, _s), _T)
-    _s = x.shape
-    _v13 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _T)
-    _s = x.shape
-    _v14 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _T)
-    _s = x.shape
-    _v15 = _g_buffer(_n, _out, 0, _s, _T)
-    _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _T)
-    _r = _g_finish(_n, _out, (_v15,), (x.shape,), _RT, (x, alpha, dy))
-    return _r
-
-
-def _g_leaky_relu_fwd_bwd_unfused(x, dy, /, *, alpha=0.01, out=None):
-    _n = 'leaky_relu.fwd_bwd'
-    (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
-    _out = _g_out_tuple(_n, out, 2, (x, alpha, dy))
-    dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
-    _s = x.shape
-    _v3 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _T)
-    _s = x.shape
-    _v4 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _T)
-    _s = x.shape
-    _v5 = _g_buffer(_n, _out, 0, _s, _T)
-    _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _T)
-    _s = x.shape
-    _v8 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
-    _s = x.shape
-    _v10 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
-    _s = x.shape
-    _v11 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_mul_1, _gu_mul_1_serial, _v11.reshape(-1), _g_flat(alpha, _s), _g_flat(_v10, _s), _T)
-    _s = x.shape
-    _v13 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _T)
-    _s = x.shape
-    _v14 = np.empty(_s, dtype=_T)
-    _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _T)
-    _s = x.shape
-    _v15 = _g_buffer(_n, _out, 1, _s, _T)
-    _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _T)
-    _r = _g_finish(_n, _out, (_v5, _v15), (x.shape, x.shape), _RT, (x, alpha, dy))
-    return _r
-
-
-leaky_relu = _GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': _g_leaky_relu_forward, 'vjp': _g_leaky_relu_vjp, 'fwd_bwd': _g_leaky_relu_fwd_bwd},
-    unfused=_GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': _g_leaky_relu_forward_unfused, 'vjp': _g_leaky_relu_vjp_unfused, 'fwd_bwd': _g_leaky_relu_fwd_bwd_unfused}))
+leaky_relu = _GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.forward, 'vjp': leaky_relu.vjp, 'fwd_bwd': leaky_relu.fwd_bwd},
+    unfused=_GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.unfused.forward, 'vjp': leaky_relu.unfused.vjp, 'fwd_bwd': leaky_relu.unfused.fwd_bwd}))
 
 
 OPS = {'leaky_relu': leaky_relu, 'scaled_tanh': scaled_tanh}
