@@ -1,0 +1,88 @@
+"""Inputs a fresh user tried that once misbehaved: each now gets a clear answer."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradc
+from gradc.cli import main
+
+SOURCE = """
+op ints(x, n: i32) -> y { y = x * n }
+op nothing() -> y { y = 1 }
+op s(x) -> y {
+    y = x * 2
+} grad(dy) -> dx {
+    dx = dy * 2
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def m(import_module_text):
+    return import_module_text(gradc.compile_source(SOURCE, file="edge.grad"), "gradc_test_edge")
+
+
+def test_integer_arguments_never_wrap(m):
+    x = np.ones(2, np.float32)
+    np.testing.assert_array_equal(m.ints(x, 3), [3, 3])
+    np.testing.assert_array_equal(m.ints(x, np.array([2, 3], np.int32)), [2, 3])
+    with pytest.raises(OverflowError, match="does not fit int32"):
+        m.ints(x, 2**40)
+    for bad in (np.array([2**31]), np.int64(3), True, 3.0):
+        with pytest.raises(TypeError, match="must be int32"):
+            m.ints(x, bad)
+
+
+def test_an_op_without_parameters(m):
+    assert float(m.nothing()) == 1.0
+
+
+def test_argument_count_errors_name_the_op_and_method(m):
+    with pytest.raises(TypeError, match=r"^s\.vjp\(\) missing 1 required positional"):
+        m.s.vjp(np.ones(3))
+    with pytest.raises(TypeError, match=r"^s\.unfused\.forward\(\) takes 1 positional"):
+        m.s.unfused(np.ones(3), np.ones(3))
+
+
+def test_out_buffer_of_integer_dtype(m):
+    with pytest.raises(TypeError, match=r"out\[0\] must be a floating-point array"):
+        m.s(np.ones(3), out=np.empty(3, np.int32))
+
+
+def test_custom_gradient_of_the_wrong_static_shape_is_a_compile_error():
+    src = ("op b(x: f32[n], w: f32[m]) -> y {\n    y = sum(x) + sum(w)\n"
+           "} grad(dy) -> (dx, dw) {\n    dx = dy * w\n    dw = dy * x\n}\n")
+    with pytest.raises(gradc.GradcError) as exc:
+        gradc.compile_source(src, file="b.grad")
+    assert str(exc.value).startswith(
+        "b.grad:4:5: error[E401]: gradient 'dx' has shape (m,), but parameter 'x' has shape (n,)")
+
+
+def test_grad_of_a_non_scalar_and_of_an_integer(tmp_path):
+    with pytest.raises(gradc.GradcError, match=r"grad\(\) needs a scalar expression"):
+        gradc.compile_source("op f(x) -> y { y = grad(x * x, x) }", file="g.grad")
+    with pytest.raises(gradc.GradcError, match="not a float value"):
+        gradc.compile_source("op f(x, n: i32) -> y { y = grad(sum(x * n), n) }", file="g.grad")
+
+
+def test_repeated_axis_is_a_compile_error():
+    with pytest.raises(gradc.GradcError, match="repeats an axis"):
+        gradc.compile_source("op f(x) -> y { y = sum(x, axis=(0, 0)) }", file="a.grad")
+
+
+def test_files_that_are_not_utf8_or_carry_a_bom(tmp_path, capsys):
+    bad = tmp_path / "u.grad"
+    bad.write_bytes(b"\xff\xfeop f(x) -> y { y = x }")
+    assert main(["compile", str(bad)]) == 1
+    assert "is not UTF-8 text" in capsys.readouterr().err
+    bom = tmp_path / "bom.grad"
+    bom.write_bytes(b"\xef\xbb\xbfop f(x) -> y { y = x }\n")
+    assert main(["compile", str(bom)]) == 0
+
+
+def test_very_long_expressions_are_an_error_not_a_crash(tmp_path, capsys):
+    src = tmp_path / "long.grad"
+    src.write_text("op f(x) -> y {\n    y = x" + " + sin(x)" * 800 + "\n}\n")
+    assert main(["compile", str(src)]) == 1
+    assert "nested too deeply" in capsys.readouterr().err
