@@ -5,6 +5,7 @@
 Ops: leaky_relu, scaled_tanh.
 """
 import math
+import os
 
 import numba
 import numba.extending
@@ -17,7 +18,8 @@ SOURCE_SHA256 = '804824a002043ff6caa7c46b82ce511bc5a757428e8221d4e9ddc65903dbcc2
 # --- runtime helpers (copied from gradc) ---
 
 
-_G_PARALLEL_MIN = 1 << 17   # elements; smaller loops run on one thread
+# Loops of fewer elements run on one thread (waking threads costs more there).
+_G_PARALLEL_MIN = int(os.environ.get('GRADC_PARALLEL_MIN', 1 << 17))
 _G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}
 _G_INTS = {'i32': np.int32, 'i64': np.int64, 'bool': np.bool_}
 
