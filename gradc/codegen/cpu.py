@@ -31,7 +31,7 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
     loop (and where OpenMP threads would fight BLAS's for the cores); Numba
     compiles each only when first called.
     """
-    body = _loop_body(graph, kernel)
+    hoisted, body = _loop_body(graph, kernel)
     outs = [f"_o{k}" for k in range(len(kernel.outputs))]
     ins = [f"_i{k}" for k in range(len(kernel.inputs))]
     params = ", ".join(outs + ins + ["_T"])
@@ -43,6 +43,8 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
         buf.line(f'@numba.njit({par}cache=True, error_model="numpy"{fm})')
         buf.line(f"def {name}{suffix}({params}):")
         buf.indent()
+        for line in hoisted:
+            buf.line(line)
         buf.line(f"for _i in numba.prange({outs[0]}.size):")
         buf.indent()
         for line in body:
@@ -53,12 +55,17 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
     return buf.getvalue().rstrip("\n") + "\n"
 
 
-def _loop_body(graph: Graph, kernel: Kernel) -> list[str]:
+def _loop_body(graph: Graph, kernel: Kernel) -> tuple[list[str], list[str]]:
+    """Lines before the loop (scalar inputs, read once: a 1-element array keeps
+    the loop vectorisable, a stride-0 view would not) and lines of the loop."""
     names: dict[int, str] = {}
-    lines = []
+    hoisted, lines = [], []
     for k, nid in enumerate(kernel.inputs):
         names[nid] = f"a{k}"
-        lines.append(f"a{k} = _i{k}[_i]")
+        if is_scalar_input(graph, nid):
+            hoisted.append(f"a{k} = _i{k}[0]")
+        else:
+            lines.append(f"a{k} = _i{k}[_i]")
     printer = CpuPrinter(graph, names)
     for k, nid in enumerate(kernel.nodes):
         text = printer.expr(nid)
@@ -66,4 +73,9 @@ def _loop_body(graph: Graph, kernel: Kernel) -> list[str]:
         lines.append(f"v{k} = {text}")
     for k, nid in enumerate(kernel.outputs):
         lines.append(f"_o{k}[_i] = {names[nid]}")
-    return lines
+    return hoisted, lines
+
+
+def is_scalar_input(graph: Graph, nid: int) -> bool:
+    """A kernel input known to hold one element (a 0-d parameter, a full reduction)."""
+    return graph.node(nid).shape.is_scalar

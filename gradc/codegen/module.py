@@ -15,7 +15,7 @@ import keyword
 from pathlib import Path
 
 from gradc.codegen import mathlib, prelude, runtime_src
-from gradc.codegen.cpu import render_kernel
+from gradc.codegen.cpu import is_scalar_input, render_kernel
 from gradc.codegen.printer import IndentedBuffer
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import PRIMITIVES
@@ -151,7 +151,8 @@ class WrapperPrinter:
             else:
                 b.line(f"{var} = np.empty(_s, dtype={dt})")
             outs.append(f"{var}.reshape(-1)")
-        ins = [f"_g_flat({self.vars[i]}, _s)" for i in step.inputs]
+        ins = [f"_g_flat({self.vars[i]}, {'()' if is_scalar_input(g, i) else '_s'})"
+               for i in step.inputs]
         b.line(f"_g_launch({name}, {name}_serial, {', '.join(outs + ins + ['_T'])})")
 
     def _library(self, step: LibraryCall) -> None:

@@ -481,9 +481,9 @@ def _gk_scaled_tanh_vjp_4_serial(_o0, _i0, _T):
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_forward_0(_o0, _i0, _i1, _T):
+    a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
-        a1 = _i1[_i]
         v0 = _T(a0 > _T(0.0))
         v1 = (a1 * a0)
         v2 = (a0 if v0 else v1)
@@ -491,9 +491,9 @@ def _gk_leaky_relu_forward_0(_o0, _i0, _i1, _T):
 
 @numba.njit(cache=True, error_model="numpy")
 def _gk_leaky_relu_forward_0_serial(_o0, _i0, _i1, _T):
+    a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
-        a1 = _i1[_i]
         v0 = _T(a0 > _T(0.0))
         v1 = (a1 * a0)
         v2 = (a0 if v0 else v1)
@@ -504,9 +504,9 @@ def _gk_leaky_relu_forward_0_serial(_o0, _i0, _i1, _T):
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _T):
+    a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
-        a1 = _i1[_i]
         a2 = _i2[_i]
         v0 = _T(a0 > _T(0.0))
         v1 = (a2 if v0 else _T(0.0))
@@ -519,9 +519,9 @@ def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _T):
 
 @numba.njit(cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _T):
+    a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
-        a1 = _i1[_i]
         a2 = _i2[_i]
         v0 = _T(a0 > _T(0.0))
         v1 = (a2 if v0 else _T(0.0))
@@ -537,9 +537,9 @@ def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _T):
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _T):
+    a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
-        a1 = _i1[_i]
         a2 = _i2[_i]
         v0 = _T(a0 > _T(0.0))
         v1 = (a1 * a0)
@@ -555,9 +555,9 @@ def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _T):
 
 @numba.njit(cache=True, error_model="numpy")
 def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _T):
+    a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
-        a1 = _i1[_i]
         a2 = _i2[_i]
         v0 = _T(a0 > _T(0.0))
         v1 = (a1 * a0)
@@ -593,17 +593,17 @@ def _gu_gt_serial(_o0, _i0, _T):
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gu_mul_1(_o0, _i0, _i1, _T):
+    a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
-        a1 = _i1[_i]
         v0 = (a1 * a0)
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
 def _gu_mul_1_serial(_o0, _i0, _i1, _T):
+    a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
-        a1 = _i1[_i]
         v0 = (a1 * a0)
         _o0[_i] = v0
 
@@ -664,6 +664,25 @@ def _gu_where_1_serial(_o0, _i0, _i1, _T):
         a0 = _i0[_i]
         a1 = _i1[_i]
         v0 = (_T(0.0) if a0 else a1)
+        _o0[_i] = v0
+
+
+# leaky_relu.vjp: mul
+# from scaled_tanh.grad:13
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gu_mul_2(_o0, _i0, _i1, _T):
+    a0 = _i0[0]
+    for _i in numba.prange(_o0.size):
+        a1 = _i1[_i]
+        v0 = (a1 * a0)
+        _o0[_i] = v0
+
+@numba.njit(cache=True, error_model="numpy")
+def _gu_mul_2_serial(_o0, _i0, _i1, _T):
+    a0 = _i0[0]
+    for _i in numba.prange(_o0.size):
+        a1 = _i1[_i]
+        v0 = (a1 * a0)
         _o0[_i] = v0
 
 
@@ -844,7 +863,7 @@ class leaky_relu:
         _out = _g_out_tuple(_n, out, 1, (x, alpha))
         _s = x.shape
         _v5 = _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_leaky_relu_forward_0, _gk_leaky_relu_forward_0_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _T)
+        _g_launch(_gk_leaky_relu_forward_0, _gk_leaky_relu_forward_0_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _T)
         _r = _g_finish(_n, _out, (_v5,), (x.shape,), _RT, (x, alpha))
         return _r[0]
 
@@ -855,7 +874,7 @@ class leaky_relu:
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
         _v15 = _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _g_flat(dy, _s), _T)
+        _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _T)
         _r = _g_finish(_n, _out, (_v15,), (x.shape,), _RT, (x, alpha, dy))
         return _r
 
@@ -867,7 +886,7 @@ class leaky_relu:
         _s = x.shape
         _v5 = _g_buffer(_n, _out, 0, _s, _T)
         _v15 = _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _g_flat(dy, _s), _T)
+        _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _T)
         _r = _g_finish(_n, _out, (_v5, _v15), (x.shape, x.shape), _RT, (x, alpha, dy))
         return _r
 
@@ -882,7 +901,7 @@ class leaky_relu:
             _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _T)
             _s = x.shape
             _v4 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _T)
+            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _T)
             _s = x.shape
             _v5 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _T)
@@ -905,7 +924,7 @@ class leaky_relu:
             _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v11.reshape(-1), _g_flat(alpha, _s), _g_flat(_v10, _s), _T)
+            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _T)
             _s = x.shape
             _v13 = np.empty(_s, dtype=_T)
             _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _T)
@@ -928,7 +947,7 @@ class leaky_relu:
             _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _T)
             _s = x.shape
             _v4 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, _s), _T)
+            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _T)
             _s = x.shape
             _v5 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _T)
@@ -940,7 +959,7 @@ class leaky_relu:
             _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v11.reshape(-1), _g_flat(alpha, _s), _g_flat(_v10, _s), _T)
+            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _T)
             _s = x.shape
             _v13 = np.empty(_s, dtype=_T)
             _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _T)
