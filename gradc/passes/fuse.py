@@ -49,43 +49,70 @@ def _is_fusable(graph: Graph, nid: int) -> bool:
     return PRIMITIVES[node.op].kind == ELEMENTWISE and bool(node.args)
 
 
-def _quotient_is_dag(graph: Graph, group_of: dict[int, int]) -> bool:
-    q = nx.DiGraph()
-    for a, b in graph.dg.edges:
-        ga, gb = group_of.get(a, a), group_of.get(b, b)
-        if ga != gb:
-            q.add_edge(ga, gb)
-    return nx.is_directed_acyclic_graph(q)
+class _Groups:
+    """Fusion groups and the quotient graph over them, updated merge by merge."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.group_of: dict[int, int] = {}
+        self.q = graph.dg.copy()          # units: group ids and unfused node ids
+
+    def add(self, nid: int) -> None:
+        self.group_of[nid] = nid
+
+    def groups(self) -> list[int]:
+        return sorted(set(self.group_of.values()))
+
+    def try_merge(self, a: int, b: int) -> None:
+        """Merge group ``a`` into ``b`` unless a path between them leaves both
+        (which would make the plan cyclic)."""
+        if a == b or self._joined_outside(a, b) or self._joined_outside(b, a):
+            return
+        for n, g in self.group_of.items():
+            if g == a:
+                self.group_of[n] = b
+        for p in list(self.q.predecessors(a)):
+            if p != b:
+                self.q.add_edge(p, b)
+        for c in list(self.q.successors(a)):
+            if c != b:
+                self.q.add_edge(b, c)
+        self.q.remove_node(a)
+
+    def _joined_outside(self, src: int, dst: int) -> bool:
+        stack = [s for s in self.q.successors(src) if s != dst]
+        seen = set(stack)
+        while stack:
+            n = stack.pop()
+            if n == dst:
+                return True
+            for s in self.q.successors(n):
+                if s not in seen:
+                    seen.add(s)
+                    stack.append(s)
+        return False
 
 
 def group_elementwise(graph: Graph, fuse: bool = True) -> dict[int, int]:
-    """Map each fusable node to its group's id (the id of its first node)."""
-    group_of: dict[int, int] = {}
+    """Map each fusable node to its group's id (a node of the group)."""
+    groups = _Groups(graph)
     for nid in graph.topo_order():
         if not _is_fusable(graph, nid):
             continue
-        group_of[nid] = nid
+        groups.add(nid)
         if not fuse:
             continue
         shape = graph.node(nid).shape
-        cands = sorted({group_of[a] for a in graph.node(nid).args
-                        if a in group_of and graph.node(a).shape == shape})
-        for g in cands:
-            group_of = _try_merge(graph, group_of, g, group_of[nid])
+        for g in sorted({groups.group_of[a] for a in graph.node(nid).args
+                         if a in groups.group_of and graph.node(a).shape == shape}):
+            groups.try_merge(g, groups.group_of[nid])
     if fuse:                            # horizontal: independent loops over one shape
-        for gid in sorted(set(group_of.values())):
-            shape = graph.node(gid).shape
-            for other in sorted(set(group_of.values())):
-                if other < gid and graph.node(other).shape == shape and other in group_of.values() \
-                        and gid in group_of.values():
-                    group_of = _try_merge(graph, group_of, other, gid)
-    return group_of
-
-
-def _try_merge(graph: Graph, group_of: dict[int, int], a: int, b: int) -> dict[int, int]:
-    """Groups ``a`` and ``b`` as one (named ``b``), if that leaves the plan acyclic."""
-    trial = {n: (b if v in (a, b) else v) for n, v in group_of.items()}
-    return trial if _quotient_is_dag(graph, trial) else group_of
+        for gid in groups.groups():
+            for other in groups.groups():
+                if other < gid and gid in groups.q and other in groups.q and \
+                        graph.node(other).shape == graph.node(gid).shape:
+                    groups.try_merge(other, gid)
+    return groups.group_of
 
 
 def plan_kernels(graph: Graph, fuse: bool = True) -> KernelPlan:
