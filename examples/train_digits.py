@@ -317,14 +317,15 @@ def numpy_reference_grads(
     w2: np.ndarray,
     b2: np.ndarray,
     dtype: type = np.float64,
-) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Hand-written backprop of ``mean softmax-xent(mlp(x))``, in ``dtype``.
 
     ``x: [b, i]``, ``onehot: [b, o]``, ``w1: [i, h]``, ``b1: [h]``,
     ``w2: [h, o]``, ``b2: [o]``; inputs are cast to ``dtype`` (float64 by
     default, so float32 inputs get an exact-as-possible reference).
     The hidden layer's gradient follows scaled_tanh's custom rule,
-    ``dz = dh * (1 - h^2) * 0.5``. Returns ``(loss, dw1, db1, dw2, db2)``.
+    ``dz = dh * (1 - h^2) * 0.5``. Returns ``(loss, dx, dw1, db1, dw2, db2)``:
+    the gradients of all five parameters of ``mlp``, in its parameter order.
     """
     x, onehot, w1, b1, w2, b2 = (np.asarray(a, dtype=dtype) for a in (x, onehot, w1, b1, w2, b2))
     bsz = x.shape[0]
@@ -344,7 +345,8 @@ def numpy_reference_grads(
     dz = dh * (1.0 - h**2) * 0.5  # scaled_tanh's custom gradient
     dw1 = x.T @ dz
     db1 = dz.sum(axis=0)
-    return loss, dw1, db1, dw2, db2
+    dx = dz @ w1.T
+    return loss, dx, dw1, db1, dw2, db2
 
 
 # --------------------------------------------------------------------------
