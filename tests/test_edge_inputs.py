@@ -86,3 +86,10 @@ def test_very_long_expressions_are_an_error_not_a_crash(tmp_path, capsys):
     src.write_text("op f(x) -> y {\n    y = x" + " + sin(x)" * 800 + "\n}\n")
     assert main(["compile", str(src)]) == 1
     assert "nested too deeply" in capsys.readouterr().err
+
+
+def test_numpy_errors_name_the_op(import_module_text):
+    m = import_module_text(gradc.compile_source("op f(x) -> y { y = sum(x, axis=1) }",
+                                                file="ax.grad"), "gradc_test_axis")
+    with pytest.raises(ValueError, match=r"^f\.forward: axis 1 is out of bounds"):
+        m.f(np.ones(3))

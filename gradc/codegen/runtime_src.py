@@ -210,14 +210,23 @@ class _GradcOp:
             raise NotImplementedError(f"{self.__name__}.{method}: {self._note or 'not available'}")
         return fn
 
+    def _run(self, method, args, kwargs):
+        fn = self._get(method)
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as exc:      # NumPy's own (AxisError...) get the op's name
+            if str(exc).startswith(f"{self.__name__}."):
+                raise
+            raise ValueError(f"{self.__name__}.{method}: {exc}") from exc
+
     def __call__(self, *args, **kwargs):
-        return self._get("forward")(*args, **kwargs)
+        return self._run("forward", args, kwargs)
 
     def vjp(self, *args, **kwargs):
-        return self._get("vjp")(*args, **kwargs)
+        return self._run("vjp", args, kwargs)
 
     def fwd_bwd(self, *args, **kwargs):
-        return self._get("fwd_bwd")(*args, **kwargs)
+        return self._run("fwd_bwd", args, kwargs)
 
     def jvp(self, *args, **kwargs):
         raise NotImplementedError(f"{self.__name__}.jvp: forward mode is not implemented "
