@@ -56,6 +56,9 @@ class _Groups:
         self.graph = graph
         self.group_of: dict[int, int] = {}
         self.q = graph.dg.copy()          # units: group ids and unfused node ids
+        order = graph.topo_order()
+        self.pos = {n: k for k, n in enumerate(order)}   # a unit's first member's position
+        self.horizon = len(order)         # units starting later cannot lead back
 
     def add(self, nid: int) -> None:
         self.group_of[nid] = nid
@@ -78,6 +81,7 @@ class _Groups:
             if c != b:
                 self.q.add_edge(b, c)
         self.q.remove_node(a)
+        self.pos[b] = min(self.pos[a], self.pos[b])
 
     def _joined_outside(self, src: int, dst: int) -> bool:
         stack = [s for s in self.q.successors(src) if s != dst]
@@ -87,7 +91,7 @@ class _Groups:
             if n == dst:
                 return True
             for s in self.q.successors(n):
-                if s not in seen:
+                if s not in seen and self.pos[s] <= self.horizon:
                     seen.add(s)
                     stack.append(s)
         return False
@@ -102,10 +106,14 @@ def group_elementwise(graph: Graph, fuse: bool = True) -> dict[int, int]:
         groups.add(nid)
         if not fuse:
             continue
+        # Nodes after nid in topological order are still single units whose
+        # successors come later too: no path through them returns to nid.
+        groups.horizon = groups.pos[nid]
         shape = graph.node(nid).shape
         for g in sorted({groups.group_of[a] for a in graph.node(nid).args
                          if a in groups.group_of and graph.node(a).shape == shape}):
             groups.try_merge(g, groups.group_of[nid])
+    groups.horizon = len(groups.pos)
     if fuse:                            # horizontal: independent loops over one shape
         for gid in groups.groups():
             for other in groups.groups():
