@@ -160,9 +160,20 @@ class WrapperPrinter:
         prim = PRIMITIVES[node.op]
         fields = {p: self._value(a) for p, a in zip(prim.params, node.args)}
         text = prim.lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **fields)
+        if not self.graph.users(step.node) and step.node not in self.graph.outputs:
+            text = self._shape_only(node, list(fields.values()))
         var = f"_v{step.node}"
         self.vars[step.node] = var
         self.buf.line(f"{var} = {text}")
+
+    def _shape_only(self, node, args: list[str]) -> str:
+        """A value kept only as a run-time shape source: a view of one zero, no work."""
+        kind = "reduce" if PRIMITIVES[node.op].kind == "reduction" else node.op
+        shapes = ", ".join(f"np.shape({a})" for a in args)
+        extra = (f", axis={node.attr('axis')!r}, keepdims={node.attr('keepdims')!r}"
+                 if kind == "reduce" else "")
+        return (f"np.broadcast_to(np.zeros((), _T), _g_result_shape({kind!r}, {shapes}{extra}))"
+                f"  # only its shape is used")
 
     def _value(self, nid: int) -> str:
         node = self.graph.node(nid)
@@ -244,7 +255,7 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
 _HELPERS = (prelude._g_sum_to, prelude._g_broadcast_in, prelude._g_logsumexp, prelude._g_norm,
             runtime_src._g_inputs, runtime_src._g_int_input, runtime_src._g_bind_dims, runtime_src._g_bshape,
             runtime_src._g_upstream, runtime_src._g_out_tuple, runtime_src._g_buffer,
-            runtime_src._g_flat, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcOp,
+            runtime_src._g_flat, runtime_src._g_result_shape, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcOp,
             mathlib._g_tanh, mathlib._g_tanh_f32)
 _CONSTANTS = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"
               "_G_PARALLEL_MIN = int(os.environ.get('GRADC_PARALLEL_MIN', 1 << 17))\n"

@@ -228,6 +228,24 @@ def _g_flat(a, shape):
     return np.ascontiguousarray(np.broadcast_to(a, shape)).reshape(-1)
 
 
+def _g_result_shape(kind, a, b=None, axis=None, keepdims=False):
+    """The shape of a library op's result, for a value needed only for its shape
+    (a reduction whose output's cotangent is checked, say): no data is touched."""
+    if kind == "matmul":          # operands of rank 1 or 2
+        return tuple(a[:-1]) + (tuple(b[1:]) if len(b) == 2 else ())
+    if kind == "transpose":
+        return tuple(a)[::-1]
+    if kind == "reduce":
+        nd = len(a)
+        if axis is not None and not all(-nd <= ax < nd for ax in axis):
+            raise ValueError(f"axis {axis} is out of bounds for an array of dimension {nd}")
+        axes = range(nd) if axis is None else [ax % nd for ax in axis]
+        if keepdims:
+            return tuple(1 if i in axes else d for i, d in enumerate(a))
+        return tuple(d for i, d in enumerate(a) if i not in axes)
+    return tuple(b)               # sum_to, broadcast_in: the shape of ``like``
+
+
 def _g_launch(parallel, serial, *args):
     """Run a kernel over ``args[0].size`` elements: threaded from _G_PARALLEL_MIN."""
     return (parallel if args[0].size >= _G_PARALLEL_MIN else serial)(*args)
