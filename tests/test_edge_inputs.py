@@ -93,3 +93,14 @@ def test_numpy_errors_name_the_op(import_module_text):
                                                 file="ax.grad"), "gradc_test_axis")
     with pytest.raises(ValueError, match=r"^f\.forward: axis 1 is out of bounds"):
         m.f(np.ones(3))
+
+
+def test_vjp_of_a_reduction_does_not_compute_it(import_module_text):
+    text = gradc.compile_source("op f(x) -> r { r = sum(x, axis=1) }", file="r.grad")
+    vjp = text[text.index("    def vjp("):text.index("    def fwd_bwd(")]
+    assert "np.sum" not in vjp and "only its shape is used" in vjp
+    m = import_module_text(text, "gradc_test_shape_only")
+    np.testing.assert_array_equal(m.f.vjp(np.ones((2, 3)), np.array([1.0, 2.0]))[0],
+                                  [[1, 1, 1], [2, 2, 2]])
+    with pytest.raises(ValueError, match=r"upstream 'dr' must have the output's shape \(2,\)"):
+        m.f.vjp(np.ones((2, 3)), np.ones(3))
