@@ -2,9 +2,10 @@
 
 Each op whose parameters all accept a flat vector (generic, or annotated
 with a single dim) is run at ``n`` elements in the float dtype of its
-annotation (float32 when generic): the fused ``fwd_bwd`` writing into
-preallocated ``out=`` buffers, the unfused one (one kernel per primitive),
-and NumPy evaluating the same graph op by op (the IR interpreter).  The
+annotation (float32 when generic): the fused ``fwd_bwd`` and the unfused one
+(one kernel per primitive, every intermediate stored), both writing into
+preallocated ``out=`` buffers, and NumPy evaluating the same graph op by op
+(the IR interpreter, which allocates every result).  The
 variants are interleaved within each repeat, so machine noise hits all
 alike; medians are reported, with GB/s counting each input read once and
 each result written once.
@@ -51,7 +52,7 @@ def bench_op(module, cop, n: int, repeat: int, rng) -> dict | None:
     defaults = [np.asarray(p.default) for p in cop.params if p.has_default]
     variants = {
         "fused": lambda: op.fwd_bwd(*xs, *ups, out=outs),
-        "unfused": lambda: op.unfused.fwd_bwd(*xs, *ups),
+        "unfused": lambda: op.unfused.fwd_bwd(*xs, *ups, out=outs),
         "numpy": lambda: interpret(graph, xs + defaults + ups, dtype=xs[0].dtype),
     }
     for fn in variants.values():        # warm-up (and JIT compilation)
@@ -80,7 +81,8 @@ def bench_file(path: str | Path, n: int = 10**7, repeat: int = 11) -> str:
         (rows.append(r) if r else skipped.append(name))
     head = (f"{'op':<18} {'fused ms':>9} {'unfused ms':>11} {'numpy ms':>9} "
             f"{'unfused/fused':>14} {'numpy/fused':>12} {'fused GB/s':>11}")
-    lines = [f"fwd_bwd at n = {n:,} elements, median of {repeat} interleaved runs", head]
+    lines = [f"fwd_bwd at n = {n:,} elements, median of {repeat} interleaved runs; fused and "
+             "unfused write into preallocated out= buffers, numpy (op by op) allocates", head]
     for r in rows:
         lines.append(f"{r['op']:<18} {r['fused']:>9.2f} {r['unfused']:>11.2f} {r['numpy']:>9.2f} "
                      f"{r['unfused'] / r['fused']:>13.2f}x {r['numpy'] / r['fused']:>11.2f}x "
