@@ -20,7 +20,7 @@ from gradc.codegen.printer import IndentedBuffer
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import PRIMITIVES
 from gradc.ir.shapes import Shape
-from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall
+from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, value_used
 from gradc.pipeline import METHODS, CompiledOp, Method
 
 _RESERVED = {"np", "numba", "out", "math"}
@@ -160,7 +160,7 @@ class WrapperPrinter:
         prim = PRIMITIVES[node.op]
         fields = {p: self._value(a) for p, a in zip(prim.params, node.args)}
         text = prim.lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **fields)
-        if not self.graph.users(step.node) and step.node not in self.graph.outputs:
+        if not value_used(self.graph, step.node):
             text = self._shape_only(node, list(fields.values()))
         var = f"_v{step.node}"
         self.vars[step.node] = var

@@ -58,7 +58,8 @@ class Printer:
         template = getattr(prim, self.backend, None) or prim.cpu
         if template is None:
             raise CodegenError(f"'{node.op}' has no {self.backend} template", node.span)
-        fields = {p: self.name(a) for p, a in zip(prim.params, node.args)}
+        fields = {p: ("None" if i in prim.shape_only else self.name(a))
+                  for i, (p, a) in enumerate(zip(prim.params, node.args))}
         return template.format(dt=DTYPE_CTOR[node.dtype], **fields)
 
     def _print_const(self, node: Node) -> str:

@@ -59,6 +59,7 @@ class Primitive:
     dtype: str = "float"           # "float" | "same" (of the operands) | "bool"
     domain: str = REAL
     differentiable: bool = True    # False: no gradient flows (nothing to test)
+    shape_only: tuple[int, ...] = ()   # operands whose values are never read, only shapes
 
     @property
     def masks_zero_cotangent(self) -> bool:
@@ -167,7 +168,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
         "({hi} if ({lo} if {x} < {lo} else {x}) > {hi} else ({lo} if {x} < {lo} else {x}))",
         float_only=False, dtype="same"),
     _ew("full_like", "x v", lambda x, v: np.full_like(x, v, dtype=np.result_type(v)),
-        (None, "g"), "{dt}({v})", float_only=False, dtype="same"),
+        (None, "g"), "{dt}({v})", float_only=False, dtype="same", shape_only=(0,)),
     _unary("cast", lambda x: x, "g", "{dt}({x})", float_only=False),
     # identity: marks a custom-gradient call's result; removed by simplification.
     _unary("identity", lambda x: x, "g", "{x}", float_only=False, dtype="same"),
@@ -244,18 +245,18 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # sum_to(g, like): g summed (or broadcast) to like's shape; its own adjoint.
     Primitive("sum_to", ("x", "like"), LIBRARY, lambda x, like: P._g_sum_to(x, np.shape(like)),
               ("sum_to(g, x)", None), lib="_g_sum_to({x}, {like}.shape)",
-              float_only=False, dtype="same"),
+              float_only=False, dtype="same", shape_only=(1,)),
     # broadcast_in(v, like): a reduction's result broadcast back (see prelude).
     Primitive("broadcast_in", ("x", "like"), LIBRARY,
               lambda x, like, axis=None, keepdims=False:
               P._g_broadcast_in(x, np.shape(like), axis, keepdims),
               (COMPOSITE, None), lib="_g_broadcast_in({x}, {like}.shape, {axis}, {keepdims})",
-              float_only=False, dtype="same"),
+              float_only=False, dtype="same", shape_only=(1,)),
     # size_ratio(a, b) = a.size / b.size, a 0-d float: the 1/n of mean's rule.
     Primitive("size_ratio", ("x", "y"), LIBRARY,
               lambda x, y: np.asarray(np.size(x) / max(np.size(y), 1)),
               (None, None), lib="_T({x}.size / max({y}.size, 1))", float_only=False,
-              differentiable=False),
+              differentiable=False, shape_only=(0, 1)),
 ]})
 
 # DSL spelling -> primitive, where they differ.

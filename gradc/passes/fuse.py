@@ -136,8 +136,9 @@ def plan_kernels(graph: Graph, fuse: bool = True) -> KernelPlan:
     steps: dict[int, Step] = {}
     for gid, nodes in members.items():
         inside = set(nodes)
-        ins = sorted({a for n in nodes for a in graph.node(n).args
-                      if a not in inside and graph.node(a).op != "const"})
+        ins = sorted({a for n in nodes for i, a in enumerate(graph.node(n).args)
+                      if a not in inside and graph.node(a).op != "const"
+                      and i not in PRIMITIVES[graph.node(n).op].shape_only})
         outs = [n for n in nodes if n in outputs or any(u not in inside for u in graph.users(n))]
         steps[gid] = Kernel(tuple(nodes), tuple(ins), tuple(outs), graph.node(nodes[0]).shape)
     for nid in order:
@@ -145,6 +146,13 @@ def plan_kernels(graph: Graph, fuse: bool = True) -> KernelPlan:
         if nid not in group_of and node.args:
             steps[nid] = LibraryCall(nid)
     return KernelPlan(graph, tuple(_order_steps(graph, steps, group_of)))
+
+
+def value_used(graph: Graph, nid: int) -> bool:
+    """Whether some user reads ``nid``'s values, not only its shape."""
+    return nid in graph.outputs or any(
+        i not in PRIMITIVES[graph.node(u).op].shape_only
+        for u in graph.users(nid) for i, a in enumerate(graph.node(u).args) if a == nid)
 
 
 def _order_steps(graph: Graph, steps: dict[int, Step], group_of: dict[int, int]) -> list[Step]:

@@ -114,3 +114,11 @@ def test_plan_order_respects_dependencies(fuse):
                 assert all(a in ready or a in inside for a in node.args)
                 assert node.shape.dyn <= ready | inside
             ready |= inside
+
+
+def test_shape_only_operands_are_not_kernel_inputs():
+    src = "op f(x) -> y { y = 2 * x } grad(dy) -> dx { dx = ones_like(dy) }"
+    plan = _op(src, "f").methods["fwd_bwd"].fused
+    (kernel,) = plan.steps
+    names = {plan.graph.node(i).attr("name") for i in kernel.inputs}
+    assert names == {"x"}          # dy gives only its shape to ones_like
