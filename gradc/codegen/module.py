@@ -256,7 +256,7 @@ _HELPERS = (prelude._g_sum_to, prelude._g_broadcast_in, prelude._g_logsumexp, pr
             runtime_src._g_inputs, runtime_src._g_int_input, runtime_src._g_bind_dims, runtime_src._g_bshape,
             runtime_src._g_upstream, runtime_src._g_out_tuple, runtime_src._g_buffer,
             runtime_src._g_flat, runtime_src._g_result_shape, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcOp,
-            mathlib._g_tanh, mathlib._g_tanh_f32)
+            mathlib._g_tanh, mathlib._g_exp_f32, mathlib._g_tanh_f32)
 _CONSTANTS = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"
               "_G_PARALLEL_MIN = int(os.environ.get('GRADC_PARALLEL_MIN', 1 << 17))\n"
               "_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"

@@ -332,7 +332,21 @@ def _g_tanh(x):
     return np.tanh(x)
 
 
+def _g_exp_f32(x):
+    n = np.rint(x * np.float32(1.44269504088896341))
+    r = x - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    e = (p * r) * r + r + np.float32(1.0)
+    return e * _g_f32_bits((np.int32(n) + np.int32(127)) << np.int32(23))
+
+
 def _g_tanh_f32(x):
+    ax = abs(x)
     c = np.float32(7.90531110763549805)
     xc = c if x > c else (-c if x < -c else x)
     x2 = xc * xc
@@ -345,10 +359,23 @@ def _g_tanh_f32(x):
     q = x2 * np.float32(1.19825839466702e-06) + np.float32(1.18534705686654e-04)
     q = x2 * q + np.float32(2.26843463243900e-03)
     q = x2 * q + np.float32(4.89352518554385e-03)
-    r = (xc * p) / q
-    ax = abs(x)
-    r = x if ax < np.float32(4e-4) else r
-    return (np.float32(1.0) if x > 0 else np.float32(-1.0)) if ax >= np.float32(9.0) else r
+    small = x if ax < np.float32(4e-4) else (xc * p) / q
+    e = _g_exp_f32(np.float32(2.0) * (ax if ax < np.float32(10.0) else np.float32(10.0)))
+    big = np.float32(1.0) - np.float32(2.0) / (e + np.float32(1.0))
+    big = big if x >= 0 else -big
+    r = small if ax < np.float32(0.625) else big
+    return x if x != x else r            # NaN in, NaN out
+
+
+@numba.extending.intrinsic
+def _g_f32_bits(typingctx, i):
+    """The float32 whose bits are the int32 ``i`` (an LLVM bit cast)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(numba.types.float32))
+    return numba.types.float32(numba.types.int32), codegen
+
+
+_g_exp_f32 = numba.njit(inline="always")(_g_exp_f32)
 
 
 @numba.extending.overload(_g_tanh, inline="always")
