@@ -62,7 +62,7 @@ def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
     derivative (used to audit custom gradients).
     """
     compiled = CompiledOp(op, param_infos(op, consts), upstream_names(op))
-    primal = lower_op(op, ops, consts, custom=custom)
+    primal = passes.stabilize(lower_op(op, ops, consts, custom=custom))
     compiled.primal = primal
     compiled.methods["forward"] = _method("forward", primal.copy(), check)
     joint = _differentiate(primal, compiled)

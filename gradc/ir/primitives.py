@@ -228,7 +228,13 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
          float_only=False, dtype="same"),
     _red("min", np.min, _bc(_TIE), "np.min({x}, axis={axis}, keepdims={keepdims})",
          float_only=False, dtype="same"),
-    _red("logsumexp", P._g_logsumexp, _bc("bc(g) * exp(x - bc(where(out == -inf, 0, out)))"),
+    # d lse / dx = softmax(x) = p / sum(p), p = exp(x - lse). Dividing by sum(p)
+    # (1 up to rounding) removes the rounding of ``out`` itself: in float32,
+    # exp(1000 - fl(1000 + ln 2)) is 0.499985, p / sum(p) is 0.5. All -inf
+    # slices have p = 0 and get gradient 0 (sum(p) is replaced by 1 there).
+    _red("logsumexp", P._g_logsumexp, _bc(
+        "bc(g) * exp(x - bc(where(out == -inf, 0, out))) / bc(where(out == -inf, 1, "
+        "sum(exp(x - bc(where(out == -inf, 0, out))), axis=axis, keepdims=keepdims)))"),
          "_g_logsumexp({x}, {axis}, {keepdims})"),
     # d|x|/dx = x/|x|; dividing by inf where the norm is 0 gives gradient 0 there.
     # Sampled away from 0: the norm's curvature grows like 1/|x| there, which

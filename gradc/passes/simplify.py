@@ -8,6 +8,7 @@ by then.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -86,7 +87,101 @@ def _negations(graph: Graph, node: Node) -> int | None:
     return None
 
 
-RULES = (_fold, _identities, _negations)
+def _stable_forms(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset()
+                  ) -> int | None:
+    """Naive spellings of functions that have a stable primitive, rewritten to it.
+
+    ============================  =====================  ===========================
+    written                        becomes                 why
+    ============================  =====================  ===========================
+    ``log1p(exp(x))``              ``softplus(x)``         exp overflows (float32: x > 88)
+    ``log(1 + exp(x))``            ``softplus(x)``         same
+    ``1 / (1 + exp(-x))``          ``sigmoid(x)``          same, for x < -88
+    ``log(sigmoid(x))``            ``-softplus(-x)``       log(0) for x < -104 (float32)
+    ``log(exp(x))``                ``x``                   exp overflows
+    ``log(sum(exp(x), ...))``      ``logsumexp(x, ...)``   exp overflows; max-shifted
+    ``sqrt(sum(x^2 | x*x, ...))``  ``norm(x, ...)``        x^2 overflows; gradient at 0
+    ``log(1 + x)``                 ``log1p(x)``            cancellation for tiny x
+    ``exp(x) - 1``                 ``expm1(x)``            cancellation for tiny x
+    ============================  =====================  ===========================
+
+    The rewrites run on the primal graph *before* differentiation, so the
+    derivative is the stable primitive's (``softplus' = sigmoid``), and again
+    after it.  ``avoid``: nodes not to look through (the inside of a custom
+    gradient region, whose rule is written against the original nodes).
+    Sources: the same rewrites as TensorFlow's and XLA's algebraic simplifier
+    for ``log1p(exp)``/``log(sum(exp))``; Higham, *Accuracy and Stability of
+    Numerical Algorithms*, §1.14 for ``log1p``/``expm1``.
+    """
+    op = node.op
+
+    def inner(nid: int, *ops: str) -> Node | None:
+        n = graph.node(nid)
+        return n if n.op in ops and nid not in avoid and _same_shape(graph, nid, node) else None
+
+    def inner_red(nid: int, *ops: str) -> Node | None:      # reductions change shape
+        n = graph.node(nid)
+        return n if n.op in ops and nid not in avoid else None
+
+    def plus_one(nid: int) -> int | None:          # the other operand of ``1 + a``/``a + 1``
+        n = inner(nid, "add")
+        if n is None:
+            return None
+        for i in (0, 1):
+            if _const(graph, n.args[i]) == 1 and _same_shape(graph, n.args[1 - i], node):
+                return n.args[1 - i]
+        return None
+
+    b = Builder(graph, node.span)
+    x0 = node.args[0] if node.args else None
+    if op == "log1p" and (e := inner(x0, "exp")):
+        return b.apply("softplus", e.args)
+    if op == "log":
+        if (a := plus_one(x0)) is not None:
+            if e := inner(a, "exp"):
+                return b.apply("softplus", e.args)
+            return b.apply("log1p", (a,))
+        if (e := inner(x0, "exp")) and _same_shape(graph, e.args[0], node):
+            return e.args[0]
+        if s := inner(x0, "sigmoid"):
+            return b.apply("neg", (b.apply("softplus", (b.apply("neg", s.args),)),))
+        if (r := inner_red(x0, "sum")) and (e := inner_red(r.args[0], "exp")):
+            return b.apply("logsumexp", e.args, dict(r.attrs))
+    if op == "div" and _const(graph, x0) == 1 and (a := plus_one(node.args[1])) is not None:
+        if (e := inner(a, "exp")) and (n := inner(e.args[0], "neg")):
+            return b.apply("sigmoid", n.args)
+    if op == "sub" and _const(graph, node.args[1]) == 1 and (e := inner(x0, "exp")):
+        return b.apply("expm1", e.args)
+    if op == "sqrt" and (r := inner_red(x0, "sum")):
+        sq = graph.node(r.args[0])
+        if r.args[0] not in avoid and (
+                sq.op == "square" or sq.op == "mul" and sq.args[0] == sq.args[1] or
+                sq.op == "pow" and _const(graph, sq.args[1]) == 2):
+            return b.apply("norm", sq.args[:1], dict(r.attrs))
+    return None
+
+
+RULES = (_fold, _identities, _negations, _stable_forms)
+
+
+def stabilize(graph: Graph) -> Graph:
+    """Rewrite naive spellings to stable primitives (:func:`_stable_forms`) before
+    differentiation; nodes of custom-gradient regions are left as written."""
+    avoid = frozenset().union(*(r.nodes for r in graph.regions))
+    out = graph.copy()
+    moved: dict[int, int] = {}
+    for nid in out.topo_order():
+        if nid in avoid or out.node(nid).op in ("param", "const"):
+            continue
+        new = _stable_forms(out, out.node(nid), avoid=avoid)
+        if new is not None and new != nid:
+            out.replace_uses(nid, new)
+            moved[nid] = new
+    if moved:       # a rewritten node may be passed into a custom region
+        out.regions = [replace(r, inputs=tuple(moved.get(i, i) for i in r.inputs),
+                               names={k: moved.get(v, v) for k, v in r.names.items()})
+                       for r in out.regions]
+    return out      # no DCE: a custom region's residuals may have no user yet
 
 
 def simplify(graph: Graph) -> Graph:

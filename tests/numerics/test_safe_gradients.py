@@ -1,0 +1,135 @@
+"""Issue 3 §1: derivatives that are numerically safe where the forward is finite.
+
+Each case is compiled as a ``.grad`` op and run through every path a user can take
+(derived ``vjp``, fused ``fwd_bwd``, ``.unfused.vjp``, ``.unfused.fwd_bwd``) in
+float32 and float64; all must give the value shown (which is the mathematical
+limit, or the convention documented in ``docs/numerics.md``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradc
+
+SOURCE = """
+op where_sqrt_else(x) -> y { y = where(x < 1, x, sqrt(x)) }
+op where_sqrt_then(x) -> y { y = where(x > 0, sqrt(x), 0) }
+op where_recip(x) -> y { y = where(x > 0, 1 / x, 1) }
+op norm_sq(x) -> y { y = norm(x)^2 }
+op norm_plain(x) -> y { y = norm(x) }
+op power(a, b) -> y { y = a^b }
+op naive_softplus(x) -> y { y = log1p(exp(x)) }
+op tanh_op(x) -> y { y = tanh(x) }
+op lse(x) -> y { y = logsumexp(x) }
+op bcast(a, b) -> y { y = sum(a * b) }
+op cube(x) -> y { y = x^3 }
+op sign_ste(x) -> y {
+    y = sign(x)
+} grad(dy) -> dx surrogate {
+    dx = dy * (abs(x) <= 1)
+}
+"""
+
+DTYPES = (np.float32, np.float64)
+
+
+@pytest.fixture(scope="module")
+def m(import_module_text):
+    return import_module_text(gradc.compile_source(SOURCE, file="safe.grad"), "gradc_test_safe")
+
+
+def all_paths(op, inputs, upstreams, n_out=1):
+    """(name, outputs, gradients) of every way to get an op's value and VJP."""
+    for name, impl in (("fused", op), ("unfused", op.unfused)):
+        grads = impl.vjp(*inputs, *upstreams)
+        yield name + ".vjp", impl(*inputs), grads
+        both = impl.fwd_bwd(*inputs, *upstreams)
+        yield name + ".fwd_bwd", both[0] if n_out == 1 else both[:n_out], both[n_out:]
+
+
+def check(op, inputs, value, grads, dtype, rtol=None):
+    rtol = rtol or (2e-6 if dtype == np.float32 else 1e-12)
+    inputs = [np.asarray(a, dtype) for a in inputs]
+    out_shape = np.broadcast_shapes(*(np.shape(v) for v in [value]))
+    dy = np.ones(out_shape, dtype)
+    for path, out, got in all_paths(op, inputs, [dy]):
+        assert np.asarray(out).dtype == dtype, path
+        np.testing.assert_allclose(out, value, rtol=rtol, err_msg=f"{path} value")
+        for g, want, a in zip(got, grads, inputs):
+            assert g.dtype == dtype and g.shape == a.shape, (path, g.dtype, g.shape)
+            np.testing.assert_allclose(g, want, rtol=rtol, atol=0, err_msg=f"{path} gradient")
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_where_does_not_leak_the_unselected_branch(m, dtype):
+    check(m.where_sqrt_else, [0.0], 0.0, [1.0], dtype)
+    check(m.where_sqrt_then, [[-1, 0, 1, 4]], [0, 0, 1, 2], [[0, 0, 0.5, 0.25]], dtype)
+    check(m.where_recip, [0.0], 1.0, [0.0], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_at_zero(m, dtype):
+    check(m.norm_sq, [[0, 0]], 0.0, [[0, 0]], dtype)
+    check(m.norm_plain, [[0, 0]], 0.0, [[0, 0]], dtype)
+    check(m.norm_plain, [[3, 4]], 5.0, [[0.6, 0.8]], dtype)
+    check(m.norm_sq, [[3, 4]], 25.0, [[6, 8]], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_power_at_zero_base(m, dtype):
+    check(m.power, [0.0, 1.0], 0.0, [1.0, 0.0], dtype)
+    check(m.power, [2.0, 1.0], 2.0, [1.0, 2 * np.log(2)], dtype)
+    check(m.power, [0.0, 2.0], 0.0, [0.0, 0.0], dtype)
+    check(m.power, [0.0, 0.0], 1.0, [0.0, 0.0], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_naive_softplus_is_rewritten_stably(m, dtype):
+    check(m.naive_softplus, [100.0], 100.0, [1.0], dtype)
+    check(m.naive_softplus, [-20.0], np.log1p(np.exp(-20.0)), [np.exp(-20.0) / (1 + np.exp(-20.0))],
+          dtype, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype, x", [(np.float32, 50.0), (np.float64, 400.0)])
+def test_tanh_saturates_with_zero_gradient(m, dtype, x):
+    for sgn in (1, -1):
+        inputs = [np.asarray([sgn * x], dtype)]
+        for path, out, (g,) in all_paths(m.tanh_op, inputs, [np.ones(1, dtype)]):
+            assert out[0] == sgn, path
+            assert np.isfinite(g).all() and 0 <= g[0] < 1e-40, (path, g)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_logsumexp_edges(m, dtype):
+    check(m.lse, [[-np.inf, -np.inf]], -np.inf, [[0, 0]], dtype)
+    check(m.lse, [[1000, 1000]], 1000 + np.log(2), [[0.5, 0.5]], dtype)
+    check(m.lse, [[-np.inf, 1]], 1.0, [[0, 1]], dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_broadcast_gradients_keep_operand_shapes(m, dtype):
+    a = np.array([[1.0], [2.0]])
+    b = np.array([[3.0, 4.0, 5.0]])
+    check(m.bcast, [a, b], (a * b).sum(), [np.broadcast_to(b.sum(), (2, 1)),
+                                             np.broadcast_to(a.sum(), (1, 3))], dtype)
+
+
+def test_float32_stays_float32(m):
+    x = np.linspace(-2, 2, 7, dtype=np.float32)
+    check(m.cube, [x], x.astype(np.float64) ** 3, [3 * x.astype(np.float64) ** 2], np.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_nan_propagates_through_every_path(m, dtype):
+    x = np.array([np.nan, 1.0, np.inf, -np.inf], dtype)
+    for op in (m.tanh_op, m.cube, m.naive_softplus):
+        for path, out, (g,) in all_paths(op, [x], [np.ones(4, dtype)]):
+            assert np.isnan(out[0]) and np.isnan(g[0]), (op, path, out, g)
+
+
+def test_straight_through_forward_is_exact_at_large_inputs(m):
+    x = np.array([1e8, -1e8, 0.5, 0.0], np.float32)
+    for path, out, (g,) in all_paths(m.sign_ste, [x], [np.ones(4, np.float32)]):
+        np.testing.assert_array_equal(out, [1, -1, 1, 0])
+        np.testing.assert_array_equal(g, [0, 0, 1, 1])
