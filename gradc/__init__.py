@@ -9,13 +9,14 @@ Public API (SPEC §2):
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 __version__ = "0.1.0"
 
-from gradc.errors import GradcError, GradcErrors  # noqa: E402
+from gradc.errors import GradcError, GradcErrors, GradcWarning  # noqa: E402
 
-__all__ = ["compile_source", "compile_file", "load", "GradcError", "GradcErrors",
+__all__ = ["compile_source", "compile_file", "load", "GradcError", "GradcErrors", "GradcWarning",
            "__version__"]
 
 
@@ -44,8 +45,19 @@ def compile_source(text: str, *, file: str = "<string>", target: str = "cpu",
     except RecursionError:
         raise GradcError("an expression is nested too deeply to compile: split it into "
                          "several statements", None, "E902") from None
+    _warn(compiled)
     sha = source_sha256(_full_source(program, text))
     return render_module(Path(file).name, sha, __version__, compiled, fast_math=fast_math)
+
+
+def _warn(compiled) -> None:
+    """Issue each op's compiler warnings once (:class:`GradcWarning`)."""
+    seen = set()
+    for cop in compiled.values():
+        for w in getattr(cop, "diagnostics", ()):
+            if w.severity == "warning" and w.key() not in seen:
+                seen.add(w.key())
+                warnings.warn(w, stacklevel=3)
 
 
 def _full_source(program, text: str) -> str:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 import traceback
+import warnings
 from pathlib import Path
 
-from gradc.errors import GradcError
+from gradc.errors import GradcError, GradcWarning
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -98,10 +99,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Compiler warnings print like errors (file:line:col, caret); others as Python's."""
+    text = message.render() if isinstance(message, GradcWarning) else \
+        warnings.formatwarning(message, category, filename, lineno, line).rstrip()
+    print(text, file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _show_warning
+            warnings.simplefilter("always", GradcWarning)
+            return args.fn(args)
     except GradcError as exc:
         print(exc.render(), file=sys.stderr)
         return 1

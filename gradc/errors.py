@@ -41,11 +41,79 @@ def remember_source(file: str, text: str) -> None:
 
 
 def source_line(file: str, line: int) -> str | None:
+    """Line ``line`` of ``file`` as the lexer counts lines (ended by ``\n`` only, not
+    by ``\r`` or U+2028), each character that is not printable shown as U+FFFD so
+    that nothing reaches a terminal raw and the caret stays aligned."""
     text = _SOURCES.get(file)
     if text is None:
         return None
-    lines = text.splitlines()
-    return lines[line - 1] if 0 < line <= len(lines) else None
+    lines = text.split("\n")
+    if not 0 < line <= len(lines):
+        return None
+    return "".join(c if c.isprintable() or c == "\t" else "\ufffd"
+                   for c in lines[line - 1].removesuffix("\r"))
+
+
+_SHOWN = 120     # characters of a long source line shown around the caret
+
+
+def _printable(text: str) -> str:
+    """User text in a message (a file name, an import path) with characters that are
+    not printable escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def render_diagnostic(severity: str, code: str, message: str, span: Span | None,
+                      notes: Sequence[str] = ()) -> str:
+    """``file:line:col: severity[CODE]: message``, the source line with a caret
+    under the span, then the notes (rustc's layout)."""
+    head = _printable(f"{severity}[{code}]: {message}")
+    notes = [_printable(n) for n in notes]
+    if span is None:
+        return "\n".join([head, *(f"  = note: {n}" for n in notes)])
+    out = [f"{_printable(str(span))}: {head}"]
+    text = source_line(span.file, span.line)
+    if text is not None:
+        num = str(span.line)
+        pad = " " * len(num)
+        width = 1
+        if span.end_line == span.line and span.end_column:
+            width = max(1, span.end_column - span.column)
+        col = span.column
+        if len(text) > _SHOWN:           # a window around the caret
+            start = max(0, min(col - 1 - _SHOWN // 2, len(text) - _SHOWN))
+            text = ("..." if start else "") + text[start:start + _SHOWN] + (
+                "..." if start + _SHOWN < len(text) else "")
+            col -= start - (3 if start else 0)
+            width = min(width, _SHOWN)
+        out.append(f"    {num} | {text}")
+        out.append(f"    {pad} | {' ' * (col - 1)}{'^' * width}")
+    out.extend(f"    = note: {n}" for n in notes)
+    return "\n".join(out)
+
+
+class GradcWarning(UserWarning):
+    """A suspicious but compilable construct (``W4xx``: custom gradients).
+
+    Raised through :func:`warnings.warn` by the Python API; ``gradc compile``
+    and ``gradc check`` print it to stderr in the layout of errors and exit 0.
+    Attributes as :class:`GradcError`.
+    """
+
+    def __init__(self, message: str, span: Span | None = None, code: str = "W400",
+                 notes: Sequence[str] = (), severity: str = "warning") -> None:
+        self.message, self.span, self.code, self.notes = message, span, code, tuple(notes)
+        self.severity = severity      # "warning", or "note": shown by explain only
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return render_diagnostic(self.severity, self.code, self.message, self.span, self.notes)
+
+    def __str__(self) -> str:
+        return self.render()
+
+    def key(self) -> tuple:
+        return (self.code, self.message, self.span)
 
 
 class GradcError(Exception):
@@ -68,21 +136,7 @@ class GradcError(Exception):
         super().__init__(self.render())
 
     def render(self) -> str:
-        head = f"error[{self.code}]: {self.message}"
-        if self.span is None:
-            return "\n".join([head, *(f"  = note: {n}" for n in self.notes)])
-        out = [f"{self.span}: {head}"]
-        text = source_line(self.span.file, self.span.line)
-        if text is not None:
-            num = str(self.span.line)
-            pad = " " * len(num)
-            width = 1
-            if self.span.end_line == self.span.line and self.span.end_column:
-                width = max(1, self.span.end_column - self.span.column)
-            out.append(f"    {num} | {text}")
-            out.append(f"    {pad} | {' ' * (self.span.column - 1)}{'^' * width}")
-        out.extend(f"    = note: {n}" for n in self.notes)
-        return "\n".join(out)
+        return render_diagnostic("error", self.code, self.message, self.span, self.notes)
 
     def __str__(self) -> str:
         return self.render()
@@ -90,6 +144,12 @@ class GradcError(Exception):
 
 class ParseError(GradcError):
     default_code = "E101"
+
+
+class LimitError(GradcError):
+    """Input beyond one of the limits of :mod:`gradc.frontend.limits` (E12x)."""
+
+    default_code = "E120"
 
 
 class NameResolutionError(GradcError):

@@ -5,11 +5,10 @@ from collections import Counter
 
 from gradc.frontend.check import load_program
 from gradc.ir.graph import Graph
-from gradc.ir.primitives import BINARY_OPS, COMPARE_OPS, PRIMITIVES
+from gradc.ir.primitives import INFIX, PRIMITIVES
 from gradc.passes.fuse import Kernel, KernelPlan
 from gradc.pipeline import build_op
 
-_INFIX = {v: k for k, v in {**BINARY_OPS, **COMPARE_OPS}.items()} | {"matmul": "@"}
 _PREC = {"lt": 0, "le": 0, "gt": 0, "ge": 0, "eq": 0, "ne": 0, "add": 1, "sub": 1,
          "mul": 2, "div": 2, "matmul": 2, "neg": 3, "pow": 4}
 
@@ -36,8 +35,8 @@ class MathPrinter:
             v = node.value
             return repr(int(v)) if float(v).is_integer() and abs(v) < 1e15 else repr(v)
         args = [self._operand(a, node.op, i) for i, a in enumerate(node.args)]
-        if node.op in _INFIX:
-            return f"{args[0]} {_INFIX[node.op]} {args[1]}"
+        if node.op in INFIX:
+            return f"{args[0]} {INFIX[node.op]} {args[1]}"
         if node.op == "neg":
             return f"-{args[0]}"
         attrs = "".join(f", {k}={v}" for k, v in node.attrs if v is not None and v is not False)
@@ -106,6 +105,9 @@ def explain(path: str, op_name: str) -> str:
         out += ["", "the true derivative, for comparison (grad block ignored):"]
         out += [f"  {d}" for d in tp.definitions()]
         out += [f"  {n} = {tp.text(o, top=True)}" for n, o in zip(true.output_names, true.outputs)]
+    if cop.diagnostics:
+        out += ["", "diagnostics of the gradient:"]
+        out += [f"  {line}" for d in cop.diagnostics for line in d.render().splitlines()]
     for m in ("forward", "fwd_bwd"):
         out += [""] + plan_text(cop.methods[m].fused, f"kernel plan of {m} (fused)")
     out += [""] + plan_text(cop.methods["fwd_bwd"].unfused, "kernel plan of fwd_bwd (unfused)")

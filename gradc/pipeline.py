@@ -38,6 +38,7 @@ class CompiledOp:
     upstreams: tuple[str, ...]            # one cotangent name per output
     methods: dict[str, Method] = field(default_factory=dict)
     primal: Graph | None = None
+    diagnostics: list = field(default_factory=list)    # GradcWarnings, in order found
 
 
 def upstream_names(op: ast.OpDef) -> tuple[str, ...]:
@@ -66,6 +67,7 @@ def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
     compiled.primal = primal
     compiled.methods["forward"] = _method("forward", primal.copy(), check)
     joint = _differentiate(primal, compiled)
+    compiled.diagnostics = list(joint.diagnostics)
     grads_only = joint.copy()
     n_out = len(primal.outputs)
     grads_only.outputs = joint.outputs[n_out:]

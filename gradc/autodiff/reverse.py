@@ -19,10 +19,12 @@ from typing import Sequence
 import networkx as nx
 
 from gradc.autodiff.rules import COMPOSITES, rule_ast
-from gradc.errors import GradientError
+from gradc.autodiff.linearity import classify
+from gradc.errors import GradcWarning, GradientError
 from gradc.ir.builder import Builder
 from gradc.ir.graph import CustomRegion, Graph, Node
-from gradc.ir.primitives import COMPOSITE, PRIMITIVES
+from gradc.ir.primitives import COMPOSITE, INFIX, PRIMITIVES
+from gradc.ir.shapes import BroadcastError, broadcast
 
 
 def vjp(graph: Graph, roots: Sequence[int], cotangents: Sequence[int | None],
@@ -150,25 +152,80 @@ def _custom_vjp(graph: Graph, region: CustomRegion, cts: dict[int, list[int]],
     scope = dict(region.names)
     for name, u, o in zip(block.upstreams, ups, region.outputs):
         scope[name] = u if u is not None else b.apply("full_like", (o, b.const(0.0)))
+    since = graph.next_id
     scope = Lowerer(graph, region.ops, region.consts).body(block.body, scope)
     diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
     if len(diff) != len(block.outputs):
         raise GradientError(f"the grad block of '{op.name}' gives {len(block.outputs)} "
                             f"gradients, but '{op.name}' has {len(diff)} differentiable "
                             "parameters", block.span)
+    _check_linear(graph, region, [scope[n] for n in block.upstreams], scope, since)
     for (p, a), gname in zip(diff, block.outputs):
         ct = scope[gname]
-        _check_custom_shape(graph, block, gname, ct, p.name, a)
+        _check_custom_shape(graph, region, gname, ct, p.name, a)
         if a in live and not _is_zero(graph, ct):
             cts.setdefault(a, []).append(_unbroadcast(b, ct, a))
 
 
-def _check_custom_shape(graph: Graph, block, gname: str, ct: int, pname: str, arg: int) -> None:
+def _check_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: dict[str, int],
+                  since: int) -> None:
+    """Warn (W401) for each gradient output of a grad block that is not linear in
+    the upstream cotangents (see :mod:`gradc.autodiff.linearity`)."""
+    block = region.op.grad
+    if block.surrogate:         # declared: not meant to be the derivative
+        return
+    verdict = classify(graph, ups, since)
+    name_of = dict(zip(ups, block.upstreams))
+    for gname in block.outputs:
+        bad = verdict.get(scope[gname])
+        if bad is None:
+            continue
+        node = graph.node(bad.node)
+        used = [f"'{name_of[u]}'" for u in ups if u in bad.depends]
+        used = f"upstream {used[0]}" if len(used) == 1 else \
+            f"upstreams {', '.join(used[:-1])} and {used[-1]}"
+        warning = GradcWarning(
+            f"gradient '{gname}' of op '{region.op.name}' is not linear in the {used}: "
+            f"'{_surface(node.op)}' is applied to it nonlinearly here",
+            node.span or block.span, "W401",
+            ["a VJP is linear in its cotangent; gradient accumulation, loss scaling and "
+             "forward mode rely on it (scale or mask the upstream by values of the forward "
+             "pass instead)",
+             "if this is intended (gradient clipping, a surrogate gradient), write "
+             f"'grad({', '.join(block.upstreams)}) -> ... surrogate {{' to say so"])
+        if warning.key() not in {w.key() for w in graph.diagnostics}:
+            graph.diagnostics.append(warning)
+
+
+def _surface(op: str) -> str:
+    """The .grad spelling of a primitive, for messages."""
+    return INFIX.get(op) or {"neg": "unary -", "maximum": "max", "minimum": "min"}.get(op, op)
+
+
+def _check_custom_shape(graph: Graph, region: CustomRegion, gname: str, ct: int, pname: str,
+                        arg: int) -> None:
     """A custom gradient must have its parameter's shape where both are known
-    statically (as JAX's custom_vjp requires); a constant (``0``, ``1``) broadcasts."""
+    statically (as JAX's custom_vjp requires); a constant (``0``, ``1``) broadcasts.
+    One more shape is accepted: a shape the forward broadcast the parameter to
+    (``db = dy`` for ``y = x @ w + b``); it is summed back, with a note (N401)
+    that ``gradc explain`` shows."""
+    block = region.op.grad
     got, want = graph.node(ct).shape, graph.node(arg).shape
     if got.dyn or want.dyn or got == want or graph.node(ct).op == "const":
         return
     span = next((s.span for s in block.body if s.target == gname), block.span)
+    reached = {graph.node(n).shape for n in nx.descendants(graph.dg, arg) & region.nodes}
+    try:
+        fits = broadcast([want, got]) == got
+    except BroadcastError:
+        fits = False
+    if fits and got in reached:
+        graph.diagnostics.append(GradcWarning(
+            f"gradient '{gname}' has shape {got}, which the forward broadcast parameter "
+            f"'{pname}' {want} to: it is summed back to {want}", span, "N401",
+            severity="note"))
+        return
+    notes = [f"the forward broadcasts '{pname}' to {', '.join(sorted(map(str, reached - {want})))}"
+             " only"] if reached - {want} else []
     raise GradientError(f"gradient '{gname}' has shape {got}, but parameter '{pname}' has "
-                        f"shape {want}", span)
+                        f"shape {want}", span, notes=notes)

@@ -11,6 +11,7 @@ E203  name defined twice (parameter, output, assignment, op, const)
 E204  output or gradient output never assigned
 E205  imported file missing or unreadable
 E206  recursion
+E207  a parameter with a default named ``out`` (the keyword of result buffers)
 E302  unknown dtype
 E303  wrong arguments in a call
 E304  bad ``axis=`` / ``keepdims=`` value, tuple outside ``axis=``
@@ -237,6 +238,11 @@ class _OpChecker:
                             f"first declared at {scope[p.name][1]}")
             else:
                 scope[p.name] = ("parameter", p.span)
+            if p.name == "out" and p.default is not None:
+                self.errors.append(NameResolutionError(
+                    "a parameter with a default cannot be named 'out'", p.span, "E207",
+                    ["parameters with a default are keyword-only, and 'out=' is the keyword "
+                     "of every method for its result buffers: rename the parameter"]))
             if p.type is not None and p.type.dtype is not None and p.type.dtype not in DTYPES:
                 self.errors.append(TypeError_(
                     f"unknown dtype '{p.type.dtype}'", p.type.span, "E302",
@@ -290,10 +296,13 @@ class _OpChecker:
                 f"{_count(n_out, 'upstream name')}, got {n_up}", grad.span, "E401"))
         diff = [p.name for p in op.params if p.differentiable]
         if len(grad.outputs) != len(diff):
+            notes = [f"parameter '{p.name}' is {_why_no_gradient(p)}, so it gets no gradient"
+                     for p in op.params if not p.differentiable]
             self.errors.append(GradientError(
                 f"op '{op.name}' has {_count(len(diff), 'differentiable parameter')}"
                 f"{' (' + ', '.join(diff) + ')' if diff else ''}, so its grad block returns "
-                f"{_count(len(diff), 'gradient')}, got {len(grad.outputs)}", grad.span, "E402"))
+                f"{_count(len(diff), 'gradient')}, got {len(grad.outputs)}", grad.span, "E402",
+                notes))
         scope = dict(forward)
         outputs: Scope = {}
         for names, kind in ((grad.upstreams, "upstream"), (grad.outputs, "gradient output")):
@@ -335,3 +344,8 @@ def _check_recursion(calls: nx.DiGraph, ops: dict[str, ast.OpDef],
         what = f"op '{first}' calls itself" if len(group) == 1 else path
         errors.append(NameResolutionError(f"recursion is not allowed: {what}",
                                           calls.edges[cycle[0]]["span"], "E206"))
+
+
+def _why_no_gradient(p: ast.Param) -> str:
+    t = p.type
+    return f"{t.dtype}" if t.dtype in ("i32", "i64", "bool") else "marked nograd"

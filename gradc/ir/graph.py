@@ -80,6 +80,8 @@ class Graph:
     output_names: list[str] = field(default_factory=list)
     regions: list[CustomRegion] = field(default_factory=list)
     next_id: int = 0
+    # Warnings found while building the graph (GradcWarning), shared by copies.
+    diagnostics: list = field(default_factory=list)
 
     # -- construction ---------------------------------------------------
     def add(self, op: str, args: Iterable[int], attrs: Mapping[str, Any] | None,
@@ -129,7 +131,7 @@ class Graph:
     def copy(self) -> "Graph":
         return Graph(self.dg.copy(), list(self.params), list(self.outputs),
                      list(self.output_shapes), list(self.output_names),
-                     list(self.regions), self.next_id)
+                     list(self.regions), self.next_id, self.diagnostics)
 
     def update(self, nid: int, **changes: Any) -> None:
         """Replace fields of node ``nid`` (args, attrs, shape, dtype, op)."""

@@ -60,6 +60,12 @@ class Primitive:
     domain: str = REAL
     differentiable: bool = True    # False: no gradient flows (nothing to test)
     shape_only: tuple[int, ...] = ()   # operands whose values are never read, only shapes
+    # Linearity (for checking and transposing VJPs): the operands in which the
+    # primitive is linear when every other operand is held fixed. Jointly
+    # linear (``add``: f(a + b) = f(a) + f(b) in all of them together) unless
+    # ``multilinear`` (``mul``, ``matmul``: linear in each one separately).
+    linear: tuple[int, ...] = ()
+    multilinear: bool = False
 
     @property
     def masks_zero_cotangent(self) -> bool:
@@ -70,10 +76,11 @@ class Primitive:
         return self.kind == ELEMENTWISE and self.differentiable and self.name not in _BOUNDED
 
 
-# Primitives whose local derivatives are finite wherever their operands are:
-# their cotangent needs no zero mask.
-_BOUNDED = frozenset("""add sub neg identity cast where clip full_like square abs maximum minimum
-    sin cos atan tanh sigmoid softplus erf erfc sum mean max min transpose sum_to
+# Primitives whose local derivatives are finite for every non-NaN operand,
+# ±inf included: their cotangent needs no zero mask. (Not sin/cos: cos(inf) is
+# NaN; not square: 2 * inf.)
+_BOUNDED = frozenset("""add sub neg identity cast where clip full_like abs maximum minimum
+    atan tanh sigmoid softplus erf erfc sum mean max min transpose sum_to
     broadcast_in matmul""".split())
 
 
@@ -136,14 +143,14 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     Primitive("const", (), SOURCE, None, float_only=False, dtype="same"),
     # --- arithmetic --------------------------------------------------------
     _ew("add", "x y", np.add, ("g", "g"), "({x} + {y})", float_only=False, dtype="same",
-        jvp="x_t + y_t"),
+        jvp="x_t + y_t", linear=(0, 1)),
     _ew("sub", "x y", np.subtract, ("g", "-g"), "({x} - {y})", float_only=False, dtype="same",
-        jvp="x_t - y_t"),
+        jvp="x_t - y_t", linear=(0, 1)),
     _ew("mul", "x y", np.multiply, ("g * y", "g * x"), "({x} * {y})", float_only=False,
-        dtype="same", jvp="x_t * y + x * y_t"),
+        dtype="same", jvp="x_t * y + x * y_t", linear=(0, 1), multilinear=True),
     _ew("div", "x y", np.divide, ("g / y", "-g * out / y"), "({x} / {y})", domain=NONZERO,
-        jvp="(x_t - out * y_t) / y"),
-    _unary("neg", np.negative, "-g", "(-{x})", float_only=False, dtype="same"),
+        jvp="(x_t - out * y_t) / y", linear=(0,)),
+    _unary("neg", np.negative, "-g", "(-{x})", float_only=False, dtype="same", linear=(0,)),
     # x^y: d/dy uses log(x) only where x > 0, so (0, 1) gives (1, 0), not NaN.
     _ew("pow", "x y", np.power,
         ("g * where(y == 0, 0, y * pow(x, y - 1))",
@@ -161,19 +168,19 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _cmp("gt", np.greater, ">"), _cmp("ge", np.greater_equal, ">="),
     _cmp("eq", np.equal, "=="), _cmp("ne", np.not_equal, "!="),
     _ew("where", "c x y", _where, (None, "where(c, g, 0)", "where(c, 0, g)"),
-        "({x} if {c} else {y})", float_only=False, dtype="same"),
+        "({x} if {c} else {y})", float_only=False, dtype="same", linear=(1, 2)),
     # clip = min(max(x, lo), hi), as np.clip (so hi wins when lo > hi).
     _ew("clip", "x lo hi", lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
         ("g * (x >= lo) * (x <= hi)", "g * (x < lo) * (lo <= hi)", "g * (max(x, lo) > hi)"),
         "({hi} if ({lo} if {x} < {lo} else {x}) > {hi} else ({lo} if {x} < {lo} else {x}))",
         float_only=False, dtype="same"),
     _ew("full_like", "x v", lambda x, v: np.full_like(x, v, dtype=np.result_type(v)),
-        (None, "g"), "{dt}({v})", float_only=False, dtype="same", shape_only=(0,)),
-    _unary("cast", lambda x: x, "g", "{dt}({x})", float_only=False),
+        (None, "g"), "{dt}({v})", float_only=False, dtype="same", shape_only=(0,), linear=(1,)),
+    _unary("cast", lambda x: x, "g", "{dt}({x})", float_only=False, linear=(0,)),
     # identity: marks a custom-gradient call's result; removed by simplification.
-    _unary("identity", lambda x: x, "g", "{x}", float_only=False, dtype="same"),
+    _unary("identity", lambda x: x, "g", "{x}", float_only=False, dtype="same", linear=(0,)),
     _unary("stop_gradient", lambda x: x, None, "{x}", float_only=False, dtype="same",
-           differentiable=False),
+           differentiable=False, linear=(0,)),
     # --- elementwise math ----------------------------------------------------
     _unary("abs", np.abs, "g * sign(x)", "abs({x})", float_only=False, dtype="same"),
     _unary("sign", np.sign, None, "np.sign({x})", float_only=False, dtype="same",
@@ -214,9 +221,9 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _unary("erfc", _erfc, "g * -1.1283791670955126 * exp(-x * x)", "math.erfc({x})"),
     # --- reductions (attrs: axis, keepdims) ------------------------------------
     _red("sum", np.sum, _bc("bc(g)"), "np.sum({x}, axis={axis}, keepdims={keepdims})",
-         float_only=False, dtype="same"),
+         float_only=False, dtype="same", linear=(0,)),
     _red("mean", np.mean, _bc("bc(g) * size_ratio(out, x)"),
-         "np.mean({x}, axis={axis}, keepdims={keepdims})"),
+         "np.mean({x}, axis={axis}, keepdims={keepdims})", linear=(0,)),
     # d prod / d x_i = product of the others: out / x_i where x_i != 0; at the one
     # zero of a slice, the product of the rest; 0 where a slice has two zeros.
     _red("prod", np.prod, _bc(
@@ -243,21 +250,21 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
          "_g_norm({x}, {axis}, {keepdims})", domain=NONZERO),
     # --- linear algebra and layout (kernel boundaries) ---------------------------
     Primitive("matmul", ("x", "y"), LIBRARY, np.matmul, (COMPOSITE, COMPOSITE),
-              lib="np.matmul({x}, {y})", jvp="matmul(x_t, y) + matmul(x, y_t)"),
+              lib="np.matmul({x}, {y})", jvp="matmul(x_t, y) + matmul(x, y_t)", linear=(0, 1), multilinear=True),
     # A contiguous copy, not a view: OpenBLAS's sgemm with a transposed right
     # operand took 0.4-8 ms instead of 0.01 ms for (64, 128) @ (128, 64) here.
     Primitive("transpose", ("x",), LIBRARY, np.transpose, ("transpose(g)",),
-              lib="np.ascontiguousarray(np.transpose({x}))", float_only=False, dtype="same"),
+              lib="np.ascontiguousarray(np.transpose({x}))", float_only=False, dtype="same", linear=(0,)),
     # sum_to(g, like): g summed (or broadcast) to like's shape; its own adjoint.
     Primitive("sum_to", ("x", "like"), LIBRARY, lambda x, like: P._g_sum_to(x, np.shape(like)),
               ("sum_to(g, x)", None), lib="_g_sum_to({x}, {like}.shape)",
-              float_only=False, dtype="same", shape_only=(1,)),
+              float_only=False, dtype="same", shape_only=(1,), linear=(0,)),
     # broadcast_in(v, like): a reduction's result broadcast back (see prelude).
     Primitive("broadcast_in", ("x", "like"), LIBRARY,
               lambda x, like, axis=None, keepdims=False:
               P._g_broadcast_in(x, np.shape(like), axis, keepdims),
               (COMPOSITE, None), lib="_g_broadcast_in({x}, {like}.shape, {axis}, {keepdims})",
-              float_only=False, dtype="same", shape_only=(1,)),
+              float_only=False, dtype="same", shape_only=(1,), linear=(0,)),
     # size_ratio(a, b) = a.size / b.size, a 0-d float: the 1/n of mean's rule.
     Primitive("size_ratio", ("x", "y"), LIBRARY,
               lambda x, y: np.asarray(np.size(x) / max(np.size(y), 1)),
@@ -270,3 +277,6 @@ BINARY_OPS = MappingProxyType({"+": "add", "-": "sub", "*": "mul", "/": "div",
                                "^": "pow", "@": "matmul"})
 COMPARE_OPS = MappingProxyType({"<": "lt", "<=": "le", ">": "gt", ">=": "ge",
                                 "==": "eq", "!=": "ne"})
+
+# The .grad spelling of each operator primitive ("add" -> "+").
+INFIX = MappingProxyType({v: k for k, v in {**BINARY_OPS, **COMPARE_OPS}.items()})

@@ -194,7 +194,8 @@ def test_gradient_output_count_mismatch() -> None:
         "bad.grad:3:3: error[E402]: op 'f' has 2 differentiable parameters (x, w), "
         "so its grad block returns 2 gradients, got 1\n"
         "    3 | } grad(dy) -> dx {\n"
-        "      |   ^^^^")
+        "      |   ^^^^\n"
+        "    = note: parameter 'alpha' is marked nograd, so it gets no gradient")
 
 
 def test_upstream_count_mismatch() -> None:

@@ -39,6 +39,35 @@ def m(import_module_text):
     return import_module_text(gradc.compile_source(SOURCE, file="safe.grad"), "gradc_test_safe")
 
 
+FAST_SOURCE = """
+op tanh_op(x) -> y { y = tanh(x) }
+op cube(x) -> y { y = x^3 }
+op naive_softplus(x) -> y { y = log1p(exp(x)) }
+op lse(x) -> y { y = logsumexp(x) }
+"""
+
+
+@pytest.fixture(scope="module")
+def fast_text():
+    return gradc.compile_source(FAST_SOURCE, file="fast.grad", fast_math=True)
+
+
+@pytest.fixture(scope="module", params=["default", "fast_math"])
+def mathlib(request, m, fast_text, import_module_text):
+    """The module compiled both ways: the math library differs (--fast-math)."""
+    if request.param == "default":
+        return m
+    return import_module_text(fast_text, "gradc_test_fast")
+
+
+def test_fast_math_never_assumes_no_nan_or_inf(fast_text):
+    flags = {line.strip() for line in fast_text.splitlines() if "fastmath" in line}
+    assert flags, "fast_math=True emitted no fast-math kernels"
+    for line in flags:
+        assert "nnan" not in line and "ninf" not in line and "fastmath=True" not in line, line
+        assert "reassoc" not in line, line      # breaks the exp range reduction
+
+
 def all_paths(op, inputs, upstreams, n_out=1):
     """(name, outputs, gradients) of every way to get an op's value and VJP."""
     for name, impl in (("fused", op), ("unfused", op.unfused)):
@@ -92,10 +121,10 @@ def test_naive_softplus_is_rewritten_stably(m, dtype):
 
 
 @pytest.mark.parametrize("dtype, x", [(np.float32, 50.0), (np.float64, 400.0)])
-def test_tanh_saturates_with_zero_gradient(m, dtype, x):
+def test_tanh_saturates_with_zero_gradient(mathlib, dtype, x):
     for sgn in (1, -1):
         inputs = [np.asarray([sgn * x], dtype)]
-        for path, out, (g,) in all_paths(m.tanh_op, inputs, [np.ones(1, dtype)]):
+        for path, out, (g,) in all_paths(mathlib.tanh_op, inputs, [np.ones(1, dtype)]):
             assert out[0] == sgn, path
             assert np.isfinite(g).all() and 0 <= g[0] < 1e-40, (path, g)
 
@@ -115,17 +144,18 @@ def test_broadcast_gradients_keep_operand_shapes(m, dtype):
                                              np.broadcast_to(a.sum(), (1, 3))], dtype)
 
 
-def test_float32_stays_float32(m):
+def test_float32_stays_float32(mathlib):
     x = np.linspace(-2, 2, 7, dtype=np.float32)
-    check(m.cube, [x], x.astype(np.float64) ** 3, [3 * x.astype(np.float64) ** 2], np.float32)
+    check(mathlib.cube, [x], x.astype(np.float64) ** 3, [3 * x.astype(np.float64) ** 2], np.float32)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_nan_propagates_through_every_path(m, dtype):
+def test_nan_propagates_through_every_path(mathlib, dtype):
     x = np.array([np.nan, 1.0, np.inf, -np.inf], dtype)
-    for op in (m.tanh_op, m.cube, m.naive_softplus):
-        for path, out, (g,) in all_paths(op, [x], [np.ones(4, dtype)]):
-            assert np.isnan(out[0]) and np.isnan(g[0]), (op, path, out, g)
+    for op in (mathlib.tanh_op, mathlib.cube, mathlib.naive_softplus, mathlib.lse):
+        dy = np.ones((), dtype) if op is mathlib.lse else np.ones(4, dtype)
+        for path, out, (g,) in all_paths(op, [x], [dy]):
+            assert np.isnan(np.ravel(out)[0]) and np.isnan(g[0]), (op, path, out, g)
 
 
 def test_straight_through_forward_is_exact_at_large_inputs(m):
@@ -133,3 +163,47 @@ def test_straight_through_forward_is_exact_at_large_inputs(m):
     for path, out, (g,) in all_paths(m.sign_ste, [x], [np.ones(4, np.float32)]):
         np.testing.assert_array_equal(out, [1, -1, 1, 0])
         np.testing.assert_array_equal(g, [0, 0, 1, 1])
+
+
+# Every differentiable elementwise builtin, as an expression of x alone (binary
+# ones get x for both operands, so their singular points are reached).
+ELEMENTWISE_EXPRS = {
+    **{f: f"{f}(x)" for f in """abs exp exp2 expm1 log log2 log10 log1p sqrt rsqrt square
+        reciprocal sin cos tan asin acos atan sinh cosh tanh sigmoid softplus erf erfc""".split()},
+    "atan2": "atan2(x, x)", "pow": "pow(x, x)", "min": "min(x, 2 * x)", "max": "max(x, 2 * x)",
+    "clip": "clip(x, -1, 1)", "add": "x + x", "sub": "x - 2 * x", "mul": "x * x",
+    "div": "1 / x", "div2": "x / x", "neg": "-x", "pow_const": "x^0.5", "pow_neg": "x^-1.5",
+}
+EDGE_POINTS = [-np.inf, -1e30, -2.0, -1.0, -0.5, -1e-30, 0.0, 1e-30, 0.5, 1.0, 2.0, 1e30, np.inf]
+
+
+NAMES = sorted(ELEMENTWISE_EXPRS)
+
+
+@pytest.fixture(scope="module")
+def unselected(import_module_text):
+    """One op with an output per primitive (one compilation, not 35)."""
+    outs = ", ".join(f"y_{n}" for n in NAMES)
+    body = "\n".join(f"    y_{n} = where(x != x, {ELEMENTWISE_EXPRS[n]}, 0)" for n in NAMES)
+    src = f"op unselected(x) -> ({outs}) {{\n{body}\n}}\n"
+    return import_module_text(gradc.compile_source(src, file="unselected.grad"),
+                              "gradc_test_unselected").unselected
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_unselected_branch_never_leaks_for_any_primitive(unselected, dtype):
+    """``where(never, f(x), 0)`` has value 0 and gradient 0 at every non-NaN x,
+    even where f or f' is inf or NaN (the singular points of every domain).
+    Each output's gradient is isolated by a one-hot choice of upstreams."""
+    x = np.array(EDGE_POINTS, dtype)
+    zero = np.zeros_like(x)
+    for impl in (unselected, unselected.unfused):
+        for value in impl(x):
+            np.testing.assert_array_equal(value, zero)
+        for k, name in enumerate(NAMES):
+            ups = [np.ones_like(x) if j == k else zero for j in range(len(NAMES))]
+            (g,) = impl.vjp(x, *ups)
+            *_, g2 = impl.fwd_bwd(x, *ups)
+            for got in (g, g2):
+                assert got.dtype == dtype
+                np.testing.assert_array_equal(got, zero, err_msg=f"{name}: {impl}")

@@ -1,0 +1,152 @@
+"""Issue 3 §2: compile-time checks of custom gradients, with file:line:col."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+import gradc
+from gradc.cli import main
+
+
+def compile_error(src: str) -> str:
+    with pytest.raises(gradc.GradcError) as exc:
+        gradc.compile_source(src, file="c.grad")
+    return str(exc.value)
+
+
+def compile_warnings(src: str) -> list[gradc.GradcWarning]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gradc.compile_source(src, file="w.grad")
+    return [w.message for w in caught if issubclass(w.category, gradc.GradcWarning)]
+
+
+@pytest.mark.parametrize("outputs, n", [("dx", 1), ("(dx, dw, dz)", 3)])
+def test_wrong_count_of_gradient_outputs_names_both_counts(outputs, n):
+    body = "\n".join(f"    {g} = dy" for g in outputs.strip("()").split(", "))
+    msg = compile_error(f"op f(x, w) -> y {{\n    y = x * w\n}} grad(dy) -> {outputs} {{\n"
+                        f"{body}\n}}\n")
+    assert msg.startswith("c.grad:3:3: error[E402]: op 'f' has 2 differentiable parameters "
+                          f"(x, w), so its grad block returns 2 gradients, got {n}")
+
+
+def test_gradient_for_integer_or_bool_parameter_names_it_and_its_dtype():
+    msg = compile_error("op f(x, n: i32, flag: bool, s: nograd) -> y {\n    y = x * n * s\n"
+                        "} grad(dy) -> (dx, dn, dflag) {\n    dx = dy\n    dn = 0\n"
+                        "    dflag = 0\n}\n")
+    assert "error[E402]" in msg and "got 3" in msg
+    assert "parameter 'n' is i32, so it gets no gradient" in msg
+    assert "parameter 'flag' is bool, so it gets no gradient" in msg
+    assert "parameter 's' is marked nograd, so it gets no gradient" in msg
+    assert "^^^^" in msg          # the caret under 'grad'
+
+
+def test_grad_of_an_integer_parameter_names_its_dtype():
+    msg = compile_error("op f(x, n: i32) -> y { y = grad(sum(x * n), n) }")
+    assert "c.grad:1:" in msg and "'n'" in msg and "i32" in msg
+
+
+def test_gradient_of_an_impossible_shape_names_parameter_and_both_shapes():
+    msg = compile_error("op f(x: f32[3], y: f32[4, 3]) -> z {\n    z = sum(x) + sum(y)\n"
+                        "} grad(dz) -> (dx, dy) {\n    dx = dz * y\n    dy = dz * y\n}\n")
+    assert msg.startswith("c.grad:4:5: error[E401]: gradient 'dx' has shape (4, 3), "
+                          "but parameter 'x' has shape (3,)")
+
+
+DENSE = """
+op dense(x: f32[b, i], w: f32[i, o], bias: f32[o]) -> h {
+    h = x @ w + bias
+} grad(dh) -> (dx, dw, dbias) {
+    dx = dh @ w.T
+    dw = x.T @ dh
+    dbias = dh
+}
+"""
+
+
+def test_gradient_of_a_broadcast_parameter_is_summed_and_explained(tmp_path, capsys,
+                                                                   import_module_text):
+    m = import_module_text(gradc.compile_source(DENSE, file="dense.grad"), "gradc_test_dense")
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((5, 3), np.float32), rng.standard_normal((3, 2), np.float32)
+    bias, dh = rng.standard_normal(2, np.float32), rng.standard_normal((5, 2), np.float32)
+    for impl in (m.dense, m.dense.unfused):
+        dx, dw, db = impl.vjp(x, w, bias, dh)
+        assert db.shape == (2,) and db.dtype == np.float32
+        np.testing.assert_allclose(db, dh.sum(0), rtol=1e-6)
+        np.testing.assert_allclose(dw, x.T @ dh, rtol=1e-5)
+    spec = tmp_path / "dense.grad"
+    spec.write_text(DENSE)
+    assert main(["explain", str(spec), "dense"]) == 0
+    out = capsys.readouterr().out
+    assert "note[N401]: gradient 'dbias' has shape (b, o), which the forward broadcast " \
+           "parameter 'bias' (o,) to: it is summed back to (o,)" in out
+
+
+NONLINEAR = """
+op sq(x) -> y {
+    y = x * 2
+} grad(dy) -> dx {
+    dx = dy * dy
+}
+op affine(x) -> y {
+    y = x
+} grad(dy) -> dx {
+    dx = dy + 1
+}
+op cross(x) -> (y, z) {
+    y = x
+    z = 2 * x
+} grad(dy, dz) -> dx {
+    dx = exp(x) * dy * dz
+}
+op gate(x) -> y {
+    y = x
+} grad(dy) -> dx {
+    dx = where(dy > 0, dy, 0)
+}
+op clipped(x) -> y {
+    y = x
+} grad(dy) -> dx surrogate {
+    dx = clip(dy, -1, 1)
+}
+"""
+
+LINEAR = """
+op scaled(x, w) -> (y, z) {
+    y = tanh(x) * w
+    z = x + w
+} grad(dy, dz) -> (dx, dw) {
+    dx = where(x > 0, dy * w * (1 - tanh(x)^2), 0) - dz / (1 + x^2) + 0
+    dw = double(dy) * tanh(x) + (-dz) + zeros_like(x)
+}
+op double(a) -> b { b = a + a }
+"""
+
+
+def test_nonlinear_use_of_an_upstream_is_a_warning_at_its_position():
+    found = {(w.span.line, w.span.column): w for w in compile_warnings(NONLINEAR)}
+    assert sorted(found) == [(5, 13), (10, 13), (16, 22), (21, 19)]
+    assert found[5, 13].code == "W401"
+    assert "gradient 'dx' of op 'sq' is not linear in the upstream 'dy': '*'" in \
+        found[5, 13].message
+    assert "'+' is applied" in found[10, 13].message
+    assert "the upstreams 'dy' and 'dz'" in found[16, 22].message
+    assert "'>' is applied" in found[21, 19].message
+    assert "w.grad:5:13: warning[W401]" in found[5, 13].render()
+
+
+def test_linear_rules_and_declared_surrogates_do_not_warn():
+    assert compile_warnings(LINEAR) == []
+    assert compile_warnings("op clipped" + NONLINEAR.split("op clipped")[1]) == []
+
+
+def test_cli_prints_warnings_and_succeeds(tmp_path, capsys):
+    spec = tmp_path / "n.grad"
+    spec.write_text(NONLINEAR)
+    assert main(["compile", str(spec), "-o", str(tmp_path / "n.py")]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning[W401]") == 4
+    assert "n.grad:5:13: warning[W401]" in err and "    5 |     dx = dy * dy" in err
