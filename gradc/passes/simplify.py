@@ -87,6 +87,40 @@ def _negations(graph: Graph, node: Node) -> int | None:
     return None
 
 
+def _strength(graph: Graph, node: Node) -> int | None:
+    """Cheaper equivalents that LLVM can vectorise (libm ``pow`` cannot be).
+
+    - ``x * x`` -> ``square(x)``; ``x^n`` for an integer constant ``0 < |n| <= 4`` ->
+      a chain of multiplications (``x^3 = square(x) * x``, ``x^-2 = 1 / square(x)``),
+      as ``lax.integer_pow`` does: within 3 ULP of the correctly rounded power
+      (up to three roundings; 2.3 ULP measured for float32 ``x^-3``);
+    - ``x / c`` for a constant power of two -> ``x * (1/c)`` (bit-exact);
+    - ``exp(log(x))`` -> ``x`` (equal for x >= 0, inf included; NaN for x < 0 is
+      outside log's domain).
+    """
+    op, args = node.op, node.args
+    b = Builder(graph, node.span)
+    if op == "mul" and args[0] == args[1]:
+        return b.apply("square", (args[0],))
+    if op == "pow" and _same_shape(graph, args[0], node):
+        n = _const(graph, args[1])
+        if n is not None and float(n).is_integer() and 0 < abs(n) <= 4:
+            x = args[0]
+            sq = b.apply("square", (x,)) if abs(n) >= 2 else x
+            acc = {1: x, 2: sq, 3: b.apply("mul", (sq, x)) if abs(n) == 3 else sq,
+                   4: b.apply("square", (sq,))}[abs(int(n))]
+            return acc if n > 0 else b.apply("div", (b.const(1.0), acc))
+    if op == "div" and (c := _const(graph, args[1])) not in (None, 0) and \
+            _same_shape(graph, args[0], node) and abs(c) != np.inf:
+        mant, _ = np.frexp(c)
+        if abs(mant) == 0.5:
+            return b.apply("mul", (args[0], b.const(1.0 / c)))
+    if op == "exp" and graph.node(args[0]).op == "log":
+        inner = graph.node(args[0]).args[0]
+        return inner if _same_shape(graph, inner, node) else None
+    return None
+
+
 def _stable_forms(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset()
                   ) -> int | None:
     """Naive spellings of functions that have a stable primitive, rewritten to it.
@@ -161,7 +195,7 @@ def _stable_forms(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset
     return None
 
 
-RULES = (_fold, _identities, _negations, _stable_forms)
+RULES = (_fold, _identities, _negations, _stable_forms, _strength)
 
 
 def stabilize(graph: Graph) -> Graph:

@@ -91,3 +91,39 @@ op h(x) -> y { y = g(log1p(exp(x))) }
     # a rewritten node passed into a custom region: the region's input is remapped
     (g,) = mod.h.vjp(x, np.ones(2))
     np.testing.assert_allclose(g, 3 / (1 + np.exp(-x)))
+
+
+# Strength reduction (simplify._strength): the forward graph after simplification.
+STRENGTH = {
+    "x * x": ({"square"}, {"mul", "pow"}),
+    "x^2": ({"square"}, {"pow"}),
+    "x^3": ({"square", "mul"}, {"pow"}),
+    "x^4": ({"square"}, {"pow", "mul"}),
+    "x^-2": ({"square", "div"}, {"pow"}),
+    "x^5": ({"pow"}, set()),
+    "x^2.5": ({"pow"}, set()),
+    "x / 4": ({"mul"}, {"div"}),
+    "x / 3": ({"div"}, {"mul"}),           # 1/3 is inexact: kept as written
+    "exp(log(x))": (set(), {"exp", "log"}),
+}
+
+
+@pytest.mark.parametrize("expr", sorted(STRENGTH))
+def test_strength_reduction(expr):
+    present, absent = STRENGTH[expr]
+    ops = ops_of(expr)
+    assert present <= ops and not (absent & ops), ops
+
+
+def test_integer_powers_stay_within_three_ulp(import_module_text):
+    src = "\n".join(f"op p{k}(x) -> y {{ y = x^{n} }}" for k, n in enumerate([2, 3, 4, -1, -2, -3]))
+    mod = import_module_text(gradc.compile_source(src, file="p.grad"), "gradc_test_ipow")
+    x = np.random.default_rng(0).uniform(0.1, 10, 100_000).astype(np.float32)
+    for k, n in enumerate([2, 3, 4, -1, -2, -3]):
+        op = getattr(mod, f"p{k}")
+        want = x.astype(np.float64) ** n
+        got = op(x)
+        ulp = np.abs(got - want) / np.spacing(want.astype(np.float32))
+        assert got.dtype == np.float32 and ulp.max() <= 3, (n, ulp.max())
+        (g,) = op.vjp(x, np.ones_like(x))
+        np.testing.assert_allclose(g, n * x.astype(np.float64) ** (n - 1), rtol=1e-6)
