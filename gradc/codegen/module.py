@@ -16,6 +16,7 @@ from pathlib import Path
 
 from gradc.codegen import mathlib, prelude, runtime_src
 from gradc.codegen.cpu import is_scalar_input, render_kernel
+from gradc.errors import CodegenError
 from gradc.codegen.printer import IndentedBuffer
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import PRIMITIVES
@@ -86,45 +87,123 @@ class WrapperPrinter:
         b.line(f"_n = {cop.op.name + '.' + self.method.name!r}")
         b.line(f"({tup}), _T, _RT, _d = _g_inputs(_n, _SIG_{cop.op.name}, ({tup}))")
         inputs = "(" + ", ".join(names + [self.vars[u] for u in ups]) + ("," if len(names + ups) == 1 else "") + ")"
-        b.line(f"_out = _g_out_tuple(_n, out, {len(g.outputs)}, {inputs})")
-        pending = list(ups)
-        done: set[int] = set(g.params)
-        self._check_upstreams(pending, done)
-        self.slots: dict[int, int] = {}
+        self.slots = self._buffer_slots()
+        # Every argument is checked before any work, so a bad one leaves out= untouched.
+        early = [self.shape_expr(s, early=True) for s in g.output_shapes]
+        kinds = "".join("f" if g.node(o).dtype == FLOAT else "-" for o in g.outputs)
+        labels = tuple(g.node(p).attr("name") for p in params + ups)
+        inplace = self._inplace_pairs(params + ups)
+        b.line(f"_S = ({', '.join(early)}{',' if len(early) == 1 else ''})")
+        b.line(f"_out = _g_out_tuple(_n, out, _S, {kinds!r}, {inputs}, {labels!r}"
+               + (f", {inplace!r})" if inplace else ")"))
+        self._check_upstreams(ups)
         for k, step in enumerate(self.plan.steps):
             if isinstance(step, Kernel):
                 self._kernel(step, k)
-                done.update(step.outputs)
             else:
                 self._library(step)
-                done.add(step.node)
-            self._check_upstreams(pending, done)
         results = ", ".join(self._value(o) for o in g.outputs) + ("," if len(g.outputs) == 1 else "")
-        shapes = ", ".join(self.shape_expr(s) for s in g.output_shapes)
-        shapes += "," if len(g.output_shapes) == 1 else ""
-        b.line(f"_r = _g_finish(_n, _out, ({results}), ({shapes}), _RT, {inputs})")
+        b.line(f"_r = _g_finish(_n, _out, ({results}), _S, _RT, {inputs})")
         single = self.method.name == "forward" and len(g.outputs) == 1
         b.line("return _r[0]" if single else "return _r")
         return b.getvalue()
 
-    def _check_upstreams(self, pending: list[int], done: set[int]) -> None:
-        for u in list(pending):
-            shape = self.graph.node(u).shape
-            if shape.dyn <= done or not shape.dyn:
-                name = self.vars[u]
-                self.buf.line(f"{name} = _g_upstream(_n, {name!r}, {name}, "
-                              f"{self.shape_expr(shape)}, _T)")
-                pending.remove(u)
+    def _buffer_slots(self) -> dict[int, int]:
+        """Kernel outputs written straight into the caller's out[slot] (the others,
+        library results and integer values, are copied there by ``_g_finish``)."""
+        g, slots = self.graph, {}
+        for step in self.plan.steps:
+            for nid in step.outputs if isinstance(step, Kernel) else ():
+                slot = next((i for i, o in enumerate(g.outputs) if o == nid), None)
+                if slot is not None and g.node(nid).dtype == FLOAT and slot not in slots.values():
+                    slots[nid] = slot
+        return slots
 
-    def shape_expr(self, shape: Shape) -> str:
+    def _inplace_pairs(self, inputs: list[int]) -> tuple[tuple[int, int], ...]:
+        """The ``(k, j)`` pairs for which out[k] may be input j's very array.
+
+        A kernel out[k] is written by step s: every read of input j (or of a library
+        result that may be a view of it) must come before s, or be s's own
+        element-by-element read of input j itself, and no result may be such a view.
+        An out[k] filled by ``_g_finish`` after all steps: no later result may be one.
+        """
+        g, steps = self.graph, self.plan.steps
+        written = {slot: s for s, step in enumerate(steps) if isinstance(step, Kernel)
+                   for nid in step.outputs if (slot := self.slots.get(nid)) is not None}
+        pairs = []
+        for j, p in enumerate(inputs):
+            views, reads = {p}, []            # reads: (step, only p itself, elementwise)
+            for s, step in enumerate(steps):
+                if isinstance(step, Kernel):
+                    hit = views.intersection(step.inputs)
+                    if hit:
+                        reads.append((s, hit == {p}))
+                    continue
+                node = g.node(step.node)
+                prim = PRIMITIVES[node.op]
+                read = {a for i, a in enumerate(node.args) if i not in prim.shape_only}
+                if value_used(g, step.node) and views & read:
+                    reads.append((s, False))
+                    if node.op != "matmul" and prim.kind != "reduction":
+                        views.add(step.node)          # a view of p, perhaps
+            later = [k for k, o in enumerate(g.outputs) if o in views]
+            for k in range(len(g.outputs)):
+                s = written.get(k)
+                if s is None:
+                    ok = all(pos <= k for pos in later)
+                else:
+                    ok = not later and all(r < s or (r == s and own) for r, own in reads)
+                if ok:
+                    pairs.append((k, j))
+        return tuple(pairs)
+
+    def _check_upstreams(self, ups: list[int]) -> None:
+        for u in ups:
+            name = self.vars[u]
+            self.buf.line(f"{name} = _g_upstream(_n, {name!r}, {name}, "
+                          f"{self.shape_expr(self.graph.node(u).shape, early=True)}, _T)")
+
+    def shape_expr(self, shape: Shape, early: bool = False) -> str:
+        """A run-time expression of ``shape``: from the values computed so far, or
+        (``early``) from the arguments alone, before any work."""
         static = "(" + "".join(f"{d!r}, " if isinstance(d, int) else f"_d[{d!r}], "
                                for d in shape.static) + ")"
-        dyn = [f"{self.vars[d]}.shape" for d in sorted(shape.dyn)]
+        dyn = [self._early_shape(d) if early else f"{self.vars[d]}.shape"
+               for d in sorted(shape.dyn)]
         if not dyn:
             return static
         if not shape.static and len(dyn) == 1:
             return dyn[0]
-        return f"_g_bshape(_n, {', '.join(([static] if shape.static else []) + dyn)})"
+        labels = ([f"declared ({', '.join(map(str, shape.static))})"] if shape.static else []) + [
+            self._label(d) for d in sorted(shape.dyn)]
+        return (f"_g_bshape(_n, {tuple(labels)!r}, "
+                f"{', '.join(([static] if shape.static else []) + dyn)})")
+
+    def _early_shape(self, nid: int) -> str:
+        """Node ``nid``'s run-time shape from the arguments' shapes (no data touched)."""
+        node = self.graph.node(nid)
+        if node.op == "param":
+            return f"{self.vars[nid]}.shape"
+        if nid not in node.shape.dyn:
+            return self.shape_expr(node.shape, early=True)
+        args = [self.shape_expr(self.graph.node(a).shape, early=True) for a in node.args]
+        if PRIMITIVES[node.op].kind == "reduction":
+            return (f"_g_result_shape('reduce', {args[0]}, axis={node.attr('axis')!r}, "
+                    f"keepdims={node.attr('keepdims')!r})")
+        if node.op in ("matmul", "transpose"):
+            return f"_g_result_shape({node.op!r}, {', '.join(args)})"
+        if node.op in ("sum_to", "broadcast_in"):
+            return args[1]                  # the shape of ``like``
+        if node.op == "size_ratio":
+            return "()"
+        raise CodegenError(f"no run-time shape rule for '{node.op}'", node.span)
+
+    def _label(self, nid: int) -> str:
+        """A value as error messages name it: a parameter's name, else its op and line."""
+        node = self.graph.node(nid)
+        if node.op == "param":
+            return repr(node.attr("name"))
+        return f"{node.op} (line {node.span.line})" if node.span else node.op
 
     def _kernel(self, step: Kernel, k: int) -> None:
         g, b = self.graph, self.buf
@@ -144,9 +223,8 @@ class WrapperPrinter:
             var = f"_v{nid}"
             self.vars[nid] = var
             dt = _OUT_DTYPE[g.node(nid).dtype]
-            slot = next((i for i, o in enumerate(g.outputs) if o == nid), None)
-            if slot is not None and dt == "_T" and slot not in self.slots.values():
-                self.slots[nid] = slot
+            slot = self.slots.get(nid)
+            if slot is not None:
                 b.line(f"{var} = _g_buffer(_n, _out, {slot}, _s, _T)")
             else:
                 b.line(f"{var} = np.empty(_s, dtype={dt})")
@@ -253,8 +331,9 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
 
 
 _HELPERS = (prelude._g_sum_to, prelude._g_broadcast_in, prelude._g_logsumexp, prelude._g_norm,
-            runtime_src._g_inputs, runtime_src._g_int_input, runtime_src._g_bind_dims, runtime_src._g_bshape,
-            runtime_src._g_upstream, runtime_src._g_out_tuple, runtime_src._g_buffer,
+            runtime_src._g_inputs, runtime_src._g_float_input, runtime_src._g_int_input,
+            runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream,
+            runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
             runtime_src._g_flat, runtime_src._g_result_shape, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcOp,
             mathlib._g_tanh, mathlib._g_exp_f32, mathlib._g_tanh_f32)
 _CONSTANTS = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"

@@ -168,15 +168,14 @@ def test_out_non_contiguous_or_read_only(m) -> None:
 
 
 def test_out_overlapping_an_input(m) -> None:
+    # out= the very array of an input is allowed where safe (tests/runtime/test_hostile_arrays.py)
     x, y = np.arange(3.0), ones(3)
-    with pytest.raises(ValueError, match="overlaps an input"):
-        m.f(x, y, out=x)
     big = np.zeros(6)
-    with pytest.raises(ValueError, match="overlaps an input"):
+    with pytest.raises(ValueError, match=r"out\[0\] overlaps input 'x'"):
         m.f(big[:3], y, out=big[1:4])                        # a partial overlap
-    g = ones(3)
-    with pytest.raises(ValueError, match="overlaps an input"):
-        m.f.vjp(x, y, g, out=(np.empty(3), g))                # the upstream is an input too
+    g = np.zeros(4)
+    with pytest.raises(ValueError, match="overlaps input 'dr'"):
+        m.f.vjp(x, y, g[1:], out=(np.empty(3), g[:3]))      # the upstream is an input too
     o = np.empty(3)
     with pytest.raises(ValueError, match=r"out\[1\] overlaps out\[0\]"):
         m.two(x, y, out=(o, o))

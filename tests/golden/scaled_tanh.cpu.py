@@ -94,25 +94,12 @@ def _g_inputs(op, sig, values):
     """
     arrays, floats, dims, where = [], [], {}, {}
     for (name, dt, shape), v in zip(sig, values):
-        weak = isinstance(v, (bool, int, float))
-        try:
-            a = np.asarray(v)
-        except Exception as exc:
-            raise TypeError(f"{op}: argument '{name}' is not an array ({exc})") from None
-        if a.dtype.kind not in "biuf":
-            raise TypeError(f"{op}: argument '{name}' must be a numeric array, "
-                            f"got dtype {a.dtype}")
         if dt in _G_INTS:
-            a = _g_int_input(op, name, v, a, np.dtype(_G_INTS[dt]), weak)
-        elif not weak:
-            want = _G_FLOATS.get(dt)
-            if want is not None and a.dtype != want:
-                raise TypeError(f"{op}: argument '{name}' must be {np.dtype(want).name}, "
-                                f"got {a.dtype} (convert with .astype(np.{np.dtype(want).name}))")
-            if a.dtype.kind != "f":
-                raise TypeError(f"{op}: argument '{name}' must be a floating-point array "
-                                f"(float16, float32 or float64), got {a.dtype}")
-            floats.append(a.dtype)
+            a = _g_int_input(op, name, v, np.dtype(_G_INTS[dt]))
+        else:
+            a = _g_float_input(op, "argument", name, v, _G_FLOATS.get(dt))
+            if type(v) is not int and type(v) is not float:
+                floats.append(a.dtype.type)
         if shape is not None:
             _g_bind_dims(op, name, a.shape, shape, dims, where)
         arrays.append(a)
@@ -124,18 +111,52 @@ def _g_inputs(op, sig, values):
     return arrays, t, rt, dims
 
 
-def _g_int_input(op, name, v, a, want, weak):
+def _g_float_input(op, what, name, v, want=None):
+    """A float argument as an array (not yet converted to the compute dtype).
+
+    Accepted: Python ``int`` and ``float`` (weak scalars), and arrays or array-likes
+    (lists, NumPy scalars, ``__array__`` objects) whose NumPy dtype is float16,
+    float32 or float64, in either byte order; ``want`` demands one of them.
+    Integer, bool, complex, longdouble, object and string data is a TypeError.
+    """
+    if type(v) is float:
+        return np.asarray(v)
+    if type(v) is int:
+        try:
+            return np.asarray(float(v))
+        except OverflowError:
+            raise OverflowError(f"{op}: {what} '{name}' = {v} does not fit a float") from None
+    try:
+        a = np.asarray(v)
+    except Exception as exc:
+        raise TypeError(f"{op}: {what} '{name}' is not an array ({exc})") from None
+    if a.dtype.char not in "efd":
+        got = type(v).__name__ if isinstance(v, (bool, complex, str)) or v is None else a.dtype
+        raise TypeError(f"{op}: {what} '{name}' must be a floating-point array "
+                        f"(float16, float32 or float64), got {got}")
+    if want is not None and a.dtype.type is not want:
+        raise TypeError(f"{op}: {what} '{name}' must be {np.dtype(want).name}, "
+                        f"got {a.dtype} (convert with .astype(np.{np.dtype(want).name}))")
+    return a
+
+
+def _g_int_input(op, name, v, want):
     """An integer or bool argument: exactly ``want`` for arrays; a Python scalar
     must fit it (no silent wrap-around)."""
-    if weak and not isinstance(v, float) and (want.kind == "b") == isinstance(v, bool):
+    if type(v) is (bool if want.kind == "b" else int):
         if want.kind != "b" and not np.iinfo(want).min <= v <= np.iinfo(want).max:
             raise OverflowError(f"{op}: argument '{name}' = {v} does not fit {want.name}")
         return np.asarray(v, dtype=want)
-    if a.dtype != want:
-        raise TypeError(f"{op}: argument '{name}' must be {want.name}, got "
-                        f"{type(v).__name__ if weak else a.dtype} (convert with "
-                        f".astype(np.{want.name}))")
-    return np.asarray(a, order="C")
+    try:
+        a = np.asarray(v)
+    except Exception as exc:
+        raise TypeError(f"{op}: argument '{name}' is not an array ({exc})") from None
+    if a.dtype.type is not want.type:
+        got = type(v).__name__ if isinstance(v, (bool, int, float, complex, str)) \
+            or v is None else a.dtype
+        raise TypeError(f"{op}: argument '{name}' must be {want.name}, got {got} "
+                        f"(convert with .astype(np.{want.name}))")
+    return np.asarray(a, dtype=want, order="C")
 
 
 def _g_bind_dims(op, name, actual, dims_spec, dims, where):
@@ -157,47 +178,75 @@ def _g_bind_dims(op, name, actual, dims_spec, dims, where):
             where.setdefault(d, name)
 
 
-def _g_bshape(op, *shapes):
-    """NumPy broadcasting of run-time shapes, with the op named in the error."""
+def _g_bshape(op, names, *shapes):
+    """NumPy broadcasting of run-time shapes, with the op and the arguments
+    (``names``, one per shape) named in the error."""
     try:
         return np.broadcast_shapes(*shapes)
     except ValueError:
-        raise ValueError(f"{op}: argument shapes do not broadcast together: "
-                         f"{', '.join(str(tuple(s)) for s in shapes)}") from None
+        raise ValueError(f"{op}: shapes do not broadcast together: " + ", ".join(
+            f"{n} {tuple(s)}" for n, s in zip(names, shapes))) from None
 
 
 def _g_upstream(op, name, v, shape, t):
-    """A cotangent argument: float, exactly the shape of its output (a scalar for 0-d)."""
-    a = np.asarray(v)
-    if a.dtype.kind not in "biuf":
-        raise TypeError(f"{op}: upstream '{name}' must be a float array, got {a.dtype}")
+    """A cotangent argument: float (cast to the compute dtype ``t``), exactly the
+    shape of its output (a scalar for 0-d)."""
+    a = _g_float_input(op, "upstream", name, v)
     if a.shape != tuple(shape):
         raise ValueError(f"{op}: upstream '{name}' must have the output's shape "
                          f"{tuple(shape)}, got {a.shape}")
     return np.asarray(a, dtype=t, order="C")
 
 
-def _g_out_tuple(op, out, n, inputs):
-    """Check the ``out=`` argument: None, an array (one result) or a tuple of n arrays,
-    each C-contiguous, writeable and not overlapping any input."""
+def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
+    """Check the ``out=`` argument before any work: None, an array (one result) or a
+    tuple of ``len(shapes)`` arrays, each C-contiguous, writeable, of its result's
+    shape, floating-point where ``kinds[k]`` is ``"f"``, and overlapping neither
+    another out nor an input.
+
+    ``inputs`` are the arguments (``names`` theirs); ``inplace`` lists the
+    ``(k, j)`` pairs for which out[k] may be the very array of input j: the
+    compiler found every read of input j done before out[k] is written, or done
+    by the loop that writes it, element by element at the same index.
+    """
     if out is None:
         return None
+    n = len(shapes)
     outs = (out,) if isinstance(out, np.ndarray) else out
     if not isinstance(outs, (tuple, list)) or len(outs) != n:
+        got = f"{len(outs)}" if isinstance(outs, (tuple, list)) else type(out).__name__
         raise TypeError(f"{op}: out= must be {'an array or ' if n == 1 else ''}"
-                        f"a tuple of {n} arrays")
+                        f"a tuple of {n} arrays, got {got}")
     for k, o in enumerate(outs):
         if not isinstance(o, np.ndarray):
             raise TypeError(f"{op}: out[{k}] must be a numpy.ndarray, got {type(o).__name__}")
+        if o.shape != shapes[k]:
+            raise ValueError(f"{op}: out[{k}] must have shape {shapes[k]}, got {o.shape}")
+        if kinds[k] == "f" and o.dtype.kind != "f":
+            raise TypeError(f"{op}: out[{k}] must be a floating-point array, got {o.dtype}")
         if not o.flags.c_contiguous or not o.flags.writeable:
             raise ValueError(f"{op}: out[{k}] must be a writeable C-contiguous array")
-        for a in inputs:
-            if np.may_share_memory(o, a):
-                raise ValueError(f"{op}: out[{k}] overlaps an input argument")
+        for j, a in enumerate(inputs):
+            if type(a) is float or type(a) is int or not np.may_share_memory(o, a):
+                continue
+            if (k, j) in inplace and _g_same_array(o, a):
+                continue
+            raise ValueError(
+                f"{op}: out[{k}] overlaps input '{names[j]}'" + (
+                    "" if not _g_same_array(o, a) else
+                    f" (in place: this method reads '{names[j]}' after writing out[{k}]; "
+                    "pass another array)"))
         for j in range(k):
             if np.may_share_memory(o, outs[j]):
                 raise ValueError(f"{op}: out[{k}] overlaps out[{j}]")
     return tuple(outs)
+
+
+def _g_same_array(o, a):
+    """Whether ``a`` is ``o``'s memory with ``o``'s shape, dtype and (C) layout."""
+    return (isinstance(a, np.ndarray) and a.shape == o.shape and a.dtype == o.dtype
+            and a.flags.c_contiguous
+            and a.__array_interface__["data"][0] == o.__array_interface__["data"][0])
 
 
 def _g_buffer(op, outs, k, shape, t):
@@ -237,8 +286,9 @@ def _g_result_shape(kind, a, b=None, axis=None, keepdims=False):
         return tuple(a)[::-1]
     if kind == "reduce":
         nd = len(a)
-        if axis is not None and not all(-nd <= ax < nd for ax in axis):
-            raise ValueError(f"axis {axis} is out of bounds for an array of dimension {nd}")
+        for ax in axis or ():
+            if not -nd <= ax < nd:          # NumPy's AxisError message
+                raise ValueError(f"axis {ax} is out of bounds for array of dimension {nd}")
         axes = range(nd) if axis is None else [ax % nd for ax in axis]
         if keepdims:
             return tuple(1 if i in axes else d for i, d in enumerate(a))
@@ -264,6 +314,9 @@ def _g_finish(op, outs, results, shapes, rt, inputs):
                 raise ValueError(f"{op}: out[{k}] must have shape {tuple(shape)}, "
                                  f"got {o.shape}")
             if r is not o:
+                if r.dtype.kind == "f" and o.dtype.kind != "f":
+                    raise TypeError(f"{op}: out[{k}] must be a floating-point array, "
+                                    f"got {o.dtype}")
                 if not np.can_cast(r.dtype, o.dtype, "same_kind"):
                     raise TypeError(f"{op}: out[{k}] must be able to hold {r.dtype} "
                                     f"values, got {o.dtype}")
@@ -405,7 +458,7 @@ def _gk_scaled_tanh_forward_0_serial(_o0, _i0, _T):
         _o0[_i] = v0
 
 
-# scaled_tanh.vjp: tanh pow sub mul mul
+# scaled_tanh.vjp: tanh square sub mul mul
 # from scaled_tanh.grad:6, scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_vjp_0(_o0, _i0, _i1, _T):
@@ -432,7 +485,7 @@ def _gk_scaled_tanh_vjp_0_serial(_o0, _i0, _i1, _T):
         _o0[_i] = v4
 
 
-# scaled_tanh.fwd_bwd: tanh pow sub mul mul
+# scaled_tanh.fwd_bwd: tanh square sub mul mul
 # from scaled_tanh.grad:6, scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_fwd_bwd_0(_o0, _o1, _i0, _i1, _T):
@@ -461,17 +514,17 @@ def _gk_scaled_tanh_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _T):
         _o1[_i] = v4
 
 
-# scaled_tanh.vjp: pow
+# scaled_tanh.vjp: square
 # from scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_pow(_o0, _i0, _T):
+def _gu_square(_o0, _i0, _T):
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = (a0 * a0)
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_pow_serial(_o0, _i0, _T):
+def _gu_square_serial(_o0, _i0, _T):
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = (a0 * a0)
@@ -810,34 +863,37 @@ class scaled_tanh:
     def forward(x, /, *, out=None):
         _n = 'scaled_tanh.forward'
         (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
-        _out = _g_out_tuple(_n, out, 1, (x,))
+        _S = (x.shape,)
+        _out = _g_out_tuple(_n, out, _S, 'f', (x,), ('x',), ((0, 0),))
         _s = x.shape
         _v1 = _g_buffer(_n, _out, 0, _s, _T)
         _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
-        _r = _g_finish(_n, _out, (_v1,), (x.shape,), _RT, (x,))
+        _r = _g_finish(_n, _out, (_v1,), _S, _RT, (x,))
         return _r[0]
 
     def vjp(x, dy, /, *, out=None):
         _n = 'scaled_tanh.vjp'
         (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
-        _out = _g_out_tuple(_n, out, 1, (x, dy))
+        _S = (x.shape,)
+        _out = _g_out_tuple(_n, out, _S, 'f', (x, dy), ('x', 'dy'), ((0, 0), (0, 1)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
         _v9 = _g_buffer(_n, _out, 0, _s, _T)
         _g_launch(_gk_scaled_tanh_vjp_0, _gk_scaled_tanh_vjp_0_serial, _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _T)
-        _r = _g_finish(_n, _out, (_v9,), (x.shape,), _RT, (x, dy))
+        _r = _g_finish(_n, _out, (_v9,), _S, _RT, (x, dy))
         return _r
 
     def fwd_bwd(x, dy, /, *, out=None):
         _n = 'scaled_tanh.fwd_bwd'
         (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
-        _out = _g_out_tuple(_n, out, 2, (x, dy))
+        _S = (x.shape, x.shape)
+        _out = _g_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
         _v1 = _g_buffer(_n, _out, 0, _s, _T)
         _v9 = _g_buffer(_n, _out, 1, _s, _T)
         _g_launch(_gk_scaled_tanh_fwd_bwd_0, _gk_scaled_tanh_fwd_bwd_0_serial, _v1.reshape(-1), _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _T)
-        _r = _g_finish(_n, _out, (_v1, _v9), (x.shape, x.shape), _RT, (x, dy))
+        _r = _g_finish(_n, _out, (_v1, _v9), _S, _RT, (x, dy))
         return _r
 
     class unfused:
@@ -845,57 +901,60 @@ class scaled_tanh:
         def forward(x, /, *, out=None):
             _n = 'scaled_tanh.forward'
             (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
-            _out = _g_out_tuple(_n, out, 1, (x,))
+            _S = (x.shape,)
+            _out = _g_out_tuple(_n, out, _S, 'f', (x,), ('x',), ((0, 0),))
             _s = x.shape
             _v1 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
-            _r = _g_finish(_n, _out, (_v1,), (x.shape,), _RT, (x,))
+            _r = _g_finish(_n, _out, (_v1,), _S, _RT, (x,))
             return _r[0]
 
         def vjp(x, dy, /, *, out=None):
             _n = 'scaled_tanh.vjp'
             (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
-            _out = _g_out_tuple(_n, out, 1, (x, dy))
+            _S = (x.shape,)
+            _out = _g_out_tuple(_n, out, _S, 'f', (x, dy), ('x', 'dy'), ((0, 0), (0, 1)))
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v1 = np.empty(_s, dtype=_T)
             _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
             _s = x.shape
-            _v5 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_pow, _gu_pow_serial, _v5.reshape(-1), _g_flat(_v1, _s), _T)
+            _v10 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_square, _gu_square_serial, _v10.reshape(-1), _g_flat(_v1, _s), _T)
             _s = x.shape
             _v6 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v5, _s), _T)
+            _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v10, _s), _T)
             _s = x.shape
             _v7 = np.empty(_s, dtype=_T)
             _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), _g_flat(dy, _s), _g_flat(_v6, _s), _T)
             _s = x.shape
             _v9 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _T)
-            _r = _g_finish(_n, _out, (_v9,), (x.shape,), _RT, (x, dy))
+            _r = _g_finish(_n, _out, (_v9,), _S, _RT, (x, dy))
             return _r
 
         def fwd_bwd(x, dy, /, *, out=None):
             _n = 'scaled_tanh.fwd_bwd'
             (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
-            _out = _g_out_tuple(_n, out, 2, (x, dy))
+            _S = (x.shape, x.shape)
+            _out = _g_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (1, 1)))
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v1 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
             _s = x.shape
-            _v5 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_pow, _gu_pow_serial, _v5.reshape(-1), _g_flat(_v1, _s), _T)
+            _v10 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_square, _gu_square_serial, _v10.reshape(-1), _g_flat(_v1, _s), _T)
             _s = x.shape
             _v6 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v5, _s), _T)
+            _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v10, _s), _T)
             _s = x.shape
             _v7 = np.empty(_s, dtype=_T)
             _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), _g_flat(dy, _s), _g_flat(_v6, _s), _T)
             _s = x.shape
             _v9 = _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _T)
-            _r = _g_finish(_n, _out, (_v1, _v9), (x.shape, x.shape), _RT, (x, dy))
+            _r = _g_finish(_n, _out, (_v1, _v9), _S, _RT, (x, dy))
             return _r
 
 scaled_tanh = _GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': scaled_tanh.forward, 'vjp': scaled_tanh.vjp, 'fwd_bwd': scaled_tanh.fwd_bwd},
@@ -914,34 +973,37 @@ class leaky_relu:
     def forward(x, /, *, alpha=0.01, out=None):
         _n = 'leaky_relu.forward'
         (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
-        _out = _g_out_tuple(_n, out, 1, (x, alpha))
+        _S = (x.shape,)
+        _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha), ('x', 'alpha'), ((0, 0), (0, 1)))
         _s = x.shape
         _v5 = _g_buffer(_n, _out, 0, _s, _T)
         _g_launch(_gk_leaky_relu_forward_0, _gk_leaky_relu_forward_0_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _T)
-        _r = _g_finish(_n, _out, (_v5,), (x.shape,), _RT, (x, alpha))
+        _r = _g_finish(_n, _out, (_v5,), _S, _RT, (x, alpha))
         return _r[0]
 
     def vjp(x, dy, /, *, alpha=0.01, out=None):
         _n = 'leaky_relu.vjp'
         (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
-        _out = _g_out_tuple(_n, out, 1, (x, alpha, dy))
+        _S = (x.shape,)
+        _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
         _v15 = _g_buffer(_n, _out, 0, _s, _T)
         _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _T)
-        _r = _g_finish(_n, _out, (_v15,), (x.shape,), _RT, (x, alpha, dy))
+        _r = _g_finish(_n, _out, (_v15,), _S, _RT, (x, alpha, dy))
         return _r
 
     def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
         _n = 'leaky_relu.fwd_bwd'
         (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
-        _out = _g_out_tuple(_n, out, 2, (x, alpha, dy))
+        _S = (x.shape, x.shape)
+        _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
         _v5 = _g_buffer(_n, _out, 0, _s, _T)
         _v15 = _g_buffer(_n, _out, 1, _s, _T)
         _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _T)
-        _r = _g_finish(_n, _out, (_v5, _v15), (x.shape, x.shape), _RT, (x, alpha, dy))
+        _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, (x, alpha, dy))
         return _r
 
     class unfused:
@@ -949,7 +1011,8 @@ class leaky_relu:
         def forward(x, /, *, alpha=0.01, out=None):
             _n = 'leaky_relu.forward'
             (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
-            _out = _g_out_tuple(_n, out, 1, (x, alpha))
+            _S = (x.shape,)
+            _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha), ('x', 'alpha'), ((0, 0), (0, 1)))
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
             _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _T)
@@ -959,13 +1022,14 @@ class leaky_relu:
             _s = x.shape
             _v5 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _T)
-            _r = _g_finish(_n, _out, (_v5,), (x.shape,), _RT, (x, alpha))
+            _r = _g_finish(_n, _out, (_v5,), _S, _RT, (x, alpha))
             return _r[0]
 
         def vjp(x, dy, /, *, alpha=0.01, out=None):
             _n = 'leaky_relu.vjp'
             (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
-            _out = _g_out_tuple(_n, out, 1, (x, alpha, dy))
+            _S = (x.shape,)
+            _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
@@ -988,13 +1052,14 @@ class leaky_relu:
             _s = x.shape
             _v15 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _T)
-            _r = _g_finish(_n, _out, (_v15,), (x.shape,), _RT, (x, alpha, dy))
+            _r = _g_finish(_n, _out, (_v15,), _S, _RT, (x, alpha, dy))
             return _r
 
         def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
             _n = 'leaky_relu.fwd_bwd'
             (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
-            _out = _g_out_tuple(_n, out, 2, (x, alpha, dy))
+            _S = (x.shape, x.shape)
+            _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (1, 1), (1, 2)))
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
@@ -1023,7 +1088,7 @@ class leaky_relu:
             _s = x.shape
             _v15 = _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _T)
-            _r = _g_finish(_n, _out, (_v5, _v15), (x.shape, x.shape), _RT, (x, alpha, dy))
+            _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, (x, alpha, dy))
             return _r
 
 leaky_relu = _GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.forward, 'vjp': leaky_relu.vjp, 'fwd_bwd': leaky_relu.fwd_bwd},
