@@ -10,7 +10,7 @@ from gradc.passes.fuse import Kernel, KernelPlan
 from gradc.pipeline import build_op
 
 _PREC = {"lt": 0, "le": 0, "gt": 0, "ge": 0, "eq": 0, "ne": 0, "add": 1, "sub": 1,
-         "mul": 2, "div": 2, "matmul": 2, "neg": 3, "pow": 4}
+         "mul": 2, "div": 2, "matmul": 2, "neg": 3, "pow": 4, "square": 4}
 
 
 class MathPrinter:
@@ -39,6 +39,8 @@ class MathPrinter:
             return f"{args[0]} {INFIX[node.op]} {args[1]}"
         if node.op == "neg":
             return f"-{args[0]}"
+        if node.op == "square":             # as written: x^2
+            return f"{self._operand(node.args[0], 'pow', 0)} ^ 2"
         attrs = "".join(f", {k}={v}" for k, v in node.attrs if v is not None and v is not False)
         return f"{node.op}({', '.join(self.text(a) for a in node.args)}{attrs})"
 
