@@ -10,6 +10,7 @@ vectorisation); fast-math is opt-in and never includes ``nnan``/``ninf``
 from __future__ import annotations
 
 from gradc.codegen.printer import IndentedBuffer, Printer
+from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.passes.fuse import Kernel
 
@@ -38,7 +39,7 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
     fm = f", fastmath={FAST_MATH}" if fast_math else ""
     buf = IndentedBuffer()
     for c in comments:
-        buf.line(f"# {c}")
+        buf.line(f"# {comment(c)}")
     for suffix, par in (("", "parallel=True, "), ("_serial", "")):
         buf.line(f'@numba.njit({par}cache=True, error_model="numpy"{fm})')
         buf.line(f"def {name}{suffix}({params}):")

@@ -333,15 +333,18 @@ def _g_finish(op, outs, results, shapes, rt, inputs):
 class _GradcOp:
     """A compiled op: call it for the forward pass; ``vjp``, ``fwd_bwd``, ``jvp``,
     ``unfused`` and ``cuda`` as in SPEC §2; ``spec`` is its source text and
-    ``signature`` its parameter list."""
+    ``signature`` its parameter list.  ``keywords`` maps the keyword-only
+    parameters whose Python name in the wrappers differs (``lambda`` is
+    ``lambda_`` there) to that name."""
 
-    def __init__(self, name, spec, signature, methods, unfused=None, note=None):
+    def __init__(self, name, spec, signature, methods, unfused=None, note=None, keywords=None):
         self.__name__ = name
         self.spec = spec
         self.signature = signature
         self._methods = methods
         self.unfused = unfused
         self._note = note
+        self._keywords = keywords or {}
 
     def _get(self, method):
         fn = self._methods.get(method)
@@ -351,12 +354,23 @@ class _GradcOp:
 
     def _run(self, method, args, kwargs):
         fn = self._get(method)
+        if self._keywords:
+            kwargs = self._rename(method, kwargs)
         try:
             return fn(*args, **kwargs)
         except ValueError as exc:      # NumPy's own (AxisError...) get the op's name
             if str(exc).startswith(f"{self.__name__}."):
                 raise
             raise ValueError(f"{self.__name__}.{method}: {exc}") from exc
+
+    def _rename(self, method, kwargs):
+        out = {}
+        for key, value in kwargs.items():
+            if key not in self._keywords and key in self._keywords.values():
+                raise TypeError(f"{self.__name__}.{method}() got an unexpected keyword "
+                                f"argument {key!r}")
+            out[self._keywords.get(key, key)] = value
+        return out
 
     def __call__(self, *args, **kwargs):
         return self._run("forward", args, kwargs)
