@@ -34,17 +34,17 @@ def compile_source(text: str, *, file: str = "<string>", target: str = "cpu",
     """
     from gradc.codegen.module import render_module, source_sha256
     from gradc.frontend.check import check_source
+    from gradc.frontend.limits import out_of_stack
     from gradc.pipeline import build_program
     if target not in ("cpu", "cuda", "all"):
         raise ValueError(f"target must be 'cpu', 'cuda' or 'all', got {target!r}")
     if target != "cpu":
         raise NotImplementedError("the CUDA target is not implemented yet; use target='cpu'")
-    program = check_source(text, file)
-    try:
+    try:        # the limits of gradc.frontend.limits keep the recursion shallow
+        program = check_source(text, file)
         compiled = build_program(program, check=check, fuse=fuse)
     except RecursionError:
-        raise GradcError("an expression is nested too deeply to compile: split it into "
-                         "several statements", None, "E902") from None
+        raise out_of_stack(file) from None
     _warn(compiled)
     sha = source_sha256(_full_source(program, text))
     return render_module(Path(file).name, sha, __version__, compiled, fast_math=fast_math)

@@ -13,6 +13,7 @@ rendered as user errors.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -31,30 +32,40 @@ class Span:
         return f"{self.file}:{self.line}:{self.column}"
 
 
-# Source text of files seen by the compiler, so errors can show the line.
+# Source text of files seen by the compiler, so errors can show the line, and
+# where its lines start (computed when an error first needs it).
 _SOURCES: dict[str, str] = {}
+_LINE_STARTS: dict[str, list[int]] = {}
 
 
 def remember_source(file: str, text: str) -> None:
     """Record the text of ``file`` so that errors in it can quote their line."""
     _SOURCES[file] = text
+    _LINE_STARTS.pop(file, None)
 
 
 def source_line(file: str, line: int) -> str | None:
     """Line ``line`` of ``file`` as the lexer counts lines (ended by ``\n`` only, not
-    by ``\r`` or U+2028), each character that is not printable shown as U+FFFD so
-    that nothing reaches a terminal raw and the caret stays aligned."""
+    by ``\r`` or U+2028)."""
     text = _SOURCES.get(file)
     if text is None:
         return None
-    lines = text.split("\n")
-    if not 0 < line <= len(lines):
+    starts = _LINE_STARTS.get(file)
+    if starts is None:
+        starts = _LINE_STARTS[file] = [0, *(m.end() for m in re.finditer("\n", text))]
+    if not 0 < line <= len(starts):
         return None
-    return "".join(c if c.isprintable() or c == "\t" else "\ufffd"
-                   for c in lines[line - 1].removesuffix("\r"))
+    end = starts[line] - 1 if line < len(starts) else len(text)
+    return text[starts[line - 1]:end].removesuffix("\r")
 
 
 _SHOWN = 120     # characters of a long source line shown around the caret
+
+
+def _shown(line: str) -> str:
+    """A source line for a terminal: characters that are not printable as U+FFFD
+    (one column each, so the caret stays aligned)."""
+    return "".join(c if c.isprintable() or c == "\t" else "\ufffd" for c in line)
 
 
 def _printable(text: str) -> str:
@@ -86,7 +97,7 @@ def render_diagnostic(severity: str, code: str, message: str, span: Span | None,
                 "..." if start + _SHOWN < len(text) else "")
             col -= start - (3 if start else 0)
             width = min(width, _SHOWN)
-        out.append(f"    {num} | {text}")
+        out.append(f"    {num} | {_shown(text)}")
         out.append(f"    {pad} | {' ' * (col - 1)}{'^' * width}")
     out.extend(f"    = note: {n}" for n in notes)
     return "\n".join(out)

@@ -38,7 +38,11 @@ def vjp(graph: Graph, roots: Sequence[int], cotangents: Sequence[int | None],
     wanted, results = set(wrt), {}
     for unit in reversed(_unit_order(graph, live)):
         if isinstance(unit, CustomRegion):
-            _custom_vjp(graph, unit, cts, live)
+            if any(i in live for i in unit.inputs):
+                _custom_vjp(graph, unit, cts, live)
+            else:       # live only through wrt nodes inside it: the walk ends there
+                for w in wanted & unit.nodes:
+                    results[w] = _total(graph, cts.pop(w, []))
             continue
         g = _total(graph, cts.pop(unit, []))
         if unit in wanted:

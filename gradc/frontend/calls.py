@@ -24,6 +24,7 @@ from gradc.frontend.to_ast import leftmost_span
 Scope = dict[str, tuple[str, Span]]
 
 KEEPDIMS_NAMES = ("true", "false")
+_MAX_AXIS = 64          # NumPy's most dims
 
 
 class CallChecker:
@@ -120,6 +121,10 @@ class CallChecker:
         if not all(_is_int(i) for i in items):
             self._error(TypeError_, "axis= must be an integer or a tuple of integers",
                         leftmost_span(value), "E304")
+        elif any(abs((i.operand if isinstance(i, ast.Neg) else i).value) >= _MAX_AXIS
+                 for i in items):
+            self._error(TypeError_, f"axis= out of range (arrays have fewer than "
+                        f"{_MAX_AXIS} dims)", leftmost_span(value), "E304")
 
     def _keepdims(self, value: ast.Expr) -> None:
         ok = (isinstance(value, ast.Num) and value.is_int and value.value in (0, 1)) or (

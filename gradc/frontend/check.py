@@ -34,7 +34,7 @@ import networkx as nx
 
 from gradc.errors import (GradcError, GradientError, NameResolutionError, Span, TypeError_,
                           raise_all)
-from gradc.frontend import ast
+from gradc.frontend import ast, limits
 from gradc.frontend.builtins import BUILTINS, CONSTANTS, DTYPES
 from gradc.frontend.calls import CallChecker, Scope
 from gradc.frontend.consts import ConstError, did_you_mean, evaluate
@@ -75,6 +75,9 @@ def check(module: ast.Module, *, loader: Loader | None = None) -> Program:
             calls.add_node(op.name)
             _OpChecker(op, CallChecker(env_ops, env_consts, calls, op.name, errors)).run()
     _check_recursion(calls, ops, errors)
+    if not errors:          # callees first (there is no recursion now)
+        order = reversed(list(nx.lexicographical_topological_sort(calls)))
+        errors.extend(limits.check_inlined(ops, [n for n in order if n in ops]))
     raise_all(errors)
     return Program(ops, consts, tuple(m.file for m in [modules[-1], *modules[:-1]]),
                    tuple(op.name for op in module.ops))
@@ -95,7 +98,7 @@ def load_program(path: str | os.PathLike[str]) -> Program:
 
 def _read_module(path: str) -> ast.Module:
     # OSError and UnicodeDecodeError propagate: the import's span reports them.
-    return parse(Path(path).read_bytes().decode("utf-8-sig"), path)
+    return parse(limits.read_capped(path).decode("utf-8-sig"), path)
 
 
 def _key(path: str) -> str:

@@ -21,7 +21,7 @@ from lark.exceptions import VisitError
 
 from gradc.errors import (GradcError, GradcErrors, ParseError, Span, raise_all,
                           remember_source)
-from gradc.frontend import ast
+from gradc.frontend import ast, limits
 from gradc.frontend.to_ast import ToAst
 
 
@@ -42,21 +42,39 @@ _OPENERS = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE"}
 _CLOSERS = set(_OPENERS.values())
 
 
+class _LimitHit(Exception):
+    """A parse-time limit crossed at a token; :func:`parse` adds the file name."""
+
+    def __init__(self, make, tok: Token) -> None:
+        super().__init__()
+        self.make, self.line, self.column = make, tok.line, tok.column
+
+    def error(self, file: str) -> GradcError:
+        return self.make(file, self.line, self.column)
+
+
 class _NewlinesInBrackets:
-    """Post-lexer: a newline only counts at top level or directly inside braces."""
+    """Post-lexer: a newline only counts at top level or directly inside braces.
+    It also enforces MAX_TOKENS and, for brackets, MAX_DEPTH."""
 
     always_accept = ("_NL",)
 
     def process(self, stream: Iterator[Token]) -> Iterator[Token]:
         stack: list[str] = []
-        for tok in stream:
+        depth = 0               # ( and [ open (braces are bodies, not expressions)
+        for n, tok in enumerate(stream):
+            if n >= limits.MAX_TOKENS:
+                raise _LimitHit(lambda f, l, c: limits.too_many_tokens(f, l, c), tok)
             if tok.type == "_NL":
                 if stack and stack[-1] != "LBRACE":
                     continue
             elif tok.type in _OPENERS:
                 stack.append(tok.type)
+                depth += tok.type != "LBRACE"
+                if depth > limits.MAX_DEPTH:
+                    raise _LimitHit(lambda f, l, c: limits.too_deep(f, l, c, "brackets"), tok)
             elif tok.type in _CLOSERS and stack:
-                stack.pop()
+                depth -= stack.pop() != "LBRACE"
             yield tok
 
 
@@ -70,36 +88,47 @@ def read_source(path: str | os.PathLike[str]) -> str:
     """The text of a .grad file (UTF-8, a leading BOM dropped); GradcError E205
     when it cannot be read or is not UTF-8."""
     try:
-        return Path(path).read_bytes().decode("utf-8-sig")
+        data = limits.read_capped(path).removeprefix(b"\xef\xbb\xbf")
     except OSError as exc:
         raise GradcError(f"cannot read '{path}': {exc.strerror or exc}", None, "E205") from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise GradcError(f"cannot read '{path}': it is not UTF-8 text (byte {exc.start})",
-                         None, "E205") from None
+        if len(data) > 4 * limits.MAX_FILE_CHARS:      # cut short: too long anyway
+            return data.decode("utf-8", "replace")
+        start = exc.start
+    # The position of the first bad byte, and the text with it replaced for the caret.
+    line_start = data.rfind(b"\n", 0, start) + 1
+    line = data.count(b"\n", 0, start) + 1
+    column = len(data[line_start:start].decode("utf-8", "replace")) + 1
+    remember_source(str(path), data.decode("utf-8", "replace"))
+    raise GradcError(f"cannot read '{path}': it is not UTF-8 text (byte {start})",
+                     Span(str(path), line, column), "E205")
 
 
 def parse(text: str, file: str = "<string>") -> ast.Module:
     """Parse the .grad source ``text`` of ``file``; raise ParseError(s) on bad syntax."""
     text = text.removeprefix("\ufeff")
     remember_source(file, text)
+    limits.check_file_size(text, file)
     try:
         tree = _lark().parse(text)
-    except RecursionError:
-        raise ParseError("the file nests expressions too deeply to parse (simplify it or "
-                         "split long expressions into several statements)",
-                         Span(file, 1, 1)) from None
+    except _LimitHit as hit:
+        raise hit.error(file) from None
     except UnexpectedInput as e:
         errors = _item_errors(text, file) or [_parse_error(e, text, file, None)]
         raise (errors[0] if len(errors) == 1 else GradcErrors(errors)) from None
+    limits.check_tree(tree, file)        # before the recursive transform below
     builder = ToAst(file, text)
     try:
         module = builder.transform(tree)
     except RecursionError:
-        raise ParseError("an expression is nested too deeply (more than a few hundred "
-                         "operators): split it into several statements", Span(file, 1, 1)) from None
+        raise limits.out_of_stack(file) from None
     except VisitError as e:
         if isinstance(e.orig_exc, GradcError):
             raise e.orig_exc from None
+        if isinstance(e.orig_exc, RecursionError):
+            raise limits.out_of_stack(file) from None
         raise
     raise_all(builder.errors)
     return module
@@ -112,19 +141,34 @@ _ITEM_START = re.compile(
     r'|grad[ \t]*\([\w \t,]*\)[ \t]*->)', re.M)
 
 
+_MAX_REPORTED = 50     # syntax errors reported together, at most
+
+
 def _item_errors(text: str, file: str) -> list[GradcError]:
     """Parse each item of ``text`` alone, keeping positions; return their errors."""
     starts = sorted({0, *(m.start("kw") for m in _ITEM_START.finditer(text))})
     bounds = list(zip(starts, [*starts[1:], len(text)]))
     errors: list[GradcError] = []
+    line0 = 0                   # newlines before the item
     for begin, end in bounds:
-        # Blank out everything before the item so lines and columns stay right.
-        chunk = re.sub(r"[^\n]", " ", text[:begin]) + text[begin:end]
-        following = (end, re.match(r"\w*", text[end:]).group(0)) if end < len(text) else None
+        # Spaces before the item keep its columns; line0 is added to its lines.
+        line_start = text.rfind("\n", 0, begin) + 1
+        chunk = " " * (begin - line_start) + text[begin:end]
+        following = None
+        if end < len(text):
+            line = line0 + chunk.count("\n") + 1
+            col = end - text.rfind("\n", 0, end)
+            following = (line, col, re.match(r"\w*", text[end:end + 100]).group(0))
         try:
             _lark().parse(chunk)
+        except _LimitHit as hit:
+            hit.line += line0
+            errors.append(hit.error(file))
         except UnexpectedInput as e:
-            errors.append(_parse_error(e, chunk, file, following))
+            errors.append(_parse_error(e, chunk, file, following, line0))
+        line0 += chunk.count("\n")
+        if len(errors) >= _MAX_REPORTED:
+            break
     return errors
 
 
@@ -186,28 +230,28 @@ def _acceptable(e: UnexpectedInput) -> set[str]:
 
 
 def _parse_error(e: UnexpectedInput, text: str, file: str,
-                 following: tuple[int, str] | None) -> ParseError:
+                 following: tuple[int, int, str] | None, line0: int = 0) -> ParseError:
     """Translate Lark's error ``e`` in ``text``.
 
-    ``following`` is the offset and first word of the next item when ``text``
+    ``following`` is the line, column and first word of the next item when ``text``
     is one item cut from a longer file, so running out of text means the
-    item ran into the next one.
+    item ran into the next one; ``line0`` is the number of lines before it.
     """
     accepts = _acceptable(e)
     if isinstance(e, UnexpectedCharacters):
         char = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
-        span = Span(file, e.line, e.column, e.line, e.column + 1)
+        span = Span(file, e.line + line0, e.column, e.line + line0, e.column + 1)
         return ParseError(f"unexpected character {char!r}{_expecting(accepts, ', expected ')}",
                           span, "E101")
     tok = e.token if isinstance(e, UnexpectedToken) else Token("$END", "")
     if tok.type != "$END":
-        span = Span(file, tok.line, tok.column, tok.end_line, tok.end_column)
+        span = Span(file, tok.line + line0, tok.column, tok.end_line + line0, tok.end_column)
         after_operand = "NUMBER" not in accepts and bool(accepts & {"PLUS", "STAR"})
         if tok.type == "CMP" and "CMP" not in accepts and after_operand:
             return ParseError("comparisons do not chain: add parentheses", span, "E101")
         return ParseError(f"expected {describe_expected(accepts)}, found {_found(tok)}",
                           span, "E101")
-    return _eof_error(accepts, text, file, following)
+    return _eof_error(accepts, text, file, following, line0)
 
 
 def _expecting(accepts: set[str], prefix: str) -> str:
@@ -216,19 +260,19 @@ def _expecting(accepts: set[str], prefix: str) -> str:
 
 
 def _eof_error(accepts: set[str], text: str, file: str,
-               following: tuple[int, str] | None) -> ParseError:
+               following: tuple[int, int, str] | None, line0: int = 0) -> ParseError:
     """An item ended early: point at the next item, or just past the last token."""
     unclosed = _unclosed(text)
-    notes = [f"this '{c}' at {file}:{line}:{col} is not closed" for c, line, col in unclosed[-1:]]
+    notes = [f"this '{c}' at {file}:{line + line0}:{col} is not closed"
+             for c, line, col in unclosed[-1:]]
     closer = {"(": "RPAR", "[": "RSQB", "{": "RBRACE"}[unclosed[-1][0]] if unclosed else None
     expected = describe_expected({closer} if closer in accepts else accepts)
     if following is not None:
-        pos, word = following
-        line = text.count("\n", 0, pos) + 1
-        col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+        line, col, word = following
         return ParseError(f"expected {expected}, found '{word}'",
                           Span(file, line, col, line, col + len(word)), "E101", notes)
     line, col = _end_of_last_token(text)
+    line += line0
     return ParseError(f"expected {expected}, found the end of the file",
                       Span(file, line, col, line, col + 1), "E101", notes)
 
@@ -240,10 +284,12 @@ _PAIRS = {")": "(", "]": "[", "}": "{"}
 def _unclosed(text: str) -> list[tuple[str, int, int]]:
     """The brackets of ``text`` still open at its end, as (char, line, column)."""
     stack: list[tuple[str, int, int]] = []
+    line, seen = 1, 0
     for m in _BRACKETS.finditer(text):
         c = m.group(0)
         if c in "([{":
-            line = text.count("\n", 0, m.start()) + 1
+            line += text.count("\n", seen, m.start())
+            seen = m.start()
             stack.append((c, line, m.start() - text.rfind("\n", 0, m.start())))
         elif c in _PAIRS and stack and stack[-1][0] == _PAIRS[c]:
             stack.pop()
@@ -252,7 +298,7 @@ def _unclosed(text: str) -> list[tuple[str, int, int]]:
 
 def _end_of_last_token(text: str) -> tuple[int, int]:
     """Line and column just after the last non-blank, non-comment character."""
-    lines = text.splitlines() or [""]
+    lines = text.split("\n")          # lines as the lexer counts them
     for i in range(len(lines) - 1, -1, -1):
         code = re.sub(r'#[^\n]*$', "", lines[i]).rstrip()
         if code:

@@ -129,6 +129,11 @@ class ToAst(Transformer):
         return ast.TypeAnn(str(name), shape, False, self.span(name))
 
     def shape(self, dims: list[Token | None]) -> tuple[int | str, ...]:
+        for d in dims:
+            if d is not None and d.type == "INT" and (len(d) > 19 or int(d) >= 2**63):
+                self.errors.append(ParseError("a dimension must be less than 2^63",
+                                              self.span(d), "E104"))
+                return ()
         return tuple(int(d) if d.type == "INT" else str(d) for d in dims if d is not None)
 
     def outputs(self, items: list[Any]) -> tuple[str, ...]:

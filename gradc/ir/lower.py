@@ -8,6 +8,7 @@ overrides share one parser and one instantiation routine.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -68,7 +69,7 @@ def param_infos(op: ast.OpDef, consts: Mapping[str, float]) -> tuple[ParamInfo, 
 def eval_const(e: ast.Expr, consts: Mapping[str, float]) -> float:
     """Value of a compile-time constant expression (defaults, axis, keepdims)."""
     if isinstance(e, ast.Num):
-        return int(e.value) if e.is_int else e.value
+        return int(e.value) if e.is_int and math.isfinite(e.value) else e.value
     if isinstance(e, ast.Neg):
         return -eval_const(e.operand, consts)
     if isinstance(e, ast.Name):
