@@ -75,14 +75,17 @@ def compile_file(path: str | os.PathLike, out: str | os.PathLike | None = None,
                  **options) -> Path:
     """Compile the .grad file ``path`` to ``out`` (default: ``<stem>_gen.py`` beside it).
 
-    Returns the path written.  Options as for :func:`compile_source`.
+    Returns the path written.  Options as for :func:`compile_source`.  The module
+    is written to a temporary file and renamed, so ``out`` is never left
+    half-written, and is left as it was when compiling fails.
     """
     from gradc.frontend.parser import read_source
+    from gradc.runtime.cache import write_atomic
     path = Path(path)
     text = read_source(path)
     module = compile_source(text, file=str(path), **options)
     out = Path(out) if out is not None else path.with_name(f"{path.stem}_gen.py")
-    out.write_text(module, encoding="utf-8")
+    write_atomic(out, module)       # an existing file is replaced whole or not at all
     return out
 
 

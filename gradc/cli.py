@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:          # e.g. piped into head
         sys.stderr.close()
         return 0
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+    except OSError as exc:           # a missing file, a full disk, a directory as -o ...
         print(f"error: {exc}", file=sys.stderr)
         return 1
     except NotImplementedError as exc:

@@ -6,14 +6,22 @@ file and everything it imports), the gradc version and a fingerprint of its
 sources, the Numba and NumPy versions and the compile options, so a changed input recompiles and an unchanged one is
 imported as is (and Numba's own cache beside it skips JIT compilation too).
 Writes are atomic (a temporary file, then ``os.replace``), so two processes
-compiling the same file at once both get a complete module.
+compiling the same file at once both get a complete module; there are no lock
+files, so none can be left stale.  An entry carries the SHA-256 of its text in
+its last line: a truncated, empty or overwritten entry (or a directory in its
+place, or a damaged Numba cache file beside it) is discarded and recompiled.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
-import tempfile
+import pickletools
+import secrets
+import shutil
+import time
 from functools import lru_cache
 from pathlib import Path
 
@@ -53,13 +61,103 @@ def cache_key(sources: list[str], options: dict) -> str:
     return h.hexdigest()
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path`` through a temporary file beside it and
+    ``os.replace``: readers see the old file or the new one, never a part, and a
+    failure (an exception, a full disk, a kill) leaves the old file as it was.
+
+    The new file gets the permissions a plain ``open(path, "w")`` would give
+    (``0o666`` less the umask), not ``mkstemp``'s ``0o600``.
+    """
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            break
+        except FileExistsError:
+            continue
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
+
+
+# ---- cache entries: checked before they are imported --------------------------------
+
+_TRAILER = "# gradc cache entry; SHA-256 of the text above: "
+_STALE_TEMP_S = 3600       # a writer's temporary file older than this was left by a crash
+
+
+def write_entry(path: Path, text: str) -> None:
+    """Write a compiled module to the cache, with a last line holding the SHA-256 of
+    its text, so that a truncated or damaged entry is recognised (:func:`entry_is_valid`)."""
+    _remove_stale_temps(path)
+    write_atomic(path, f"{text}{_TRAILER}{hashlib.sha256(text.encode()).hexdigest()}\n")
+
+
+def entry_is_valid(path: Path) -> bool:
+    """Whether ``path`` is a complete module written by :func:`write_entry` (a
+    regular file whose text matches its trailer), and the Numba cache files
+    beside it are well-formed pickles."""
+    if not path.is_file():
+        return False
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    text, _, last = data[:-1].rpartition(b"\n")
+    expected = _TRAILER.encode() + hashlib.sha256(text + b"\n").hexdigest().encode()
+    return data.endswith(b"\n") and last == expected and _numba_files_ok(path)
+
+
+def discard_entry(path: Path) -> None:
+    """Remove what was cached from a damaged entry (Python's bytecode, Numba's index
+    and data files) and a directory in its place; a file there is left for
+    :func:`write_entry` to replace atomically (another process may be reading it)."""
+    stale = [*(path.parent / "__pycache__").glob(f"{path.stem}.*")]
+    for p in [path, *stale] if path.is_dir() and not path.is_symlink() else stale:
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                p.unlink()
+
+
+def _numba_files_ok(path: Path) -> bool:
+    """Numba's cache files of the module (``__pycache__/<module>.*.nbi`` and ``.nbc``)
+    are whole pickles: Numba itself would fail on the first call otherwise.  The
+    pickles are walked opcode by opcode (``pickletools``), never loaded."""
+    for f in (path.parent / "__pycache__").glob(f"{path.stem}.*.nb[ic]"):
+        try:
+            data = f.read_bytes()
+            # An index holds two pickles (a version, then the data); a data file one.
+            rest = _walk_pickle(data) if f.suffix == ".nbi" else data
+            if _walk_pickle(rest):
+                return False
+        except (OSError, ValueError, EOFError):
+            return False
+    return True
+
+
+def _walk_pickle(data: bytes) -> bytes:
+    """The bytes after the one pickle at the start of ``data``; ValueError if it is
+    not a whole pickle."""
+    stream = io.BytesIO(data)
+    for _ in pickletools.genops(stream):
+        pass
+    return data[stream.tell():]
+
+
+def _remove_stale_temps(path: Path) -> None:
+    now = time.time()
+    for tmp in path.parent.glob(f".{path.name}.*.tmp"):
+        with contextlib.suppress(OSError):
+            if now - tmp.stat().st_mtime > _STALE_TEMP_S:
+                tmp.unlink()
