@@ -21,14 +21,17 @@ __all__ = ["compile_source", "compile_file", "load", "GradcError", "GradcErrors"
 
 
 def compile_source(text: str, *, file: str = "<string>", target: str = "cpu",
-                   fuse: bool = True, fast_math: bool = False, check: bool = False) -> str:
+                   fuse: bool = True, fast_math: bool = False, precise: bool = False,
+                   check: bool = False) -> str:
     """Compile .grad source ``text`` to the source of a standalone Python module.
 
     ``file`` names the source in errors and in the module header (imports are
     resolved relative to it).  ``target``: "cpu" (this version; "cuda" and
     "all" raise NotImplementedError).  ``fuse=False`` makes the default
     methods use the unfused plans too.  ``fast_math`` enables Numba's
-    fast-math flags that keep IEEE NaN/inf semantics.  ``check=True`` verifies
+    fast-math flags that keep IEEE NaN/inf semantics.  ``precise=True`` makes the
+    kernels call libm for every transcendental function instead of the
+    vectorised math library (docs/mathlib.md).  ``check=True`` verifies
     the IR after every pass.  Raises :class:`GradcError` (or
     :class:`GradcErrors` for several) on a user error.
     """
@@ -47,7 +50,8 @@ def compile_source(text: str, *, file: str = "<string>", target: str = "cpu",
         raise out_of_stack(file) from None
     _warn(compiled)
     sha = source_sha256(_full_source(program, text))
-    return render_module(Path(file).name, sha, __version__, compiled, fast_math=fast_math)
+    return render_module(Path(file).name, sha, __version__, compiled, fast_math=fast_math,
+                         precise=precise)
 
 
 def _warn(compiled) -> None:

@@ -68,11 +68,12 @@ def bench_op(module, cop, n: int, repeat: int, rng) -> dict | None:
     return {"op": cop.op.name, **med, "gbs": nbytes / (med["fused"] * 1e-3) / 1e9}
 
 
-def bench_file(path: str | Path, n: int = 10**7, repeat: int = 11) -> str:
-    """The benchmark table of every flat-vector op of ``path``, as text."""
+def bench_file(path: str | Path, n: int = 10**7, repeat: int = 11, precise: bool = False) -> str:
+    """The benchmark table of every flat-vector op of ``path``, as text (``precise``:
+    the module compiled with libm for every function)."""
     import gradc
     program = load_program(path)
-    module = gradc.load(path)
+    module = gradc.load(path, **({"precise": True} if precise else {}))
     rng = np.random.default_rng(0)
     rows, skipped = [], []
     for name in program.main_ops:

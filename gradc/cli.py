@@ -19,7 +19,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 def _cmd_compile(args) -> int:
     from gradc import compile_file
     out = compile_file(args.spec, args.output, target=args.target, fuse=not args.no_fuse,
-                       fast_math=args.fast_math, check=args.debug)
+                       fast_math=args.fast_math, precise=args.precise, check=args.debug)
     print(f"wrote {out}")
     return 0
 
@@ -47,7 +47,7 @@ def _cmd_explain(args) -> int:
 
 def _cmd_bench(args) -> int:
     from gradc.bench import bench_file
-    print(bench_file(args.spec, n=args.n, repeat=args.repeat))
+    print(bench_file(args.spec, n=args.n, repeat=args.repeat, precise=args.precise))
     return 0
 
 
@@ -62,6 +62,10 @@ def _cmd_demo(args) -> int:
     return run_demo(quick=args.quick)
 
 
+_PRECISE = ("libm for every transcendental function instead of the vectorised math "
+            "library (docs/mathlib.md)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gradc", description="Compile gradient rules (.grad "
                                 "files) to fused Numba kernels.")
@@ -74,15 +78,20 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-fuse", action="store_true", help="one kernel per primitive")
     c.add_argument("--fast-math", action="store_true",
                    help="Numba fast-math flags that keep NaN/inf semantics")
+    c.add_argument("--precise", action="store_true", help=_PRECISE)
     c.set_defaults(fn=_cmd_compile)
     k = sub.add_parser("check", help="parse, type-check and gradient-check every op")
     k.add_argument("spec")
     k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--precise", action="store_true",
+                   help="accepted as for compile and bench; check runs the IR interpreter, "
+                        "which computes with NumPy's functions either way")
     k.set_defaults(fn=_cmd_check)
     b = sub.add_parser("bench", help="fused vs unfused vs NumPy, time and GB/s per op")
     b.add_argument("spec")
     b.add_argument("--n", type=int, default=10**7, help="elements (default 10^7)")
     b.add_argument("--repeat", type=int, default=11)
+    b.add_argument("--precise", action="store_true", help=_PRECISE)
     b.set_defaults(fn=_cmd_bench)
     e = sub.add_parser("explain", help="the derived gradient and the kernel plan of an op")
     e.add_argument("spec")

@@ -1,89 +1,205 @@
-"""Vectorisable math for the CPU kernels, copied into generated modules.
+"""The vectorisable math library of the CPU kernels, copied into generated modules.
 
-Numba lowers ``np.tanh`` and ``np.exp`` to scalar libm calls, which LLVM
-cannot vectorise: a fused tanh kernel then runs at ~17 ns per float32
-element on these machines, slower than NumPy.  ``_g_tanh`` dispatches on the
-dtype when Numba types the kernel (``numba.extending.overload``): float32
-gets the straight-line code below, float64 keeps ``np.tanh``.
+Numba lowers ``np.exp``, ``np.log``, ``np.tanh``... to scalar libm calls (PyPI's
+llvmlite has no SVML), which LLVM cannot vectorise: a fused softplus or gelu
+kernel then runs at a fraction of the memory bandwidth, slower than NumPy.
+Kernels therefore call ``_g_<fn>(x)``, which Numba resolves when it types the
+kernel (``numba.extending.overload``): for float32 and float64 to the
+straight-line implementations of :mod:`.mathlib_f32`, :mod:`.mathlib_f64` and
+:mod:`.mathlib_trig`
+(range reduction, minimax polynomials or rationals, exponents through bit
+casts, every case computed and one selected), which LLVM vectorises once
+they are inlined into the loop; for other types, and wherever :data:`FUNCTIONS`
+keeps libm, to NumPy's function.  ``precise=True`` (``--precise``) resolves
+every function to libm.
 
-``_g_tanh_f32``: for |x| < 0.625, Eigen's ``generic_fast_tanh_float`` (a 13/6
-rational minimax approximation, Eigen/src/Core/MathFunctionsImpl.h; ``x``
-itself below 4e-4); above, ``sign(x) (1 - 2 / (exp(2|x|) + 1))`` with
-``_g_exp_f32``, |x| clamped to 10 (where tanh rounds to 1).  Both are computed
-and one selected, so the loop stays branch-free.  Measured against float64
-``np.tanh`` on 2,000,001 points: at most 3.9 ULP below 0.625 and 1.3 ULP above;
-NaN, ±0 and ±inf behave as ``np.tanh``.
+A function is an implementation here only where its measured error over the
+whole range is within 4 ulp (float32, every float32 tested) or 2 ulp (float64,
+dense samples against an extended-precision reference); the table, its
+method and how to regenerate it are in docs/mathlib.md
+(``python benchmarks/mathlib_errors.py``).  Special values are NumPy's: ±0
+with its sign, ±inf, NaN, subnormal inputs and results, overflow at the same
+thresholds.
 
-``_g_exp_f32``: Cody-Waite range reduction ``x = n ln2 + r`` (ln2 split in two
-parts), a degree-6 polynomial for ``exp(r)`` on [-ln2/2, ln2/2] (Cephes
-``expf`` coefficients), and ``2^n`` built by a bit cast of ``(n + 127) << 23``;
-valid for x in [-87, 88] (callers clamp).
+The generated module carries the code of just the functions its kernels use
+(:func:`library_source`), so it stays standalone.  The bit casts are
+``@numba.extending.intrinsic`` LLVM bitcasts (:data:`INTRINSICS`); the
+implementation modules define pure-NumPy stand-ins so that their functions
+also run, slowly, without Numba.
 """
 from __future__ import annotations
 
-import numpy as np
+import inspect
+import re
+
+from gradc.codegen import mathlib_f32, mathlib_f64, mathlib_trig
+
+# name -> (libm expression in x (and y), float32 implementation, float64 implementation).
+# None keeps libm for that dtype (docs/mathlib.md says why). ``_one``/``_zero`` are
+# constants of the argument's dtype. sqrt and rsqrt are not here: np.sqrt is an LLVM
+# intrinsic (vsqrtps/vsqrtpd), which vectorises as it is.
+FUNCTIONS = {
+    "exp": ("np.exp(x)", "_g_exp_f32", "_g_exp_f64"),
+    "exp2": ("np.exp2(x)", "_g_exp2_f32", "_g_exp2_f64"),
+    "expm1": ("np.expm1(x)", "_g_expm1_f32", "_g_expm1_f64"),
+    "log": ("np.log(x)", "_g_log_f32", "_g_log_f64"),
+    "log2": ("np.log2(x)", "_g_log2_f32", "_g_log2_f64"),
+    "log10": ("np.log10(x)", "_g_log10_f32", "_g_log10_f64"),
+    "log1p": ("np.log1p(x)", "_g_log1p_f32", "_g_log1p_f64"),
+    "tanh": ("np.tanh(x)", "_g_tanh_f32", "_g_tanh_f64"),
+    "sigmoid": ("_one / (_one + np.exp(-x))", "_g_sigmoid_f32", "_g_sigmoid_f64"),
+    "softplus": ("max(x, _zero) + np.log1p(np.exp(-abs(x)))", "_g_softplus_f32",
+                 "_g_softplus_f64"),
+    "erf": ("math.erf(x)", "_g_erf_f32", "_g_erf_f64"),
+    "erfc": ("math.erfc(x)", "_g_erfc_f32", "_g_erfc_f64"),
+    "sin": ("np.sin(x)", "_g_sin_f32", "_g_sin_f64"),
+    "cos": ("np.cos(x)", "_g_cos_f32", "_g_cos_f64"),
+    "tan": ("np.tan(x)", "_g_tan_f32", "_g_tan_f64"),
+    "asin": ("np.arcsin(x)", "_g_asin_f32", "_g_asin_f64"),
+    "acos": ("np.arccos(x)", "_g_acos_f32", "_g_acos_f64"),
+    "atan": ("np.arctan(x)", "_g_atan_f32", "_g_atan_f64"),
+    "sinh": ("np.sinh(x)", "_g_sinh_f32", "_g_sinh_f64"),
+    "cosh": ("np.cosh(x)", "_g_cosh_f32", "_g_cosh_f64"),
+    "atan2": ("np.arctan2(y, x)", "_g_atan2_f32", "_g_atan2_f64"),
+    "pow": ("x ** y", "_g_pow_f32", "_g_pow_f64"),
+}
+
+INTRINSICS = {
+    "_g_f32_bits": ("The float32 whose bits are the int32 ``i``", "float32", "int32"),
+    "_g_f32_int": ("The bits of the float32 ``i`` as an int32", "int32", "float32"),
+    "_g_f64_bits": ("The float64 whose bits are the int64 ``i``", "float64", "int64"),
+    "_g_f64_int": ("The bits of the float64 ``i`` as an int64", "int64", "float64"),
+}
+
+_MODULES = (mathlib_f64, mathlib_trig, mathlib_f32)
+_IMPLS = {name: obj for mod in _MODULES for name, obj in vars(mod).items()
+          if name.startswith("_g_") and inspect.isfunction(obj) and name not in INTRINSICS
+          and obj.__module__ == mod.__name__}
+_TABLES = {name: obj for mod in _MODULES for name, obj in vars(mod).items()
+           if name.startswith("_G_")}       # constant arrays (float64 integers)
+_CALL = re.compile(r"\b_g_([a-z0-9]+)\(")
 
 
-def _g_tanh(x):
-    """tanh, dispatched on the dtype inside Numba kernels (see the overload)."""
-    return np.tanh(x)
+def used_functions(text: str) -> list[str]:
+    """The library functions that kernel source ``text`` calls, in table order."""
+    called = set(_CALL.findall(text))
+    return [name for name in FUNCTIONS if name in called]
 
 
-def _g_f32_bits(i):
-    """Pure-Python stand-in for the generated module's bit-cast intrinsic."""
-    return np.asarray(i, dtype=np.int32).view(np.float32)[()]
+def library_source(names, *, precise: bool = False) -> str:
+    """Source of the library functions ``names`` for a generated module: the
+    implementations they need (none with ``precise``), then one dispatching stub
+    per name."""
+    impls = [] if precise else [i for n in names for i in FUNCTIONS[n][1:] if i]
+    parts = [implementation_source(impls)] if impls else []
+    if any("_one" in FUNCTIONS[n][0] or "_zero" in FUNCTIONS[n][0] for n in names):
+        parts.append(_CONSTS)
+    parts += [_dispatcher(n, precise) for n in names]
+    return "\n\n\n".join(parts) + "\n" if parts else ""
 
 
-def _g_exp_f32(x):
-    n = np.rint(x * np.float32(1.44269504088896341))
-    r = x - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
-    p = np.float32(1.9875691500e-4)
-    p = p * r + np.float32(1.3981999507e-3)
-    p = p * r + np.float32(8.3334519073e-3)
-    p = p * r + np.float32(4.1665795894e-2)
-    p = p * r + np.float32(1.6666665459e-1)
-    p = p * r + np.float32(5.0000001201e-1)
-    e = (p * r) * r + r + np.float32(1.0)
-    return e * _g_f32_bits((np.int32(n) + np.int32(127)) << np.int32(23))
+def implementation_source(impls) -> str:
+    """Source defining the implementation functions ``impls`` (``_g_exp_f32``...) and
+    everything they call, ready to be called from Numba code: the bit-cast
+    intrinsics, the functions, each wrapped by ``_g_inline``."""
+    needed = _closure(impls)
+    order = [n for n in _IMPLS if n in needed]
+    parts = [_NOTICE] + [_intrinsic(n) for n in INTRINSICS if n in needed]
+    parts += [_table(n) for n in _TABLES if n in needed]
+    parts += [inspect.getsource(_IMPLS[n]).rstrip("\n") for n in order]
+    parts += [_INLINE, "\n".join(f"{n} = _g_inline({n})" for n in order)]
+    return "\n\n\n".join(parts)
 
 
-def _g_tanh_f32(x):
-    ax = abs(x)
-    c = np.float32(7.90531110763549805)
-    xc = c if x > c else (-c if x < -c else x)
-    x2 = xc * xc
-    p = x2 * np.float32(-2.76076847742355e-16) + np.float32(2.00018790482477e-13)
-    p = x2 * p + np.float32(-8.60467152213735e-11)
-    p = x2 * p + np.float32(5.12229709037114e-08)
-    p = x2 * p + np.float32(1.48572235717979e-05)
-    p = x2 * p + np.float32(6.37261928875436e-04)
-    p = x2 * p + np.float32(4.89352455891786e-03)
-    q = x2 * np.float32(1.19825839466702e-06) + np.float32(1.18534705686654e-04)
-    q = x2 * q + np.float32(2.26843463243900e-03)
-    q = x2 * q + np.float32(4.89352518554385e-03)
-    small = x if ax < np.float32(4e-4) else (xc * p) / q
-    e = _g_exp_f32(np.float32(2.0) * (ax if ax < np.float32(10.0) else np.float32(10.0)))
-    big = np.float32(1.0) - np.float32(2.0) / (e + np.float32(1.0))
-    big = big if x >= 0 else -big
-    r = small if ax < np.float32(0.625) else big
-    return x if x != x else r            # NaN in, NaN out
+def _closure(names) -> set[str]:
+    """``names`` and every ``_g_`` function or intrinsic they call, transitively."""
+    seen: set[str] = set()
+    todo = list(names)
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in _IMPLS:
+            todo += [g for g in _IMPLS[n].__code__.co_names
+                     if g in _IMPLS or g in INTRINSICS or g in _TABLES]
+    return seen
 
 
-OVERLOADS = '''\
-@numba.extending.intrinsic
-def _g_f32_bits(typingctx, i):
-    \"\"\"The float32 whose bits are the int32 ``i`` (an LLVM bit cast).\"\"\"
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(numba.types.float32))
-    return numba.types.float32(numba.types.int32), codegen
+def _table(name: str) -> str:
+    """``name = np.array([...])`` for a constant table of integers."""
+    values = ", ".join(str(int(v)) for v in _TABLES[name])
+    lines, line = [], "   "
+    for v in values.split(", "):
+        if len(line) + len(v) + 2 > 92:
+            lines.append(line)
+            line = "   "
+        line += f" {v},"
+    return f"{name} = np.array([\n" + "\n".join(lines + [line]) + "\n], dtype=np.float64)"
 
 
-_g_exp_f32 = numba.njit(inline="always")(_g_exp_f32)
+def _intrinsic(name: str) -> str:
+    doc, ret, arg = INTRINSICS[name]
+    return (f"@numba.extending.intrinsic\n"
+            f"def {name}(typingctx, i):\n"
+            f'    """{doc} (an LLVM bit cast)."""\n'
+            f"    def codegen(context, builder, signature, args):\n"
+            f"        return builder.bitcast(args[0], context.get_value_type(numba.types.{ret}))\n"
+            f"    return numba.types.{ret}(numba.types.{arg}), codegen")
 
 
-@numba.extending.overload(_g_tanh, inline="always")
-def _g_tanh_overload(x):
-    if x == numba.types.float32:
-        return _g_tanh_f32
-    return lambda x: np.tanh(x)
-'''
+_NOTICE = """\
+# The math library (gradc.codegen.mathlib, docs/mathlib.md). Most float64 algorithms and
+# constants are fdlibm's: Copyright (C) 1993 by Sun Microsystems, Inc. All rights reserved.
+# Permission to use, copy, modify, and distribute this software is freely granted,
+# provided that this notice is preserved. Most float32 ones are from the Cephes Math
+# Library, Copyright 1984-1995 by Stephen L. Moshier."""
+
+_INLINE = '''def _g_inline(fn):
+    """``fn`` for Numba kernels: compiled once per signature (error_model="numpy", so
+    no division checks) as an LLVM function marked alwaysinline, so that LLVM
+    inlines it into the kernel loops and vectorises them.  (Numba's own
+    ``inline="always"`` copies IR per call site, which takes seconds per kernel.)"""
+    disp = numba.njit(error_model="numpy")(fn)
+
+    def typer(typingctx, *args):
+        sig = typingctx.resolve_function_type(numba.types.Dispatcher(disp), args, {})
+
+        def codegen(context, builder, signature, llargs):
+            cres = disp.overloads[signature.args]
+            cres.library.get_function(cres.fndesc.llvm_func_name).add_function_attribute(
+                "alwaysinline")
+            context.add_linking_libs([cres.library])
+            return context.call_internal(builder, cres.fndesc, signature, llargs)
+        return sig, codegen
+
+    call = [lambda tc, a: typer(tc, a), lambda tc, a, b: typer(tc, a, b),
+            lambda tc, a, b, c: typer(tc, a, b, c)][fn.__code__.co_argcount - 1]
+    return numba.extending.intrinsic(call)'''
+
+_CONSTS = '''def _g_consts(t):
+    """One and zero of the NumPy dtype of the Numba type ``t``."""
+    d = numba.np.numpy_support.as_dtype(t).type
+    return d(1), d(0)'''
+
+
+def _dispatcher(name: str, precise: bool) -> str:
+    """A Python stub ``_g_<name>`` and its overload: the implementation for the dtypes
+    that have one (none if ``precise``), libm otherwise."""
+    expr, f32, f64 = FUNCTIONS[name]
+    args = "x, y" if "y" in re.findall(r"\b[xy]\b", expr) else "x"
+    plain = expr.replace("_one", "1").replace("_zero", "0")
+    lines = [f"def _g_{name}({args}):",
+             f'    """{name}: the library\'s, dispatched on the dtype inside Numba kernels."""',
+             f"    return {plain}", "", "",
+             f'@numba.extending.overload(_g_{name}, inline="always")',
+             f"def _g_{name}_overload({args}):"]
+    same = " and y == x" if args == "x, y" else ""
+    for impl, ty in ((f32, "float32"), (f64, "float64")):
+        if impl and not precise:
+            lines += [f"    if x == numba.types.{ty}{same}:",
+                      f"        return lambda {args}: {impl}({args})"]
+    if "_one" in expr or "_zero" in expr:
+        lines.append("    _one, _zero = _g_consts(x)")
+    lines.append(f"    return lambda {args}: {expr}")
+    return "\n".join(lines)

@@ -78,4 +78,5 @@ class Printer:
             return f"({prod})" if k.value > 0 else f"(_T(1) / ({prod}))"
         if k.op == "const" and k.value == 0.5:
             return f"np.sqrt({x})"
-        return f"({x} ** {y})"
+        prim = PRIMITIVES["pow"]
+        return (getattr(prim, self.backend, None) or prim.cpu).format(x=x, y=y)

@@ -394,44 +394,11 @@ class _GradcOp:
         return f"<gradc op {self.__name__}{self.signature}>"
 
 
-def _g_tanh(x):
-    """tanh, dispatched on the dtype inside Numba kernels (see the overload)."""
-    return np.tanh(x)
-
-
-def _g_exp_f32(x):
-    n = np.rint(x * np.float32(1.44269504088896341))
-    r = x - n * np.float32(0.693359375) + n * np.float32(2.12194440e-4)
-    p = np.float32(1.9875691500e-4)
-    p = p * r + np.float32(1.3981999507e-3)
-    p = p * r + np.float32(8.3334519073e-3)
-    p = p * r + np.float32(4.1665795894e-2)
-    p = p * r + np.float32(1.6666665459e-1)
-    p = p * r + np.float32(5.0000001201e-1)
-    e = (p * r) * r + r + np.float32(1.0)
-    return e * _g_f32_bits((np.int32(n) + np.int32(127)) << np.int32(23))
-
-
-def _g_tanh_f32(x):
-    ax = abs(x)
-    c = np.float32(7.90531110763549805)
-    xc = c if x > c else (-c if x < -c else x)
-    x2 = xc * xc
-    p = x2 * np.float32(-2.76076847742355e-16) + np.float32(2.00018790482477e-13)
-    p = x2 * p + np.float32(-8.60467152213735e-11)
-    p = x2 * p + np.float32(5.12229709037114e-08)
-    p = x2 * p + np.float32(1.48572235717979e-05)
-    p = x2 * p + np.float32(6.37261928875436e-04)
-    p = x2 * p + np.float32(4.89352455891786e-03)
-    q = x2 * np.float32(1.19825839466702e-06) + np.float32(1.18534705686654e-04)
-    q = x2 * q + np.float32(2.26843463243900e-03)
-    q = x2 * q + np.float32(4.89352518554385e-03)
-    small = x if ax < np.float32(4e-4) else (xc * p) / q
-    e = _g_exp_f32(np.float32(2.0) * (ax if ax < np.float32(10.0) else np.float32(10.0)))
-    big = np.float32(1.0) - np.float32(2.0) / (e + np.float32(1.0))
-    big = big if x >= 0 else -big
-    r = small if ax < np.float32(0.625) else big
-    return x if x != x else r            # NaN in, NaN out
+# The math library (gradc.codegen.mathlib, docs/mathlib.md). Most float64 algorithms and
+# constants are fdlibm's: Copyright (C) 1993 by Sun Microsystems, Inc. All rights reserved.
+# Permission to use, copy, modify, and distribute this software is freely granted,
+# provided that this notice is preserved. Most float32 ones are from the Cephes Math
+# Library, Copyright 1984-1995 by Stephen L. Moshier.
 
 
 @numba.extending.intrinsic
@@ -442,13 +409,163 @@ def _g_f32_bits(typingctx, i):
     return numba.types.float32(numba.types.int32), codegen
 
 
-_g_exp_f32 = numba.njit(inline="always")(_g_exp_f32)
+@numba.extending.intrinsic
+def _g_f64_bits(typingctx, i):
+    """The float64 whose bits are the int64 ``i`` (an LLVM bit cast)."""
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], context.get_value_type(numba.types.float64))
+    return numba.types.float64(numba.types.int64), codegen
+
+
+def _g_ldexp_f64(y, n):
+    """``y * 2**n`` for integer ``n`` in [-2044, 2046], as two exact power-of-two
+    factors (a subnormal result is rounded once)."""
+    h = n >> 1
+    return (y * _g_f64_bits((h + 1023) << 52)) * _g_f64_bits((n - h + 1023) << 52)
+
+
+def _g_exp_kernel_f64(hi, lo):
+    """``exp(hi - lo)`` for |hi - lo| <= ln2/2, fdlibm ``__ieee754_exp``: ``1 + r + r c
+    / (2 - c)``, c from a degree-5 Remez polynomial in r^2 (error < 2**-59)."""
+    r = hi - lo
+    t = r * r
+    c = r - t * (1.66666666666666019037e-01 + t * (-2.77777777770155933842e-03 + t * (
+        6.61375632143793436117e-05 + t * (-1.65339022054652515390e-06
+                                          + t * 4.13813679705723846039e-08))))
+    return 1.0 - ((lo - (r * c) / (2.0 - c)) - hi)
+
+
+def _g_exp_scaled_f64(x, s):
+    """``exp(x) * 2**s`` (s a small integer) for non-NaN x: fdlibm's reduction x = k ln2
+    + r with ln2 in two parts (k ln2_hi is exact), x clamped to [-746, 711]."""
+    xc = 711.0 if x > 711.0 else x
+    xc = -746.0 if xc < -746.0 else xc
+    k = np.rint(xc * 1.44269504088896338700e+00)
+    y = _g_exp_kernel_f64(xc - k * 6.93147180369123816490e-01, k * 1.90821492927058770002e-10)
+    return _g_ldexp_f64(y, np.int64(k) + s)
+
+
+def _g_exp_f64(x):
+    """exp: fdlibm's algorithm (see :func:`_g_exp_kernel_f64`), 2**k in two steps."""
+    e = _g_exp_scaled_f64(x, 0)
+    return x if x != x else e
+
+
+def _g_tanh_f64(x):
+    """tanh, Cephes ``tanh``: ``x + x^3 P(x^2)/Q(x^2)`` (degrees 2/3) for |x| < 0.625,
+    else ``1 - 2 / (exp(2|x|) + 1)`` with |x| clamped to 22 (where tanh rounds to 1);
+    |x| < 2**-27 returns x (keeps -0)."""
+    ax = abs(x)
+    z = x * x
+    p = (-9.64399179425052238628e-1 * z - 9.92877231001918586564e1) * z \
+        - 1.61468768441708447952e3
+    q = ((z + 1.12811678491632931402e2) * z + 2.23548839060100448583e3) * z \
+        + 4.84406305325125486048e3
+    small = x + x * (z * p / q)
+    e = _g_exp_f64(2.0 * (ax if ax < 22.0 else 22.0))
+    big = 1.0 - 2.0 / (e + 1.0)
+    big = big if x >= 0.0 else -big
+    r = small if ax < 0.625 else big
+    return x if (x != x) | (ax < 7.450580596923828e-09) else r
+
+
+def _g_ldexp_f32(y, n):
+    """``y * 2**n`` for integer ``n`` in [-252, 254], as two exact power-of-two factors
+    (so that a subnormal result is rounded once)."""
+    h = n >> 1
+    return (y * _g_f32_bits((h + 127) << 23)) * _g_f32_bits((n - h + 127) << 23)
+
+
+def _g_expm1_kernel_f32(r):
+    """``exp(r) - 1`` for |r| <= ln2/2: ``r + r^2 P(r)``, P the degree-5 polynomial of
+    Cephes ``expf`` (theoretical peak relative error 4.2e-9)."""
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    return (p * r) * r + r
+
+
+def _g_exp_f32(x):
+    """exp, after Cephes ``expf``: ``x = n ln2 + r`` (Cody-Waite, ln2 in two parts),
+    ``exp(r) = 1 + r + r^2 P(r)``, ``2**n`` from bit casts in two steps, so results
+    down to the smallest subnormal are rounded once.  x is clamped to [-104, 89]
+    first (beyond, the result is 0 or inf anyway)."""
+    xc = np.float32(89.0) if x > np.float32(89.0) else x
+    xc = np.float32(-104.0) if xc < np.float32(-104.0) else xc
+    n = np.rint(xc * np.float32(1.44269504088896341))
+    r = xc - n * np.float32(0.693359375)
+    r = r - n * np.float32(-2.12194440e-4)
+    e = _g_ldexp_f32(_g_expm1_kernel_f32(r) + np.float32(1.0), np.int32(n))
+    return x if x != x else e
+
+
+def _g_tanh_f32(x):
+    """tanh, Cephes ``tanhf``: ``x + x^3 P(x^2)`` (degree 4) for |x| < 0.625, else
+    ``1 - 2 / (exp(2|x|) + 1)`` with |x| clamped to 10 (where tanh rounds to 1);
+    |x| < 2**-13 returns x (keeps -0)."""
+    ax = abs(x)
+    z = x * x
+    p = np.float32(-5.70498872745e-3)
+    p = p * z + np.float32(2.06390887954e-2)
+    p = p * z + np.float32(-5.37397155531e-2)
+    p = p * z + np.float32(1.33314422036e-1)
+    p = p * z + np.float32(-3.33332819422e-1)
+    small = p * z * x + x
+    e = _g_exp_f32(np.float32(2.0) * (ax if ax < np.float32(10.0) else np.float32(10.0)))
+    big = np.float32(1.0) - np.float32(2.0) / (e + np.float32(1.0))
+    big = big if x >= np.float32(0.0) else -big
+    r = small if ax < np.float32(0.625) else big
+    return x if (x != x) | (ax < np.float32(1.2207031e-4)) else r
+
+
+def _g_inline(fn):
+    """``fn`` for Numba kernels: compiled once per signature (error_model="numpy", so
+    no division checks) as an LLVM function marked alwaysinline, so that LLVM
+    inlines it into the kernel loops and vectorises them.  (Numba's own
+    ``inline="always"`` copies IR per call site, which takes seconds per kernel.)"""
+    disp = numba.njit(error_model="numpy")(fn)
+
+    def typer(typingctx, *args):
+        sig = typingctx.resolve_function_type(numba.types.Dispatcher(disp), args, {})
+
+        def codegen(context, builder, signature, llargs):
+            cres = disp.overloads[signature.args]
+            cres.library.get_function(cres.fndesc.llvm_func_name).add_function_attribute(
+                "alwaysinline")
+            context.add_linking_libs([cres.library])
+            return context.call_internal(builder, cres.fndesc, signature, llargs)
+        return sig, codegen
+
+    call = [lambda tc, a: typer(tc, a), lambda tc, a, b: typer(tc, a, b),
+            lambda tc, a, b, c: typer(tc, a, b, c)][fn.__code__.co_argcount - 1]
+    return numba.extending.intrinsic(call)
+
+
+_g_ldexp_f64 = _g_inline(_g_ldexp_f64)
+_g_exp_kernel_f64 = _g_inline(_g_exp_kernel_f64)
+_g_exp_scaled_f64 = _g_inline(_g_exp_scaled_f64)
+_g_exp_f64 = _g_inline(_g_exp_f64)
+_g_tanh_f64 = _g_inline(_g_tanh_f64)
+_g_ldexp_f32 = _g_inline(_g_ldexp_f32)
+_g_expm1_kernel_f32 = _g_inline(_g_expm1_kernel_f32)
+_g_exp_f32 = _g_inline(_g_exp_f32)
+_g_tanh_f32 = _g_inline(_g_tanh_f32)
+
+
+def _g_tanh(x):
+    """tanh: the library's, dispatched on the dtype inside Numba kernels."""
+    return np.tanh(x)
 
 
 @numba.extending.overload(_g_tanh, inline="always")
 def _g_tanh_overload(x):
     if x == numba.types.float32:
-        return _g_tanh_f32
+        return lambda x: _g_tanh_f32(x)
+    if x == numba.types.float64:
+        return lambda x: _g_tanh_f64(x)
     return lambda x: np.tanh(x)
 
 

@@ -1,0 +1,325 @@
+"""float32 implementations of the vectorisable math library (see :mod:`.mathlib`).
+
+Every function is straight-line float32 arithmetic (selects, no branches, no
+calls) so that LLVM vectorises the kernel loops that inline it.  Each
+docstring names its source; the measured errors are in docs/mathlib.md.
+Functions whose float32 result is rounded from the float64 implementation
+(:mod:`.mathlib_f64`) are at the end: there the float64 code is the source.
+
+These are plain Python functions over NumPy scalars, so they also run (slowly)
+without Numba; the bit casts below are stand-ins for the generated module's
+``@numba.extending.intrinsic`` versions.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from gradc.codegen.mathlib_f64 import (_g_cosh_f64, _g_erf_f64, _g_erfc_f64, _g_exp2_f64,
+                                       _g_f64_int, _g_log2_f64, _g_sinh_f64)
+from gradc.codegen.mathlib_trig import _g_atan2_f64, _g_cos_f64, _g_sin_f64, _g_tan_f64
+
+
+def _g_f32_bits(i):
+    """The float32 whose bits are the int32 ``i`` (stand-in for the bit-cast intrinsic)."""
+    return np.asarray(i).astype(np.int32).view(np.float32)[()]
+
+
+def _g_f32_int(x):
+    """The bits of the float32 ``x`` as an int32 (stand-in for the bit-cast intrinsic)."""
+    return np.asarray(x, dtype=np.float32).view(np.int32)[()]
+
+
+def _g_ldexp_f32(y, n):
+    """``y * 2**n`` for integer ``n`` in [-252, 254], as two exact power-of-two factors
+    (so that a subnormal result is rounded once)."""
+    h = n >> 1
+    return (y * _g_f32_bits((h + 127) << 23)) * _g_f32_bits((n - h + 127) << 23)
+
+
+def _g_expm1_kernel_f32(r):
+    """``exp(r) - 1`` for |r| <= ln2/2: ``r + r^2 P(r)``, P the degree-5 polynomial of
+    Cephes ``expf`` (theoretical peak relative error 4.2e-9)."""
+    p = np.float32(1.9875691500e-4)
+    p = p * r + np.float32(1.3981999507e-3)
+    p = p * r + np.float32(8.3334519073e-3)
+    p = p * r + np.float32(4.1665795894e-2)
+    p = p * r + np.float32(1.6666665459e-1)
+    p = p * r + np.float32(5.0000001201e-1)
+    return (p * r) * r + r
+
+
+def _g_exp_f32(x):
+    """exp, after Cephes ``expf``: ``x = n ln2 + r`` (Cody-Waite, ln2 in two parts),
+    ``exp(r) = 1 + r + r^2 P(r)``, ``2**n`` from bit casts in two steps, so results
+    down to the smallest subnormal are rounded once.  x is clamped to [-104, 89]
+    first (beyond, the result is 0 or inf anyway)."""
+    xc = np.float32(89.0) if x > np.float32(89.0) else x
+    xc = np.float32(-104.0) if xc < np.float32(-104.0) else xc
+    n = np.rint(xc * np.float32(1.44269504088896341))
+    r = xc - n * np.float32(0.693359375)
+    r = r - n * np.float32(-2.12194440e-4)
+    e = _g_ldexp_f32(_g_expm1_kernel_f32(r) + np.float32(1.0), np.int32(n))
+    return x if x != x else e
+
+
+def _g_exp2_f32(x):
+    """exp2, after Cephes ``exp2f``: ``x = n + r`` (exact), ``2**r = 1 + r P(r)`` on
+    [-1/2, 1/2] (degree-5 P), scaled as in :func:`_g_exp_f32`."""
+    xc = np.float32(129.0) if x > np.float32(129.0) else x
+    xc = np.float32(-151.0) if xc < np.float32(-151.0) else xc
+    n = np.rint(xc)
+    r = xc - n
+    p = np.float32(1.535336188319500e-4)
+    p = p * r + np.float32(1.339887440266574e-3)
+    p = p * r + np.float32(9.618437357674640e-3)
+    p = p * r + np.float32(5.550332471162809e-2)
+    p = p * r + np.float32(2.402264791363012e-1)
+    p = p * r + np.float32(6.931472028550421e-1)
+    e = _g_ldexp_f32(p * r + np.float32(1.0), np.int32(n))
+    return x if x != x else e
+
+
+def _g_expm1_f32(x):
+    """expm1: the reduction of :func:`_g_exp_f32`, then ``(2**n - 1) + 2**n expm1(r)``
+    (both terms exact scalings, one rounding) for n <= 24, else ``2**n (1 + expm1(r))
+    - 1``; |x| < 2**-25 returns x (keeps -0)."""
+    xc = np.float32(89.0) if x > np.float32(89.0) else x
+    xc = np.float32(-30.0) if xc < np.float32(-30.0) else xc
+    n = np.rint(xc * np.float32(1.44269504088896341))
+    r = xc - n * np.float32(0.693359375)
+    r = r - n * np.float32(-2.12194440e-4)
+    em = _g_expm1_kernel_f32(r)
+    ni = np.int32(n)
+    ns = ni if ni < 24 else np.int32(24)
+    s = _g_f32_bits((ns + 127) << 23)
+    small = (s - np.float32(1.0)) + s * em
+    big = _g_ldexp_f32(em + np.float32(1.0), ni) - np.float32(1.0)
+    y = small if ni <= 24 else big
+    return x if (x != x) | (abs(x) < np.float32(2.9802322e-08)) else y
+
+
+def _g_log_parts_f32(x):
+    """(f, y, e) with ``log(x) = f + y + e ln2`` for finite x > 0, after Cephes
+    ``logf``: x = 2**e m, m in [sqrt(1/2), sqrt(2)), f = m - 1, and
+    ``y = f^3 P(f) - f^2/2`` with Cephes' degree-8 P.  Subnormal x is scaled by
+    2**23 first."""
+    sub = x < np.float32(1.17549435e-38)
+    xs = x * np.float32(8388608.0) if sub else x
+    bits = _g_f32_int(xs)
+    e = ((bits >> 23) & 0xFF) - 126 - (23 if sub else 0)
+    m = _g_f32_bits((bits & 0x007FFFFF) | 0x3F000000)
+    low = m < np.float32(0.707106781186547524)
+    f = (m + m - np.float32(1.0)) if low else (m - np.float32(1.0))
+    fe = np.float32(e - 1 if low else e)
+    z = f * f
+    p = np.float32(7.0376836292e-2)
+    p = p * f + np.float32(-1.1514610310e-1)
+    p = p * f + np.float32(1.1676998740e-1)
+    p = p * f + np.float32(-1.2420140846e-1)
+    p = p * f + np.float32(1.4249322787e-1)
+    p = p * f + np.float32(-1.6668057665e-1)
+    p = p * f + np.float32(2.0000714765e-1)
+    p = p * f + np.float32(-2.4999993993e-1)
+    p = p * f + np.float32(3.3333331174e-1)
+    y = p * f * z - np.float32(0.5) * z
+    return f, y, fe
+
+
+def _g_log_special_f32(x, r):
+    """``r`` where x is finite and > 0; else log's value at 0, < 0, +inf and NaN."""
+    r = np.float32(-np.inf) if x == np.float32(0.0) else r
+    r = np.float32(np.nan) if x < np.float32(0.0) else r
+    return x if (x != x) | (x == np.float32(np.inf)) else r
+
+
+def _g_log_f32(x):
+    """log, Cephes ``logf``: ``f + y + e ln2`` summed with ln2 in two parts."""
+    f, y, fe = _g_log_parts_f32(x)
+    r = (y + fe * np.float32(-2.12194440e-4)) + f + fe * np.float32(0.693359375)
+    return _g_log_special_f32(x, r)
+
+
+def _g_log2_f32(x):
+    """log2, Cephes ``log2f``: ``(f + y) log2(e) + e`` with log2(e) = 1 + 0.4427...,
+    so the multiplication by 1 is exact."""
+    f, y, fe = _g_log_parts_f32(x)
+    c = np.float32(0.44269504088896340736)
+    r = y * c + f * c + y + f + fe
+    return _g_log_special_f32(x, r)
+
+
+def _g_log10_f32(x):
+    """log10, Cephes ``log10f``: log10(e) and log10(2) each split in two parts."""
+    f, y, fe = _g_log_parts_f32(x)
+    eb, ea = np.float32(7.00731903251827651129e-4), np.float32(4.3359375e-1)
+    r = y * eb + f * eb + fe * np.float32(2.48745663981195213739e-4)
+    r = r + y * ea + f * ea + fe * np.float32(3.0078125e-1)
+    return _g_log_special_f32(x, r)
+
+
+def _g_log1p_f32(x):
+    """log1p: ``log(u) + (x - (u - 1)) / u`` with u = fl(1 + x), the second term the
+    first-order correction for the rounding of u (as in Goldberg 1991, Thm. 4, and
+    musl's log1pf); |x| < 2**-24 returns x."""
+    u = x + np.float32(1.0)
+    f, y, fe = _g_log_parts_f32(u)
+    c = (x - (u - np.float32(1.0))) / u
+    r = (y + fe * np.float32(-2.12194440e-4)) + c + f + fe * np.float32(0.693359375)
+    r = np.float32(-np.inf) if u == np.float32(0.0) else r
+    r = np.float32(np.nan) if x < np.float32(-1.0) else r
+    r = x if abs(x) < np.float32(5.9604645e-08) else r
+    return x if (x != x) | (x == np.float32(np.inf)) else r
+
+
+def _g_tanh_f32(x):
+    """tanh, Cephes ``tanhf``: ``x + x^3 P(x^2)`` (degree 4) for |x| < 0.625, else
+    ``1 - 2 / (exp(2|x|) + 1)`` with |x| clamped to 10 (where tanh rounds to 1);
+    |x| < 2**-13 returns x (keeps -0)."""
+    ax = abs(x)
+    z = x * x
+    p = np.float32(-5.70498872745e-3)
+    p = p * z + np.float32(2.06390887954e-2)
+    p = p * z + np.float32(-5.37397155531e-2)
+    p = p * z + np.float32(1.33314422036e-1)
+    p = p * z + np.float32(-3.33332819422e-1)
+    small = p * z * x + x
+    e = _g_exp_f32(np.float32(2.0) * (ax if ax < np.float32(10.0) else np.float32(10.0)))
+    big = np.float32(1.0) - np.float32(2.0) / (e + np.float32(1.0))
+    big = big if x >= np.float32(0.0) else -big
+    r = small if ax < np.float32(0.625) else big
+    return x if (x != x) | (ax < np.float32(1.2207031e-4)) else r
+
+
+def _g_sigmoid_f32(x):
+    """sigmoid: with e = exp(-|x|), ``1 / (1 + e)`` for x >= 0 and ``e / (1 + e)`` below
+    (relative accuracy down to the subnormals), the rounding error of s = 1 + e
+    (exact, Fast2Sum) taken out of the quotient: ``q - q (err / s)``."""
+    e = _g_exp_f32(-abs(x))
+    s = np.float32(1.0) + e
+    err = (np.float32(1.0) - s) + e
+    q = (np.float32(1.0) if x >= np.float32(0.0) else e) / s
+    return q - q * (err / s)
+
+
+def _g_softplus_f32(x):
+    """softplus: ``max(x, 0) + log1p(exp(-|x|))`` (SPEC's stable form)."""
+    return (x if x > np.float32(0.0) else np.float32(0.0)) + _g_log1p_f32(_g_exp_f32(-abs(x)))
+
+
+def _g_atan_f32(x):
+    """atan, Cephes ``atanf``: |x| > tan(3pi/8) reduced by pi/2 - atan(1/|x|), |x| >
+    tan(pi/8) by pi/4 + atan((|x| - 1)/(|x| + 1)) (both computed, one selected),
+    then ``t + t^3 P(t^2)`` (degree 3); the pi/2 and pi/4 in two parts."""
+    ax = abs(x)
+    big = ax > np.float32(2.414213562373095)
+    mid = ax > np.float32(0.4142135623730950)
+    t = (np.float32(-1.0) / ax) if big else ((ax - np.float32(1.0)) / (ax + np.float32(1.0))
+                                             if mid else ax)
+    hi = np.float32(1.5707963705062866) if big else (np.float32(0.7853981852531433) if mid
+                                                    else np.float32(0.0))
+    lo = np.float32(-4.371139000186243e-08) if big else (np.float32(-2.1855694e-08) if mid
+                                                        else np.float32(0.0))
+    z = t * t
+    p = np.float32(8.05374449538e-2)
+    p = p * z + np.float32(-1.38776856032e-1)
+    p = p * z + np.float32(1.99777106478e-1)
+    p = p * z + np.float32(-3.33329491539e-1)
+    r = hi + ((p * z * t + lo) + t)
+    r = r if x >= np.float32(0.0) else -r
+    return x if (x != x) | (ax < np.float32(1e-4)) else r
+
+
+def _g_asin_kernel_f32(s, z):
+    """asin(s) for |s| <= 1/2, z = s^2: Cephes ``asinf``'s ``s + s z P(z)`` (degree 4)."""
+    p = np.float32(4.2163199048e-2)
+    p = p * z + np.float32(2.4181311049e-2)
+    p = p * z + np.float32(4.5470025998e-2)
+    p = p * z + np.float32(7.4953002686e-2)
+    p = p * z + np.float32(1.6666752422e-1)
+    return p * z * s + s
+
+
+def _g_asin_f32(x):
+    """asin, Cephes ``asinf``: the kernel below 1/2, ``pi/2 - 2 asin(sqrt((1 - |x|)/2))``
+    above (pi/2 in two parts); NaN outside [-1, 1]."""
+    ax = abs(x)
+    big = ax > np.float32(0.5)
+    z = np.float32(0.5) * (np.float32(1.0) - ax) if big else ax * ax
+    p = _g_asin_kernel_f32(np.sqrt(z) if big else ax, z)
+    r = (np.float32(1.5707963705062866) - np.float32(2.0) * p) \
+        + np.float32(-4.371139000186243e-08) if big else p
+    r = np.float32(np.nan) if ax > np.float32(1.0) else r
+    r = r if x >= np.float32(0.0) else -r
+    return x if (x != x) | (ax < np.float32(1e-4)) else r
+
+
+def _g_acos_f32(x):
+    """acos, Cephes ``acosf``: ``pi/2 - asin(x)`` on [-1/2, 1/2], ``2 asin(sqrt((1 - x)/2))``
+    above and ``pi - 2 asin(sqrt((1 + x)/2))`` below (pi in two parts)."""
+    ax = abs(x)
+    big = ax > np.float32(0.5)
+    z = np.float32(0.5) * (np.float32(1.0) - ax) if big else x * x
+    p = _g_asin_kernel_f32(np.sqrt(z) if big else x, z)
+    r = np.float32(2.0) * p if x > np.float32(0.0) else \
+        (np.float32(3.1415927410125732) - np.float32(2.0) * p) + np.float32(-8.742278e-08)
+    r = r if big else (np.float32(1.5707963705062866) - p) + np.float32(-4.371139000186243e-08)
+    r = np.float32(np.nan) if ax > np.float32(1.0) else r
+    return x if x != x else r
+
+
+# ---- rounded from the float64 implementations ------------------------------------
+
+
+def _g_erf_f32(x):
+    """erf: the float64 implementation, rounded to float32."""
+    return np.float32(_g_erf_f64(np.float64(x)))
+
+
+def _g_erfc_f32(x):
+    """erfc: the float64 implementation, rounded to float32."""
+    return np.float32(_g_erfc_f64(np.float64(x)))
+
+
+def _g_sin_f32(x):
+    """sin: the float64 implementation, rounded to float32."""
+    return np.float32(_g_sin_f64(np.float64(x)))
+
+
+def _g_cos_f32(x):
+    """cos: the float64 implementation, rounded to float32."""
+    return np.float32(_g_cos_f64(np.float64(x)))
+
+
+def _g_tan_f32(x):
+    """tan: the float64 implementation, rounded to float32."""
+    return np.float32(_g_tan_f64(np.float64(x)))
+
+
+def _g_sinh_f32(x):
+    """sinh: the float64 implementation, rounded to float32."""
+    return np.float32(_g_sinh_f64(np.float64(x)))
+
+
+def _g_cosh_f32(x):
+    """cosh: the float64 implementation, rounded to float32."""
+    return np.float32(_g_cosh_f64(np.float64(x)))
+
+
+def _g_atan2_f32(y, x):
+    """atan2: the float64 implementation, rounded to float32."""
+    return np.float32(_g_atan2_f64(np.float64(y), np.float64(x)))
+
+
+def _g_pow_f32(x, y):
+    """pow: ``2**(y log2|x|)`` in float64 (whose relative error, ~1e-16 times the
+    exponent, is far below float32's), the sign and C99's special cases by select."""
+    xd, yd = np.float64(x), np.float64(y)
+    r = _g_exp2_f64(yd * _g_log2_f64(abs(xd)))
+    yint = np.rint(yd) == yd
+    odd = yint & (np.rint(yd * 0.5) != yd * 0.5)
+    neg = _g_f64_int(xd) < 0
+    r = -r if neg & odd else r
+    r = np.nan if (xd < 0.0) & (abs(xd) != np.inf) & (np.rint(yd) != yd) else r
+    r = 1.0 if (xd == -1.0) & (abs(yd) == np.inf) else r
+    r = 1.0 if (yd == 0.0) | (xd == 1.0) else r
+    return np.float32(r)
