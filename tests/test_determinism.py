@@ -78,6 +78,7 @@ def test_the_same_bytes_and_cache_key_under_every_hash_seed(runs) -> None:
         assert result == first, f"PYTHONHASHSEED={seed} differs"
 
 
+@pytest.mark.filterwarnings("ignore::gradc.GradcWarning")   # clipped_relu: W401, as meant
 def test_the_same_bytes_and_cache_key_in_this_process(runs, monkeypatch) -> None:
     monkeypatch.chdir(ROOT)
     for p in SOURCES:
