@@ -26,8 +26,11 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
     """Source of the Numba kernels ``name`` (parallel) and ``name_serial`` computing
     ``kernel``.
 
-    Signature: ``name(*outputs, *inputs, _T)``; every array is 1-D with the
-    kernel's flat size, ``_T`` is the float dtype class (``np.float32``...).
+    Signature: ``name(*outputs, *inputs, _w)``; every array is 1-D with the
+    kernel's flat size; ``_w`` is an empty array of the float compute dtype,
+    whose ``dtype.type`` the kernel binds to ``_T`` (``np.float32``...).  Passing
+    the dtype class itself would cost ~6 us per call in Numba's dispatcher
+    (classes take its slow typing path; arrays take the fast one).
     The serial twin runs small loops, where waking threads costs more than the
     loop (and where OpenMP threads would fight BLAS's for the cores); Numba
     compiles each only when first called.
@@ -35,7 +38,7 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
     hoisted, body = _loop_body(graph, kernel)
     outs = [f"_o{k}" for k in range(len(kernel.outputs))]
     ins = [f"_i{k}" for k in range(len(kernel.inputs))]
-    params = ", ".join(outs + ins + ["_T"])
+    params = ", ".join(outs + ins + ["_w"])
     fm = f", fastmath={FAST_MATH}" if fast_math else ""
     buf = IndentedBuffer()
     for c in comments:
@@ -44,6 +47,7 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
         buf.line(f'@numba.njit({par}cache=True, error_model="numpy"{fm})')
         buf.line(f"def {name}{suffix}({params}):")
         buf.indent()
+        buf.line("_T = _w.dtype.type")
         for line in hoisted:
             buf.line(line)
         buf.line(f"for _i in numba.prange({outs[0]}.size):")

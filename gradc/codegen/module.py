@@ -223,7 +223,7 @@ class WrapperPrinter:
             outs.append(f"{var}.reshape(-1)")
         ins = [f"_g_flat({self.vars[i]}, {'()' if is_scalar_input(g, i) else '_s'})"
                for i in step.inputs]
-        b.line(f"_g_launch({name}, {name}_serial, {', '.join(outs + ins + ['_T'])})")
+        b.line(f"_g_launch({name}, {name}_serial, {', '.join(outs + ins + ['_G_WITNESS[_T]'])})")
 
     def _library(self, step: LibraryCall) -> None:
         node = self.graph.node(step.node)
@@ -339,7 +339,9 @@ _HELPERS = (prelude._g_sum_to, prelude._g_broadcast_in, prelude._g_logsumexp, pr
 _CONSTANTS = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"
               "_G_PARALLEL_MIN = int(os.environ.get('GRADC_PARALLEL_MIN', 1 << 17))\n"
               "_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"
-              "_G_INTS = {'i32': np.int32, 'i64': np.int64, 'bool': np.bool_}\n")
+              "_G_INTS = {'i32': np.int32, 'i64': np.int64, 'bool': np.bool_}\n"
+              "# An empty array per compute dtype: kernels read their dtype from it.\n"
+              "_G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}\n")
 
 
 def source_sha256(text: str) -> str:

@@ -12,6 +12,7 @@ import numpy as np
 _G_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 _G_INTS = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 _G_PARALLEL_MIN = 1 << 17
+_G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}
 
 
 def _g_inputs(op, sig, values):

@@ -22,6 +22,8 @@ SOURCE_SHA256 = '804824a002043ff6caa7c46b82ce511bc5a757428e8221d4e9ddc65903dbcc2
 _G_PARALLEL_MIN = int(os.environ.get('GRADC_PARALLEL_MIN', 1 << 17))
 _G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}
 _G_INTS = {'i32': np.int32, 'i64': np.int64, 'bool': np.bool_}
+# An empty array per compute dtype: kernels read their dtype from it.
+_G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}
 
 
 def _g_sum_to(g, shape):
@@ -575,14 +577,16 @@ def _g_tanh_overload(x):
 # scaled_tanh.forward: tanh
 # from scaled_tanh.grad:6
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_scaled_tanh_forward_0(_o0, _i0, _T):
+def _gk_scaled_tanh_forward_0(_o0, _i0, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = _g_tanh(a0)
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gk_scaled_tanh_forward_0_serial(_o0, _i0, _T):
+def _gk_scaled_tanh_forward_0_serial(_o0, _i0, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = _g_tanh(a0)
@@ -592,7 +596,8 @@ def _gk_scaled_tanh_forward_0_serial(_o0, _i0, _T):
 # scaled_tanh.vjp: tanh square sub mul mul
 # from scaled_tanh.grad:6, scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_scaled_tanh_vjp_0(_o0, _i0, _i1, _T):
+def _gk_scaled_tanh_vjp_0(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -604,7 +609,8 @@ def _gk_scaled_tanh_vjp_0(_o0, _i0, _i1, _T):
         _o0[_i] = v4
 
 @numba.njit(cache=True, error_model="numpy")
-def _gk_scaled_tanh_vjp_0_serial(_o0, _i0, _i1, _T):
+def _gk_scaled_tanh_vjp_0_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -619,7 +625,8 @@ def _gk_scaled_tanh_vjp_0_serial(_o0, _i0, _i1, _T):
 # scaled_tanh.fwd_bwd: tanh square sub mul mul
 # from scaled_tanh.grad:6, scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_scaled_tanh_fwd_bwd_0(_o0, _o1, _i0, _i1, _T):
+def _gk_scaled_tanh_fwd_bwd_0(_o0, _o1, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -632,7 +639,8 @@ def _gk_scaled_tanh_fwd_bwd_0(_o0, _o1, _i0, _i1, _T):
         _o1[_i] = v4
 
 @numba.njit(cache=True, error_model="numpy")
-def _gk_scaled_tanh_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _T):
+def _gk_scaled_tanh_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -648,14 +656,16 @@ def _gk_scaled_tanh_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _T):
 # scaled_tanh.vjp: square
 # from scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_square(_o0, _i0, _T):
+def _gu_square(_o0, _i0, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = (a0 * a0)
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_square_serial(_o0, _i0, _T):
+def _gu_square_serial(_o0, _i0, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = (a0 * a0)
@@ -665,14 +675,16 @@ def _gu_square_serial(_o0, _i0, _T):
 # scaled_tanh.vjp: sub
 # from scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_sub(_o0, _i0, _T):
+def _gu_sub(_o0, _i0, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = (_T(1.0) - a0)
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_sub_serial(_o0, _i0, _T):
+def _gu_sub_serial(_o0, _i0, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = (_T(1.0) - a0)
@@ -682,7 +694,8 @@ def _gu_sub_serial(_o0, _i0, _T):
 # scaled_tanh.vjp: mul
 # from scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_mul(_o0, _i0, _i1, _T):
+def _gu_mul(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -690,7 +703,8 @@ def _gu_mul(_o0, _i0, _i1, _T):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_mul_serial(_o0, _i0, _i1, _T):
+def _gu_mul_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -701,14 +715,16 @@ def _gu_mul_serial(_o0, _i0, _i1, _T):
 # scaled_tanh.vjp: mul
 # from scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_scaled_tanh_vjp_4(_o0, _i0, _T):
+def _gk_scaled_tanh_vjp_4(_o0, _i0, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = (a0 * _T(0.5))
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gk_scaled_tanh_vjp_4_serial(_o0, _i0, _T):
+def _gk_scaled_tanh_vjp_4_serial(_o0, _i0, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = (a0 * _T(0.5))
@@ -718,7 +734,8 @@ def _gk_scaled_tanh_vjp_4_serial(_o0, _i0, _T):
 # leaky_relu.forward: gt mul where
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_leaky_relu_forward_0(_o0, _i0, _i1, _T):
+def _gk_leaky_relu_forward_0(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -728,7 +745,8 @@ def _gk_leaky_relu_forward_0(_o0, _i0, _i1, _T):
         _o0[_i] = v2
 
 @numba.njit(cache=True, error_model="numpy")
-def _gk_leaky_relu_forward_0_serial(_o0, _i0, _i1, _T):
+def _gk_leaky_relu_forward_0_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -741,7 +759,8 @@ def _gk_leaky_relu_forward_0_serial(_o0, _i0, _i1, _T):
 # leaky_relu.vjp: gt where where mul eq where add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _T):
+def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _w):
+    _T = _w.dtype.type
     a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -756,7 +775,8 @@ def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _T):
         _o0[_i] = v6
 
 @numba.njit(cache=True, error_model="numpy")
-def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _T):
+def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _w):
+    _T = _w.dtype.type
     a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -774,7 +794,8 @@ def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _T):
 # leaky_relu.fwd_bwd: gt mul where where where mul eq where add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _T):
+def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _w):
+    _T = _w.dtype.type
     a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -792,7 +813,8 @@ def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _T):
         _o1[_i] = v8
 
 @numba.njit(cache=True, error_model="numpy")
-def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _T):
+def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
+    _T = _w.dtype.type
     a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -813,14 +835,16 @@ def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _T):
 # leaky_relu.forward: gt
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_gt(_o0, _i0, _T):
+def _gu_gt(_o0, _i0, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = _T(a0 > _T(0.0))
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_gt_serial(_o0, _i0, _T):
+def _gu_gt_serial(_o0, _i0, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = _T(a0 > _T(0.0))
@@ -830,7 +854,8 @@ def _gu_gt_serial(_o0, _i0, _T):
 # leaky_relu.forward: mul
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_mul_1(_o0, _i0, _i1, _T):
+def _gu_mul_1(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -838,7 +863,8 @@ def _gu_mul_1(_o0, _i0, _i1, _T):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_mul_1_serial(_o0, _i0, _i1, _T):
+def _gu_mul_1_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     a1 = _i1[0]
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -849,7 +875,8 @@ def _gu_mul_1_serial(_o0, _i0, _i1, _T):
 # leaky_relu.forward: where
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_leaky_relu_forward_2(_o0, _i0, _i1, _i2, _T):
+def _gk_leaky_relu_forward_2(_o0, _i0, _i1, _i2, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -858,7 +885,8 @@ def _gk_leaky_relu_forward_2(_o0, _i0, _i1, _i2, _T):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gk_leaky_relu_forward_2_serial(_o0, _i0, _i1, _i2, _T):
+def _gk_leaky_relu_forward_2_serial(_o0, _i0, _i1, _i2, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -870,7 +898,8 @@ def _gk_leaky_relu_forward_2_serial(_o0, _i0, _i1, _i2, _T):
 # leaky_relu.vjp: where
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_where(_o0, _i0, _i1, _T):
+def _gu_where(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -878,7 +907,8 @@ def _gu_where(_o0, _i0, _i1, _T):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_where_serial(_o0, _i0, _i1, _T):
+def _gu_where_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -889,7 +919,8 @@ def _gu_where_serial(_o0, _i0, _i1, _T):
 # leaky_relu.vjp: where
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_where_1(_o0, _i0, _i1, _T):
+def _gu_where_1(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -897,7 +928,8 @@ def _gu_where_1(_o0, _i0, _i1, _T):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_where_1_serial(_o0, _i0, _i1, _T):
+def _gu_where_1_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -908,7 +940,8 @@ def _gu_where_1_serial(_o0, _i0, _i1, _T):
 # leaky_relu.vjp: mul
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_mul_2(_o0, _i0, _i1, _T):
+def _gu_mul_2(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     a0 = _i0[0]
     for _i in numba.prange(_o0.size):
         a1 = _i1[_i]
@@ -916,7 +949,8 @@ def _gu_mul_2(_o0, _i0, _i1, _T):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_mul_2_serial(_o0, _i0, _i1, _T):
+def _gu_mul_2_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     a0 = _i0[0]
     for _i in numba.prange(_o0.size):
         a1 = _i1[_i]
@@ -927,14 +961,16 @@ def _gu_mul_2_serial(_o0, _i0, _i1, _T):
 # leaky_relu.vjp: eq
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_eq(_o0, _i0, _T):
+def _gu_eq(_o0, _i0, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = _T(a0 == _T(0.0))
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_eq_serial(_o0, _i0, _T):
+def _gu_eq_serial(_o0, _i0, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = _T(a0 == _T(0.0))
@@ -944,7 +980,8 @@ def _gu_eq_serial(_o0, _i0, _T):
 # leaky_relu.vjp: where
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_where_2(_o0, _i0, _i1, _T):
+def _gu_where_2(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -952,7 +989,8 @@ def _gu_where_2(_o0, _i0, _i1, _T):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_where_2_serial(_o0, _i0, _i1, _T):
+def _gu_where_2_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -963,7 +1001,8 @@ def _gu_where_2_serial(_o0, _i0, _i1, _T):
 # leaky_relu.vjp: add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_leaky_relu_vjp_6(_o0, _i0, _i1, _T):
+def _gk_leaky_relu_vjp_6(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -971,7 +1010,8 @@ def _gk_leaky_relu_vjp_6(_o0, _i0, _i1, _T):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gk_leaky_relu_vjp_6_serial(_o0, _i0, _i1, _T):
+def _gk_leaky_relu_vjp_6_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
@@ -998,7 +1038,7 @@ class scaled_tanh:
         _out = _g_out_tuple(_n, out, _S, 'f', (x,), ('x',), ((0, 0),))
         _s = x.shape
         _v1 = _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
+        _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
         _r = _g_finish(_n, _out, (_v1,), _S, _RT, (x,))
         return _r[0]
 
@@ -1010,7 +1050,7 @@ class scaled_tanh:
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
         _v9 = _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_scaled_tanh_vjp_0, _gk_scaled_tanh_vjp_0_serial, _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _T)
+        _g_launch(_gk_scaled_tanh_vjp_0, _gk_scaled_tanh_vjp_0_serial, _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _G_WITNESS[_T])
         _r = _g_finish(_n, _out, (_v9,), _S, _RT, (x, dy))
         return _r
 
@@ -1023,7 +1063,7 @@ class scaled_tanh:
         _s = x.shape
         _v1 = _g_buffer(_n, _out, 0, _s, _T)
         _v9 = _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_scaled_tanh_fwd_bwd_0, _gk_scaled_tanh_fwd_bwd_0_serial, _v1.reshape(-1), _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _T)
+        _g_launch(_gk_scaled_tanh_fwd_bwd_0, _gk_scaled_tanh_fwd_bwd_0_serial, _v1.reshape(-1), _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _G_WITNESS[_T])
         _r = _g_finish(_n, _out, (_v1, _v9), _S, _RT, (x, dy))
         return _r
 
@@ -1036,7 +1076,7 @@ class scaled_tanh:
             _out = _g_out_tuple(_n, out, _S, 'f', (x,), ('x',), ((0, 0),))
             _s = x.shape
             _v1 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
+            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
             _r = _g_finish(_n, _out, (_v1,), _S, _RT, (x,))
             return _r[0]
 
@@ -1048,19 +1088,19 @@ class scaled_tanh:
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v1 = np.empty(_s, dtype=_T)
-            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
+            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_square, _gu_square_serial, _v10.reshape(-1), _g_flat(_v1, _s), _T)
+            _g_launch(_gu_square, _gu_square_serial, _v10.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
             _s = x.shape
             _v6 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v10, _s), _T)
+            _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v7 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), _g_flat(dy, _s), _g_flat(_v6, _s), _T)
+            _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), _g_flat(dy, _s), _g_flat(_v6, _s), _G_WITNESS[_T])
             _s = x.shape
             _v9 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _T)
+            _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
             _r = _g_finish(_n, _out, (_v9,), _S, _RT, (x, dy))
             return _r
 
@@ -1072,19 +1112,19 @@ class scaled_tanh:
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v1 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _T)
+            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_square, _gu_square_serial, _v10.reshape(-1), _g_flat(_v1, _s), _T)
+            _g_launch(_gu_square, _gu_square_serial, _v10.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
             _s = x.shape
             _v6 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v10, _s), _T)
+            _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v7 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), _g_flat(dy, _s), _g_flat(_v6, _s), _T)
+            _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), _g_flat(dy, _s), _g_flat(_v6, _s), _G_WITNESS[_T])
             _s = x.shape
             _v9 = _g_buffer(_n, _out, 1, _s, _T)
-            _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _T)
+            _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
             _r = _g_finish(_n, _out, (_v1, _v9), _S, _RT, (x, dy))
             return _r
 
@@ -1108,7 +1148,7 @@ class leaky_relu:
         _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha), ('x', 'alpha'), ((0, 0), (0, 1)))
         _s = x.shape
         _v5 = _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_leaky_relu_forward_0, _gk_leaky_relu_forward_0_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _T)
+        _g_launch(_gk_leaky_relu_forward_0, _gk_leaky_relu_forward_0_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
         _r = _g_finish(_n, _out, (_v5,), _S, _RT, (x, alpha))
         return _r[0]
 
@@ -1120,7 +1160,7 @@ class leaky_relu:
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
         _v15 = _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _T)
+        _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
         _r = _g_finish(_n, _out, (_v15,), _S, _RT, (x, alpha, dy))
         return _r
 
@@ -1133,7 +1173,7 @@ class leaky_relu:
         _s = x.shape
         _v5 = _g_buffer(_n, _out, 0, _s, _T)
         _v15 = _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _T)
+        _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
         _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, (x, alpha, dy))
         return _r
 
@@ -1146,13 +1186,13 @@ class leaky_relu:
             _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha), ('x', 'alpha'), ((0, 0), (0, 1)))
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _T)
+            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
             _s = x.shape
             _v4 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _T)
+            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
             _v5 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _T)
+            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             _r = _g_finish(_n, _out, (_v5,), _S, _RT, (x, alpha))
             return _r[0]
 
@@ -1164,25 +1204,25 @@ class leaky_relu:
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _T)
+            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
+            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _T)
+            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v13 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _T)
+            _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _T)
+            _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _G_WITNESS[_T])
             _s = x.shape
             _v15 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _T)
+            _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
             _r = _g_finish(_n, _out, (_v15,), _S, _RT, (x, alpha, dy))
             return _r
 
@@ -1194,31 +1234,31 @@ class leaky_relu:
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _T)
+            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
             _s = x.shape
             _v4 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _T)
+            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
             _v5 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _T)
+            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
+            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _T)
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _T)
+            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v13 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _T)
+            _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _T)
+            _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _G_WITNESS[_T])
             _s = x.shape
             _v15 = _g_buffer(_n, _out, 1, _s, _T)
-            _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _T)
+            _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
             _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, (x, alpha, dy))
             return _r
 
