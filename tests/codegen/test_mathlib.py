@@ -20,6 +20,7 @@ import re
 import sys
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 
@@ -180,6 +181,8 @@ def _serial_llvm(module, op, *x):
     return next(iter(kernel.inspect_llvm().values()))
 
 
+@pytest.mark.skipif(bool(numba.config.BOUNDSCHECK),
+                    reason="NUMBA_BOUNDSCHECK=1: bounds checks keep loops scalar")
 @pytest.mark.parametrize("dt, vec", [("f32", r"<(8|16) x float>"), ("f64", r"<(4|8) x double>")])
 def test_a_kernel_of_every_function_vectorises_without_libm_calls(m, dt, vec):
     x = np.linspace(0.1, 0.9, 64).astype(DTYPES[dt])
