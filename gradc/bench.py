@@ -1,109 +1,409 @@
-"""``gradc bench``: fused vs unfused vs NumPy, time and GB/s per op.
+"""``gradc bench``: gradc's fused kernels against what users would otherwise use.
 
-Each op whose parameters all accept a flat vector (generic, or annotated
-with a single dim) is run at ``n`` elements in the float dtype of its
-annotation (float32 when generic): the fused ``fwd_bwd`` and the unfused one
-(one kernel per primitive, every intermediate stored), both writing into
-preallocated ``out=`` buffers, and NumPy evaluating the same graph op by op
-(the IR interpreter, which allocates every result).  The
-variants are interleaved within each repeat, so machine noise hits all
-alike; medians are reported, with GB/s counting each input read once and
-each result written once.
+Every op whose parameters fit a flat benchmark (generic or rank-1 parameters
+get ``n`` elements; rank-2 ones ``n / 1000`` rows of 1000, as ``add_bias`` or a
+1000-class ``softmax_xent``; ops with ``@`` are left to
+``benchmarks/bench_mlp.py``) is run at each size ``n`` in the float dtype of its
+annotations (float32 when generic), ``fwd_bwd`` with upstreams of ones, as:
+
+* ``fused+out``   gradc's fused ``fwd_bwd`` writing preallocated ``out=`` buffers;
+* ``fused``       the same, allocating its results, as users call it;
+* ``unfused``     one kernel per primitive, every intermediate stored (``out=``);
+* ``numpy``       the graph evaluated op by op with NumPy (the IR interpreter), or
+  a hand-written NumPy function where a caller supplies one;
+* ``numexpr``     one numexpr expression per output, from the IR (``out=``);
+* ``jax.jit``     the forward graph in ``jax.numpy``, ``jax.vjp`` (``custom_vjp``
+  for grad blocks), jitted; ``torch`` / ``torch.compile``: the same with torch
+  ops and ``torch.autograd`` (``autograd.Function`` for grad blocks).
+
+Frameworks that are not installed are left out (``pip install gradc[bench]``).
+Each result is checked against ``fused+out`` before timing (max relative
+error).  Within each repeat every variant runs once, in an order rotating from
+repeat to repeat, together with two STREAM-like references on arrays of ``n``
+elements: a Numba kernel reading two arrays and writing two (the traffic of a
+one-input op's fused ``fwd_bwd``) and ``np.copyto``; medians are reported.
+Effective GB/s counts each input and upstream read once and each result written
+once, and is also given as a share of the 2-read/2-write kernel's bandwidth.
 """
 from __future__ import annotations
 
+import gc
+import importlib.util
+import os
+import sys
 import time
 from pathlib import Path
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from gradc.bench_frameworks import (Unsupported, jax_functions, numexpr_function,
+                                    to_torch, torch_functions)
 from gradc.frontend.check import load_program
 from gradc.ir.interpret import interpret
 from gradc.pipeline import build_op
 
+GRADC_VARIANTS = ("fused+out", "fused", "unfused")
+VARIANTS = (*GRADC_VARIANTS, "numpy", "numexpr", "jax.jit", "torch", "torch.compile")
+REFERENCES = ("copy 2r/2w", "np.copyto")
+DEFAULT_SIZES = (10**6, 10**7)
+ROW = 1000          # columns of rank-2 parameters
+SETTLE = 0.01       # seconds slept before each timed call (see time_interleaved)
+_NEEDS = {"numexpr": "numexpr", "jax.jit": "jax", "torch": "torch", "torch.compile": "torch"}
 
-def _flat_inputs(cop, n: int, rng) -> list | None:
-    xs = []
+
+class Skip(Exception):
+    """This op (or this size) is not benchmarked; the message says why."""
+
+
+def available_variants() -> tuple[str, ...]:
+    """The variants whose framework is importable here."""
+    return tuple(v for v in VARIANTS
+                 if v not in _NEEDS or importlib.util.find_spec(_NEEDS[v]) is not None)
+
+
+# -- inputs -----------------------------------------------------------------------
+
+
+def select_op(cop) -> None:
+    """Raise :class:`Skip` unless ``cop`` fits this benchmark."""
+    if any(n.op == "matmul" for n in cop.methods["fwd_bwd"].graph):
+        raise Skip("uses @ (matmul): see benchmarks/bench_mlp.py")
+    ranks = [len(p.shape) for p in cop.params if p.shape is not None]
+    if any(r > 2 for r in ranks):
+        raise Skip("a parameter of rank > 2")
+
+
+def make_inputs(cop, n: int, rng) -> list:
+    """One value per parameter, in order: defaults as 0-d arrays, rank <= 1
+    parameters with ``n`` elements, rank-2 ones ``(n // ROW, ROW)`` (named dims
+    kept consistent), values N(0, 3^2) (integers: rounded; bool: random)."""
+    dims: dict = {}
+    for p in cop.params:
+        if p.shape is not None and len(p.shape) == 2:
+            for d, size in zip(p.shape, (max(n // ROW, 1), min(ROW, n))):
+                dims.setdefault(d, size)
+    out = []
     for p in cop.params:
         if p.has_default:
+            out.append(np.asarray(p.default))
             continue
-        if p.shape is not None and len(p.shape) != 1:
-            return None
-        dt = {"f64": np.float64, "i32": np.int32, "i64": np.int64}.get(p.dtype, np.float32)
-        xs.append(rng.standard_normal(n).astype(dt))
-    return xs
+        shape = (n,) if p.shape is None else tuple(
+            d if isinstance(d, int) else dims.setdefault(d, n) for d in p.shape)
+        x = rng.standard_normal(shape) * 3
+        dt = {"f64": np.float64, "f16": np.float16, "i32": np.int32, "i64": np.int64,
+              "bool": np.bool_}.get(p.dtype, np.float32)
+        out.append(np.rint(x).astype(dt) if dt in (np.int32, np.int64) else
+                   (x > 0) if dt is np.bool_ else x.astype(dt))
+    return out
 
 
-def _median_ms(samples: list[float]) -> float:
-    return float(np.median(samples)) * 1e3
+def _positional(cop, args: list) -> list:
+    return [a for a, p in zip(args, cop.params) if not p.has_default]
 
 
-def bench_op(module, cop, n: int, repeat: int, rng) -> dict | None:
-    xs = _flat_inputs(cop, n, rng)
-    if xs is None:
-        return None
-    op = getattr(module, cop.op.name)
-    ys = op(*xs)
-    ys = ys if isinstance(ys, tuple) else (ys,)
-    ups = [np.ones_like(y) for y in ys]
-    res = op.fwd_bwd(*xs, *ups)
-    outs = tuple(np.empty_like(r) for r in res)
-    graph = cop.methods["fwd_bwd"].graph
-    defaults = [np.asarray(p.default) for p in cop.params if p.has_default]
-    variants = {
-        "fused": lambda: op.fwd_bwd(*xs, *ups, out=outs),
-        "unfused": lambda: op.unfused.fwd_bwd(*xs, *ups, out=outs),
-        "numpy": lambda: interpret(graph, xs + defaults + ups, dtype=xs[0].dtype),
-    }
-    for fn in variants.values():        # warm-up (and JIT compilation)
-        fn()
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(repeat):
-        for k, fn in variants.items():
+def _compute_dtype(args: list):
+    floats = [a.dtype for a in args if a.ndim and np.issubdtype(a.dtype, np.floating)]
+    return np.result_type(*floats) if floats else np.dtype(np.float32)
+
+
+# -- timing --------------------------------------------------------------------------
+
+
+def time_interleaved(variants: Mapping[str, Callable[[], object]], repeat: int,
+                     settle: float = 0.0) -> dict[str, list[float]]:
+    """Seconds of each callable per repeat; each repeat runs all, order rotating.
+
+    Each visit sleeps ``settle`` seconds (so the worker threads the previous
+    library left spinning go to sleep), calls once untimed (waking this library's
+    workers: on a loaded machine a woken thread can wait milliseconds for a core,
+    which a loop calling the same op never sees), then times one call."""
+    names = list(variants)
+    samples: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(repeat):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            fn = variants[name]
+            if settle:
+                time.sleep(settle)
+            fn()
             t0 = time.perf_counter()
             fn()
-            times[k].append(time.perf_counter() - t0)
-    med = {k: _median_ms(v) for k, v in times.items()}
-    nbytes = sum(x.nbytes for x in xs) + sum(u.nbytes for u in ups) + sum(o.nbytes for o in outs)
-    return {"op": cop.op.name, **med, "gbs": nbytes / (med["fused"] * 1e-3) / 1e9}
+            samples[name].append(time.perf_counter() - t0)
+    return samples
 
 
-def bench_file(path: str | Path, n: int = 10**7, repeat: int = 11, precise: bool = False) -> str:
-    """The benchmark table of every flat-vector op of ``path``, as text (``precise``:
-    the module compiled with libm for every function)."""
+def max_rel_err(a, b) -> float:
+    """max |a - b| / max(|b|, 1): a scale-aware worst-case difference."""
+    a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if a64.shape != b64.shape:
+        return float("inf")
+    if not a64.size:
+        return 0.0
+    d = np.atleast_1d(np.abs(a64 - b64) / np.maximum(np.abs(b64), 1.0))
+    d[np.atleast_1d(np.isnan(a64) & np.isnan(b64))] = 0.0
+    return float(np.max(d))
+
+
+_COPY_KERNELS: list = []
+
+
+def copy_kernel() -> Callable:
+    """``y = x + dy, dx = x - dy``: two reads and two writes per element, no math;
+    threaded from the size where gradc's kernels are (``GRADC_PARALLEL_MIN``)."""
+    if not _COPY_KERNELS:
+        import numba
+
+        def two_in_two_out(x, dy, y, dx):
+            for i in numba.prange(x.size):
+                a = x[i]
+                b = dy[i]
+                y[i] = a + b
+                dx[i] = a - b
+        _COPY_KERNELS.extend([numba.njit(two_in_two_out), numba.njit(parallel=True)(two_in_two_out)])
+    serial, parallel = _COPY_KERNELS
+    threshold = int(os.environ.get("GRADC_PARALLEL_MIN", 1 << 17))
+    return lambda *a: (parallel if a[0].size >= threshold else serial)(*a)
+
+
+# -- one op at one size ----------------------------------------------------------------
+
+
+def _framework_runner(name: str, fn: Callable, args: list, ups: list, ref: Sequence):
+    """A zero-argument call of ``name``'s fwd_bwd on these inputs, and a function
+    giving its results as NumPy arrays."""
+    if name == "numexpr":
+        outs = [np.empty_like(r) for r in ref]
+        return (lambda: fn(*args, *ups, out=outs)), list
+    if name == "jax.jit":
+        import jax
+        import jax.numpy as jnp
+        ja = [jnp.asarray(a) for a in args + ups]
+        return (lambda: jax.block_until_ready(fn(*ja))), (lambda r: [np.asarray(x) for x in r])
+    ta = to_torch(args + ups)
+    return (lambda: fn(*ta)), (lambda r: [x.detach().numpy() for x in r])
+
+
+def build_frameworks(cop, variants: Sequence[str], dtype) -> tuple[dict, dict]:
+    """Each framework variant's functions for ``cop`` (built once per op; compiled
+    on first call), and the reason for each that cannot be built."""
+    fns, why = {}, {}
+    builders = {"numexpr": lambda: numexpr_function(cop, dtype),
+                "jax.jit": lambda: jax_functions(cop, dtype)[1],
+                "torch": lambda: torch_functions(cop, dtype)[1],
+                "torch.compile": lambda: torch_functions(cop, dtype, compile=True)[1]}
+    for v in variants:
+        if v not in builders:
+            continue
+        if v == "torch.compile":
+            import torch._dynamo
+            torch._dynamo.reset()       # one op's guards at a time (the recompile limit)
+        try:
+            fns[v] = builders[v]()
+        except Unsupported as exc:
+            why[v] = str(exc)
+        except Exception as exc:        # a framework that cannot express this op
+            why[v] = f"{type(exc).__name__}: {exc}"
+    return fns, why
+
+
+def bench_case(module, cop, args: list, variants: Sequence[str], fns: dict, why: dict,
+               repeat: int, warmup: int, numpy_ref: Callable | None = None,
+               settle: float = SETTLE) -> dict:
+    """Time every variant of ``cop`` on ``args`` (one value per parameter) with the
+    copy references, after checking each result against ``fused+out``'s."""
+    op = getattr(module, cop.op.name)
+    pos = _positional(cop, args)
+    dtype = _compute_dtype(args)
+    ys = op(*pos)
+    ups = [np.ones_like(y) for y in (ys if isinstance(ys, tuple) else (ys,))]
+    ref = op.fwd_bwd(*pos, *ups)
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    outs, outs_u = (tuple(np.empty_like(r) for r in ref) for _ in range(2))
+    graph = cop.methods["fwd_bwd"].graph
+    calls: dict[str, tuple[Callable, Callable]] = {
+        "fused+out": (lambda: op.fwd_bwd(*pos, *ups, out=outs), list),
+        "fused": (lambda: op.fwd_bwd(*pos, *ups), list),
+        "unfused": (lambda: op.unfused.fwd_bwd(*pos, *ups, out=outs_u), list),
+        "numpy": ((lambda: numpy_ref(*pos, *ups)) if numpy_ref is not None else
+                  (lambda: interpret(graph, args + ups, dtype=dtype)), list),
+    }
+    calls.update((v, _framework_runner(v, fns[v], args, ups, ref)) for v in variants
+                 if v not in calls and v in fns)
+    calls = {v: calls[v] for v in variants if v in calls}
+    unavailable = {v: r for v, r in why.items() if v in variants}
+    first, errs = _first_calls(calls, ref, unavailable)
+    n = max(np.size(a) for a in args)
+    ca = [np.ones(n, dtype) for _ in range(4)]
+    kernel = copy_kernel()
+    timed = {v: run for v, (run, _) in calls.items() if v in first}
+    timed["copy 2r/2w"] = lambda: kernel(*ca)
+    timed["np.copyto"] = lambda: np.copyto(ca[2], ca[0])
+    for _ in range(warmup + 1):
+        for fn in timed.values():
+            fn()
+    samples = time_interleaved(timed, repeat, settle)
+    med = {k: float(np.median(s)) for k, s in samples.items()}
+    nbytes = sum(np.asarray(a).nbytes for a in args if np.ndim(a)) + \
+        sum(u.nbytes for u in ups) + sum(r.nbytes for r in ref)
+    copy_gbs = 4 * ca[0].nbytes / med["copy 2r/2w"] / 1e9
+    res = {"op": cop.op.name, "n": int(n), "dtype": np.dtype(dtype).name,
+           "shapes": {p.name: list(np.shape(a)) for p, a in zip(cop.params, args)},
+           "bytes": int(nbytes), "variants": {}, "references": {}, "unavailable": unavailable}
+    for v in first:
+        gbs = nbytes / med[v] / 1e9
+        res["variants"][v] = {"median_s": med[v], "min_s": min(samples[v]),
+                              "samples_s": samples[v], "first_call_s": first[v], "gbs": gbs,
+                              "pct_copy": 100 * gbs / copy_gbs, "max_rel_err": errs[v]}
+    for k, traffic in (("copy 2r/2w", 4), ("np.copyto", 2)):
+        res["references"][k] = {"median_s": med[k], "samples_s": samples[k],
+                                "gbs": traffic * ca[0].nbytes / med[k] / 1e9}
+    return res
+
+
+def _first_calls(calls: dict, ref: Sequence, unavailable: dict) -> tuple[dict, dict]:
+    """Each variant's first call (compiling, or loading from a cache): its seconds
+    and its max relative error against ``ref``; a variant that fails goes to
+    ``unavailable`` with the reason."""
+    first, errs = {}, {}
+    for v, (run, to_np) in calls.items():
+        try:
+            t0 = time.perf_counter()
+            res = run()
+            first[v] = time.perf_counter() - t0
+            res = res if isinstance(res, (tuple, list)) else (res,)
+            errs[v] = max(max_rel_err(a, b) for a, b in zip(to_np(res), ref))
+        except Exception as exc:
+            first.pop(v, None)
+            unavailable[v] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+    return first, errs
+
+
+# -- a whole file -------------------------------------------------------------------
+
+
+def _memory_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def run_bench(path: str | Path, sizes: Sequence[int] = DEFAULT_SIZES, repeat: int = 11,
+              warmup: int = 2, variants: Sequence[str] | None = None,
+              ops: Sequence[str] | None = None, precise: bool = False,
+              numpy_refs: Mapping[str, Callable] | None = None,
+              progress: bool | None = None, settle: float = SETTLE) -> dict:
+    """Benchmark every op of ``path`` that fits at every size; the report as a dict
+    (what ``--json`` writes).  ``variants``: a subset of :data:`VARIANTS` (default:
+    all available); ``progress``: a tqdm bar on stderr (default: when it is a TTY)."""
     import gradc
+    from gradc.bench_report import machine_info
+    load_before = _loadavg()
+    variants = tuple(v for v in (variants or available_variants()) if v in VARIANTS)
     program = load_program(path)
     module = gradc.load(path, **({"precise": True} if precise else {}))
+    _set_threads(variants)
     rng = np.random.default_rng(0)
-    rows, skipped = [], []
+    selected, skipped = [], []
     for name in program.main_ops:
-        cop = build_op(program.ops[name], program.ops, program.consts)
-        r = bench_op(module, cop, n, repeat, rng)
-        (rows.append(r) if r else skipped.append(name))
-    head = (f"{'op':<18} {'fused ms':>9} {'unfused ms':>11} {'numpy ms':>9} "
-            f"{'unfused/fused':>14} {'numpy/fused':>12} {'fused GB/s':>11}")
-    lines = [f"fwd_bwd at n = {n:,} elements, median of {repeat} interleaved runs; fused and "
-             "unfused write into preallocated out= buffers, numpy (op by op) allocates", head]
-    for r in rows:
-        lines.append(f"{r['op']:<18} {r['fused']:>9.2f} {r['unfused']:>11.2f} {r['numpy']:>9.2f} "
-                     f"{r['unfused'] / r['fused']:>13.2f}x {r['numpy'] / r['fused']:>11.2f}x "
-                     f"{r['gbs']:>11.1f}")
-    lines.append(copy_bandwidth_line(n, repeat))
-    if skipped:
-        lines.append(f"skipped (parameters of rank > 1): {', '.join(skipped)}")
-    return "\n".join(lines)
+        if ops is not None and name not in ops:
+            continue
+        try:
+            cop = build_op(program.ops[name], program.ops, program.consts)
+            select_op(cop)
+            selected.append(cop)
+        except Skip as exc:
+            skipped.append({"op": name, "reason": str(exc)})
+        except Exception as exc:        # an op this version cannot compile
+            skipped.append({"op": name, "reason": f"{type(exc).__name__}: {exc}"})
+    bar = _progress(len(selected) * len(sizes), progress)
+    results = []
+    for cop in selected:
+        dtype = _compute_dtype(make_inputs(cop, 2, rng))
+        fns, why = build_frameworks(cop, variants, dtype)
+        for n in sizes:
+            bar.set_postfix_str(f"{cop.op.name} n={n:.0e}")
+            try:
+                args = make_inputs(cop, n, rng)
+                _check_memory(args)
+                results.append(bench_case(module, cop, args, variants, fns, why, repeat,
+                                          warmup, (numpy_refs or {}).get(cop.op.name), settle))
+            except Skip as exc:
+                skipped.append({"op": cop.op.name, "n": n, "reason": str(exc)})
+            args = None
+            gc.collect()
+            bar.update(1)
+    bar.close()
+    return {"spec": str(path), "sizes": list(sizes), "repeat": repeat, "warmup": warmup,
+            "settle_s": settle, "variants": list(variants), "precise": precise,
+            "numpy": "hand-written" if numpy_refs else "IR interpreter (op by op)",
+            "machine": {**machine_info(variants), "loadavg_before": load_before,
+                        "loadavg_after": _loadavg()},
+            "results": results, "skipped": skipped}
 
 
-def copy_bandwidth_line(n: int, repeat: int) -> str:
-    """The memory-bandwidth yardstick: np.copyto of n float32, read + write."""
-    a = np.ones(n, np.float32)
-    b = np.empty_like(a)
-    np.copyto(b, a)
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        np.copyto(b, a)
-        ts.append(time.perf_counter() - t0)
-    ms = _median_ms(ts)
-    return f"memory bandwidth yardstick: np.copyto of {n:,} float32 = {ms:.2f} ms, " \
-           f"{2 * a.nbytes / (ms * 1e-3) / 1e9:.1f} GB/s (read + write)"
+def _loadavg() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages: other work competing for the cores."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _check_memory(args: list) -> None:
+    need = 12 * sum(np.asarray(a).nbytes for a in args) + 4 * max(np.asarray(a).nbytes
+                                                                  for a in args)
+    avail = _memory_available()
+    if avail is not None and need > 0.8 * avail:
+        raise Skip(f"needs about {need / 1e9:.1f} GB, {avail / 1e9:.1f} GB available")
+
+
+def _set_threads(variants: Sequence[str]) -> None:
+    """Every library on the same threads as Numba's kernels."""
+    import numba
+    k = numba.get_num_threads()
+    if any(v.startswith("torch") for v in variants):
+        import torch
+        torch.set_num_threads(k)
+    if "numexpr" in variants:
+        import numexpr
+        numexpr.set_num_threads(k)
+
+
+class _NoBar:
+    def set_postfix_str(self, s: str) -> None:
+        pass
+
+    def update(self, k: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _progress(total: int, enabled: bool | None):
+    if enabled is None:
+        enabled = sys.stderr.isatty()
+    if not enabled:
+        return _NoBar()
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        return _NoBar()
+    return tqdm(total=total, desc="gradc bench", unit="case", file=sys.stderr, leave=False)
+
+
+def bench_file(path: str | Path, n: int | None = 10**7, repeat: int = 11,
+               precise: bool = False, *, sizes: Sequence[int] | None = None,
+               variants: Sequence[str] = (*GRADC_VARIANTS, "numpy"), **kw) -> str:
+    """The benchmark tables of ``path`` as text (gradc's variants and NumPy by
+    default; :func:`run_bench` for the rest)."""
+    from gradc.bench_report import format_report
+    sizes = sizes or ([n] if n else DEFAULT_SIZES)
+    return format_report(run_bench(path, sizes, repeat, variants=variants, precise=precise,
+                                   progress=False, **kw))

@@ -46,9 +46,46 @@ def _cmd_explain(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from gradc.bench import bench_file
-    print(bench_file(args.spec, n=args.n, repeat=args.repeat, precise=args.precise))
+    from gradc.bench import VARIANTS, available_variants, run_bench
+    from gradc.bench_report import format_report, plot_report, stdout_is_tty, write_json
+    unknown = [v for v in (args.variants or []) + args.skip if v not in VARIANTS]
+    if unknown:
+        print(f"error: unknown variant(s) {', '.join(unknown)} (choose from "
+              f"{', '.join(VARIANTS)})", file=sys.stderr)
+        return 2
+    if args.repeat < 1 or args.warmup < 0 or args.settle < 0:
+        print("error: --repeat must be at least 1, --warmup and --settle not negative",
+              file=sys.stderr)
+        return 2
+    variants = [v for v in args.variants or available_variants() if v not in args.skip]
+    sizes = [args.n] if args.n else args.sizes
+    report = run_bench(args.spec, sizes, args.repeat, args.warmup, variants, args.ops,
+                       args.precise, settle=args.settle)
+    print(format_report(report, color=stdout_is_tty()))
+    if args.json:
+        write_json(report, args.json)
+        print(f"wrote {args.json}")
+    if args.plot:
+        try:
+            plot_report(report, args.plot)
+        except ImportError:
+            print("error: --plot needs matplotlib (pip install 'gradc[bench]')",
+                  file=sys.stderr)
+            return 1
+        print(f"wrote {args.plot}")
     return 0
+
+
+def _size(text: str) -> int:
+    """``1000000``, ``1e6``, ``10**6`` or ``10^6``."""
+    try:
+        base, _, exp = text.replace("^", "**").partition("**")
+        n = int(base) ** int(exp) if exp else int(float(text))
+    except (ValueError, OverflowError):
+        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"sizes must be positive, got {n}")
+    return n
 
 
 def _cmd_graph(args) -> int:
@@ -87,10 +124,25 @@ def build_parser() -> argparse.ArgumentParser:
                    help="accepted as for compile and bench; check runs the IR interpreter, "
                         "which computes with NumPy's functions either way")
     k.set_defaults(fn=_cmd_check)
-    b = sub.add_parser("bench", help="fused vs unfused vs NumPy, time and GB/s per op")
+    b = sub.add_parser("bench", help="fused vs unfused vs NumPy, numexpr, JAX and PyTorch: "
+                       "time and GB/s per op")
     b.add_argument("spec")
-    b.add_argument("--n", type=int, default=10**7, help="elements (default 10^7)")
-    b.add_argument("--repeat", type=int, default=11)
+    b.add_argument("--sizes", type=_size, nargs="+", default=[10**6, 10**7], metavar="N",
+                   help="elements per array (default 1e6 1e7; 1e4 to 1e8 as memory allows)")
+    b.add_argument("--n", type=_size, help="one size (same as --sizes N)")
+    b.add_argument("--repeat", type=int, default=11, help="timed repeats (default 11)")
+    b.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
+    b.add_argument("--ops", nargs="+", metavar="OP", help="only these ops")
+    b.add_argument("--variants", nargs="+", metavar="V",
+                   help="only these: fused+out fused unfused numpy numexpr jax.jit torch "
+                        "torch.compile (default: all installed)")
+    b.add_argument("--skip", nargs="+", default=[], metavar="V",
+                   help="leave these variants out (torch.compile compiles for seconds per op)")
+    b.add_argument("--settle", type=float, default=0.01, metavar="S",
+                   help="seconds slept before each timed call, so one library's spinning "
+                        "threads stop before the next runs (default 0.01)")
+    b.add_argument("--json", metavar="FILE", help="write every measurement and machine info")
+    b.add_argument("--plot", metavar="FILE.png", help="plot effective GB/s (matplotlib)")
     b.add_argument("--precise", action="store_true", help=_PRECISE)
     b.set_defaults(fn=_cmd_bench)
     e = sub.add_parser("explain", help="the derived gradient and the kernel plan of an op")

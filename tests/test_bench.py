@@ -1,0 +1,234 @@
+"""``gradc bench`` end to end on tiny sizes, and the framework versions of gradc's IR
+(JAX, PyTorch, numexpr) against the generated kernels.
+
+Nothing here is about time: the benchmark runs with n = 1000 and 2 repeats, and
+only its output (the table, the JSON keys, the checked errors) is asserted.  The
+optional frameworks are skipped where not installed; ``torch.compile`` (tens of
+seconds of compiling on two cores) only with ``GRADC_TEST_TORCH_COMPILE=1``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gradc
+from gradc.bench import Skip, make_inputs, max_rel_err, run_bench, select_op
+from gradc.bench_frameworks import (Unsupported, jax_functions, numexpr_function,
+                                    to_torch, torch_functions)
+from gradc.bench_report import format_report, plot_report
+from gradc.cli import main
+from gradc.frontend.check import load_program
+from gradc.pipeline import build_op
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+TOL = 2e-5          # max |a - b| / max(|b|, 1), float32
+
+TINY = """
+op halved_tanh(x) -> y {
+    y = tanh(x)
+} grad(dy) -> dx {
+    dx = dy * (1 - y^2) * 0.5
+}
+op leaky(x, alpha: nograd = 0.01) -> y {
+    y = where(x > 0, x, alpha * x)
+}
+op bias(x: f32[n, k], b: f32[k]) -> y {
+    y = softplus(x + b)
+}
+op project(x: f32[n, k], w: f32[k]) -> y {
+    y = x @ w
+}
+"""
+TINY_OPS = ("halved_tanh", "leaky", "bias")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("bench") / "tiny.grad"
+    path.write_text(TINY, encoding="utf-8")
+    return path
+
+
+def _quick(spec, variants, **kw) -> dict:
+    return run_bench(spec, [1000], repeat=2, warmup=0, variants=variants, progress=False,
+                     settle=0.0, **kw)
+
+
+def test_cli_bench_numpy_only_writes_table_and_json(tiny, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    rc = main(["bench", str(tiny), "--sizes", "1e3", "--repeat", "2", "--warmup", "0",
+               "--settle", "0", "--variants", "fused+out", "fused", "unfused", "numpy",
+               "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert "\033[" not in text                      # plain when not a terminal
+    assert "median ms" in text and "GB/s (% copy)" in text and "max rel err" in text
+    for op in TINY_OPS:
+        assert op in text
+    assert "skipped: project: uses @" in text
+    report = json.loads(out.read_text())
+    assert {"spec", "sizes", "repeat", "warmup", "variants", "machine", "results",
+            "skipped"} <= set(report)
+    assert {"cpu_count", "cpu_model", "versions", "threads", "loadavg_before"} \
+        <= set(report["machine"])
+    assert {"numpy", "numba", "gradc"} <= set(report["machine"]["versions"])
+    assert sorted(r["op"] for r in report["results"]) == sorted(TINY_OPS)
+    for r in report["results"]:
+        assert {"op", "n", "dtype", "shapes", "bytes", "variants", "references",
+                "unavailable"} <= set(r)
+        assert set(r["variants"]) == {"fused+out", "fused", "unfused", "numpy"}
+        assert set(r["references"]) == {"copy 2r/2w", "np.copyto"}
+        for v in r["variants"].values():
+            assert {"median_s", "min_s", "samples_s", "first_call_s", "gbs", "pct_copy",
+                    "max_rel_err"} <= set(v)
+            assert len(v["samples_s"]) == 2 and v["max_rel_err"] < TOL
+    assert report["results"][-1]["shapes"] == {"x": [1, 1000], "b": [1000]}
+
+
+def test_cli_rejects_unknown_variant(tiny, capsys):
+    assert main(["bench", str(tiny), "--variants", "tensorflow"]) == 2
+    assert "unknown variant" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("variant,module", [("numexpr", "numexpr"), ("jax.jit", "jax"),
+                                            ("torch", "torch")])
+def test_bench_with_framework(tiny, variant, module):
+    pytest.importorskip(module)
+    report = _quick(tiny, ("fused+out", variant))
+    assert report["machine"]["versions"][module]
+    for r in report["results"]:
+        if variant == "numexpr" and r["op"] == "bias":      # its gradient sums over rows
+            assert r["unavailable"] == {"numexpr": "not elementwise (sum_to)"}
+            continue
+        assert r["unavailable"] == {}, r["unavailable"]
+        assert r["variants"][variant]["max_rel_err"] < TOL
+    assert variant in format_report(report)
+
+
+@pytest.mark.skipif(not os.environ.get("GRADC_TEST_TORCH_COMPILE"),
+                    reason="torch.compile takes tens of seconds; GRADC_TEST_TORCH_COMPILE=1")
+def test_bench_torch_compile_one_op(tiny):
+    pytest.importorskip("torch")
+    report = _quick(tiny, ("fused+out", "torch.compile"), ops=["halved_tanh"])
+    (r,) = report["results"]
+    assert r["variants"]["torch.compile"]["max_rel_err"] < TOL
+
+
+def test_plot(tiny, tmp_path):
+    pytest.importorskip("matplotlib")
+    report = _quick(tiny, ("fused+out", "numpy"), ops=["leaky"])
+    plot_report(report, tmp_path / "one.png")
+    assert (tmp_path / "one.png").read_bytes()[:4] == b"\x89PNG"
+
+
+# -- the framework versions of the IR, against the generated kernels -------------------
+
+
+def _ops(file: str) -> list[tuple[str, str]]:
+    program = load_program(EXAMPLES / file)
+    out = []
+    for name in program.main_ops:
+        try:
+            select_op(build_op(program.ops[name], program.ops, program.consts))
+            out.append((file, name))
+        except Skip:
+            pass
+    return out
+
+
+BENCH_OPS = _ops("seed.grad") + _ops("activations.grad")
+
+
+@pytest.fixture(scope="module")
+def modules():
+    return {f: (load_program(EXAMPLES / f), gradc.load(EXAMPLES / f))
+            for f in ("seed.grad", "activations.grad")}
+
+
+def _case(modules, file: str, name: str, n: int = 4000):
+    program, module = modules[file]
+    cop = build_op(program.ops[name], program.ops, program.consts)
+    args = make_inputs(cop, n, np.random.default_rng(1))
+    op = getattr(module, name)
+    pos = [a for a, p in zip(args, cop.params) if not p.has_default]
+    ys = op(*pos)
+    ys = ys if isinstance(ys, tuple) else (ys,)
+    ups = [np.random.default_rng(2).standard_normal(np.shape(y)).astype(y.dtype) for y in ys]
+    both = op.fwd_bwd(*pos, *ups)
+    return cop, args, ups, list(ys), list(both)
+
+
+def _agree(got, want, what: str) -> None:
+    assert len(got) == len(want), what
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert np.shape(g) == np.shape(w), f"{what}[{k}]: shape {np.shape(g)} != {np.shape(w)}"
+        err = max_rel_err(g, w)
+        assert err < TOL, f"{what}[{k}]: max rel err {err:.1e}"
+
+
+def test_bench_ops_of_the_examples():
+    names = {n for _, n in BENCH_OPS}
+    assert {"scaled_tanh", "clipped_relu", "sign_ste", "custom_linear", "softplus_stable",
+            "gelu_tanh", "swish", "huber", "log_sigmoid", "leaky_relu"} <= names
+    assert "mlp" not in names
+
+
+@pytest.mark.parametrize("file,name", BENCH_OPS, ids=[n for _, n in BENCH_OPS])
+def test_jax_agrees_with_gradc(modules, file, name):
+    pytest.importorskip("jax")
+    cop, args, ups, ys, both = _case(modules, file, name)
+    forward, fwd_bwd = jax_functions(cop)
+    _agree([np.asarray(v) for v in forward(*args)], ys, f"jax {name} forward")
+    _agree([np.asarray(v) for v in fwd_bwd(*args, *ups)], both, f"jax {name} fwd_bwd")
+
+
+@pytest.mark.parametrize("file,name", BENCH_OPS, ids=[n for _, n in BENCH_OPS])
+def test_torch_agrees_with_gradc(modules, file, name):
+    pytest.importorskip("torch")
+    cop, args, ups, ys, both = _case(modules, file, name)
+    forward, fwd_bwd = torch_functions(cop)
+    ta, tu = to_torch(args), to_torch(ups)
+    _agree([v.detach().numpy() for v in forward(*ta)], ys, f"torch {name} forward")
+    _agree([v.detach().numpy() for v in fwd_bwd(*ta, *tu)], both, f"torch {name} fwd_bwd")
+
+
+@pytest.mark.parametrize("file,name", BENCH_OPS, ids=[n for _, n in BENCH_OPS])
+def test_numexpr_agrees_with_gradc(modules, file, name):
+    pytest.importorskip("numexpr")
+    cop, args, ups, ys, both = _case(modules, file, name)
+    try:
+        forward = numexpr_function(cop, method="forward")
+        fwd_bwd = numexpr_function(cop)
+    except Unsupported as exc:
+        assert name in ("softmax_xent", "add_bias"), exc      # reductions, sum_to
+        return
+    _agree(forward(*args, out=[np.empty_like(y) for y in ys]), ys, f"numexpr {name} forward")
+    _agree(fwd_bwd(*args, *ups, out=[np.empty_like(b) for b in both]), both,
+           f"numexpr {name} fwd_bwd")
+
+
+@pytest.mark.parametrize("name", ["mlp", "gradient_penalty"])
+def test_frameworks_beyond_elementwise(modules, name):
+    """Matmul, reductions, grad() inside the body and a custom region inside a derived
+    gradient (mlp calls scaled_tanh): the interpreters are not limited to the bench's ops."""
+    program, module = modules["seed.grad"]
+    cop = build_op(program.ops[name], program.ops, program.consts)
+    rng = np.random.default_rng(3)
+    f32 = lambda *s: rng.standard_normal(s).astype(np.float32)
+    args = {"mlp": [f32(8, 5), f32(5, 7), f32(7), f32(7, 3), f32(3)],
+            "gradient_penalty": [f32(8, 5), f32(8, 5), rng.random((8, 1), np.float32),
+                                 f32(5)]}[name]
+    op = getattr(module, name)
+    y = op(*args)
+    up = f32(*np.shape(y))
+    both = list(op.fwd_bwd(*args, up))
+    if importlib.util.find_spec("jax"):
+        _agree([np.asarray(v) for v in jax_functions(cop)[1](*args, up)], both, f"jax {name}")
+    if importlib.util.find_spec("torch"):
+        got = torch_functions(cop)[1](*to_torch(args), *to_torch([up]))
+        _agree([v.detach().numpy() for v in got], both, f"torch {name}")
