@@ -34,7 +34,8 @@ import re
 
 from gradc.codegen import mathlib_f32, mathlib_f64, mathlib_trig
 
-# name -> (libm expression in x (and y), float32 implementation, float64 implementation).
+# name -> (libm expression in x (and y: the first and second arguments), float32
+# implementation, float64 implementation).
 # None keeps libm for that dtype (docs/mathlib.md says why). ``_one``/``_zero`` are
 # constants of the argument's dtype. sqrt and rsqrt are not here: np.sqrt is an LLVM
 # intrinsic (vsqrtps/vsqrtpd), which vectorises as it is.
@@ -60,7 +61,7 @@ FUNCTIONS = {
     "atan": ("np.arctan(x)", "_g_atan_f32", "_g_atan_f64"),
     "sinh": ("np.sinh(x)", "_g_sinh_f32", "_g_sinh_f64"),
     "cosh": ("np.cosh(x)", "_g_cosh_f32", "_g_cosh_f64"),
-    "atan2": ("np.arctan2(y, x)", "_g_atan2_f32", "_g_atan2_f64"),
+    "atan2": ("np.arctan2(x, y)", "_g_atan2_f32", "_g_atan2_f64"),
     "pow": ("x ** y", "_g_pow_f32", "_g_pow_f64"),
 }
 
@@ -76,7 +77,7 @@ _IMPLS = {name: obj for mod in _MODULES for name, obj in vars(mod).items()
           if name.startswith("_g_") and inspect.isfunction(obj) and name not in INTRINSICS
           and obj.__module__ == mod.__name__}
 _TABLES = {name: obj for mod in _MODULES for name, obj in vars(mod).items()
-           if name.startswith("_G_")}       # constant arrays (float64 integers)
+           if name.startswith("_G_")}       # constant arrays of integers
 _CALL = re.compile(r"\b_g_([a-z0-9]+)\(")
 
 
@@ -135,7 +136,8 @@ def _table(name: str) -> str:
             lines.append(line)
             line = "   "
         line += f" {v},"
-    return f"{name} = np.array([\n" + "\n".join(lines + [line]) + "\n], dtype=np.float64)"
+    dtype = _TABLES[name].dtype.name
+    return f"{name} = np.array([\n" + "\n".join(lines + [line]) + f"\n], dtype=np.{dtype})"
 
 
 def _intrinsic(name: str) -> str:

@@ -4,7 +4,8 @@ Every function is straight-line float32 arithmetic (selects, no branches, no
 calls) so that LLVM vectorises the kernel loops that inline it.  Each
 docstring names its source; the measured errors are in docs/mathlib.md.
 Functions whose float32 result is rounded from the float64 implementation
-(:mod:`.mathlib_f64`) are at the end: there the float64 code is the source.
+(:mod:`.mathlib_f64`, :mod:`.mathlib_trig`) are at the end: there the float64 code is
+the source.
 
 These are plain Python functions over NumPy scalars, so they also run (slowly)
 without Numba; the bit casts below are stand-ins for the generated module's
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradc.codegen.mathlib_f64 import (_g_cosh_f64, _g_erf_f64, _g_erfc_f64, _g_exp2_f64,
-                                       _g_f64_int, _g_log2_f64, _g_sinh_f64)
-from gradc.codegen.mathlib_trig import _g_atan2_f64, _g_cos_f64, _g_sin_f64, _g_tan_f64
+from gradc.codegen.mathlib_f64 import (_g_erf_f64, _g_erfc_f64, _g_exp_f64, _g_f64_int,
+                                       _g_log_f64)
+from gradc.codegen.mathlib_trig import (_g_atan2_f64, _g_cos_kernel_f64, _g_sin_kernel_f64,
+                                        _g_tan_kernel_f64)
 
 
 def _g_f32_bits(i):
@@ -280,29 +282,85 @@ def _g_erfc_f32(x):
     return np.float32(_g_erfc_f64(np.float64(x)))
 
 
+# 2/pi with 64 zero bits in front, as 32-bit windows at every 8-bit offset (window k:
+# bits 8k .. 8k + 31; generated with mpmath; the windows of glibc's __inv_pio4).
+_G_TWO_OVER_PI_32 = np.array([
+    0, 0, 0, 0, 0, 162, 41721, 10680707, 2734261102, 4186140238, 2205044292, 1850622997,
+    1313084713, 1142237692, 355073063, 704390999, 4230436817, 660066805, 1473377588,
+    3522507997, 4113882560, 886948059, 3720403810, 3235603093, 3680671129, 1653971260,
+    2509847619, 2570863504, 1011060801, 1133527550,
+], dtype=np.uint64)
+
+
+def _g_rem_pio2_f32(ax):
+    """(n mod 4, r) with ax = n pi/2 + r, |r| <= pi/4, r in float64, for the float32
+    ax >= 0: glibc's ``sinf`` reduction (Szabolcs Nagy, ARM optimized-routines):
+    the 24-bit mantissa, shifted by the exponent mod 8, times a 96-bit window of
+    2/pi chosen by the exponent, kept mod 2**64 in integers: the top 2 bits are n,
+    the next 62 the fraction.  Below pi/4, r = ax."""
+    b = np.uint64(_g_f32_int(ax)) & np.uint64(0x7FFFFFFF)
+    e = b >> np.uint64(23)
+    e = np.uint64(126) if e < np.uint64(126) else e
+    m = (b & np.uint64(0x7FFFFF)) | np.uint64(0x800000)
+    j = e - np.uint64(88)
+    k = j >> np.uint64(3)
+    mm = m << (j & np.uint64(7))
+    t = _G_TWO_OVER_PI_32
+    res = ((mm * t[k]) << np.uint64(32)) + mm * t[k + np.uint64(4)] \
+        + ((mm * t[k + np.uint64(8)]) >> np.uint64(32))
+    n = (res + np.uint64(2305843009213693952)) >> np.uint64(62)
+    f = np.int64(res - (n << np.uint64(62)))
+    small = ax < np.float32(0.7853981633974483)
+    r = np.float64(ax) if small else np.float64(f) * 3.4061215800865545e-19
+    return np.int64(0) if small else np.int64(n & np.uint64(3)), r
+
+
 def _g_sin_f32(x):
-    """sin: the float64 implementation, rounded to float32."""
-    return np.float32(_g_sin_f64(np.float64(x)))
+    """sin: :func:`_g_rem_pio2_f32`, then fdlibm's float64 sin or cos kernel by quadrant,
+    rounded to float32; |x| < 2**-12 returns x."""
+    ax = abs(x)
+    n, r = _g_rem_pio2_f32(ax)
+    v = _g_cos_kernel_f64(r, 0.0) if (n & 1) == 1 else _g_sin_kernel_f64(r, 0.0)
+    v = -v if ((n & 2) == 2) != (x < np.float32(0.0)) else v
+    v = np.float64(x) if ax < np.float32(2.4414062e-4) else v
+    return np.float32(v) if ax < np.float32(np.inf) else x - x
 
 
 def _g_cos_f32(x):
-    """cos: the float64 implementation, rounded to float32."""
-    return np.float32(_g_cos_f64(np.float64(x)))
+    """cos: as :func:`_g_sin_f32`."""
+    ax = abs(x)
+    n, r = _g_rem_pio2_f32(ax)
+    v = _g_sin_kernel_f64(r, 0.0) if (n & 1) == 1 else _g_cos_kernel_f64(r, 0.0)
+    v = -v if ((n + 1) & 2) == 2 else v
+    return np.float32(v) if ax < np.float32(np.inf) else x - x
 
 
 def _g_tan_f32(x):
-    """tan: the float64 implementation, rounded to float32."""
-    return np.float32(_g_tan_f64(np.float64(x)))
+    """tan: :func:`_g_rem_pio2_f32`, then fdlibm's float64 tan kernel, rounded to
+    float32; |x| < 2**-12 returns x."""
+    ax = abs(x)
+    n, r = _g_rem_pio2_f32(ax)
+    v = _g_tan_kernel_f64(r, 0.0, (n & 1) == 1)
+    v = -v if x < np.float32(0.0) else v
+    v = np.float64(x) if ax < np.float32(2.4414062e-4) else v
+    return np.float32(v) if ax < np.float32(np.inf) else x - x
 
 
 def _g_sinh_f32(x):
-    """sinh: the float64 implementation, rounded to float32."""
-    return np.float32(_g_sinh_f64(np.float64(x)))
+    """sinh: ``(e - 1/e)/2`` with e = exp(|x|) in float64 (the cancellation costs at most
+    12 of its 53 bits above 2**-12), rounded to float32; |x| < 2**-12 returns x."""
+    ax = abs(x)
+    e = _g_exp_f64(np.float64(ax if ax < np.float32(90.0) else np.float32(90.0)))
+    v = 0.5 * (e - 1.0 / e)
+    v = -v if x < np.float32(0.0) else v
+    return x if (x != x) | (ax < np.float32(2.4414062e-4)) else np.float32(v)
 
 
 def _g_cosh_f32(x):
-    """cosh: the float64 implementation, rounded to float32."""
-    return np.float32(_g_cosh_f64(np.float64(x)))
+    """cosh: ``(e + 1/e)/2`` with e = exp(|x|) in float64, rounded to float32."""
+    ax = abs(x)
+    e = _g_exp_f64(np.float64(ax if ax < np.float32(90.0) else np.float32(90.0)))
+    return ax if ax != ax else np.float32(0.5 * (e + 1.0 / e))
 
 
 def _g_atan2_f32(y, x):
@@ -311,10 +369,10 @@ def _g_atan2_f32(y, x):
 
 
 def _g_pow_f32(x, y):
-    """pow: ``2**(y log2|x|)`` in float64 (whose relative error, ~1e-16 times the
+    """pow: ``exp(y log|x|)`` in float64 (whose relative error, ~1e-16 times the
     exponent, is far below float32's), the sign and C99's special cases by select."""
     xd, yd = np.float64(x), np.float64(y)
-    r = _g_exp2_f64(yd * _g_log2_f64(abs(xd)))
+    r = _g_exp_f64(yd * _g_log_f64(abs(xd)))
     yint = np.rint(yd) == yd
     odd = yint & (np.rint(yd * 0.5) != yd * 0.5)
     neg = _g_f64_int(xd) < 0

@@ -295,7 +295,8 @@ def _g_erf_rational_f64(ax):
 def _g_erfc_tail_f64(ax):
     """erfc(|x|) for |x| in [1.25, 28]: fdlibm's ``exp(-z^2 - 0.5625) exp((z - x)(z + x)
     + R/S) / x``, z the 21-bit head of x (so z^2 is exact) and R/S its rational in
-    1/x^2 on [1.25, 1/0.35) or [1/0.35, 28] (coefficients selected per lane)."""
+    1/x^2 on [1.25, 1/0.35) or [1/0.35, 28] (coefficients selected per lane); the two
+    exponentials as one, the small term added after the exact reduction of the large."""
     s = 1.0 / (ax * ax)
     a = ax < 2.857142857142857
     r = -9.81432934416914548592e+00 if a else 0.0
@@ -316,8 +317,12 @@ def _g_erfc_tail_f64(ax):
     q = q * s + (1.96512716674392571292e+01 if a else 3.03380607434824582924e+01)
     q = q * s + 1.0
     z = _g_high_f64(ax)
-    e = _g_exp_f64(-z * z - 0.5625) * _g_exp_f64((z - ax) * (z + ax) + r / q)
-    return e / ax
+    a = -z * z - 0.5625                    # exact
+    b = (z - ax) * (z + ax) + r / q        # small
+    k = np.rint((a + b) * 1.44269504088896338700e+00)
+    y = _g_exp_kernel_f64((a - k * 6.93147180369123816490e-01) + b,
+                          k * 1.90821492927058770002e-10)
+    return _g_ldexp_f64(y, np.int64(k)) / ax
 
 
 def _g_erf_f64(x):

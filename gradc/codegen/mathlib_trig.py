@@ -182,13 +182,10 @@ def _g_cos_f64(x):
     return r if ax < np.inf else x - x
 
 
-def _g_tan_f64(x):
-    """tan: fdlibm ``tan`` (error < 1 ulp): the reduction of :func:`_g_sin_f64`, then
-    ``__kernel_tan``: a degree-27 odd polynomial below 0.6744, tan(pi/4 - y) above,
-    -1/tan computed accurately in odd quadrants (every case computed, one selected)."""
-    ax = abs(x)
-    n, x0, y0 = _g_rem_pio2_f64(ax)
-    odd = (n & 1) == 1
+def _g_tan_kernel_f64(x0, y0, odd):
+    """tan(x0 + y0), or -1/tan(x0 + y0) if ``odd``, for |x0 + y0| <= pi/4 (+ a little):
+    fdlibm ``__kernel_tan``: a degree-27 odd polynomial below 0.6744, tan(pi/4 - y)
+    above, -1/tan computed accurately (every case computed, one selected)."""
     big = abs(x0) >= 0.6743354797363281
     neg = x0 < 0.0
     xb = -x0 if neg else x0
@@ -216,7 +213,15 @@ def _g_tan_f64(x):
     a = -1.0 / w
     th = _g_high_f64(a)
     to = th + a * ((1.0 + th * zh) + th * vv)
-    res = tb if big else (to if odd else w)
+    return tb if big else (to if odd else w)
+
+
+def _g_tan_f64(x):
+    """tan: fdlibm ``tan`` (error < 1 ulp): the reduction of :func:`_g_sin_f64`, then
+    :func:`_g_tan_kernel_f64`; |x| < 2**-27 returns x."""
+    ax = abs(x)
+    n, x0, y0 = _g_rem_pio2_f64(ax)
+    res = _g_tan_kernel_f64(x0, y0, (n & 1) == 1)
     res = -res if x < 0.0 else res
     res = x if ax < 3.725290298461914e-09 else res
     return res if ax < np.inf else x - x

@@ -204,6 +204,26 @@ def test_precise_uses_libm_everywhere(import_module_text):
     np.testing.assert_allclose(p.f(x), np.exp(x) * np.tanh(x), rtol=3e-7)
 
 
+@pytest.fixture(scope="module")
+def libm(import_module_text):
+    return import_module_text(gradc.compile_source(SOURCE, file="mathlib.grad", precise=True),
+                              "gradc_test_mathlib_libm")
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+def test_precise_kernels_are_libms(libm, dt):
+    p, t = libm, DTYPES[dt]
+    x = np.linspace(-0.99, 0.99, 101).astype(t)
+    z = np.linspace(0.3, 3.0, 101).astype(t)
+    with np.errstate(all="ignore"):
+        for name in UNARY_NAMES:
+            got = getattr(p, f"f_{name}")(z if name.startswith("log") else x)
+            want = _want(name, z if name.startswith("log") else x, t)
+            np.testing.assert_allclose(got, want, rtol=4 * np.finfo(t).eps, err_msg=name)
+        np.testing.assert_allclose(p.f_atan2(x, z), np.arctan2(x, z), rtol=4 * np.finfo(t).eps)
+        np.testing.assert_allclose(p.f_pow(z, x), np.power(z, x), rtol=4 * np.finfo(t).eps)
+
+
 def test_fast_math_does_not_change_the_library(m, import_module_text):
     fast = import_module_text(gradc.compile_source("op f(x) -> y { y = sin(x) + erf(x) }",
                                                    file="fm.grad", fast_math=True),
