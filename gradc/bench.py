@@ -111,13 +111,13 @@ def _compute_dtype(args: list):
 
 
 def time_interleaved(variants: Mapping[str, Callable[[], object]], repeat: int,
-                     settle: float = 0.0) -> dict[str, list[float]]:
+                     settle: float = 0.0, wake: bool = True) -> dict[str, list[float]]:
     """Seconds of each callable per repeat; each repeat runs all, order rotating.
 
     Each visit sleeps ``settle`` seconds (so the worker threads the previous
-    library left spinning go to sleep), calls once untimed (waking this library's
-    workers: on a loaded machine a woken thread can wait milliseconds for a core,
-    which a loop calling the same op never sees), then times one call."""
+    library left spinning go to sleep), calls once untimed if ``wake`` (waking this
+    library's workers: on a loaded machine a woken thread can wait milliseconds for
+    a core, which a loop calling the same op never sees), then times one call."""
     names = list(variants)
     samples: dict[str, list[float]] = {k: [] for k in names}
     for r in range(repeat):
@@ -126,7 +126,8 @@ def time_interleaved(variants: Mapping[str, Callable[[], object]], repeat: int,
             fn = variants[name]
             if settle:
                 time.sleep(settle)
-            fn()
+            if wake:
+                fn()
             t0 = time.perf_counter()
             fn()
             samples[name].append(time.perf_counter() - t0)

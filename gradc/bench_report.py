@@ -9,15 +9,35 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-_LEGEND = """\
-fused+out: gradc's fused fwd_bwd into preallocated out= buffers; fused: the same allocating
-its results; unfused: one kernel per primitive (out=); numpy: {numpy}; numexpr: one
-expression per output printed from gradc's IR (out=); jax.jit: jax.vjp of the IR evaluated
-with jax.numpy (jax.custom_vjp for grad blocks), jitted; torch: torch.autograd of the IR in
-torch ops (autograd.Function for grad blocks), eager; torch.compile: the same compiled.
-best other: the fastest non-gradc variant, its time over fused+out's (> 1: gradc is faster).
-GB/s: each input and upstream read once, each result written once, over the median time;
-%: of the bandwidth of the numba 2-read/2-write kernel timed in the same repeats."""
+_LEGEND = (
+    ("fused+out", "gradc's fused fwd_bwd writing preallocated out= buffers"),
+    ("fused", "the same, allocating its results (as users call it)"),
+    ("unfused", "gradc's kernels one per primitive, intermediates stored (out=)"),
+    ("numpy", "{numpy}"),
+    ("numexpr", "one expression per output, printed from gradc's IR (out=)"),
+    ("jax.jit", "jax.vjp of the IR evaluated with jax.numpy (jax.custom_vjp for grad "
+                "blocks), jitted"),
+    ("torch", "torch.autograd of the IR in torch ops (autograd.Function for grad blocks)"),
+    ("torch.compile", "the same, the forward under torch.compile"),
+    ("best other", "the fastest non-gradc variant; its time over fused+out's (> 1: gradc "
+                   "is faster)"),
+    ("GB/s", "each input and upstream read once and each result written once, over the "
+             "median time; %: of the bandwidth of the numba 2-read/2-write kernel timed in "
+             "the same repeats"),
+)
+
+
+def _legend(numpy: str, variants: Sequence[str]) -> list[str]:
+    """The meaning of each column shown."""
+    import textwrap
+    return [textwrap.fill(f"{term}: {text.format(numpy=numpy)}", 92, subsequent_indent="    ")
+            for term, text in _LEGEND if term in variants or term in ("best other", "GB/s")]
+
+
+_ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS", "NUMBA_THREADING_LAYER",
+        "NUMEXPR_NUM_THREADS", "XLA_FLAGS", "GRADC_PARALLEL_MIN")
+"""Environment variables that change threading, reported with the results."""
 
 
 def machine_info(variants: Sequence[str] = ()) -> dict:
@@ -32,7 +52,8 @@ def machine_info(variants: Sequence[str] = ()) -> dict:
             "python": platform.python_version(), "memory_gb": _memory_gb(),
             "versions": {"gradc": gradc.__version__, "numpy": np.__version__,
                          "numba": numba.__version__},
-            "threads": {"numba": numba.get_num_threads(), "numba_layer": _numba_layer()}}
+            "threads": {"numba": numba.get_num_threads(), "numba_layer": _numba_layer()},
+            "environment": {k: os.environ[k] for k in _ENV if k in os.environ}}
     if "numexpr" in variants:
         import numexpr
         info["versions"]["numexpr"] = numexpr.__version__
@@ -112,6 +133,8 @@ def format_report(report: dict, color: bool = False) -> str:
     out = [f"gradc bench {report['spec']}: fwd_bwd, median of {report['repeat']} interleaved "
            f"repeats after {report['warmup']} warm-ups",
            f"{m['cpu_count']} CPUs ({m['cpu_model']}), {', '.join(libs)}"]
+    if m.get("environment"):
+        out.append("environment: " + ", ".join(f"{k}={v}" for k, v in m["environment"].items()))
     if m.get("loadavg_before"):
         out.append(f"load average (1 min) before {m['loadavg_before'][0]}, after "
                    f"{m['loadavg_after'][0]} (this run adds up to its thread count; more "
@@ -120,7 +143,7 @@ def format_report(report: dict, color: bool = False) -> str:
         cases = [r for r in report["results"] if r["n"] == n]
         if cases:
             out += [""] + _size_block(n, cases, report["variants"], color)
-    out += ["", _LEGEND.format(numpy=report["numpy"])]
+    out += [""] + _legend(report["numpy"], report["variants"])
     notes = _notes(report)
     return "\n".join(out + ([""] + notes if notes else []))
 
