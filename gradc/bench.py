@@ -331,7 +331,7 @@ def run_bench(path: str | Path, sizes: Sequence[int] = DEFAULT_SIZES, repeat: in
             bar.set_postfix_str(f"{cop.op.name} n={n:.0e}")
             try:
                 args = make_inputs(cop, n, rng)
-                _check_memory(args)
+                _check_memory(cop, args)
                 results.append(bench_case(module, cop, args, variants, fns, why, repeat,
                                           warmup, (numpy_refs or {}).get(cop.op.name), settle))
             except Skip as exc:
@@ -356,9 +356,12 @@ def _loadavg() -> list[float] | None:
         return None
 
 
-def _check_memory(args: list) -> None:
-    need = 12 * sum(np.asarray(a).nbytes for a in args) + 4 * max(np.asarray(a).nbytes
-                                                                  for a in args)
+def _check_memory(cop, args: list) -> None:
+    """Skip a size whose arrays would not fit: the NumPy interpreter, the unfused
+    kernels and autograd's saved tensors may hold about one array per node of the
+    fwd_bwd graph at once, besides the inputs, buffers and references (about 14)."""
+    nodes = sum(1 for node in cop.methods["fwd_bwd"].graph if node.op != "const")
+    need = (14 + nodes) * max(np.asarray(a).nbytes for a in args)
     avail = _memory_available()
     if avail is not None and need > 0.8 * avail:
         raise Skip(f"needs about {need / 1e9:.1f} GB, {avail / 1e9:.1f} GB available")

@@ -1,6 +1,6 @@
 """gradc's ops written for the frameworks users would otherwise use, from gradc's IR.
 
-* JAX and PyTorch: the op's primal graph evaluated with ``jax.numpy`` or
+* JAX and PyTorch: the op's forward graph evaluated with ``jax.numpy`` or
   ``torch`` (:mod:`gradc.ir.interpret_frameworks`) and differentiated by the
   framework's own autodiff; an op with a ``grad`` block (or a call of one) is a
   ``jax.custom_vjp`` or ``torch.autograd.Function`` whose backward is the grad
@@ -148,8 +148,12 @@ def _torch_region(graph: Graph, fw: Framework, dtype) -> Callable[[CustomRegion]
 
 
 def forward_function(cop, fw: Framework, dtype) -> Callable[..., tuple]:
-    """The op's forward pass in ``fw``: a function of every parameter, in order."""
-    g = cop.primal
+    """The op's forward pass in ``fw``: a function of every parameter, in order.
+
+    The graph is gradc's simplified forward (``x^2`` as ``x * x``, constants
+    folded: what a careful user would write) unless the op has custom-gradient
+    regions, which only the primal graph keeps (simplification drops them)."""
+    g = cop.primal if cop.primal.regions else cop.methods["forward"].graph
     maker = (_jax_region if fw.name == "jax" else _torch_region)(g, fw, dtype)
     run = lower_graph(g, g.params, g.outputs, fw, dtype, maker)
     return lambda *args: tuple(run(*args))

@@ -244,7 +244,7 @@ def plot_report(report: dict, path: str | Path) -> None:
         ax.set_xticks(np.arange(len(ops)) + 0.4 - w / 2, ops, rotation=30, ha="right")
         ax.set_ylabel("effective GB/s")
         ax.set_title(f"{Path(report['spec']).name}: fwd_bwd at n = {sizes[0]:,}")
-        ax.legend(fontsize=7, ncol=2)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     else:
         cols = min(4, len(ops))
         rows = math.ceil(len(ops) / cols)
