@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from gradc.runtime.cache import write_atomic
+
 _LEGEND = (
     ("fused+out", "gradc's fused fwd_bwd writing preallocated out= buffers"),
     ("fused", "the same, allocating its results (as users call it)"),
@@ -218,8 +220,7 @@ def write_json(report: dict, path: str | Path) -> None:
         if isinstance(x, (list, tuple)):
             return [clean(v) for v in x]
         return x
-    Path(path).write_text(json.dumps(clean(report), indent=1, allow_nan=False) + "\n",
-                          encoding="utf-8")
+    write_atomic(path, json.dumps(clean(report), indent=1, allow_nan=False) + "\n")
 
 
 def plot_report(report: dict, path: str | Path) -> None:

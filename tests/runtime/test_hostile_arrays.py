@@ -669,7 +669,7 @@ def test_kernels_index_with_64_bit_integers(m) -> None:
     m.ew.fwd_bwd(x, x[0], x)
     m.red.unfused.vjp(x, np.ones((2, 1)), np.ones(3))
     m.affine(x)
-    m._gk_affine_forward_0(np.empty(4), np.ones(4), np.float64)     # the threaded twin
+    m._gk_affine_forward_0(np.empty(4), np.ones(4), np.empty(0))    # the threaded twin
     assert numba.types.intp.bitwidth == 64
     kernels = [v for k, v in vars(m).items() if k.startswith(("_gk_", "_gu_"))]
     checked = 0
@@ -730,7 +730,7 @@ BOUNDSCHECK_SUBSET = ("boundscheck_is_on or empty or in_place or out_that_is_an_
                     reason="runs inside test_under_numba_boundscheck")
 def test_boundscheck_is_on(m) -> None:
     with pytest.raises(IndexError):
-        m._gk_affine_forward_0_serial(np.empty(8), np.ones(4), np.float64)
+        m._gk_affine_forward_0_serial(np.empty(8), np.ones(4), np.empty(0))
 
 
 @pytest.mark.skipif(os.environ.get("NUMBA_BOUNDSCHECK") == "1", reason="already inside")
