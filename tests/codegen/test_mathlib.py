@@ -241,6 +241,17 @@ def test_precise_is_an_option_of_load_and_of_the_cache_key(tmp_path):
     assert "_g_inline" not in Path(precise.__file__).read_text()
 
 
+def test_precise_on_the_command_line(tmp_path):
+    from gradc.cli import main
+    spec = tmp_path / "c.grad"
+    spec.write_text("op f(x) -> y { y = tanh(x) }\n", encoding="utf-8")
+    assert main(["compile", str(spec), "-o", str(tmp_path / "p.py"), "--precise"]) == 0
+    assert main(["compile", str(spec), "-o", str(tmp_path / "d.py")]) == 0
+    assert "_g_tanh_f32" not in (tmp_path / "p.py").read_text()
+    assert "_g_tanh_f32" in (tmp_path / "d.py").read_text()
+    assert main(["check", str(spec), "--precise"]) == 0
+
+
 def test_only_the_functions_a_module_uses_are_carried():
     text = gradc.compile_source("op f(x) -> y { y = exp(x) }", file="e.grad")
     assert "def _g_exp_f32" in text and "def _g_exp_f64" in text
