@@ -51,7 +51,15 @@ class Kernels:
 
 
 class WrapperPrinter:
-    """Prints the host wrapper of one method of one op for one plan."""
+    """Prints the host wrapper of one method of one op for one plan.
+
+    The CPU wrappers call the ``_g_`` helpers of :mod:`.runtime_src`; a
+    backend's subclass names its own (``prefix``), passes them its extra
+    keyword arguments (``extra_kw``) and prints kernel and library steps.
+    """
+
+    prefix = "_g_"
+    extra_kw: tuple[tuple[str, str], ...] = ()     # (name, default) after out=
 
     def __init__(self, cop: CompiledOp, method: Method, plan: KernelPlan, kernels: Kernels,
                  fn_name: str, kernel_base: str) -> None:
@@ -71,13 +79,15 @@ class WrapperPrinter:
         pos = [py_name(i.name) for i in cop.params if not i.has_default]
         pos += [self.vars[u] for u in ups]
         kw = [f"{py_name(i.name)}={py_literal(i.default)}" for i in cop.params if i.has_default]
-        args = ", ".join(pos + (["/"] if pos else []) + ["*"] + kw + ["out=None"])
+        args = ", ".join(pos + (["/"] if pos else []) + ["*"] + kw + ["out=None"]
+                         + [f"{k}={v}" for k, v in self.extra_kw])
         b.line(f"def {self.fn_name}({args}):")
         b.indent()
         names = [self.vars[p] for p in params]
         tup = ", ".join(names) + ("," if len(names) == 1 else "")
         b.line(f"_n = {cop.op.name + '.' + self.method.name!r}")
-        b.line(f"({tup}), _T, _RT, _d = _g_inputs(_n, _SIG_{py_name(cop.op.name)}, ({tup}))")
+        b.line(f"({tup}), _T, _RT, _d = "
+               + self.helper("inputs", f"_n, _SIG_{py_name(cop.op.name)}, ({tup})"))
         inputs = "(" + ", ".join(names + [self.vars[u] for u in ups]) + ("," if len(names + ups) == 1 else "") + ")"
         self.slots = self._buffer_slots()
         # Every argument is checked before any work, so a bad one leaves out= untouched.
@@ -86,8 +96,8 @@ class WrapperPrinter:
         labels = tuple(g.node(p).attr("name") for p in params + ups)
         inplace = self._inplace_pairs(params + ups)
         b.line(f"_S = ({', '.join(early)}{',' if len(early) == 1 else ''})")
-        b.line(f"_out = _g_out_tuple(_n, out, _S, {kinds!r}, {inputs}, {labels!r}"
-               + (f", {inplace!r})" if inplace else ")"))
+        b.line("_out = " + self.helper("out_tuple", f"_n, out, _S, {kinds!r}, {inputs}, {labels!r}"
+                                      + (f", {inplace!r}" if inplace else "")))
         self._check_upstreams(ups)
         for k, step in enumerate(self.plan.steps):
             if isinstance(step, Kernel):
@@ -95,10 +105,15 @@ class WrapperPrinter:
             else:
                 self._library(step)
         results = ", ".join(self._value(o) for o in g.outputs) + ("," if len(g.outputs) == 1 else "")
-        b.line(f"_r = _g_finish(_n, _out, ({results}), _S, _RT, {inputs})")
+        b.line("_r = " + self.helper("finish", f"_n, _out, ({results}), _S, _RT, {inputs}"))
         single = self.method.name == "forward" and len(g.outputs) == 1
         b.line("return _r[0]" if single else "return _r")
         return b.getvalue()
+
+    def helper(self, name: str, args: str) -> str:
+        """A call of this backend's run-time helper ``name``."""
+        extra = "".join(f", {k}" for k, _ in self.extra_kw)
+        return f"{self.prefix}{name}({args}{extra})"
 
     def _buffer_slots(self) -> dict[int, int]:
         """Kernel outputs written straight into the caller's out[slot] (the others,
@@ -152,8 +167,9 @@ class WrapperPrinter:
     def _check_upstreams(self, ups: list[int]) -> None:
         for u in ups:
             name, label = self.vars[u], self.graph.node(u).attr("name")
-            self.buf.line(f"{name} = _g_upstream(_n, {label!r}, {name}, "
-                          f"{self.shape_expr(self.graph.node(u).shape, early=True)}, _T)")
+            shape = self.shape_expr(self.graph.node(u).shape, early=True)
+            self.buf.line(f"{name} = " + self.helper(
+                "upstream", f"_n, {label!r}, {name}, {shape}, _T"))
 
     def shape_expr(self, shape: Shape, early: bool = False) -> str:
         """A run-time expression of ``shape``: from the values computed so far, or
