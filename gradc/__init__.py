@@ -26,8 +26,10 @@ def compile_source(text: str, *, file: str = "<string>", target: str = "cpu",
     """Compile .grad source ``text`` to the source of a standalone Python module.
 
     ``file`` names the source in errors and in the module header (imports are
-    resolved relative to it).  ``target``: "cpu" (this version; "cuda" and
-    "all" raise NotImplementedError).  ``fuse=False`` makes the default
+    resolved relative to it).  ``target``: "cpu", "cuda" (every op's methods
+    under ``NAME.cuda``, on device arrays; the CPU methods raise) or "all"
+    (both); running CUDA kernels needs numba-cuda (the ``cuda`` extra), writing
+    them does not.  ``fuse=False`` makes the default
     methods use the unfused plans too.  ``fast_math`` enables Numba's
     fast-math flags that keep IEEE NaN/inf semantics.  ``precise=True`` makes the
     kernels call libm for every transcendental function instead of the
@@ -41,8 +43,6 @@ def compile_source(text: str, *, file: str = "<string>", target: str = "cpu",
     from gradc.pipeline import build_program
     if target not in ("cpu", "cuda", "all"):
         raise ValueError(f"target must be 'cpu', 'cuda' or 'all', got {target!r}")
-    if target != "cpu":
-        raise NotImplementedError("the CUDA target is not implemented yet; use target='cpu'")
     try:        # the limits of gradc.frontend.limits keep the recursion shallow
         program = check_source(text, file)
         compiled = build_program(program, check=check, fuse=fuse)
@@ -51,7 +51,7 @@ def compile_source(text: str, *, file: str = "<string>", target: str = "cpu",
     _warn(compiled)
     sha = source_sha256(_full_source(program, text))
     return render_module(Path(file).name, sha, __version__, compiled, fast_math=fast_math,
-                         precise=precise)
+                         precise=precise, target=target)
 
 
 def _warn(compiled) -> None:

@@ -35,7 +35,7 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
     loop (and where OpenMP threads would fight BLAS's for the cores); Numba
     compiles each only when first called.
     """
-    hoisted, body = _loop_body(graph, kernel)
+    hoisted, body = loop_body(graph, kernel)
     outs = [f"_o{k}" for k in range(len(kernel.outputs))]
     ins = [f"_i{k}" for k in range(len(kernel.inputs))]
     params = ", ".join(outs + ins + ["_w"])
@@ -44,25 +44,36 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
     for c in comments:
         buf.line(f"# {comment(c)}")
     for suffix, par in (("", "parallel=True, "), ("_serial", "")):
-        buf.line(f'@numba.njit({par}cache=True, error_model="numpy"{fm})')
-        buf.line(f"def {name}{suffix}({params}):")
-        buf.indent()
-        buf.line("_T = _w.dtype.type")
-        for line in hoisted:
-            buf.line(line)
-        buf.line(f"for _i in numba.prange({outs[0]}.size):")
-        buf.indent()
-        for line in body:
-            buf.line(line)
-        buf.dedent()
-        buf.dedent()
+        print_loop(buf, f'@numba.njit({par}cache=True, error_model="numpy"{fm})',
+                   f"def {name}{suffix}({params}):", hoisted,
+                   f"for _i in numba.prange({outs[0]}.size):", body)
         buf.line()
     return buf.getvalue().rstrip("\n") + "\n"
 
 
-def _loop_body(graph: Graph, kernel: Kernel) -> tuple[list[str], list[str]]:
+def print_loop(buf: IndentedBuffer, decorator: str, header: str, hoisted: list[str],
+               loop: str, body: list[str]) -> None:
+    """One kernel function: decorator, def line, the compute dtype ``_T`` from the
+    witness ``_w``, the hoisted lines, then the loop over ``_i``."""
+    buf.line(decorator)
+    buf.line(header)
+    buf.indent()
+    buf.line("_T = _w.dtype.type")
+    for line in hoisted:
+        buf.line(line)
+    buf.line(loop)
+    buf.indent()
+    for line in body:
+        buf.line(line)
+    buf.dedent()
+    buf.dedent()
+
+
+def loop_body(graph: Graph, kernel: Kernel, printer: type[Printer] = CpuPrinter
+              ) -> tuple[list[str], list[str]]:
     """Lines before the loop (scalar inputs, read once: a 1-element array keeps
-    the loop vectorisable, a stride-0 view would not) and lines of the loop."""
+    the loop vectorisable, a stride-0 view would not) and lines of the loop,
+    whose index is ``_i``; ``printer`` renders the nodes (one per backend)."""
     names: dict[int, str] = {}
     hoisted, lines = [], []
     for k, nid in enumerate(kernel.inputs):
@@ -71,7 +82,7 @@ def _loop_body(graph: Graph, kernel: Kernel) -> tuple[list[str], list[str]]:
             hoisted.append(f"a{k} = _i{k}[0]")
         else:
             lines.append(f"a{k} = _i{k}[_i]")
-    printer = CpuPrinter(graph, names)
+    printer = printer(graph, names)
     for k, nid in enumerate(kernel.nodes):
         text = printer.expr(nid)
         names[nid] = f"v{k}"

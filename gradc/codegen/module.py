@@ -30,13 +30,15 @@ _OUT_DTYPE = {FLOAT: "_T", "i32": "np.int32", "i64": "np.int64", "bool": "np.boo
 class Kernels:
     """The module's kernels, deduplicated by source text."""
 
-    def __init__(self, fast_math: bool) -> None:
+    def __init__(self, fast_math: bool, render=render_kernel) -> None:
         self.fast_math = fast_math
+        self.render = render          # render_kernel (CPU) or render_cuda_kernel
         self.by_body: dict[str, str] = {}
         self.sources: list[str] = []
+        self.arg_dtypes: dict[str, tuple[str, ...]] = {}   # kernel -> dtypes of its arrays
 
     def add(self, graph: Graph, kernel: Kernel, base: str, comments: tuple[str, ...]) -> str:
-        body = render_kernel(graph, kernel, "_K", fast_math=self.fast_math)
+        body = self.render(graph, kernel, "_K", fast_math=self.fast_math)
         if body in self.by_body:
             return self.by_body[body]
         name = base
@@ -45,8 +47,10 @@ class Kernels:
             n += 1
             name = f"{base}_{n}"
         self.by_body[body] = name
-        self.sources.append(render_kernel(graph, kernel, name, fast_math=self.fast_math,
-                                          comments=comments))
+        self.arg_dtypes[name] = tuple(graph.node(n).dtype
+                                      for n in (*kernel.outputs, *kernel.inputs))
+        self.sources.append(self.render(graph, kernel, name, fast_math=self.fast_math,
+                                        comments=comments))
         return name
 
 
@@ -105,6 +109,11 @@ class WrapperPrinter:
             else:
                 self._library(step)
         results = ", ".join(self._value(o) for o in g.outputs) + ("," if len(g.outputs) == 1 else "")
+        # A result a kernel wrote is a buffer of this call: it cannot share memory
+        # with an input, so finish need not check (no inputs passed).
+        fresh = {n for s in self.plan.steps if isinstance(s, Kernel) for n in s.outputs}
+        if all(o in fresh or g.node(o).op == "const" for o in g.outputs):
+            inputs = "()"
         b.line("_r = " + self.helper("finish", f"_n, _out, ({results}), _S, _RT, {inputs}"))
         single = self.method.name == "forward" and len(g.outputs) == 1
         b.line("return _r[0]" if single else "return _r")
@@ -112,7 +121,7 @@ class WrapperPrinter:
 
     def helper(self, name: str, args: str) -> str:
         """A call of this backend's run-time helper ``name``."""
-        extra = "".join(f", {k}" for k, _ in self.extra_kw)
+        extra = "".join(f", {k}={k}" for k, _ in self.extra_kw)
         return f"{self.prefix}{name}({args}{extra})"
 
     def _buffer_slots(self) -> dict[int, int]:
@@ -233,24 +242,36 @@ class WrapperPrinter:
             dt = _OUT_DTYPE[g.node(nid).dtype]
             slot = self.slots.get(nid)
             if slot is not None:
-                b.line(f"{var} = _g_buffer(_n, _out, {slot}, _s, _T)")
+                b.line(f"{var} = " + self.helper("buffer", f"_n, _out, {slot}, _s, _T"))
             else:
-                b.line(f"{var} = np.empty(_s, dtype={dt})")
+                b.line(f"{var} = {self._empty(dt)}")
             outs.append(f"{var}.reshape(-1)")
-        ins = [f"_g_flat({self.vars[i]}, {'()' if is_scalar_input(g, i) else '_s'})"
+        ins = [self.helper("flat", f"{self.vars[i]}, {'()' if is_scalar_input(g, i) else '_s'}")
                for i in step.inputs]
-        b.line(f"_g_launch({name}, {name}_serial, {', '.join(outs + ins + ['_G_WITNESS[_T]'])})")
+        b.line(self._launch(name, outs + ins))
+
+    def _empty(self, dtype: str) -> str:
+        """A new array of the kernel's shape ``_s`` for an intermediate."""
+        return f"np.empty(_s, dtype={dtype})"
+
+    def _launch(self, name: str, args: list[str]) -> str:
+        return f"_g_launch({name}, {name}_serial, {', '.join(args + ['_G_WITNESS[_T]'])})"
 
     def _library(self, step: LibraryCall) -> None:
         node = self.graph.node(step.node)
         prim = PRIMITIVES[node.op]
         fields = {p: self._value(a) for p, a in zip(prim.params, node.args)}
-        text = prim.lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **fields)
+        text = self._library_text(node, fields)
         if not value_used(self.graph, step.node):
             text = self._shape_only(node, list(fields.values()))
         var = f"_v{step.node}"
         self.vars[step.node] = var
         self.buf.line(f"{var} = {text}")
+
+    def _library_text(self, node, fields: dict[str, str]) -> str:
+        """The expression computing library step ``node`` from its operands."""
+        lib = PRIMITIVES[node.op].lib
+        return lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **fields)
 
     def _shape_only(self, node, args: list[str]) -> str:
         """A value kept only as a run-time shape source: a view of one zero, no work."""
@@ -281,34 +302,55 @@ def _signature_text(cop: CompiledOp) -> str:
     return f"({', '.join(parts)}) -> {ret}"
 
 
-def render_op(cop: CompiledOp, kernels: Kernels) -> str:
+def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | None = None
+              ) -> str:
     """The wrappers of one op, as functions in a namespace class named after it
     (so Python's own argument errors read ``scaled_tanh.vjp() missing ...``),
-    then the op object, which takes over the name."""
+    then the op object, which takes over the name.  ``kernels`` collects the
+    CPU kernels (None: no CPU target), ``cuda_kernels`` the CUDA ones (None: no
+    CUDA target); the CUDA wrappers live in the nested class ``cuda``."""
+    from gradc.codegen.cuda_module import CudaWrapperPrinter
+
     name = py_name(cop.op.name)
     sig = tuple((p.name, p.dtype if p.dtype else None, p.shape) for p in cop.params)
     out = [f"_SIG_{name} = {sig!r}\n_SPEC_{name} = {cop.op.source!r}\n",
            f"class {name}:\n    \"\"\"The wrappers of op {cop.op.name}; the name is rebound "
            f"to the op below.\"\"\"\n"]
-    for variant in ("fused", "unfused"):
-        if variant == "unfused":
-            out.append("    class unfused:\n")
-        pad = "    " * (1 if variant == "fused" else 2)
-        for m in METHODS:
-            method = cop.methods[m]
-            plan = method.fused if variant == "fused" else method.unfused
-            w = WrapperPrinter(cop, method, plan, kernels, m, f"_gk_{name}_{m}")
-            out.append("".join(pad + line if line else line
-                               for line in w.render().splitlines(keepends=True)))
+    targets = [(k, printer, ns, depth) for k, printer, ns, depth in (
+        (kernels, WrapperPrinter, "", 1), (cuda_kernels, CudaWrapperPrinter, "cuda", 2))
+        if k is not None]
+    for kset, printer, ns, depth in targets:
+        if ns:
+            out.append(f"    class {ns}:\n")
+        for variant in ("fused", "unfused"):
+            if variant == "unfused":
+                out.append("    " * depth + "class unfused:\n")
+            pad = "    " * (depth + (variant == "unfused"))
+            for m in METHODS:
+                method = cop.methods[m]
+                plan = method.fused if variant == "fused" else method.unfused
+                w = printer(cop, method, plan, kset, m, f"_g{ns[:1]}k_{name}_{m}")
+                out.append("".join(pad + line if line else line
+                                   for line in w.render().splitlines(keepends=True)))
     methods = lambda ns: "{" + ", ".join(f"{m!r}: {ns}.{m}" for m in METHODS) + "}"
     sig_text = _signature_text(cop)
     # Keyword-only parameters whose Python name differs: the op renames them.
     renamed = {p.name: py_name(p.name) for p in cop.params
                if p.has_default and py_name(p.name) != p.name}
     kw = f", keywords={renamed!r}" if renamed else ""
-    out.append(f"{name} = _GradcOp({cop.op.name!r}, _SPEC_{name}, {sig_text!r}, "
-               f"{methods(name)}{kw},\n    unfused=_GradcOp({cop.op.name!r}, _SPEC_{name}, "
-               f"{sig_text!r}, {methods(name + '.unfused')}{kw}))\n")
+
+    def op(ns: str | None, extra: str = "") -> str:
+        if ns is None:
+            note = ", note='this module was compiled with --target cuda only: use .cuda'"
+            return (f"_GradcOp({cop.op.name!r}, _SPEC_{name}, {sig_text!r}, {{}}{note},\n"
+                    f"    unfused=_GradcOp({cop.op.name!r}, _SPEC_{name}, {sig_text!r}, "
+                    f"{{}}{note}){extra})")
+        return (f"_GradcOp({cop.op.name!r}, _SPEC_{name}, {sig_text!r}, {methods(ns)}{kw},\n"
+                f"    unfused=_GradcOp({cop.op.name!r}, _SPEC_{name}, "
+                f"{sig_text!r}, {methods(ns + '.unfused')}{kw}){extra})")
+
+    cuda = f",\n    cuda={op(name + '.cuda')}" if cuda_kernels is not None else ""
+    out.append(f"{name} = {op(name if kernels is not None else None, cuda)}\n")
     return "\n".join(out)
 
 
@@ -319,31 +361,45 @@ def render_unsupported(name: str, message: str) -> str:
 
 
 def render_module(file: str, source_sha: str, version: str, compiled: dict,
-                  *, fast_math: bool = False, precise: bool = False) -> str:
+                  *, fast_math: bool = False, precise: bool = False,
+                  target: str = "cpu") -> str:
     """The whole module text for ``compiled`` (op name -> CompiledOp or error message);
-    ``precise`` makes the kernels' math library call libm for every function."""
-    kernels = Kernels(fast_math)
+    ``precise`` makes the kernels' math library call libm for every function;
+    ``target`` is "cpu", "cuda" or "all" (CUDA kernels need numba-cuda to run,
+    not to be written)."""
+    from gradc.codegen import cuda_module
+    from gradc.codegen.cuda import render_cuda_kernel
+
+    kernels = Kernels(fast_math) if target in ("cpu", "all") else None
+    cuda_kernels = Kernels(fast_math, render_cuda_kernel) if target in ("cuda", "all") else None
     op_texts = []
     for name, cop in compiled.items():
         if isinstance(cop, CompiledOp):
             op_texts.append(f"# {'=' * 70}\n# {comment(f'op {name} ({cop.op.span})')}\n\n"
-                            + render_op(cop, kernels))
+                            + render_op(cop, kernels, cuda_kernels))
         else:
             op_texts.append(f"# op {name}: not available\n" + render_unsupported(name, cop))
-    lib = mathlib.library_source(mathlib.used_functions("".join(kernels.sources)),
-                                 precise=precise)
+    cpu_sources = kernels.sources if kernels is not None else []
+    lib = mathlib.library_source(mathlib.used_functions("".join(cpu_sources)), precise=precise)
     helpers = "\n\n".join([*(inspect.getsource(obj) for obj in _HELPERS), *([lib] if lib else [])])
     names = sorted(compiled)
     head = (f"# Generated by gradc {version} from {comment(file)}. Do not edit: edit the .grad "
             f"file\n# and recompile.\n"
             f'"""Kernels compiled by gradc from {docstring(file)}.\n\n'
             f'Ops: {", ".join(names)}.\n"""\n'
-            "import math\nimport os\n\nimport numba\nimport numba.extending\nimport numpy as np\n\n"
-            f"__gradc_version__ = {version!r}\nSOURCE_SHA256 = {source_sha!r}\n")
+            "import math\nimport os\n\nimport numba\nimport numba.extending\nimport numpy as np\n"
+            + ("from numba import cuda\n" if cuda_kernels is not None else "") + "\n"
+            f"__gradc_version__ = {version!r}\nSOURCE_SHA256 = {source_sha!r}\n"
+            f"TARGET = {target!r}\n")
     tail = ("OPS = {" + ", ".join(f"{n!r}: {py_name(n)}" for n in names) + "}\n"
             f"__all__ = {['OPS', *map(py_name, names)]!r}\n")
     parts = [head, "# --- runtime helpers (copied from gradc) ---\n", _CONSTANTS, helpers,
-             "# --- kernels ---\n", *kernels.sources, "# --- ops ---\n", *op_texts, tail]
+             "# --- kernels ---\n", *cpu_sources]
+    if cuda_kernels is not None:
+        parts += ["# --- CUDA run time (copied from gradc) ---\n", cuda_module.runtime_source(),
+                  "# --- CUDA kernels ---\n", *cuda_kernels.sources,
+                  cuda_module.kernel_table(cuda_kernels)]
+    parts += ["# --- ops ---\n", *op_texts, tail]
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
@@ -357,7 +413,9 @@ _CONSTANTS = ("# Loops of fewer elements run on one thread (waking threads costs
               "_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"
               "_G_INTS = {'i32': np.int32, 'i64': np.int64, 'bool': np.bool_}\n"
               "# An empty array per compute dtype: kernels read their dtype from it.\n"
-              "_G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}\n")
+              "_G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}\n"
+              "# The native float dtypes: wrappers' fast paths compare dtypes by identity.\n"
+              "_G_F32, _G_F64 = np.dtype(np.float32), np.dtype(np.float64)\n")
 
 
 def source_sha256(text: str) -> str:

@@ -270,14 +270,18 @@ class _GradcOp:
     parameters whose Python name in the wrappers differs (``lambda`` is
     ``lambda_`` there) to that name."""
 
-    def __init__(self, name, spec, signature, methods, unfused=None, note=None, keywords=None):
+    def __init__(self, name, spec, signature, methods, unfused=None, note=None, keywords=None,
+                 cuda=None):
         self.__name__ = name
+        self._cuda = cuda
         self.spec = spec
         self.signature = signature
         self._methods = methods
         self.unfused = unfused
         self._note = note
         self._keywords = keywords or {}
+        # Called straight (one frame less per call) unless keywords need renaming.
+        self._direct = {} if self._keywords else methods
 
     def _get(self, method):
         fn = self._methods.get(method)
@@ -320,8 +324,12 @@ class _GradcOp:
 
     @property
     def cuda(self):
-        raise NotImplementedError(f"{self.__name__}.cuda: the CUDA target is not "
-                                  "implemented yet in this gradc version (CPU only)")
+        """The same methods on CUDA device arrays (modules compiled with
+        ``--target cuda`` or ``all``)."""
+        if self._cuda is None:
+            raise NotImplementedError(f"{self.__name__}.cuda: this module was compiled for "
+                                      "the CPU only; recompile with --target cuda or all")
+        return self._cuda
 
     def __repr__(self):
         return f"<gradc op {self.__name__}{self.signature}>"

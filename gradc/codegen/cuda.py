@@ -1,0 +1,102 @@
+"""CUDA backend: one ``@cuda.jit`` grid-stride kernel per kernel of the plan.
+
+The plan is the CPU backend's (:func:`gradc.passes.fuse.plan_kernels`): the
+same fused regions, the same inputs and outputs, the same loop body
+(:func:`gradc.codegen.cpu.loop_body`); only the loop and the math differ.
+A kernel's threads stride over the flat index, so any grid covers any size
+and the launch picks the grid from the device (``_gc_launch``).  Math goes
+to libdevice through Numba's ``math`` lowering (``__nv_expf``...): accurate
+by default; with ``fast_math`` the kernel is compiled with ``fastmath=True``,
+which selects CUDA's fast intrinsics (``__expf``, ``__logf``, approximate
+division and square root, flush-to-zero).  Functions NumPy has and CUDA's
+``math`` lacks are written out here (sigmoid, softplus, sign, rint) with
+the conventions of the CPU library (docs/numerics.md).
+"""
+from __future__ import annotations
+
+import re
+
+from gradc.codegen.cpu import loop_body, print_loop
+from gradc.codegen.printer import IndentedBuffer, Printer
+from gradc.codegen.quote import comment
+from gradc.errors import CodegenError
+from gradc.ir.graph import Graph
+from gradc.ir.primitives import PRIMITIVES
+from gradc.passes.fuse import Kernel
+
+# Templates that differ from the CPU's (gradc.ir.primitives): libdevice through
+# ``math``, and NumPy functions CUDA kernels cannot call.
+TEMPLATES = {
+    "pow": "math.pow({x}, {y})",
+    "atan2": "math.atan2({y}, {x})",
+    "sign": "(_T(1) if {x} > _T(0) else (_T(-1) if {x} < _T(0) else {x}))",
+    "floor": "math.floor({x})",
+    "ceil": "math.ceil({x})",
+    "round": "_gcd_rint({x}, _T)",
+    "sqrt": "math.sqrt({x})",
+    "rsqrt": "(_T(1) / math.sqrt({x}))",
+    "exp": "math.exp({x})",
+    "exp2": "math.exp2({x})",
+    "expm1": "math.expm1({x})",
+    "log": "math.log({x})",
+    "log2": "math.log2({x})",
+    "log10": "math.log10({x})",
+    "log1p": "math.log1p({x})",
+    "sin": "math.sin({x})",
+    "cos": "math.cos({x})",
+    "tan": "math.tan({x})",
+    "asin": "math.asin({x})",
+    "acos": "math.acos({x})",
+    "atan": "math.atan({x})",
+    "sinh": "math.sinh({x})",
+    "cosh": "math.cosh({x})",
+    "tanh": "math.tanh({x})",
+    "sigmoid": "(_T(1) / (_T(1) + math.exp(-{x})))",
+    "softplus": "(max({x}, _T(0)) + math.log1p(math.exp(-abs({x}))))",
+    "erf": "math.erf({x})",
+    "erfc": "math.erfc({x})",
+}
+# Calls CUDA kernels cannot make: NumPy functions and the CPU math library (NumPy's
+# scalar types as casts and its constants are fine).
+_CPU_CALL = re.compile(r"\b(?:_g_\w+|np\.(?!int32\(|int64\(|bool_\(|float32\(|float64\()\w+)\(")
+
+
+class CudaPrinter(Printer):
+    backend = "cuda"
+
+    def expr(self, nid: int) -> str:
+        node = self.graph.node(nid)
+        if node.op in TEMPLATES and node.op != "pow":
+            prim = PRIMITIVES[node.op]
+            fields = {p: self.name(a) for p, a in zip(prim.params, node.args)}
+            return TEMPLATES[node.op].format(**fields)
+        return super().expr(nid)
+
+    def _print_pow(self, node) -> str:
+        text = super()._print_pow(node)
+        return text.replace("np.sqrt(", "math.sqrt(").replace("_g_pow(", "math.pow(")
+
+
+def render_cuda_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = False,
+                       comments: tuple[str, ...] = ()) -> str:
+    """Source of the CUDA kernel ``name`` computing ``kernel``.
+
+    Signature as on the CPU: ``name(*outputs, *inputs, _w)``, every array a flat
+    C-contiguous device array of the kernel's size (scalar inputs: one
+    element), ``_w`` an empty device array of the compute dtype.  Each thread
+    starts at its global index and strides by the grid's size.
+    """
+    hoisted, body = loop_body(graph, kernel, CudaPrinter)
+    for line in hoisted + body:
+        if _CPU_CALL.search(line):
+            raise CodegenError(f"CUDA kernel {name} would call a CPU function: {line}")
+    outs = [f"_o{k}" for k in range(len(kernel.outputs))]
+    ins = [f"_i{k}" for k in range(len(kernel.inputs))]
+    fm = ", fastmath=True" if fast_math else ""
+    buf = IndentedBuffer()
+    for c in comments:
+        buf.line(f"# {comment(c)}")
+    print_loop(buf, f"@cuda.jit(cache=not _GC_SIM{fm})",
+               f"def {name}({', '.join(outs + ins + ['_w'])}):", hoisted,
+               f"for _i in range(cuda.grid(1), {outs[0]}.size, cuda.gridsize(1)):", body)
+    return buf.getvalue()

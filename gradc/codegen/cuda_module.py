@@ -1,0 +1,83 @@
+"""The CUDA part of a generated module: wrappers, run time, kernel table.
+
+:class:`CudaWrapperPrinter` prints a method's host wrapper for ``NAME.cuda``
+from the same kernel plan as the CPU wrapper: it only names the CUDA
+helpers (``_gc_*``, :mod:`gradc.codegen.runtime_cuda_src`), launches the
+CUDA kernels (:mod:`gradc.codegen.cuda`) and lowers library steps to the
+run time's device routines.  Every method takes ``stream=`` (a Numba CUDA
+stream, or 0 for the default stream) after ``out=``.
+"""
+from __future__ import annotations
+
+import inspect
+
+from gradc.codegen import runtime_cuda_src as rt
+from gradc.codegen.module import Kernels, WrapperPrinter
+from gradc.errors import CodegenError
+from gradc.ir.primitives import PRIMITIVES
+
+
+class CudaWrapperPrinter(WrapperPrinter):
+    prefix = "_gc_"
+    extra_kw = (("stream", "0"),)
+
+    def _empty(self, dtype: str) -> str:
+        return f"_gc_empty(_s, {dtype}, stream)"
+
+    def _launch(self, name: str, args: list[str]) -> str:
+        return f"_gc_launch({name}, stream, {', '.join(args + ['_gc_witness(_T)'])})"
+
+    def _library_text(self, node, fields: dict[str, str]) -> str:
+        prim = PRIMITIVES[node.op]
+        axis, keepdims = node.attr("axis"), node.attr("keepdims")
+        x = fields.get("x")
+        if prim.kind == "reduction":
+            return f"_gc_reduce({node.op!r}, {x}, {axis!r}, {keepdims!r}, stream)"
+        if node.op == "matmul":
+            return f"_gc_matmul({x}, {fields['y']}, stream)"
+        if node.op == "transpose":
+            return f"_gc_transpose({x}, stream)"
+        if node.op == "sum_to":
+            return f"_gc_sum_to({x}, {fields['like']}.shape, stream)"
+        if node.op == "broadcast_in":
+            return f"_gc_broadcast_in({x}, {fields['like']}.shape, {axis!r}, {keepdims!r}, stream)"
+        if node.op == "size_ratio":             # a host scalar from two shapes
+            return super()._library_text(node, fields)
+        raise CodegenError(f"'{node.op}' has no CUDA lowering", node.span)
+
+
+_CONSTANTS = '''\
+# Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1) runs each thread as a Python
+# thread: small blocks there.
+_GC_SIM = bool(numba.config.ENABLE_CUDASIM)
+_GC_BLOCK = 32 if _GC_SIM else 256
+_GC_TILE = 4 if _GC_SIM else 16
+# _gck_rows: modes (map and combine) and epilogues.
+_GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN, _GC_SUMEXP, _GC_SUMSQ, _GC_MAXABS = range(7)
+_GC_FIN_NONE, _GC_FIN_LSE, _GC_FIN_NORM = range(3)
+# Per-process state: the device's wave of blocks, witnesses, uploaded scalars.
+_GC_STATE = {}'''
+
+
+def runtime_source() -> str:
+    """The CUDA run time as module text: constants, device functions and
+    kernels under ``@cuda.jit``, host helpers."""
+    parts = [_CONSTANTS]
+    for name in rt.DEVICE_FUNCTIONS:
+        parts.append("@cuda.jit(device=True, inline=True, cache=not _GC_SIM)\n"
+                     + inspect.getsource(getattr(rt, name)).rstrip("\n"))
+    for name in rt.KERNELS:
+        parts.append("@cuda.jit(cache=not _GC_SIM)\n"
+                     + inspect.getsource(getattr(rt, name)).rstrip("\n"))
+    helpers = [obj for name, obj in vars(rt).items()
+               if name.startswith("_gc_") and inspect.isfunction(obj)]
+    parts += [inspect.getsource(fn).rstrip("\n") for fn in helpers]
+    return "\n\n\n".join(parts) + "\n"
+
+
+def kernel_table(kernels: Kernels) -> str:
+    """``CUDA_KERNELS``: each generated kernel and the dtypes of its array
+    arguments ("T" is the compute dtype), for ahead-of-time checks such
+    as compiling every kernel to PTX (the witness ``_w`` is not listed)."""
+    rows = "".join(f"    {name!r}: ({name}, {dts!r}),\n" for name, dts in kernels.arg_dtypes.items())
+    return "CUDA_KERNELS = {\n" + rows + "}\n"

@@ -1,0 +1,70 @@
+"""Ahead-of-time PTX for a generated module's CUDA kernels, without a GPU.
+
+Numba's CUDA simulator runs kernels as Python and so accepts code a GPU
+rejects; compiling every kernel to PTX with NVVM (numba-cuda's
+``compile_ptx``; NVVM comes from the ``cuda`` extra's wheels) is the check
+that counts.  The ``cuda`` extra pins CUDA 13.0's NVVM, whose PTX (ISA 9.0)
+a CUDA 13.0 driver loads.
+"""
+from __future__ import annotations
+
+import re
+from types import ModuleType
+
+# PTX ISA versions by CUDA release (PTX ISA notes): what a driver can JIT.
+MAX_PTX_ISA = {"13.0": (9, 0)}
+
+_DTYPES = {"T": None, "i32": "int32", "i64": "int64", "bool": "boolean"}
+
+
+def runtime_signatures(types, t):
+    """``(kernel name, argument types)`` pairs for the run time's kernels at float
+    type ``t``: what a module's ``_gck_*`` kernels are called with."""
+    flat = types.Array(t, 1, "C")
+    f64 = types.Array(types.float64, 1, "C")
+    i64 = types.int64
+    sigs = []
+    for nd in (1, 2, 3):
+        tup = types.UniTuple(i64, nd)
+        sigs.append(("_gck_gather", (flat, flat, tup, tup)))
+    for out, src in ((flat, flat), (f64, flat), (flat, f64)):
+        sigs.append(("_gck_rows", (out, src, f64, i64, i64, i64, i64, i64, i64, types.float64)))
+    sigs.append(("_gck_matmul", (flat, flat, flat, i64, i64, i64)))
+    return sigs
+
+
+def module_ptx(module: ModuleType, cc: tuple[int, int], dtypes=("float32", "float64"),
+               fast_math: bool = False) -> dict[str, str]:
+    """PTX of every CUDA kernel of generated ``module`` for compute capability
+    ``cc``, at each float dtype: ``{"name[float32]": ptx}``.  Raises numba's
+    errors for a kernel that does not compile (the point of the check)."""
+    from numba import cuda, types
+
+    out = {}
+    for dtype in dtypes:
+        t = getattr(types, dtype)
+        for name, (kernel, arg_dtypes) in sorted(module.CUDA_KERNELS.items()):
+            args = [types.Array(t if d == "T" else getattr(types, _DTYPES[d]), 1, "C")
+                    for d in arg_dtypes]
+            args.append(types.Array(t, 1, "C"))           # the dtype witness
+            out[f"{name}[{dtype}]"], _ = cuda.compile_ptx(
+                kernel.py_func, tuple(args), cc=cc, fastmath=fast_math)
+        for k, (name, args) in enumerate(runtime_signatures(types, t)):
+            fn = getattr(module, name).py_func
+            out[f"{name}#{k}[{dtype}]"], _ = cuda.compile_ptx(fn, args, cc=cc)
+    return out
+
+
+def ptx_isa(ptx: str) -> tuple[int, int]:
+    """The ``.version`` of a PTX text, as ``(major, minor)``."""
+    m = re.search(r"^\.version (\d+)\.(\d+)", ptx, re.M)
+    if m is None:
+        raise ValueError("no .version directive in PTX")
+    return int(m.group(1)), int(m.group(2))
+
+
+def ptx_target(ptx: str) -> str:
+    m = re.search(r"^\.target (\S+)", ptx, re.M)
+    if m is None:
+        raise ValueError("no .target directive in PTX")
+    return m.group(1).rstrip(",")

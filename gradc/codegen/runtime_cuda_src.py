@@ -1,0 +1,590 @@
+"""The CUDA run time of generated modules: host helpers and library kernels.
+
+Copied into generated modules compiled with ``--target cuda|all``, like
+:mod:`gradc.codegen.runtime_src` for the CPU: functions named ``_gc_*`` are
+host helpers, copied as they are; the functions listed in :data:`KERNELS`
+and :data:`DEVICE_FUNCTIONS` are copied under a ``@cuda.jit`` decorator
+(they are plain functions here, so gradc imports without numba-cuda).  The
+module binds ``cuda`` (``numba.cuda``), ``_GC_SIM`` (Numba's CUDA simulator
+is on) and ``_GC_BLOCK`` (threads per block: 256, or 32 in the simulator,
+whose threads are Python threads).
+
+Arrays.  Inputs and outputs are device arrays: Numba's, or any object with
+``__cuda_array_interface__`` (CuPy arrays, PyTorch CUDA tensors), taken
+without a copy; they must be C-contiguous.  Host arrays are a TypeError
+(nothing is copied behind the caller's back); Python and NumPy scalars are
+uploaded (and cached: a 0-d parameter such as ``alpha=0.2`` costs one
+upload per distinct value).  float16 is not supported on CUDA yet.
+
+Launches.  Elementwise kernels are grid-stride loops of ``_GC_BLOCK``
+threads per block and at most one full wave of blocks (multiprocessors
+times resident blocks per multiprocessor, read from the device).
+Reductions are two-stage block tree reductions in shared memory with a
+fixed split for a given device and shape, and no atomics: the same input
+gives the same bits on every run.  Partial results are accumulated in
+float64.  Matmul is a tiled shared-memory kernel (16x16 tiles, float64
+accumulation).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+try:                                  # bound in generated modules
+    from numba import cuda
+    import numba
+except ImportError:                   # pragma: no cover - gradc itself needs no numba-cuda
+    cuda = numba = None
+
+_GC_SIM = False
+_GC_BLOCK = 256
+_GC_TILE = 16
+
+# Modes of _gc_rows: how an element is mapped and combined.
+_GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN, _GC_SUMEXP, _GC_SUMSQ, _GC_MAXABS = range(7)
+# Epilogues of the last stage: none, log(acc) + shift (logsumexp), scaled sqrt (norm).
+_GC_FIN_NONE, _GC_FIN_LSE, _GC_FIN_NORM = range(3)
+
+
+# --------------------------------------------------------------------------
+# Kernels (copied under @cuda.jit)
+
+
+def _gck_gather(dst, src, shape, strides):
+    """``dst[i] = src[offset(i)]``: ``dst`` flat over ``shape`` (C order), element
+    ``i``'s source offset is its index dotted with ``strides`` (elements; 0 on
+    broadcast dimensions).  Broadcasts, transposes, casts on store."""
+    nd = len(shape)
+    for i in range(cuda.grid(1), dst.size, cuda.gridsize(1)):
+        rest = i
+        off = 0
+        for d in range(nd - 1, -1, -1):
+            n = shape[d]
+            off += (rest % n) * strides[d]
+            rest //= n
+        dst[i] = src[off]
+
+
+def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
+    """One stage of a row reduction of ``x`` (``rows`` by ``inner``, flat, C order).
+
+    Block ``(c, r)`` combines row ``r``'s elements ``[c*chunk, (c+1)*chunk)`` into
+    ``out[r*nch + c]``: a strided per-thread loop, then a tree in shared memory
+    (float64).  ``mode`` maps and combines (_GC_SUM... _GC_MAXABS); ``shift[r]``
+    is the row's max for _GC_SUMEXP and its max |x| for _GC_SUMSQ; ``final`` is
+    the epilogue applied when ``nch == 1`` (the last stage), then ``* scale``.
+    Max and min propagate NaN, as NumPy's do.
+    """
+    acc_s = cuda.shared.array(_GC_BLOCK, numba.float64)
+    t = cuda.threadIdx.x
+    c = cuda.blockIdx.x
+    lo = c * chunk
+    hi = min(lo + chunk, inner)
+    cmode = mode
+    if mode == _GC_SUMEXP or mode == _GC_SUMSQ:
+        cmode = _GC_SUM
+    elif mode == _GC_MAXABS:
+        cmode = _GC_MAX
+    r = cuda.blockIdx.y
+    while r < rows:
+        s = 0.0
+        if mode == _GC_SUMEXP:
+            s = shift[r]
+            s = s if s - s == 0.0 else 0.0              # finite max, else 0
+        elif mode == _GC_SUMSQ:
+            s = shift[r]
+            s = s if (s > 0.0 and s - s == 0.0) else 1.0
+        acc = 1.0 if cmode == _GC_PROD else (
+            -math.inf if cmode == _GC_MAX else (math.inf if cmode == _GC_MIN else 0.0))
+        for i in range(lo + t, hi, cuda.blockDim.x):
+            v = numba.float64(x[r * inner + i])
+            if mode == _GC_SUMEXP:
+                v = math.exp(v - s)
+            elif mode == _GC_SUMSQ:
+                v = v / s
+                v = v * v
+            elif mode == _GC_MAXABS:
+                v = abs(v)
+            if cmode == _GC_SUM:
+                acc += v
+            elif cmode == _GC_PROD:
+                acc *= v
+            elif cmode == _GC_MAX:
+                acc = v if (v > acc or v != v) else acc
+            else:
+                acc = v if (v < acc or v != v) else acc
+        acc_s[t] = acc
+        cuda.syncthreads()
+        w = cuda.blockDim.x // 2
+        while w > 0:
+            if t < w:
+                a = acc_s[t]
+                b = acc_s[t + w]
+                if cmode == _GC_SUM:
+                    acc_s[t] = a + b
+                elif cmode == _GC_PROD:
+                    acc_s[t] = a * b
+                elif cmode == _GC_MAX:
+                    acc_s[t] = b if (b > a or b != b) else a
+                else:
+                    acc_s[t] = b if (b < a or b != b) else a
+            cuda.syncthreads()
+            w //= 2
+        if t == 0:
+            a = acc_s[0]
+            if nch == 1 and final == _GC_FIN_LSE:
+                m = numba.float64(shift[r])
+                a = math.log(a) + (m if m - m == 0.0 else 0.0)
+            elif nch == 1 and final == _GC_FIN_NORM:
+                m = numba.float64(shift[r])
+                a = m if math.isinf(m) else math.sqrt(a) * (
+                    m if (m > 0.0 and m - m == 0.0) else 1.0)
+            out[r * nch + c] = a * scale
+        cuda.syncthreads()
+        r += cuda.gridDim.y
+
+
+def _gck_matmul(c, a, b, m, n, k):
+    """``c = a @ b`` for C-contiguous flat ``a`` (m by k), ``b`` (k by n), ``c``
+    (m by n): one _GC_TILE square tile of ``c`` per block, operands staged
+    through shared memory, float64 accumulation."""
+    sa = cuda.shared.array((_GC_TILE, _GC_TILE), numba.float64)
+    sb = cuda.shared.array((_GC_TILE, _GC_TILE), numba.float64)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    row = cuda.blockIdx.y * _GC_TILE + ty
+    col = cuda.blockIdx.x * _GC_TILE + tx
+    acc = 0.0
+    for t0 in range(0, k, _GC_TILE):
+        sa[ty, tx] = a[row * k + t0 + tx] if (row < m and t0 + tx < k) else 0.0
+        sb[ty, tx] = b[(t0 + ty) * n + col] if (col < n and t0 + ty < k) else 0.0
+        cuda.syncthreads()
+        for j in range(_GC_TILE):
+            acc += sa[ty, j] * sb[j, tx]
+        cuda.syncthreads()
+    if row < m and col < n:
+        c[row * n + col] = acc
+
+
+KERNELS = ("_gck_gather", "_gck_rows", "_gck_matmul")
+DEVICE_FUNCTIONS = ("_gcd_rint",)
+
+
+def _gcd_rint(x, _T):
+    """Round half to even (NumPy's ``rint``), keeping the sign of zero and ±inf/NaN:
+    ``x - floor(x)`` is exact, so the tie test is too."""
+    f = math.floor(x)
+    d = x - f
+    r = f + _T(1) if (d > _T(0.5) or (d == _T(0.5) and math.fmod(f, _T(2)) != _T(0))) else f
+    return math.copysign(r, x)
+
+
+# --------------------------------------------------------------------------
+# Host helpers
+
+_GC_STATE = {}
+
+
+def _gc_is_device(v):
+    """Whether ``v`` is a device array: Numba's (or the simulator's) or any
+    ``__cuda_array_interface__`` object."""
+    if _GC_SIM:
+        return type(v).__name__ == "FakeCUDAArray"
+    return cuda.is_cuda_array(v)
+
+
+def _gc_as_device(v):
+    """``v`` as a Numba device array over the same memory (no copy)."""
+    if _GC_SIM or isinstance(v, cuda.cudadrv.devicearray.DeviceNDArray):
+        return v
+    return cuda.as_cuda_array(v)
+
+
+def _gc_c_contiguous(a):
+    if _GC_SIM:
+        return a._ary.flags.c_contiguous
+    return a.is_c_contiguous()
+
+
+def _gc_span(a):
+    """``(first byte, end)`` of a device array's memory, for overlap checks."""
+    if _GC_SIM:
+        ary = a._ary
+        lo = ary.__array_interface__["data"][0]
+        return lo, lo + ary.size * ary.dtype.itemsize     # C-contiguous
+    ptr = a.__cuda_array_interface__["data"][0]
+    return ptr, ptr + a.size * a.dtype.itemsize
+
+
+def _gc_overlap(a, b):
+    if not (_gc_is_device(a) and _gc_is_device(b)) or a.size == 0 or b.size == 0:
+        return False
+    (a0, a1), (b0, b1) = _gc_span(a), _gc_span(b)
+    return a0 < b1 and b0 < a1
+
+
+def _gc_device_input(op, what, name, v, want_kind):
+    """A device-array argument, checked: C-contiguous, of kind ``want_kind``
+    ("f" or an exact NumPy dtype for integer parameters)."""
+    if isinstance(v, np.ndarray) or hasattr(v, "__array__") and not _gc_is_device(v):
+        raise TypeError(
+            f"{op}: {what} '{name}' is a host array ({type(v).__name__}); the .cuda methods "
+            f"take device arrays: numba.cuda.to_device(x), a CuPy array or a CUDA torch "
+            f"tensor (or call the CPU method)")
+    if not _gc_is_device(v):
+        raise TypeError(f"{op}: {what} '{name}' must be a device array, got "
+                        f"{type(v).__name__}")
+    a = _gc_as_device(v)
+    if want_kind == "f":
+        if a.dtype.char not in "fd":
+            raise TypeError(f"{op}: {what} '{name}' must be a float32 or float64 device "
+                            f"array, got {a.dtype}")
+    elif a.dtype != want_kind:
+        raise TypeError(f"{op}: {what} '{name}' must be {np.dtype(want_kind).name}, got "
+                        f"{a.dtype}")
+    if not _gc_c_contiguous(a):
+        raise ValueError(f"{op}: {what} '{name}' must be C-contiguous (copy it first: "
+                         f".contiguous() in PyTorch, cupy.ascontiguousarray)")
+    return a
+
+
+def _gc_inputs(op, sig, values, stream):
+    """Validate the arguments of a ``.cuda`` method; as :func:`_g_inputs` returns
+    ``(arrays, T, RT, dims)``: device arrays (host 0-d arrays for scalars) in
+    the compute dtype ``T``.  Raises TypeError for host arrays, a wrong dtype or
+    float16, ValueError for a wrong shape or a non-contiguous array."""
+    arrays, floats, dims, where = [], [], {}, {}
+    for (name, dt, shape), v in zip(sig, values):
+        if isinstance(v, (bool, int, float, np.generic)):
+            a = (_g_int_input(op, name, v, np.dtype(_G_INTS[dt])) if dt in _G_INTS
+                 else _g_float_input(op, "argument", name, v, _G_FLOATS.get(dt)))
+        else:
+            a = _gc_device_input(op, "argument", name, v,
+                                 np.dtype(_G_INTS[dt]) if dt in _G_INTS else "f")
+        if dt not in _G_INTS:
+            if a.dtype == np.float16:
+                raise TypeError(f"{op}: argument '{name}' is float16, which the CUDA "
+                                f"target does not support yet; use float32")
+            if dt in _G_FLOATS and a.dtype.type is not _G_FLOATS[dt]:
+                raise TypeError(f"{op}: argument '{name}' must be "
+                                f"{np.dtype(_G_FLOATS[dt]).name}, got {a.dtype}")
+            if type(v) is not int and type(v) is not float:
+                floats.append(a.dtype.type)
+        if shape is not None:
+            _g_bind_dims(op, name, a.shape, shape, dims, where)
+        arrays.append(a)
+    rt = np.result_type(*floats) if floats else np.dtype(np.float64)
+    t = rt.type
+    for i, ((name, dt, shape), a) in enumerate(zip(sig, arrays)):
+        if dt not in _G_INTS and a.dtype != t:
+            arrays[i] = (np.asarray(a, dtype=t) if isinstance(a, np.ndarray)
+                         else _gc_copy(a, t, stream))
+    return arrays, t, rt, dims
+
+
+def _gc_upstream(op, name, v, shape, t, stream):
+    """A cotangent argument: a device array of the output's shape (or a scalar
+    for a 0-d output), in the compute dtype ``t``."""
+    if isinstance(v, (int, float, np.generic)) and not isinstance(v, bool):
+        a = _g_float_input(op, "upstream", name, v)
+    else:
+        a = _gc_device_input(op, "upstream", name, v, "f")
+    if a.shape != tuple(shape):
+        raise ValueError(f"{op}: upstream '{name}' must have the output's shape "
+                         f"{tuple(shape)}, got {a.shape}")
+    if isinstance(a, np.ndarray):
+        return np.asarray(a, dtype=t)
+    return a if a.dtype == t else _gc_copy(a, t, stream)
+
+
+def _gc_out_tuple(op, out, shapes, kinds, inputs, names, inplace=(), stream=0):
+    """Check ``out=`` before any work, as :func:`_g_out_tuple` does, for device
+    arrays; returns Numba views of them (written in place and returned)."""
+    if out is None:
+        return None
+    n = len(shapes)
+    outs = (out,) if not isinstance(out, (tuple, list)) else out
+    if len(outs) != n:
+        raise TypeError(f"{op}: out= must be {'a device array or ' if n == 1 else ''}"
+                        f"a tuple of {n} device arrays, got {len(outs)}")
+    views = []
+    for k, o in enumerate(outs):
+        if not _gc_is_device(o):
+            raise TypeError(f"{op}: out[{k}] must be a device array, got {type(o).__name__}")
+        o = _gc_as_device(o)
+        if o.shape != tuple(shapes[k]):
+            raise ValueError(f"{op}: out[{k}] must have shape {tuple(shapes[k])}, got "
+                             f"{o.shape}")
+        if kinds[k] == "f" and o.dtype.char not in "fd":
+            raise TypeError(f"{op}: out[{k}] must be a float32 or float64 device array, "
+                            f"got {o.dtype}")
+        if not _gc_c_contiguous(o):
+            raise ValueError(f"{op}: out[{k}] must be a C-contiguous device array")
+        for j, a in enumerate(inputs):
+            if not _gc_overlap(o, a):
+                continue
+            if (k, j) in inplace and _gc_span(o) == _gc_span(a) and o.shape == a.shape \
+                    and o.dtype == a.dtype:
+                continue
+            raise ValueError(f"{op}: out[{k}] overlaps input '{names[j]}'")
+        for j in range(k):
+            if _gc_overlap(o, views[j]):
+                raise ValueError(f"{op}: out[{k}] overlaps out[{j}]")
+        views.append(o)
+    return tuple(views)
+
+
+def _gc_buffer(op, outs, k, shape, t, stream):
+    """Where result ``k`` is computed: the caller's out[k] when its dtype is ``t``."""
+    if outs is not None and outs[k].dtype == t:
+        return outs[k]
+    return cuda.device_array(tuple(shape), dtype=t, stream=stream)
+
+
+def _gc_empty(shape, dtype, stream):
+    return cuda.device_array(tuple(shape), dtype=dtype, stream=stream)
+
+
+def _gc_upload(a, stream):
+    """A host value on the device; scalars are cached by value and dtype (device
+    copies are never written, so sharing them is safe)."""
+    a = np.asarray(a)
+    if a.size != 1:
+        return cuda.to_device(np.ascontiguousarray(a), stream=stream)
+    cache = _GC_STATE.setdefault("scalars", {})
+    key = (a.dtype.str, a.reshape(-1)[0].tobytes(), a.shape)
+    d = cache.get(key)
+    if d is None:
+        if len(cache) >= 256:
+            cache.clear()
+        d = cache[key] = cuda.to_device(np.ascontiguousarray(a), stream=stream)
+    return d
+
+
+def _gc_dev(a, stream):
+    return a if _gc_is_device(a) else _gc_upload(a, stream)
+
+
+def _gc_blocks(n):
+    """Blocks for a grid-stride loop over ``n`` elements: enough to cover it, at
+    most one full wave of resident blocks on the current device."""
+    cap = _GC_STATE.get("wave")
+    if cap is None:
+        if _GC_SIM:
+            cap = 4
+        else:
+            dev = cuda.get_current_device()
+            cap = dev.MULTIPROCESSOR_COUNT * max(1, dev.MAX_THREADS_PER_MULTIPROCESSOR
+                                                 // _GC_BLOCK)
+        _GC_STATE["wave"] = cap
+    return max(1, min((n + _GC_BLOCK - 1) // _GC_BLOCK, cap))
+
+
+def _gc_witness(t):
+    """An empty device array of dtype ``t``: kernels read their compute dtype from it."""
+    w = _GC_STATE.get(t)
+    if w is None:
+        w = _GC_STATE[t] = cuda.device_array(0, dtype=t)
+    return w
+
+
+def _gc_launch(kernel, stream, *args):
+    """Run an elementwise kernel over ``args[0].size`` elements."""
+    n = args[0].size
+    if n:
+        kernel[_gc_blocks(n), _GC_BLOCK, stream](*args)
+
+
+def _gc_flat(a, shape, stream):
+    """``a`` as a flat contiguous device array over the loop of ``shape``; a
+    broadcast is materialised (one gather)."""
+    a = _gc_dev(a, stream)
+    shape = tuple(shape)
+    if a.shape == shape or (shape == () and a.size == 1):
+        return a.reshape(max(a.size, 1)) if a.ndim != 1 else a
+    return _gc_broadcast(a, shape, stream).reshape(-1)
+
+
+def _gc_strides(shape):
+    """C-order strides of ``shape``, in elements."""
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= n
+    return tuple(reversed(st))
+
+
+def _gc_gather(src, shape, strides, dtype, stream):
+    """A new C-contiguous array of ``shape`` and ``dtype`` whose element at index
+    ``i`` is ``src``'s flat element ``i . strides``."""
+    shape = tuple(int(n) for n in shape)
+    out = _gc_empty(shape, dtype, stream)
+    if out.size:
+        if not shape:
+            shape, strides = (1,), (0,)
+        flat = src.reshape(max(src.size, 1)) if src.ndim != 1 else src
+        _gck_gather[_gc_blocks(out.size), _GC_BLOCK, stream](
+            out.reshape(out.size), flat, shape, tuple(int(s) for s in strides))
+    return out
+
+
+def _gc_broadcast(a, shape, stream):
+    """NumPy's ``broadcast_to(a, shape)``, materialised."""
+    a = _gc_dev(a, stream)
+    shape = tuple(shape)
+    lead = len(shape) - a.ndim
+    if lead < 0 or any(m != 1 and m != n for m, n in zip(a.shape, shape[lead:])):
+        raise ValueError(f"cannot broadcast shape {a.shape} to {shape}")
+    own = _gc_strides(a.shape)
+    st = (0,) * lead + tuple(0 if m == 1 else s for m, s in zip(a.shape, own))
+    return _gc_gather(a, shape, st, a.dtype, stream)
+
+
+def _gc_copy(a, dtype, stream):
+    """A contiguous copy of device array ``a`` cast to ``dtype``."""
+    return _gc_gather(a, a.shape, _gc_strides(a.shape), dtype, stream)
+
+
+def _gc_transpose(a, stream):
+    a = _gc_dev(a, stream)
+    return _gc_gather(a, a.shape[::-1], _gc_strides(a.shape)[::-1], a.dtype, stream)
+
+
+def _gc_rows(x, rows, inner, mode, final, scale, shift, dtype, stream):
+    """Reduce each row of flat ``x`` (``rows`` by ``inner``) to one value of ``dtype``:
+    split into chunks when rows are few and long (deterministic two stages)."""
+    cap = _gc_blocks(1 << 62)
+    nch = 1
+    if inner > 4 * _GC_BLOCK and rows < cap:
+        nch = min((inner + 4 * _GC_BLOCK - 1) // (4 * _GC_BLOCK), max(1, cap // rows))
+    chunk = max(1, (inner + nch - 1) // nch)
+    nch = max(1, (inner + chunk - 1) // chunk)
+    sh = shift if shift is not None else _gc_witness(np.float64)
+    if nch == 1:
+        out = _gc_empty((rows,), dtype, stream)
+        _gck_rows[(1, min(rows, 65535)), _GC_BLOCK, stream](
+            out, x, sh, rows, inner, chunk, 1, mode, final, scale)
+        return out
+    part = _gc_empty((rows * nch,), np.float64, stream)
+    _gck_rows[(nch, min(rows, 65535)), _GC_BLOCK, stream](
+        part, x, sh, rows, inner, chunk, nch, mode, final, 1.0)
+    second = _GC_MAX if mode == _GC_MAXABS else (_GC_SUM if mode >= _GC_SUMEXP else mode)
+    out = _gc_empty((rows,), dtype, stream)
+    _gck_rows[(1, min(rows, 65535)), _GC_BLOCK, stream](
+        out, part, sh, rows, nch, nch, 1, second, final, scale)
+    return out
+
+
+def _gc_reduce(kind, x, axis, keepdims, stream):
+    """``np.<kind>(x, axis=axis, keepdims=keepdims)`` on the device, for ``kind`` in
+    sum, mean, prod, max, min, logsumexp, norm (the conventions of gradc's
+    ``_g_logsumexp`` and ``_g_norm``).  A 0-d result is a 0-d device array."""
+    x = _gc_dev(x, stream)
+    nd = x.ndim
+    out_shape = _g_result_shape("reduce", x.shape, axis=axis, keepdims=keepdims)
+    axes = sorted(range(nd) if axis is None else {ax % nd for ax in axis})
+    kept = [i for i in range(nd) if i not in axes]
+    rows = int(np.prod([x.shape[i] for i in kept], dtype=np.int64))
+    inner = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
+    if inner == 0 and kind in ("max", "min"):
+        raise ValueError(f"zero-size array to reduction operation {kind}imum which has "
+                         f"no identity")
+    if rows == 0:
+        return _gc_empty(out_shape, x.dtype, stream)
+    if kept and kept != list(range(len(kept))):          # reduced axes last
+        perm = kept + axes
+        st = _gc_strides(x.shape)
+        x = _gc_gather(x, [x.shape[i] for i in perm], [st[i] for i in perm], x.dtype, stream)
+    flat = x.reshape(max(x.size, 1)) if x.ndim != 1 else x
+    if inner == 0:
+        flat = _gc_empty((0,), x.dtype, stream)
+    t = x.dtype
+    if kind == "logsumexp":
+        m = _gc_rows(flat, rows, inner, _GC_MAX, _GC_FIN_NONE, 1.0, None, np.float64, stream)
+        r = _gc_rows(flat, rows, inner, _GC_SUMEXP, _GC_FIN_LSE, 1.0, m, t, stream)
+    elif kind == "norm":
+        m = _gc_rows(flat, rows, inner, _GC_MAXABS, _GC_FIN_NONE, 1.0, None, np.float64,
+                     stream)
+        r = _gc_rows(flat, rows, inner, _GC_SUMSQ, _GC_FIN_NORM, 1.0, m, t, stream)
+    else:
+        mode = {"sum": _GC_SUM, "mean": _GC_SUM, "prod": _GC_PROD, "max": _GC_MAX,
+                "min": _GC_MIN}[kind]
+        scale = (1.0 / inner if inner else math.nan) if kind == "mean" else 1.0
+        r = _gc_rows(flat, rows, inner, mode, _GC_FIN_NONE, scale, None, t, stream)
+    return r.reshape(out_shape) if out_shape != (rows,) else r
+
+
+def _gc_matmul(a, b, stream):
+    """``np.matmul`` for operands of rank 1 or 2 (float, same dtype)."""
+    a, b = _gc_dev(a, stream), _gc_dev(b, stream)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: input operand does not have enough dimensions")
+    m, k = (1, a.shape[0]) if a.ndim == 1 else a.shape
+    k2, n = (b.shape[0], 1) if b.ndim == 1 else b.shape
+    if k != k2:
+        raise ValueError(f"matmul: mismatch in its core dimension: {a.shape} @ {b.shape}")
+    shape = _g_result_shape("matmul", a.shape, b.shape)
+    c = _gc_empty(shape, a.dtype, stream)
+    if c.size:
+        if k == 0:
+            return _gc_broadcast(np.zeros((), a.dtype), shape, stream)
+        grid = ((n + _GC_TILE - 1) // _GC_TILE, (m + _GC_TILE - 1) // _GC_TILE)
+        _gck_matmul[grid, (_GC_TILE, _GC_TILE), stream](
+            c.reshape(c.size), a.reshape(a.size), b.reshape(b.size), m, n, k)
+    return c
+
+
+def _gc_sum_to(g, shape, stream):
+    """:func:`_g_sum_to` on the device: sum ``g`` down to ``shape`` (the adjoint of
+    broadcasting), or broadcast it up."""
+    g = _gc_dev(g, stream)
+    shape = tuple(shape)
+    if g.shape == shape:
+        return g
+    lead = g.ndim - len(shape)
+    if lead >= 0:
+        axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
+                                          if n == 1 and g.shape[lead + i] != 1)
+        if axes:
+            g = _gc_reduce("sum", g, axes, True, stream)
+            g = g.reshape(g.shape[lead:])
+    return g if g.shape == shape else _gc_broadcast(g, shape, stream)
+
+
+def _gc_broadcast_in(a, shape, axis, keepdims, stream):
+    """:func:`_g_broadcast_in` on the device: re-insert reduced axes, broadcast."""
+    a = _gc_dev(a, stream)
+    shape = tuple(shape)
+    if not keepdims:
+        nd = len(shape)
+        axes = set(range(nd) if axis is None else (ax % nd for ax in axis))
+        it = iter(a.shape)
+        a = a.reshape(tuple(1 if i in axes else next(it) for i in range(nd)))
+    return _gc_broadcast(a, shape, stream)
+
+
+def _gc_finish(op, outs, results, shapes, rt, inputs, stream):
+    """Results as device arrays of the result dtype, or written into ``out``."""
+    final = []
+    for k, (r, shape) in enumerate(zip(results, shapes)):
+        shape = tuple(shape)
+        r = _gc_dev(r if _gc_is_device(r) else np.asarray(r), stream)
+        if r.shape != shape:
+            r = _gc_broadcast(r, shape, stream)
+        if outs is not None:
+            o = outs[k]
+            if r is not o:
+                if r.dtype.kind == "f" and o.dtype.kind != "f":
+                    raise TypeError(f"{op}: out[{k}] must be a floating-point array, "
+                                    f"got {o.dtype}")
+                if o.size:
+                    _gck_gather[_gc_blocks(o.size), _GC_BLOCK, stream](
+                        o.reshape(o.size), r.reshape(max(r.size, 1)), shape or (1,),
+                        _gc_strides(shape) or (1,))
+            final.append(o)
+            continue
+        if (r.dtype != rt and r.dtype.kind == "f") or any(_gc_overlap(r, a) for a in inputs):
+            r = _gc_copy(r, rt if r.dtype.kind == "f" else r.dtype, stream)
+        final.append(r)
+    return tuple(final)
