@@ -1,0 +1,399 @@
+#!/usr/bin/env python
+"""Check and time gradc's CUDA kernels on a GPU (or, tiny, in Numba's CUDA simulator).
+
+One run does everything a GPU session needs:
+
+1. **Correctness**: every op of every module, ``forward``, ``vjp`` and
+   ``fwd_bwd``, fused and ``.unfused``, in float32 and float64, on the
+   device against the module's CPU methods on the same inputs (maximum
+   relative error; NaN must match NaN).
+2. **Bandwidth**: each elementwise op's fused ``fwd_bwd`` (``out=``
+   buffers), its ``.unfused.fwd_bwd``, and a device-to-device copy, at
+   2^26 and 2^28 float32 elements: CUDA events around ``--calls``
+   back-to-back calls (so Python's launch overhead hides behind the GPU's
+   work), after warm-ups, median of ``--repeat``; bytes moved are the
+   arrays read and written once each; GB/s and % of the copy's GB/s.
+3. **Math**: the maximum error in ULP of the CUDA kernels' math
+   (libdevice; and CUDA's fast intrinsics under ``--fast-math``) over a
+   float32 sample (random bit patterns plus special values) against
+   NumPy's float64, next to the tolerance of the CPU library (4 ULP).
+
+Modules come from ``.grad`` files compiled with ``--target all`` (needs
+gradc importable), or pre-generated with ``--prepare DIR`` and passed with
+``--modules DIR`` (a GPU machine without gradc's dependencies needs only
+numpy, numba and numba-cuda).
+
+Run::
+
+    python benchmarks/gpu_check.py --prepare .gpu     # here: write the modules
+    python benchmarks/gpu_check.py --modules .gpu     # there: check and time
+    NUMBA_ENABLE_CUDASIM=1 python benchmarks/gpu_check.py --log2-sizes 8 --repeat 2 \\
+        --calls 1 --dtypes float32 --math-samples 256      # the simulator (a CI test)
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import json
+import math
+import pickle
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SPECS = [ROOT / "examples" / "seed.grad", ROOT / "examples" / "activations.grad"]
+# One op per function of the math table: name -> .grad expression in x.
+MATH = {"exp": "exp(x)", "exp2": "exp2(x)", "expm1": "expm1(x)", "log": "log(x)",
+        "log2": "log2(x)", "log10": "log10(x)", "log1p": "log1p(x)", "tanh": "tanh(x)",
+        "sigmoid": "sigmoid(x)", "softplus": "softplus(x)", "erf": "erf(x)", "erfc": "erfc(x)",
+        "sin": "sin(x)", "cos": "cos(x)", "atan": "atan(x)", "sqrt": "sqrt(x)",
+        "rsqrt": "rsqrt(x)"}
+REFERENCE = {"sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+             "softplus": lambda x: np.logaddexp(0, x), "rsqrt": lambda x: 1 / np.sqrt(x),
+             "atan": np.arctan,
+             "erf": lambda x: np.frompyfunc(math.erf, 1, 1)(x).astype(np.float64),
+             "erfc": lambda x: np.frompyfunc(math.erfc, 1, 1)(x).astype(np.float64)}
+
+
+def math_source() -> str:
+    return "\n".join(f"op m_{n}(x) -> y {{\n    y = {e}\n}}" for n, e in MATH.items()) + "\n"
+
+
+def prepare(out_dir: Path, n: int = 1000, dtypes=(np.float32, np.float64)) -> list[Path]:
+    """Compile the examples (``--target all``; libm on the CPU side, the
+    reference) and the math table into ``out_dir``, and save the CPU's results
+    on sampled inputs (``expected.pkl``)."""
+    import gradc
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths, cases = [], []
+    for spec in SPECS:
+        path = Path(gradc.compile_file(spec, out_dir / f"{spec.stem}_gen.py", target="all",
+                                       precise=True))
+        paths.append(path)
+        cases += reference_cases(import_path(path), n, dtypes, np.random.default_rng(0))
+    with open(out_dir / "expected.pkl", "wb") as f:
+        pickle.dump(cases, f)
+    for fast in (False, True):
+        name = "math_fast_gen" if fast else "math_gen"
+        text = gradc.compile_source(math_source(), file="math.grad", target="cuda",
+                                    fast_math=fast)
+        (out_dir / f"{name}.py").write_text(text, encoding="utf-8")
+        paths.append(out_dir / f"{name}.py")
+    return paths
+
+
+def import_path(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module            # Numba's cache wants an importable module
+    spec.loader.exec_module(module)
+    return module
+
+
+# -- inputs --------------------------------------------------------------------------
+
+
+def positional(op, method: str = "forward") -> list[str]:
+    """The positional parameters of ``op``'s ``method`` wrapper."""
+    fn = op._methods[method] if op._methods else op.cuda._methods[method]
+    return [p.name for p in inspect.signature(fn).parameters.values()
+            if p.kind == p.POSITIONAL_ONLY]
+
+
+def sample(module, name: str, op, n: int, dtype, rng) -> list[np.ndarray]:
+    """Host inputs for ``op``'s positional parameters: unshaped ones of ``n``
+    elements, named dims 3, 4, 5...; normal values (integers and bools random)."""
+    sig = {p: (dt, shape) for p, dt, shape in getattr(module, f"_SIG_{name}")}
+    dims: dict = {}
+    out = []
+    for p in positional(op):
+        dt, shape = sig.get(p, (None, None))
+        shp = (n,) if shape is None else tuple(
+            d if isinstance(d, int) else dims.setdefault(d, 3 + len(dims)) for d in shape)
+        x = rng.standard_normal(shp)
+        if dt in ("i32", "i64"):
+            out.append(np.rint(3 * x).astype(np.int32 if dt == "i32" else np.int64))
+        elif dt == "bool":
+            out.append(x > 0)
+        else:
+            out.append(x.astype({"f32": np.float32, "f64": np.float64}.get(dt, dtype)))
+    return out
+
+
+def as_tuple(r) -> tuple:
+    return r if isinstance(r, tuple) else (r,)
+
+
+def rel_err(want, got) -> float:
+    """Max |got - want| / max(|want|, 1), with NaN matching NaN only."""
+    want, got = np.asarray(want, np.float64), np.asarray(got, np.float64)
+    if want.shape != got.shape:
+        return math.inf
+    nan_w, nan_g = np.isnan(want), np.isnan(got)
+    if (nan_w != nan_g).any():
+        return math.inf
+    ok = ~nan_w
+    inf = np.isinf(want) & ok
+    if (want[inf] != got[inf]).any():
+        return math.inf
+    ok &= ~inf
+    if not ok.any():
+        return 0.0
+    return float(np.max(np.abs(got[ok] - want[ok]) / np.maximum(np.abs(want[ok]), 1.0)))
+
+
+# -- 1. correctness ------------------------------------------------------------------
+
+
+def reference_cases(module, n: int, dtypes, rng) -> list[dict]:
+    """Inputs, upstreams and the CPU's results of every method of every op: what
+    the device must reproduce (computed where gradc's CPU kernels run, saved by
+    ``--prepare`` so the GPU machine compiles no CPU kernel)."""
+    cases = []
+    for name, op in module.OPS.items():
+        if not op._methods:
+            continue
+        for dtype in dtypes:
+            xs = sample(module, name, op, n, dtype, rng)
+            ys = as_tuple(op(*xs))
+            ups = [rng.standard_normal(np.shape(y)).astype(y.dtype if y.dtype.kind == "f"
+                                                            else dtype) for y in ys]
+            want = {"forward": ys, "vjp": as_tuple(op.vjp(*xs, *ups)),
+                    "fwd_bwd": as_tuple(op.fwd_bwd(*xs, *ups))}
+            cases.append({"module": module.__name__, "op": name, "dtype": np.dtype(dtype).name,
+                          "xs": xs, "ups": ups, "want": want})
+    return cases
+
+
+def check_cases(module, cuda, cases) -> list[dict]:
+    """Run each case's methods on the device, fused and unfused; compare."""
+    rows = []
+    for case in cases:
+        op = module.OPS[case["op"]]
+        dxs = [cuda.to_device(x) for x in case["xs"]]
+        dups = [cuda.to_device(u) for u in case["ups"]]
+        err, what = 0.0, ""
+        for variant, dev in (("fused", op.cuda), ("unfused", op.cuda.unfused)):
+            for method, ref in case["want"].items():
+                try:
+                    fn = getattr(dev, "__call__" if method == "forward" else method)
+                    got = as_tuple(fn(*dxs) if method == "forward" else fn(*dxs, *dups))
+                    cuda.synchronize()
+                except Exception as exc:             # reported, and the run goes on
+                    err, what = math.inf, f"{variant}.{method}: {type(exc).__name__}: {exc}"
+                    continue
+                if len(got) != len(ref):
+                    err, what = math.inf, f"{variant}.{method}: {len(got)} results"
+                for k, (w, g) in enumerate(zip(ref, got)):
+                    e = rel_err(w, g.copy_to_host())
+                    if e > err:
+                        err, what = e, f"{variant}.{method}[{k}]"
+        tol = 2e-5 if case["dtype"] == "float32" else 1e-12
+        rows.append({"module": case["module"], "op": case["op"], "dtype": case["dtype"],
+                     "max_rel_err": err, "where": what, "ok": err <= tol})
+    return rows
+
+
+# -- 2. bandwidth --------------------------------------------------------------------
+
+
+def elementwise_ops(module, rng):
+    """Ops whose forward maps unshaped float inputs to outputs of their shape."""
+    out = []
+    for name, op in module.OPS.items():
+        if not op._methods:
+            continue
+        sig = {p: (dt, shape) for p, dt, shape in getattr(module, f"_SIG_{name}")}
+        if any(sig.get(p, (None, None)) != (None, None) for p in positional(op)):
+            continue
+        xs = sample(module, name, op, 16, np.float32, rng)
+        if all(np.shape(y) == (16,) for y in as_tuple(op(*xs))):
+            out.append((name, op))
+    return out
+
+
+def time_gpu(cuda, fn, calls: int, repeat: int) -> float:
+    """Median seconds per call: CUDA events around ``calls`` back-to-back calls."""
+    fn()
+    cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = cuda.event(), cuda.event()
+        start.record()
+        for _ in range(calls):
+            fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3 / calls)
+    return statistics.median(times)
+
+
+def bandwidth(modules, cuda, log2_sizes, calls: int, repeat: int, rng) -> list[dict]:
+    """Fused and unfused ``fwd_bwd`` of each elementwise op against a copy.  Every
+    input is one random device array and every upstream one array of ones (the
+    kernels only read them), so each size uploads two arrays in all."""
+    ops = [(name, op) for module in modules for name, op in elementwise_ops(module, rng)]
+    rows = []
+    for lg in log2_sizes:
+        n = 1 << lg
+        x = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
+        ones = cuda.to_device(np.ones(n, np.float32))
+        dst = cuda.device_array(n, np.float32)
+        t_copy = time_gpu(cuda, lambda: dst.copy_to_device(x), calls, repeat)
+        copy_gbs = 2 * 4 * n / t_copy / 1e9
+        rows.append({"op": "device-to-device copy", "n": n, "fused_ms": t_copy * 1e3,
+                     "fused_gbs": copy_gbs, "pct_copy": 100.0})
+        del dst
+        for name, op in ops:
+            xs = [x] * len(positional(op))
+            ups = [ones] * len(as_tuple(op.cuda(*xs)))
+            bufs = tuple(cuda.device_array(n, np.float32)
+                         for _ in as_tuple(op.cuda.fwd_bwd(*xs, *ups)))
+            moved = 4 * n * (len(xs) + len(ups) + len(bufs))
+            t_f = time_gpu(cuda, lambda: op.cuda.fwd_bwd(*xs, *ups, out=bufs), calls, repeat)
+            t_u = time_gpu(cuda, lambda: op.cuda.unfused.fwd_bwd(*xs, *ups, out=bufs),
+                           calls, repeat)
+            gbs = moved / t_f / 1e9
+            rows.append({"op": f"{name}.fwd_bwd", "n": n, "fused_ms": t_f * 1e3,
+                         "unfused_ms": t_u * 1e3, "fused_gbs": gbs,
+                         "pct_copy": 100 * gbs / copy_gbs, "speedup": t_u / t_f})
+            del bufs
+        del x, ones
+    return rows
+
+
+# -- 3. math -------------------------------------------------------------------------
+
+
+def ulp32(ref: np.ndarray) -> np.ndarray:
+    """The spacing of float32 at each float64 value (subnormal spacing at 0)."""
+    r = np.abs(ref).astype(np.float32)
+    r = np.where(np.isfinite(r), r, np.float32(3.4e38))
+    return np.spacing(r).astype(np.float64)
+
+
+def math_errors(module, cuda, samples: int, rng) -> dict[str, float]:
+    if module._GC_SIM:       # Python's math raises on overflow: moderate values only
+        x = rng.uniform(-10, 10, samples).astype(np.float32)
+        dx = cuda.to_device(x)
+        return {f: _ulp_error(f, x, as_tuple(getattr(module, f"m_{f}").cuda(dx))[0]
+                              .copy_to_host()) for f in MATH if f not in ("log", "log2",
+                                                                          "log10", "log1p",
+                                                                          "sqrt", "rsqrt")}
+    bits = rng.integers(0, 2**32, size=samples, dtype=np.uint64).astype(np.uint32)
+    x = bits.view(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.17549435e-38,
+                        3.4028235e38, -3.4028235e38, 88.72, -87.3, -103.9, 1.0, -1.0, 0.5],
+                       np.float32)
+    x = np.concatenate([x[np.isfinite(x)], special])
+    dx = cuda.to_device(x)
+    return {f: _ulp_error(f, x, as_tuple(getattr(module, f"m_{f}").cuda(dx))[0].copy_to_host())
+            for f in MATH}
+
+
+def _ulp_error(fname: str, x: np.ndarray, got: np.ndarray) -> float:
+    """Max error of ``got = fname(x)`` in float32 ULP of the float64 reference
+    (inf when a special value, NaN or ±inf, differs)."""
+    with np.errstate(all="ignore"):
+        ref = REFERENCE.get(fname, getattr(np, fname, None))(x.astype(np.float64))
+        ref32 = ref.astype(np.float32)
+    bad_special = (np.isnan(ref32) != np.isnan(got)) | (np.isinf(ref32) & (ref32 != got))
+    fin = np.isfinite(ref32) & np.isfinite(got)
+    err = np.abs(got[fin].astype(np.float64) - ref[fin]) / ulp32(ref[fin])
+    return math.inf if bad_special.any() else float(err.max(initial=0.0))
+
+
+# -- main ----------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("specs", nargs="*", type=Path, help=".grad files (default: the examples)")
+    ap.add_argument("--prepare", type=Path, help="write the modules to this folder and stop")
+    ap.add_argument("--modules", type=Path, help="a folder written by --prepare")
+    ap.add_argument("--log2-sizes", type=int, nargs="*", default=[26, 28])
+    ap.add_argument("--check-size", type=int, default=1000)
+    ap.add_argument("--dtypes", nargs="+", default=["float32", "float64"])
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--math-samples", type=int, default=1 << 22)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    if args.prepare:
+        for p in prepare(args.prepare, args.check_size,
+                         [getattr(np, d) for d in args.dtypes]):
+            print("wrote", p)
+        return 0
+    from numba import cuda
+
+    rng = np.random.default_rng(0)
+    t0 = time.perf_counter()
+    if args.modules:
+        paths = sorted(args.modules.glob("*_gen.py"))
+    else:
+        import tempfile
+        paths = prepare(Path(tempfile.mkdtemp(prefix="gradc-gpu-")))
+    mods = {p.stem: import_path(p) for p in paths}
+    math_mods = {k: mods.pop(k) for k in ("math_gen", "math_fast_gen") if k in mods}
+    dev = cuda.get_current_device()
+    name = getattr(dev, "name", b"simulator")
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    cc = tuple(getattr(dev, "compute_capability", ()))
+    print(f"# device: {name}, compute capability {cc}; numba-cuda "
+          f"{getattr(sys.modules.get('numba_cuda'), '__version__', '?')}")
+    report = {"device": name, "cc": list(cc)}
+
+    dtypes = [getattr(np, d) for d in args.dtypes]
+    expected = args.modules / "expected.pkl" if args.modules else None
+    if expected is not None and expected.exists():
+        with open(expected, "rb") as f:
+            cases = [c for c in pickle.load(f) if c["dtype"] in args.dtypes]
+    else:
+        cases = [c for m in mods.values()
+                 for c in reference_cases(m, args.check_size, dtypes, rng)]
+    rows = [r for name, m in mods.items()
+            for r in check_cases(m, cuda, [c for c in cases if c["module"] == name])]
+    print(f"\n## correctness: CUDA vs CPU, {len(cases)} cases, every method, "
+          f"fused and unfused ({time.perf_counter() - t0:.0f} s)")
+    print(f"{'module':<16} {'op':<18} {'dtype':<8} {'max rel err':>12}  worst")
+    for r in rows:
+        print(f"{r['module']:<16} {r['op']:<18} {r['dtype']:<8} {r['max_rel_err']:>12.3g}  "
+              f"{r['where']}{'' if r['ok'] else '  FAIL'}")
+    report["correctness"] = rows
+
+    bw = bandwidth(list(mods.values()), cuda, args.log2_sizes, args.calls, args.repeat, rng)
+    print(f"\n## bandwidth: float32, fwd_bwd with out= buffers, median of {args.repeat} x "
+          f"{args.calls} calls ({time.perf_counter() - t0:.0f} s)")
+    print(f"{'op':<28} {'n':>11} {'fused ms':>9} {'unfused ms':>10} {'GB/s':>8} "
+          f"{'% copy':>7} {'vs unfused':>10}")
+    for r in bw:
+        print(f"{r['op']:<28} {r['n']:>11} {r['fused_ms']:>9.3f} "
+              f"{r.get('unfused_ms', float('nan')):>10.3f} {r['fused_gbs']:>8.0f} "
+              f"{r['pct_copy']:>6.0f}% {r.get('speedup', float('nan')):>9.1f}x")
+    report["bandwidth"] = bw
+
+    if math_mods and args.math_samples:
+        print(f"\n## math: max error in float32 ULP over {args.math_samples} random bit "
+              f"patterns + specials ({time.perf_counter() - t0:.0f} s)")
+        errs = {k: math_errors(m, cuda, args.math_samples, rng) for k, m in math_mods.items()}
+        print(f"{'function':<10} {'libdevice':>10} {'fast-math':>10}")
+        for f in MATH:
+            print(f"{f:<10} {errs.get('math_gen', {}).get(f, math.nan):>10.2f} "
+                  f"{errs.get('math_fast_gen', {}).get(f, math.nan):>10.2f}")
+        report["math_ulp"] = errs
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1, default=float), encoding="utf-8")
+    failed = [r for r in rows if not r["ok"]]
+    print(f"\n{len(rows) - len(failed)}/{len(rows)} correctness checks passed "
+          f"({time.perf_counter() - t0:.0f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
