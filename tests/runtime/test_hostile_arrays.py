@@ -58,6 +58,10 @@ op full(x) -> y {
 op affine(x) -> y {
     y = x * 2 + 1
 }
+op tr(x, y) -> (a, b) {
+    a = x.T
+    b = x.T * y + y.T
+}
 """
 
 
@@ -135,6 +139,10 @@ CASES = [
          lambda x, g: (g * (1 - np.tanh(x) ** 2) * 0.5,)),
     Case("full", {"x": f64(2, 3)}, ("dy",), lambda x: (np.sum(x * 2),),
          lambda x, g: (np.broadcast_to(2 * g, x.shape),)),
+    # transposes are views of the inputs: returned, read by kernels, written in place
+    Case("tr", {"x": f64(3, 3), "y": f64(3, 3)}, ("da", "db"),
+         lambda x, y: (x.T, x.T * y + y.T),
+         lambda x, y, ga, gb: (ga.T + (gb * y).T, gb * x.T + gb.T)),
 ]
 CASE = {c.op: c for c in CASES}
 CASE["affine"] = Case("affine", {"x": f64(2, 3)}, ("dy",), lambda x: (x * 2 + 1,),
@@ -634,11 +642,14 @@ MUST_BE_IN_PLACE = [      # (op, method, {slot: argument}): what users write
     ("params", "forward", {0: "x"}),
     ("dense", "forward", {0: "x"}),
     ("affine", "forward", {0: "x"}),
+    ("tr", "forward", {0: "x"}),            # x.T written over x: NumPy copies first
+    ("tr", "forward", {0: "y"}),
 ]
 MUST_NOT = [              # a later step still reads the argument
     ("two", "unfused.forward", {0: "x", 1: "y"}),
     ("custom", "unfused.fwd_bwd", {0: "dy"}),
     ("ew", "fwd_bwd", {0: "x"}),
+    ("tr", "forward", {1: "x"}),            # a = x.T, a view of x, is copied out after
 ]
 
 
