@@ -120,7 +120,81 @@ def group_elementwise(graph: Graph, fuse: bool = True) -> dict[int, int]:
                 if other < gid and gid in groups.q and other in groups.q and \
                         graph.node(other).shape == graph.node(gid).shape:
                     groups.try_merge(other, gid)
+        return _sink(graph, groups.group_of)
     return groups.group_of
+
+
+def _sink(graph: Graph, group_of: dict[int, int]) -> dict[int, int]:
+    """Move values that a group stores only for one later group into that group.
+
+    Fusion merges a node into the group of its operands, so ``1 - t^2`` of a
+    forward ``t = tanh(...)`` lands in the forward loop and is stored for the
+    backward loop that multiplies it with a matmul's result.  Computed in the
+    backward loop instead, from ``t`` (stored anyway), it costs no array: the
+    forward loop writes one array less and the backward one reads ``t``
+    instead of it.  A node ``n`` of group ``G`` whose users all lie in one other
+    group ``H`` moves there with the ancestors in ``G`` that only it (and ``H``)
+    use, when every value they read is a constant, a value from outside ``G``
+    or one ``G`` stores anyway, and ``H`` reads no more arrays than the move
+    saves stores.  Nothing is computed twice, and ``H`` comes after ``G`` (it
+    read ``n``), so the plan stays acyclic.  Group ids stay members.
+    """
+    group_of = dict(group_of)
+    outputs = set(graph.outputs)
+    members: dict[int, set[int]] = {}
+    for n, g in group_of.items():
+        members.setdefault(g, set()).add(n)
+
+    def reads(nid: int) -> list[int]:        # array operands whose values are read
+        shape_only = PRIMITIVES[graph.node(nid).op].shape_only
+        return [a for i, a in enumerate(graph.node(nid).args)
+                if i not in shape_only and graph.node(a).op != "const"]
+
+    def stored(nid: int) -> bool:
+        return nid in outputs or any(group_of.get(u) != group_of[nid] for u in graph.users(nid))
+
+    changed = True
+    while changed:
+        changed = False
+        for n in reversed(graph.topo_order()):
+            g = group_of.get(n)
+            users = graph.users(n)
+            if g is None or n in outputs or not users or \
+                    not all(u in group_of for u in users):
+                continue
+            h = group_of[users[0]]
+            if h == g or any(group_of[u] != h for u in users) or \
+                    graph.node(n).shape != graph.node(users[0]).shape:
+                continue
+            move, todo = {n}, [n]
+            while todo:                      # ancestors in G used only by the move and H
+                for a in reads(todo.pop()):
+                    if a not in move and group_of.get(a) == g and a not in outputs and \
+                            all(u in move or group_of.get(u) == h for u in graph.users(a)):
+                        move.add(a)
+                        todo.append(a)
+            leaves = {a for m in move for a in reads(m) if a not in move}
+            if any(group_of.get(a) == g and not stored(a) for a in leaves):
+                continue                     # it would store a value G keeps in registers
+            h_reads = {a for m in members[h] for a in reads(m) if group_of.get(a) != h}
+            new_reads = leaves - h_reads - members[h]
+            saved = [m for m in move if stored(m)]
+            if len(new_reads) > len(saved):
+                continue
+            for m in move:
+                group_of[m] = h
+            members[h] |= move
+            members[g] -= move
+            if g in move and members[g]:     # relabel G by one of its members
+                new_id = min(members[g])
+                for m in members[g]:
+                    group_of[m] = new_id
+                members[new_id] = members.pop(g)
+            elif not members[g]:
+                del members[g]
+            changed = True
+            break
+    return group_of
 
 
 def plan_kernels(graph: Graph, fuse: bool = True) -> KernelPlan:

@@ -122,3 +122,46 @@ def test_shape_only_operands_are_not_kernel_inputs():
     (kernel,) = plan.steps
     names = {plan.graph.node(i).attr("name") for i in kernel.inputs}
     assert names == {"x"}          # dy gives only its shape to ones_like
+
+
+def _kernels(plan) -> list[Kernel]:
+    return [s for s in plan.steps if isinstance(s, Kernel)]
+
+
+def test_values_for_one_later_loop_are_computed_there():
+    """tanh's derivative 1 - t^2 needs only t, which the forward loop stores anyway:
+    it is computed in the backward loop (after the matmul), not stored for it."""
+    src = ("op f(x: f32[b, i], w: f32[i, h], v: f32[h, o]) -> y {\n"
+           "  t = tanh(x @ w)\n  y = sum((t @ v)^2)\n}")
+    plan = _op(src, "f").methods["vjp"].fused
+    g = plan.graph
+    fwd = next(k for k in _kernels(plan) if any(g.node(n).op == "tanh" for n in k.nodes))
+    bwd = next(k for k in _kernels(plan) if any(g.node(n).op == "sub" for n in k.nodes))
+    assert [g.node(n).op for n in fwd.nodes] == ["tanh"] and len(fwd.outputs) == 1
+    assert {g.node(n).op for n in bwd.nodes} == {"square", "sub", "mul"}
+    assert fwd.outputs[0] in bwd.inputs and len(bwd.inputs) == 2 and len(bwd.outputs) == 1
+
+
+def test_values_stay_where_moving_them_would_read_more_arrays():
+    """a * c + t would need a, c and t in the later loop instead of one array: stored."""
+    src = ("op f(x: f32[n, n], a: f32[n, n], c: f32[n, n], w: f32[n, n]) -> y {\n"
+           "  t = tanh(x)\n  y = (t @ w) * (a * c + t)\n}")
+    plan = _op(src, "f").methods["forward"].fused
+    first, last = _kernels(plan)
+    assert len(first.outputs) == 2 and len(last.nodes) == 1
+
+
+def test_mlp_loss_computes_each_matmul_once():
+    """fwd_bwd of a two-layer MLP's loss: the two forward matmuls and four backward
+    ones, each once (the backward reuses the forward's hidden layer, never x @ w1
+    again), and each transpose once."""
+    src = ("op f(x: f32[b, i], w1: f32[i, h], b1: f32[h], w2: f32[h, o]) -> loss {\n"
+           "  h1 = tanh(x @ w1 + b1)\n  loss = sum((h1 @ w2)^2)\n}")
+    for method in ("vjp", "fwd_bwd"):
+        g = _op(src, "f").methods[method].graph
+        mms = [n for n in g if n.op == "matmul"]
+        assert len(mms) == 6
+        assert len({n.args for n in mms}) == 6
+        ts = [n.args for n in g if n.op == "transpose"]
+
+        assert sorted(ts) == sorted(set(ts)) and len(ts) == 4      # of x, w1, h1 and w2
