@@ -109,11 +109,8 @@ class WrapperPrinter:
             else:
                 self._library(step)
         results = ", ".join(self._value(o) for o in g.outputs) + ("," if len(g.outputs) == 1 else "")
-        # A result a kernel wrote is a buffer of this call: it cannot share memory
-        # with an input, so finish need not check (no inputs passed).
-        fresh = {n for s in self.plan.steps if isinstance(s, Kernel) for n in s.outputs}
-        if all(o in fresh or g.node(o).op == "const" for o in g.outputs):
-            inputs = "()"
+        if self._input_free().issuperset(g.outputs):
+            inputs = "()"           # no result can be (a view of) an argument: no check
         b.line("_r = " + self.helper("finish", f"_n, _out, ({results}), _S, _RT, {inputs}"))
         single = self.method.name == "forward" and len(g.outputs) == 1
         b.line("return _r[0]" if single else "return _r")
@@ -123,6 +120,23 @@ class WrapperPrinter:
         """A call of this backend's run-time helper ``name``."""
         extra = "".join(f", {k}={k}" for k, _ in self.extra_kw)
         return f"{self.prefix}{name}({args}{extra})"
+
+    def _input_free(self) -> set[int]:
+        """Values that cannot share memory with an argument: constants, kernel
+        outputs (buffers of the call) and library results whose operands are such
+        values (the library steps, CPU and CUDA, return new arrays or views of their
+        operands; a shape-only operand gives only its shape)."""
+        g = self.graph
+        free = {node.id for node in g if node.op == "const"}
+        for step in self.plan.steps:
+            if isinstance(step, Kernel):
+                free.update(step.outputs)
+                continue
+            node = g.node(step.node)
+            shape_only = PRIMITIVES[node.op].shape_only
+            if all(a in free for i, a in enumerate(node.args) if i not in shape_only):
+                free.add(step.node)
+        return free
 
     def _buffer_slots(self) -> dict[int, int]:
         """Kernel outputs written straight into the caller's out[slot] (the others,

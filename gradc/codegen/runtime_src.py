@@ -13,6 +13,7 @@ _G_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 _G_INTS = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 _G_PARALLEL_MIN = 1 << 17
 _G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}
+_G_F32, _G_F64 = np.dtype(np.float32), np.dtype(np.float64)
 
 
 def _g_inputs(op, sig, values):
@@ -24,7 +25,38 @@ def _g_inputs(op, sig, values):
     inputs), the result dtype ``RT`` and the sizes of named dims.  Python
     scalars are weak (they take the arrays' dtype, as in NumPy 2 and JAX).
     Raises TypeError for a wrong dtype, ValueError for a wrong shape.
+
+    Fast path, for the usual call (a few microseconds matter on small arrays):
+    every argument an exact ``np.ndarray``, C-contiguous, of one native float32
+    or float64 dtype (the dtype objects compared by identity) that its parameter
+    accepts, of a shape that fits, or a Python ``float`` for a parameter without
+    a shape annotation.  The full checks below would take such arguments as they
+    are (weak floats converted); anything else goes through them.
     """
+    t, weak, dims, where = None, False, {}, {}
+    for (name, dt, shape), v in zip(sig, values):
+        if type(v) is np.ndarray:
+            d = v.dtype
+            if d is not t and (t is not None or d is not _G_F32 and d is not _G_F64) \
+                    or dt is not None and _G_FLOATS.get(dt) is not d.type \
+                    or not v.flags.c_contiguous:
+                break
+            t = d
+            if shape is not None:
+                try:
+                    _g_bind_dims(op, name, v.shape, shape, dims, where)
+                except ValueError:          # raised again below
+                    break
+        elif type(v) is float and not shape and (dt is None or dt in _G_FLOATS):
+            weak = True
+        else:
+            break
+    else:
+        if t is not None:
+            if weak:
+                values = [v if type(v) is np.ndarray else np.asarray(v, dtype=t)
+                          for v in values]
+            return values, t.type, t, dims
     arrays, floats, dims, where = [], [], {}, {}
     for (name, dt, shape), v in zip(sig, values):
         if dt in _G_INTS:
@@ -114,6 +146,12 @@ def _g_bind_dims(op, name, actual, dims_spec, dims, where):
 def _g_bshape(op, names, *shapes):
     """NumPy broadcasting of run-time shapes, with the op and the arguments
     (``names``, one per shape) named in the error."""
+    for s in shapes:                        # fast path: all the same
+        if s != shapes[0]:
+            break
+    else:
+        if shapes:
+            return tuple(shapes[0])
     try:
         return np.broadcast_shapes(*shapes)
     except ValueError:
@@ -124,6 +162,9 @@ def _g_bshape(op, names, *shapes):
 def _g_upstream(op, name, v, shape, t):
     """A cotangent argument: float (cast to the compute dtype ``t``), exactly the
     shape of its output (a scalar for 0-d)."""
+    if type(v) is np.ndarray and v.dtype is _G_WITNESS[t].dtype and v.shape == shape \
+            and v.flags.c_contiguous:       # fast path: what the checks below accept as is
+        return v
     a = _g_float_input(op, "upstream", name, v)
     if a.shape != tuple(shape):
         raise ValueError(f"{op}: upstream '{name}' must have the output's shape "
@@ -184,20 +225,23 @@ def _g_same_array(o, a):
 
 def _g_buffer(op, outs, k, shape, t):
     """Where result ``k`` is computed: the caller's out[k] when it fits, else new."""
+    if outs is None:
+        return np.empty(shape, dtype=t)
     shape = tuple(shape)
-    if outs is not None:
-        o = outs[k]
-        if o.shape != shape:
-            raise ValueError(f"{op}: out[{k}] must have shape {shape}, got {o.shape}")
-        if o.dtype.kind != "f":
-            raise TypeError(f"{op}: out[{k}] must be a floating-point array, got {o.dtype}")
-        if o.dtype == t:
-            return o
+    o = outs[k]
+    if o.shape != shape:
+        raise ValueError(f"{op}: out[{k}] must have shape {shape}, got {o.shape}")
+    if o.dtype.kind != "f":
+        raise TypeError(f"{op}: out[{k}] must be a floating-point array, got {o.dtype}")
+    if o.dtype == t:
+        return o
     return np.empty(shape, dtype=t)
 
 
 def _g_flat(a, shape):
     """``a`` as a flat contiguous array over the loop of ``shape`` (broadcast)."""
+    if type(a) is np.ndarray and a.shape == shape and a.flags.c_contiguous:
+        return a.ravel()                    # a view, as reshape(-1) below
     a = np.asarray(a)
     shape = tuple(shape)
     if a.shape == shape and a.flags.c_contiguous:
@@ -235,7 +279,32 @@ def _g_launch(parallel, serial, *args):
 
 
 def _g_finish(op, outs, results, shapes, rt, inputs):
-    """Results as fresh arrays of the result dtype, or written into ``out``."""
+    """Results as fresh arrays of the result dtype, or written into ``out``.
+
+    ``inputs`` are the arrays a result returned without ``out=`` must not share
+    memory with (it is copied if it does); wrappers pass ``()`` when no result
+    can.  Fast paths: then, without ``out=``, C-contiguous writeable arrays of
+    their output's shape and of the result dtype (or not floating-point) are
+    returned as they are; with ``out=``, the outs when every result was
+    computed in its out[k].
+    """
+    if outs is None:
+        if not inputs:
+            for r, shape in zip(results, shapes):
+                if type(r) is not np.ndarray or r.shape != shape \
+                        or r.dtype is not rt and r.dtype.kind == "f":
+                    break
+                flags = r.flags
+                if not flags.c_contiguous or not flags.writeable:
+                    break
+            else:
+                return results
+    else:
+        for r, o, shape in zip(results, outs, shapes):
+            if r is not o or o.shape != shape:
+                break
+        else:
+            return outs
     final = []
     for k, (r, shape) in enumerate(zip(results, shapes)):
         r = np.asarray(r)
@@ -280,8 +349,14 @@ class _GradcOp:
         self.unfused = unfused
         self._note = note
         self._keywords = keywords or {}
-        # Called straight (one frame less per call) unless keywords need renaming.
-        self._direct = {} if self._keywords else methods
+        # The wrappers, called straight (a frame less per call: a small call costs a
+        # few microseconds) unless keywords need renaming or the method is missing.
+        self._forward, self._vjp, self._fwd_bwd = (
+            methods[m] if m in methods and not self._keywords else self._runner(m)
+            for m in ("forward", "vjp", "fwd_bwd"))
+
+    def _runner(self, method):
+        return lambda *args, **kwargs: self._run(method, args, kwargs)
 
     def _get(self, method):
         fn = self._methods.get(method)
@@ -293,11 +368,12 @@ class _GradcOp:
         fn = self._get(method)
         if self._keywords:
             kwargs = self._rename(method, kwargs)
-        try:
-            return fn(*args, **kwargs)
-        except ValueError as exc:      # NumPy's own (AxisError...) get the op's name
-            if str(exc).startswith(f"{self.__name__}."):
-                raise
+        return fn(*args, **kwargs)
+
+    def _relabel(self, method, exc):
+        """Raise NumPy's own ValueErrors (AxisError...) again with the op's name;
+        return if ``exc`` has it (ours do)."""
+        if not str(exc).startswith(f"{self.__name__}."):
             raise ValueError(f"{self.__name__}.{method}: {exc}") from exc
 
     def _rename(self, method, kwargs):
@@ -310,13 +386,25 @@ class _GradcOp:
         return out
 
     def __call__(self, *args, **kwargs):
-        return self._run("forward", args, kwargs)
+        try:
+            return self._forward(*args, **kwargs)
+        except ValueError as exc:
+            self._relabel("forward", exc)
+            raise
 
     def vjp(self, *args, **kwargs):
-        return self._run("vjp", args, kwargs)
+        try:
+            return self._vjp(*args, **kwargs)
+        except ValueError as exc:
+            self._relabel("vjp", exc)
+            raise
 
     def fwd_bwd(self, *args, **kwargs):
-        return self._run("fwd_bwd", args, kwargs)
+        try:
+            return self._fwd_bwd(*args, **kwargs)
+        except ValueError as exc:
+            self._relabel("fwd_bwd", exc)
+            raise
 
     def jvp(self, *args, **kwargs):
         raise NotImplementedError(f"{self.__name__}.jvp: forward mode is not implemented "
