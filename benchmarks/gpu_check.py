@@ -37,7 +37,9 @@ import importlib.util
 import inspect
 import json
 import math
+import os
 import pickle
+import re
 import statistics
 import sys
 import time
@@ -64,10 +66,13 @@ def math_source() -> str:
     return "\n".join(f"op m_{n}(x) -> y {{\n    y = {e}\n}}" for n, e in MATH.items()) + "\n"
 
 
-def prepare(out_dir: Path, n: int = 1000, dtypes=(np.float32, np.float64)) -> list[Path]:
+def prepare(out_dir: Path, n: int = 1000, dtypes=(np.float32, np.float64),
+            unroll_variants=()) -> list[Path]:
     """Compile the examples (``--target all``; libm on the CPU side, the
     reference) and the math table into ``out_dir``, and save the CPU's results
-    on sampled inputs (``expected.pkl``)."""
+    on sampled inputs (``expected.pkl``); ``unroll_variants`` adds the examples'
+    CUDA kernels compiled with other unroll factors (``NAME_u4_gen.py``), which
+    the bandwidth table compares."""
     import gradc
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -79,6 +84,14 @@ def prepare(out_dir: Path, n: int = 1000, dtypes=(np.float32, np.float64)) -> li
         cases += reference_cases(import_path(path), n, dtypes, np.random.default_rng(0))
     with open(out_dir / "expected.pkl", "wb") as f:
         pickle.dump(cases, f)
+    for k in unroll_variants:                  # the same kernels, another unroll factor
+        for spec in SPECS:
+            os.environ["GRADC_CUDA_UNROLL"] = str(k)
+            try:
+                paths.append(Path(gradc.compile_file(
+                    spec, out_dir / f"{spec.stem}_u{k}_gen.py", target="cuda")))
+            finally:
+                del os.environ["GRADC_CUDA_UNROLL"]
     for fast in (False, True):
         name = "math_fast_gen" if fast else "math_gen"
         text = gradc.compile_source(math_source(), file="math.grad", target="cuda",
@@ -166,7 +179,10 @@ def reference_cases(module, n: int, dtypes, rng) -> list[dict]:
                                                             else dtype) for y in ys]
             want = {"forward": ys, "vjp": as_tuple(op.vjp(*xs, *ups)),
                     "fwd_bwd": as_tuple(op.fwd_bwd(*xs, *ups))}
-            cases.append({"module": module.__name__, "op": name, "dtype": np.dtype(dtype).name,
+            got = next((y.dtype for y in ys if y.dtype.kind == "f"), np.dtype(dtype))
+            if got != dtype:          # a declared dtype (f32) fixes it: one case is enough
+                continue
+            cases.append({"module": module.__name__, "op": name, "dtype": got.name,
                           "xs": xs, "ups": ups, "want": want})
     return cases
 
@@ -218,6 +234,11 @@ def elementwise_ops(module, rng):
     return out
 
 
+def variant_label(module) -> str:
+    m = re.search(r"_u(\d+)_gen$", module.__name__)
+    return f" u{m.group(1)}" if m else ""
+
+
 def time_gpu(cuda, fn, calls: int, repeat: int) -> float:
     """Median seconds per call: CUDA events around ``calls`` back-to-back calls."""
     fn()
@@ -234,38 +255,84 @@ def time_gpu(cuda, fn, calls: int, repeat: int) -> float:
     return statistics.median(times)
 
 
-def bandwidth(modules, cuda, log2_sizes, calls: int, repeat: int, rng) -> list[dict]:
-    """Fused and unfused ``fwd_bwd`` of each elementwise op against a copy.  Every
-    input is one random device array and every upstream one array of ones (the
-    kernels only read them), so each size uploads two arrays in all."""
-    ops = [(name, op) for module in modules for name, op in elementwise_ops(module, rng)]
+def bandwidth(modules, cuda, log2_sizes, calls: int, repeat: int, rng,
+              waves=(64,)) -> list[dict]:
+    """Fused ``fwd_bwd`` of each elementwise op, a device-to-device copy, and the
+    variants: the same kernels with other unroll factors (modules ``*_u<k>``)
+    and launched with other caps on the grid (``waves`` times the blocks
+    resident at full occupancy), timed round-robin (one sample of each per
+    round, so that clock changes and neighbours touch all alike); then each
+    op's ``.unfused.fwd_bwd``.  Every input is one random device array and
+    every upstream one array of ones (the kernels only read them), so each
+    size uploads two arrays in all."""
+    names = {name for module in modules if not variant_label(module)
+             for name, _ in elementwise_ops(module, rng)}
+    ops = [(name + variant_label(module), op, module) for module in modules
+           for name, op in module.OPS.items() if name in names]
     rows = []
     for lg in log2_sizes:
         n = 1 << lg
         x = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
         ones = cuda.to_device(np.ones(n, np.float32))
         dst = cuda.device_array(n, np.float32)
-        t_copy = time_gpu(cuda, lambda: dst.copy_to_device(x), calls, repeat)
-        copy_gbs = 2 * 4 * n / t_copy / 1e9
-        rows.append({"op": "device-to-device copy", "n": n, "fused_ms": t_copy * 1e3,
-                     "fused_gbs": copy_gbs, "pct_copy": 100.0})
-        del dst
-        for name, op in ops:
-            xs = [x] * len(positional(op))
-            ups = [ones] * len(as_tuple(op.cuda(*xs)))
-            bufs = tuple(cuda.device_array(n, np.float32)
-                         for _ in as_tuple(op.cuda.fwd_bwd(*xs, *ups)))
-            moved = 4 * n * (len(xs) + len(ups) + len(bufs))
-            t_f = time_gpu(cuda, lambda: op.cuda.fwd_bwd(*xs, *ups, out=bufs), calls, repeat)
-            t_u = time_gpu(cuda, lambda: op.cuda.unfused.fwd_bwd(*xs, *ups, out=bufs),
-                           calls, repeat)
-            gbs = moved / t_f / 1e9
-            rows.append({"op": f"{name}.fwd_bwd", "n": n, "fused_ms": t_f * 1e3,
-                         "unfused_ms": t_u * 1e3, "fused_gbs": gbs,
-                         "pct_copy": 100 * gbs / copy_gbs, "speedup": t_u / t_f})
-            del bufs
-        del x, ones
+        cases = {"device-to-device copy": (lambda: dst.copy_to_device(x), 2 * 4 * n, None, None)}
+        for w in (None, *waves):
+            for label, op, module in ops:
+                xs = [x] * len(positional(op))
+                ups = [ones] * len(as_tuple(op.cuda(*xs)))
+                bufs = tuple(cuda.device_array(n, np.float32)
+                             for _ in as_tuple(op.cuda.fwd_bwd(*xs, *ups)))
+                fn = (lambda op=op, xs=xs, ups=ups, bufs=bufs:
+                      op.cuda.fwd_bwd(*xs, *ups, out=bufs))
+                key = label + (f" w{w}" if w else "")
+                cases[key] = (fn, 4 * n * (len(xs) + len(ups) + len(bufs)), module, w)
+        samples = {k: [] for k in cases}
+        for k, (fn, _, module, w) in cases.items():       # warm-up: compile, allocate
+            with _waves(module, w):
+                time_gpu(cuda, fn, 1, 1)
+        for _ in range(repeat):
+            for k, (fn, _, module, w) in cases.items():
+                with _waves(module, w):
+                    samples[k].append(time_gpu(cuda, fn, calls, 1))
+        t = {k: statistics.median(v) for k, v in samples.items()}
+        copy_gbs = cases["device-to-device copy"][1] / t["device-to-device copy"] / 1e9
+        for k, (fn, moved, module, w) in cases.items():
+            row = {"op": k if module is None else f"{k}.fwd_bwd", "n": n,
+                   "fused_ms": t[k] * 1e3, "fused_gbs": moved / t[k] / 1e9}
+            row["pct_copy"] = 100 * row["fused_gbs"] / copy_gbs
+            if k in names:
+                op = module.OPS[k]
+                xs = [x] * len(positional(op))
+                ups = [ones] * len(as_tuple(op.cuda(*xs)))
+                bufs = tuple(cuda.device_array(n, np.float32)
+                             for _ in as_tuple(op.cuda.fwd_bwd(*xs, *ups)))
+                t_u = time_gpu(cuda, lambda: op.cuda.unfused.fwd_bwd(*xs, *ups, out=bufs),
+                               calls, max(3, repeat // 3))
+                row.update(unfused_ms=t_u * 1e3, speedup=t_u / t[k])
+                del bufs
+            rows.append(row)
+        del x, ones, dst, cases
     return rows
+
+
+class _waves:
+    """Temporarily cap ``module``'s grids at ``w`` waves (None: its default)."""
+
+    def __init__(self, module, w):
+        self.module, self.w = module, w
+
+    def __enter__(self):
+        if self.module is not None and self.w is not None:
+            st = self.module._GC_STATE
+            self.saved = st.get("wave")
+            if self.saved is None:
+                self.module._gc_blocks(1)
+                self.saved = st["wave"]
+            st["wave"] = self.saved // self.module._GC_WAVES * self.w
+
+    def __exit__(self, *exc):
+        if self.module is not None and self.w is not None:
+            self.module._GC_STATE["wave"] = self.saved
 
 
 # -- 3. math -------------------------------------------------------------------------
@@ -278,33 +345,40 @@ def ulp32(ref: np.ndarray) -> np.ndarray:
     return np.spacing(r).astype(np.float64)
 
 
-def math_errors(module, cuda, samples: int, rng) -> dict[str, float]:
+def math_errors(module, cuda, samples: int, rng, normal: bool = False) -> dict[str, float]:
     if module._GC_SIM:       # Python's math raises on overflow: moderate values only
         x = rng.uniform(-10, 10, samples).astype(np.float32)
-        dx = cuda.to_device(x)
-        return {f: _ulp_error(f, x, as_tuple(getattr(module, f"m_{f}").cuda(dx))[0]
-                              .copy_to_host()) for f in MATH if f not in ("log", "log2",
-                                                                          "log10", "log1p",
-                                                                          "sqrt", "rsqrt")}
-    bits = rng.integers(0, 2**32, size=samples, dtype=np.uint64).astype(np.uint32)
-    x = bits.view(np.float32)
-    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.17549435e-38,
-                        3.4028235e38, -3.4028235e38, 88.72, -87.3, -103.9, 1.0, -1.0, 0.5],
-                       np.float32)
-    x = np.concatenate([x[np.isfinite(x)], special])
+        names = [f for f in MATH if not f.startswith("log") and "sqrt" not in f]
+    else:
+        bits = rng.integers(0, 2**32, size=samples, dtype=np.uint64).astype(np.uint32)
+        x = bits.view(np.float32)
+        special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1.17549435e-38,
+                            3.4028235e38, -3.4028235e38, 88.72, -87.3, -103.9, 1.0, -1.0, 0.5],
+                           np.float32)
+        x = np.concatenate([x[np.isfinite(x)], special])
+        names = list(MATH)
     dx = cuda.to_device(x)
-    return {f: _ulp_error(f, x, as_tuple(getattr(module, f"m_{f}").cuda(dx))[0].copy_to_host())
-            for f in MATH}
+    return {f: _ulp_error(f, x, as_tuple(getattr(module, f"m_{f}").cuda(dx))[0].copy_to_host(),
+                          normal) for f in names}
 
 
-def _ulp_error(fname: str, x: np.ndarray, got: np.ndarray) -> float:
+def _ulp_error(fname: str, x: np.ndarray, got: np.ndarray, normal: bool = False) -> float:
     """Max error of ``got = fname(x)`` in float32 ULP of the float64 reference
-    (inf when a special value, NaN or ±inf, differs)."""
+    (inf when a special value, NaN or ±inf, differs).  ``normal``: only where
+    input and result are normal float32 numbers (or zero), and sin/cos on
+    [-pi, pi], the domain CUDA documents its fast intrinsics on."""
     with np.errstate(all="ignore"):
         ref = REFERENCE.get(fname, getattr(np, fname, None))(x.astype(np.float64))
         ref32 = ref.astype(np.float32)
     bad_special = (np.isnan(ref32) != np.isnan(got)) | (np.isinf(ref32) & (ref32 != got))
     fin = np.isfinite(ref32) & np.isfinite(got)
+    if normal:
+        tiny = np.finfo(np.float32).tiny
+        keep = ((np.abs(x) >= tiny) | (x == 0)) & ((np.abs(ref) >= tiny) | (ref == 0))
+        if fname in ("sin", "cos"):
+            keep &= np.abs(x) <= np.pi
+        fin &= keep
+        bad_special &= keep
     err = np.abs(got[fin].astype(np.float64) - ref[fin]) / ulp32(ref[fin])
     return math.inf if bad_special.any() else float(err.max(initial=0.0))
 
@@ -324,12 +398,20 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--math-samples", type=int, default=1 << 22)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--skip-check", action="store_true", help="time only")
+    ap.add_argument("--unroll-variants", type=int, nargs="*", default=[],
+                    help="with --prepare: also compile the examples' CUDA kernels with "
+                         "these unroll factors, for the bandwidth table")
     args = ap.parse_args(argv)
     if args.prepare:
         for p in prepare(args.prepare, args.check_size,
-                         [getattr(np, d) for d in args.dtypes]):
+                         [getattr(np, d) for d in args.dtypes], args.unroll_variants):
             print("wrote", p)
         return 0
+    if not hasattr(np, "row_stack"):
+        # numba-cuda 0.30 registers an overload of np.row_stack, which NumPy 2.5 removed:
+        # its first kernel compilation fails without this alias.
+        np.row_stack = np.vstack
     from numba import cuda
 
     rng = np.random.default_rng(0)
@@ -351,13 +433,15 @@ def main(argv=None) -> int:
 
     dtypes = [getattr(np, d) for d in args.dtypes]
     expected = args.modules / "expected.pkl" if args.modules else None
-    if expected is not None and expected.exists():
+    if args.skip_check:
+        cases = []
+    elif expected is not None and expected.exists():
         with open(expected, "rb") as f:
             cases = [c for c in pickle.load(f) if c["dtype"] in args.dtypes]
     else:
         cases = [c for m in mods.values()
                  for c in reference_cases(m, args.check_size, dtypes, rng)]
-    rows = [r for name, m in mods.items()
+    rows = [r for name, m in mods.items() if "_u" not in name
             for r in check_cases(m, cuda, [c for c in cases if c["module"] == name])]
     print(f"\n## correctness: CUDA vs CPU, {len(cases)} cases, every method, "
           f"fused and unfused ({time.perf_counter() - t0:.0f} s)")
@@ -369,11 +453,14 @@ def main(argv=None) -> int:
 
     bw = bandwidth(list(mods.values()), cuda, args.log2_sizes, args.calls, args.repeat, rng)
     print(f"\n## bandwidth: float32, fwd_bwd with out= buffers, median of {args.repeat} x "
-          f"{args.calls} calls ({time.perf_counter() - t0:.0f} s)")
-    print(f"{'op':<28} {'n':>11} {'fused ms':>9} {'unfused ms':>10} {'GB/s':>8} "
+          f"{args.calls} calls, round-robin ({time.perf_counter() - t0:.0f} s); 'u<k>': unrolled k "
+          f"times, 'w<k>': grid capped at k waves (default: unroll "
+          f"{getattr(next(iter(mods.values())), '_GC_UNROLL', '?')}, "
+          f"{getattr(next(iter(mods.values())), '_GC_WAVES', '?')} waves)")
+    print(f"{'op':<30} {'n':>11} {'fused ms':>9} {'unfused ms':>10} {'GB/s':>8} "
           f"{'% copy':>7} {'vs unfused':>10}")
     for r in bw:
-        print(f"{r['op']:<28} {r['n']:>11} {r['fused_ms']:>9.3f} "
+        print(f"{r['op']:<30} {r['n']:>11} {r['fused_ms']:>9.3f} "
               f"{r.get('unfused_ms', float('nan')):>10.3f} {r['fused_gbs']:>8.0f} "
               f"{r['pct_copy']:>6.0f}% {r.get('speedup', float('nan')):>9.1f}x")
     report["bandwidth"] = bw
@@ -381,11 +468,20 @@ def main(argv=None) -> int:
     if math_mods and args.math_samples:
         print(f"\n## math: max error in float32 ULP over {args.math_samples} random bit "
               f"patterns + specials ({time.perf_counter() - t0:.0f} s)")
-        errs = {k: math_errors(m, cuda, args.math_samples, rng) for k, m in math_mods.items()}
-        print(f"{'function':<10} {'libdevice':>10} {'fast-math':>10}")
+        errs = {k: math_errors(m, cuda, args.math_samples, np.random.default_rng(1))
+                for k, m in math_mods.items()}
+        if "math_fast_gen" in math_mods:
+            errs["fast_normal"] = math_errors(math_mods["math_fast_gen"], cuda,
+                                              args.math_samples, np.random.default_rng(1),
+                                              normal=True)
+        cols = [("math_gen", "libdevice"), ("math_fast_gen", "fast-math"),
+                ("fast_normal", "fast, normal")]
+        print(f"{'function':<10}" + "".join(f"{title:>14}" for _, title in cols))
         for f in MATH:
-            print(f"{f:<10} {errs.get('math_gen', {}).get(f, math.nan):>10.2f} "
-                  f"{errs.get('math_fast_gen', {}).get(f, math.nan):>10.2f}")
+            print(f"{f:<10}" + "".join(f"{errs.get(k, {}).get(f, math.nan):>14.3g}"
+                                       for k, _ in cols))
+        print("(fast, normal: inputs and results normal float32 or zero, sin/cos on [-pi, pi];"
+              " fast-math flushes subnormals to zero)")
         report["math_ulp"] = errs
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=float), encoding="utf-8")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from gradc.codegen.cpu import row_inputs
 from gradc.frontend.check import load_program
 from gradc.ir.graph import Graph
 from gradc.ir.primitives import INFIX, PRIMITIVES
@@ -76,9 +77,11 @@ def plan_text(plan: KernelPlan, label: str) -> list[str]:
             fused = ", ".join(f"{op}×{c}" if c > 1 else op for op, c in sorted(ops.items()))
             lines.append(f"  [{k}] kernel over {shape_text(g, step.shape)}: fuses {len(step.nodes)} "
                          f"primitive(s) ({fused})")
-            lines.append(f"      reads {', '.join(ref(i) for i in step.inputs) or '-'}; "
+            rows = row_inputs(g, step)          # read once per row, not per element
+            reads = [ref(i) + (" (per row)" if i in rows else "") for i in step.inputs]
+            lines.append(f"      reads {', '.join(reads) or '-'}; "
                          f"stores {', '.join(ref(o) for o in step.outputs)}; "
-                         f"{len(step.inputs) + len(step.outputs)} array(s) per element")
+                         f"{len(step.inputs) - len(rows) + len(step.outputs)} array(s) per element")
         else:
             node = g.node(step.node)
             lines.append(f"  [{k}] {PRIMITIVES[node.op].kind} call: {node.op} "

@@ -27,7 +27,9 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
     ``kernel``.
 
     Signature: ``name(*outputs, *inputs, _w)``; every array is 1-D with the
-    kernel's flat size; ``_w`` is an empty array of the float compute dtype,
+    kernel's flat size, except the :func:`row_inputs` (a bias), which have the
+    flat size of their own shape and are read at the column index of a loop over
+    rows; ``_w`` is an empty array of the float compute dtype,
     whose ``dtype.type`` the kernel binds to ``_T`` (``np.float32``...).  Passing
     the dtype class itself would cost ~6 us per call in Numba's dispatcher
     (classes take its slow typing path; arrays take the fast one).
@@ -35,18 +37,28 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
     loop (and where OpenMP threads would fight BLAS's for the cores); Numba
     compiles each only when first called.
     """
-    hoisted, body = loop_body(graph, kernel)
+    rows = row_inputs(graph, kernel)
+    hoisted, body = loop_body(graph, kernel, rows=rows or None)
     outs = [f"_o{k}" for k in range(len(kernel.outputs))]
     ins = [f"_i{k}" for k in range(len(kernel.inputs))]
     params = ", ".join(outs + ins + ["_w"])
     fm = f", fastmath={FAST_MATH}" if fast_math else ""
+    loop = f"for _i in numba.prange({outs[0]}.size):"
+    if rows:
+        # Rows of _n elements; each full-size array through its row's slice (an
+        # index computed from _r and _c kept LLVM from vectorising the threaded loop).
+        hoisted = hoisted + [f"_n = _i{kernel.inputs.index(min(rows))}.size"]
+        loop = f"for _r in numba.prange({outs[0]}.size // max(_n, 1)):"
+        full = outs + [f"_i{k}" for k, i in enumerate(kernel.inputs)
+                       if i not in rows and not is_scalar_input(graph, i)]
+        body = ["_lo = _r * _n", *(f"{a}r = {a}[_lo:_lo + _n]" for a in full),
+                "for _c in range(_n):", *("    " + b for b in body)]
     buf = IndentedBuffer()
     for c in comments:
         buf.line(f"# {comment(c)}")
     for suffix, par in (("", "parallel=True, "), ("_serial", "")):
         print_loop(buf, f'@numba.njit({par}cache=True, error_model="numpy"{fm})',
-                   f"def {name}{suffix}({params}):", hoisted,
-                   f"for _i in numba.prange({outs[0]}.size):", body)
+                   f"def {name}{suffix}({params}):", hoisted, loop, body)
         buf.line()
     return buf.getvalue().rstrip("\n") + "\n"
 
@@ -69,27 +81,56 @@ def print_loop(buf: IndentedBuffer, decorator: str, header: str, hoisted: list[s
     buf.dedent()
 
 
-def loop_body(graph: Graph, kernel: Kernel, printer: type[Printer] = CpuPrinter
-              ) -> tuple[list[str], list[str]]:
+def loop_body(graph: Graph, kernel: Kernel, printer: type[Printer] = CpuPrinter,
+              rows: dict[int, int] | None = None) -> tuple[list[str], list[str]]:
     """Lines before the loop (scalar inputs, read once: a 1-element array keeps
     the loop vectorisable, a stride-0 view would not) and lines of the loop,
-    whose index is ``_i``; ``printer`` renders the nodes (one per backend)."""
+    whose index is ``_i``; ``printer`` renders the nodes (one per backend).
+    With ``rows`` (:func:`row_inputs`), the lines of the loop over the columns
+    ``_c`` of one row: those inputs at ``_c``, the other arrays through their
+    row's slices ``_i0r``, ``_o0r``..."""
     names: dict[int, str] = {}
     hoisted, lines = [], []
+    at = (lambda a, nid=None: f"{a}[_i]") if rows is None else \
+        (lambda a, nid=None: f"{a}[_c]" if nid in rows else f"{a}r[_c]")
     for k, nid in enumerate(kernel.inputs):
         names[nid] = f"a{k}"
         if is_scalar_input(graph, nid):
             hoisted.append(f"a{k} = _i{k}[0]")
         else:
-            lines.append(f"a{k} = _i{k}[_i]")
+            lines.append(f"a{k} = {at(f'_i{k}', nid)}")
     printer = printer(graph, names)
     for k, nid in enumerate(kernel.nodes):
         text = printer.expr(nid)
         names[nid] = f"v{k}"
         lines.append(f"v{k} = {text}")
     for k, nid in enumerate(kernel.outputs):
-        lines.append(f"_o{k}[_i] = {names[nid]}")
+        lines.append(f"{at(f'_o{k}')} = {names[nid]}")
     return hoisted, lines
+
+
+def row_inputs(graph: Graph, kernel: Kernel) -> dict[int, int]:
+    """Inputs read once per row rather than broadcast to the loop's size first:
+    input id -> ``k``, where the input's shape is the last ``k`` dims of the
+    loop's (a bias ``b: f32[h]`` in a loop over ``(n, h)``), known at compile
+    time.  The wrapper passes them as they are and the loop runs over rows of
+    the last ``k`` dims.  One ``k`` per kernel: the one most inputs have (the
+    others are broadcast by the wrapper, as any input of a run-time shape)."""
+    dims = kernel.shape.static
+    if kernel.shape.dyn:
+        return {}
+    fits = {}
+    for nid in kernel.inputs:
+        shape = graph.node(nid).shape
+        k = len(shape.static)
+        if not shape.dyn and not shape.is_scalar and 0 < k < len(dims) and \
+                shape.static == dims[len(dims) - k:]:
+            fits[nid] = k
+    if not fits:
+        return {}
+    counts = list(fits.values())
+    best = max(counts, key=lambda k: (counts.count(k), k))
+    return {n: k for n, k in fits.items() if k == best}
 
 
 def is_scalar_input(graph: Graph, nid: int) -> bool:

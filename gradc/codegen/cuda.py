@@ -14,6 +14,7 @@ the conventions of the CPU library (docs/numerics.md).
 """
 from __future__ import annotations
 
+import os
 import re
 
 from gradc.codegen.cpu import loop_body, print_loop
@@ -51,7 +52,10 @@ TEMPLATES = {
     "sinh": "math.sinh({x})",
     "cosh": "math.cosh({x})",
     "tanh": "math.tanh({x})",
-    "sigmoid": "(_T(1) / (_T(1) + math.exp(-{x})))",
+    # exp of -|x| only: 1/(1 + exp(-x)) would overflow exp for x < -88.7 (float32)
+    # and return 0 where sigmoid is still a normal or subnormal number.
+    "sigmoid": ("((_T(1) / (_T(1) + math.exp(-{x}))) if {x} >= _T(0) else "
+                "(math.exp({x}) / (_T(1) + math.exp({x}))))"),
     "softplus": "(max({x}, _T(0)) + math.log1p(math.exp(-abs({x}))))",
     "erf": "math.erf({x})",
     "erfc": "math.erfc({x})",
@@ -77,15 +81,36 @@ class CudaPrinter(Printer):
         return text.replace("np.sqrt(", "math.sqrt(").replace("_g_pow(", "math.pow(")
 
 
+# Elements each thread loads before it computes (see render_cuda_kernel); the
+# environment variable GRADC_CUDA_UNROLL overrides it when a module is compiled.
+UNROLL = 2
+
+
+def unroll_factor() -> int:
+    value = os.environ.get("GRADC_CUDA_UNROLL", "")
+    if not value:
+        return UNROLL
+    if not value.isdigit() or not 1 <= int(value) <= 8:
+        raise ValueError(f"GRADC_CUDA_UNROLL must be an integer from 1 to 8, got {value!r}")
+    return int(value)
+
+
 def render_cuda_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = False,
-                       comments: tuple[str, ...] = ()) -> str:
+                       comments: tuple[str, ...] = (), unroll: int | None = None) -> str:
     """Source of the CUDA kernel ``name`` computing ``kernel``.
 
     Signature as on the CPU: ``name(*outputs, *inputs, _w)``, every array a flat
     C-contiguous device array of the kernel's size (scalar inputs: one
     element), ``_w`` an empty device array of the compute dtype.  Each thread
-    starts at its global index and strides by the grid's size.
+    starts at its global index and strides by the grid's size.  With
+    ``unroll`` k > 1 a thread takes k elements a grid-stride apart per
+    iteration and issues all their loads before any arithmetic or store (the
+    compiler cannot move a load above a store to an array that may alias it):
+    k times the bytes in flight per thread, which a bandwidth-bound loop
+    needs on a GPU whose resident threads alone cannot cover the memory
+    latency; a plain grid-stride loop finishes the last elements.
     """
+    unroll = unroll_factor() if unroll is None else unroll
     hoisted, body = loop_body(graph, kernel, CudaPrinter)
     for line in hoisted + body:
         if _CPU_CALL.search(line):
@@ -93,10 +118,43 @@ def render_cuda_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bo
     outs = [f"_o{k}" for k in range(len(kernel.outputs))]
     ins = [f"_i{k}" for k in range(len(kernel.inputs))]
     fm = ", fastmath=True" if fast_math else ""
+    decorator = f"@cuda.jit(cache=not _GC_SIM{fm})"
+    header = f"def {name}({', '.join(outs + ins + ['_w'])}):"
     buf = IndentedBuffer()
     for c in comments:
         buf.line(f"# {comment(c)}")
-    print_loop(buf, f"@cuda.jit(cache=not _GC_SIM{fm})",
-               f"def {name}({', '.join(outs + ins + ['_w'])}):", hoisted,
-               f"for _i in range(cuda.grid(1), {outs[0]}.size, cuda.gridsize(1)):", body)
+    if unroll <= 1:
+        print_loop(buf, decorator, header, hoisted,
+                   f"for _i in range(cuda.grid(1), {outs[0]}.size, cuda.gridsize(1)):", body)
+        return buf.getvalue()
+    setup = [f"_n = {outs[0]}.size", "_st = cuda.gridsize(1)", "_i = cuda.grid(1)"]
+    steps = [f"_i_{j} = _i + {j} * _st" if j > 1 else "_i_1 = _i + _st"
+             for j in range(1, unroll)]
+    local = {m.group(1) for line in body if (m := re.match(r"(a\d+|v\d+) = ", line))}
+    copies = [body] + [[_rename(line, local, j) for line in body] for j in range(1, unroll)]
+    ordered = [line for part in ("load", "compute", "store") for copy in copies
+               for line in copy if _part(line) == part]
+    print_loop(buf, decorator, header, hoisted + setup,
+               f"while _i + {unroll - 1} * _st < _n:",
+               steps + ordered + [f"_i += {unroll} * _st"])
+    buf.indent()                       # the last elements, one per thread
+    buf.line("while _i < _n:")
+    buf.indent()
+    for line in body + ["_i += _st"]:
+        buf.line(line)
     return buf.getvalue()
+
+
+def _part(line: str) -> str:
+    """Whether a loop line loads an input element, computes, or stores an output."""
+    if re.match(r"a\d+(_\d+)? = _i\d+\[_i(_\d+)?\]$", line):
+        return "load"
+    return "store" if line.startswith("_o") else "compute"
+
+
+def _rename(line: str, local: set[str], j: int) -> str:
+    """Loop line ``line`` for the ``j``-th element of an unrolled iteration: its
+    locals suffixed ``_j``, its index ``_i_j``."""
+    line = re.sub(r"\b(a\d+|v\d+)\b", lambda m: f"{m.group(1)}_{j}" if m.group(1) in local
+                  else m.group(1), line)
+    return line.replace("[_i]", f"[_i_{j}]")

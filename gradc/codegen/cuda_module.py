@@ -50,8 +50,12 @@ _CONSTANTS = '''\
 # Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1) runs each thread as a Python
 # thread: small blocks there.
 _GC_SIM = bool(numba.config.ENABLE_CUDASIM)
-_GC_BLOCK = 32 if _GC_SIM else 256
+_GC_BLOCK = 8 if _GC_SIM else 256
+_GC_RBLOCK = 2 if _GC_SIM else 256        # reductions (a power of 2: a tree)
+_GC_GRID_Y = 2 if _GC_SIM else 65535      # rows of a reduction: blocks stride over more
 _GC_TILE = 4 if _GC_SIM else 16
+# Grid-stride loops launch at most this many waves of blocks (GRADC_CUDA_WAVES).
+_GC_WAVES = int(os.environ.get("GRADC_CUDA_WAVES", 64))
 # _gck_rows: modes (map and combine) and epilogues.
 _GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN, _GC_SUMEXP, _GC_SUMSQ, _GC_MAXABS = range(7)
 _GC_FIN_NONE, _GC_FIN_LSE, _GC_FIN_NORM = range(3)
@@ -62,7 +66,10 @@ _GC_STATE = {}'''
 def runtime_source() -> str:
     """The CUDA run time as module text: constants, device functions and
     kernels under ``@cuda.jit``, host helpers."""
-    parts = [_CONSTANTS]
+    from gradc.codegen.cuda import unroll_factor
+
+    parts = [_CONSTANTS + "\n# Elements a thread of the generated kernels loads per iteration "
+             f"(GRADC_CUDA_UNROLL when compiled).\n_GC_UNROLL = {unroll_factor()}"]
     for name in rt.DEVICE_FUNCTIONS:
         parts.append("@cuda.jit(device=True, inline=True, cache=not _GC_SIM)\n"
                      + inspect.getsource(getattr(rt, name)).rstrip("\n"))

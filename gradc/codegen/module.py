@@ -14,7 +14,7 @@ import inspect
 from pathlib import Path
 
 from gradc.codegen import mathlib, prelude, runtime_src
-from gradc.codegen.cpu import is_scalar_input, render_kernel
+from gradc.codegen.cpu import is_scalar_input, render_kernel, row_inputs
 from gradc.codegen.printer import IndentedBuffer
 from gradc.codegen.quote import comment, docstring, py_literal, py_name
 from gradc.errors import CodegenError
@@ -33,6 +33,8 @@ class Kernels:
     def __init__(self, fast_math: bool, render=render_kernel) -> None:
         self.fast_math = fast_math
         self.render = render          # render_kernel (CPU) or render_cuda_kernel
+        # Inputs its loops read per row, not broadcast first (CPU loops only).
+        self.rows = row_inputs if render is render_kernel else lambda graph, kernel: {}
         self.by_body: dict[str, str] = {}
         self.sources: list[str] = []
         self.arg_dtypes: dict[str, tuple[str, ...]] = {}   # kernel -> dtypes of its arrays
@@ -260,7 +262,9 @@ class WrapperPrinter:
             else:
                 b.line(f"{var} = {self._empty(dt)}")
             outs.append(f"{var}.reshape(-1)")
-        ins = [self.helper("flat", f"{self.vars[i]}, {'()' if is_scalar_input(g, i) else '_s'}")
+        rows = self.kernels.rows(g, step)
+        ins = [self.helper("flat", f"{self.vars[i]}, " + (
+            "()" if is_scalar_input(g, i) else f"_s[{-rows[i]}:]" if i in rows else "_s"))
                for i in step.inputs]
         b.line(self._launch(name, outs + ins))
 

@@ -6,7 +6,7 @@ host helpers, copied as they are; the functions listed in :data:`KERNELS`
 and :data:`DEVICE_FUNCTIONS` are copied under a ``@cuda.jit`` decorator
 (they are plain functions here, so gradc imports without numba-cuda).  The
 module binds ``cuda`` (``numba.cuda``), ``_GC_SIM`` (Numba's CUDA simulator
-is on) and ``_GC_BLOCK`` (threads per block: 256, or 32 in the simulator,
+is on) and ``_GC_BLOCK`` (threads per block: 256, or 8 in the simulator,
 whose threads are Python threads).
 
 Arrays.  Inputs and outputs are device arrays: Numba's, or any object with
@@ -39,7 +39,10 @@ except ImportError:                   # pragma: no cover - gradc itself needs no
 
 _GC_SIM = False
 _GC_BLOCK = 256
+_GC_RBLOCK = 256
+_GC_GRID_Y = 65535
 _GC_TILE = 16
+_GC_WAVES = 64
 
 # Modes of _gc_rows: how an element is mapped and combined.
 _GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN, _GC_SUMEXP, _GC_SUMSQ, _GC_MAXABS = range(7)
@@ -76,7 +79,7 @@ def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
     the epilogue applied when ``nch == 1`` (the last stage), then ``* scale``.
     Max and min propagate NaN, as NumPy's do.
     """
-    acc_s = cuda.shared.array(_GC_BLOCK, numba.float64)
+    acc_s = cuda.shared.array(_GC_RBLOCK, numba.float64)
     t = cuda.threadIdx.x
     c = cuda.blockIdx.x
     lo = c * chunk
@@ -368,15 +371,17 @@ def _gc_dev(a, stream):
 
 def _gc_blocks(n):
     """Blocks for a grid-stride loop over ``n`` elements: enough to cover it, at
-    most one full wave of resident blocks on the current device."""
+    most _GC_WAVES waves of blocks at full occupancy on the current device
+    (several waves, so that a kernel whose registers allow fewer resident
+    blocks does not end on a partly idle wave)."""
     cap = _GC_STATE.get("wave")
     if cap is None:
         if _GC_SIM:
-            cap = 4
+            cap = 2
         else:
             dev = cuda.get_current_device()
             cap = dev.MULTIPROCESSOR_COUNT * max(1, dev.MAX_THREADS_PER_MULTIPROCESSOR
-                                                 // _GC_BLOCK)
+                                                 // _GC_BLOCK) * _GC_WAVES
         _GC_STATE["wave"] = cap
     return max(1, min((n + _GC_BLOCK - 1) // _GC_BLOCK, cap))
 
@@ -456,22 +461,22 @@ def _gc_rows(x, rows, inner, mode, final, scale, shift, dtype, stream):
     split into chunks when rows are few and long (deterministic two stages)."""
     cap = _gc_blocks(1 << 62)
     nch = 1
-    if inner > 4 * _GC_BLOCK and rows < cap:
-        nch = min((inner + 4 * _GC_BLOCK - 1) // (4 * _GC_BLOCK), max(1, cap // rows))
+    if inner > 4 * _GC_RBLOCK and rows < cap:
+        nch = min((inner + 4 * _GC_RBLOCK - 1) // (4 * _GC_RBLOCK), max(1, cap // rows))
     chunk = max(1, (inner + nch - 1) // nch)
     nch = max(1, (inner + chunk - 1) // chunk)
     sh = shift if shift is not None else _gc_witness(np.float64)
     if nch == 1:
         out = _gc_empty((rows,), dtype, stream)
-        _gck_rows[(1, min(rows, 65535)), _GC_BLOCK, stream](
+        _gck_rows[(1, min(rows, _GC_GRID_Y)), _GC_RBLOCK, stream](
             out, x, sh, rows, inner, chunk, 1, mode, final, scale)
         return out
     part = _gc_empty((rows * nch,), np.float64, stream)
-    _gck_rows[(nch, min(rows, 65535)), _GC_BLOCK, stream](
+    _gck_rows[(nch, min(rows, _GC_GRID_Y)), _GC_RBLOCK, stream](
         part, x, sh, rows, inner, chunk, nch, mode, final, 1.0)
     second = _GC_MAX if mode == _GC_MAXABS else (_GC_SUM if mode >= _GC_SUMEXP else mode)
     out = _gc_empty((rows,), dtype, stream)
-    _gck_rows[(1, min(rows, 65535)), _GC_BLOCK, stream](
+    _gck_rows[(1, min(rows, _GC_GRID_Y)), _GC_RBLOCK, stream](
         out, part, sh, rows, nch, nch, 1, second, final, scale)
     return out
 
@@ -578,13 +583,20 @@ def _gc_finish(op, outs, results, shapes, rt, inputs, stream):
                 if r.dtype.kind == "f" and o.dtype.kind != "f":
                     raise TypeError(f"{op}: out[{k}] must be a floating-point array, "
                                     f"got {o.dtype}")
-                if o.size:
+                if r.dtype == o.dtype and _gc_c_contiguous(r) and o.size:
+                    o.copy_to_device(r, stream=stream)      # a device-to-device memcpy
+                elif o.size:
                     _gck_gather[_gc_blocks(o.size), _GC_BLOCK, stream](
                         o.reshape(o.size), r.reshape(max(r.size, 1)), shape or (1,),
                         _gc_strides(shape) or (1,))
             final.append(o)
             continue
-        if (r.dtype != rt and r.dtype.kind == "f") or any(_gc_overlap(r, a) for a in inputs):
-            r = _gc_copy(r, rt if r.dtype.kind == "f" else r.dtype, stream)
+        if r.dtype.kind == "f" and r.dtype != rt:
+            r = _gc_copy(r, rt, stream)
+        elif any(_gc_overlap(r, a) for a in inputs):
+            c = _gc_empty(r.shape, r.dtype, stream)
+            if c.size:
+                c.copy_to_device(r, stream=stream)
+            r = c
         final.append(r)
     return tuple(final)

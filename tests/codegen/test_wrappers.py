@@ -6,6 +6,7 @@ wrong, never crash or write out of bounds.
 """
 from __future__ import annotations
 
+import inspect
 
 import numpy as np
 import pytest
@@ -313,6 +314,26 @@ def test_large_arrays_fused_and_unfused_agree(m, dtype) -> None:
     # a small slice (one thread) gives the same values as the threaded run
     np.testing.assert_allclose(m.chain(x[:1000]), y[:1000], rtol=rtol, atol=0)
     np.testing.assert_allclose(m.chain.vjp(x[:1000], g[:1000])[0], dx[:1000], rtol=rtol, atol=0)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 300])
+def test_bias_is_read_per_row_not_broadcast_first(m, rows) -> None:
+    """A bias ``b: f32[k]`` added in a loop over ``(n, k)`` goes to the kernel as it is
+    (no (n, k) copy); the loop reads it at the column index, threaded or not, and its
+    gradient is summed over the rows."""
+    assert "_g_flat(b, _s[-1:])" in inspect.getsource(m)
+    rng = np.random.default_rng(1)
+    for k in (1, 3, 1000):
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        b = rng.standard_normal(k).astype(np.float32)
+        dy = rng.standard_normal((rows, k)).astype(np.float32)
+        want = np.tanh(x + b)
+        for variant in (m.g, m.g.unfused):
+            np.testing.assert_allclose(variant(x, b), want, rtol=2e-6, atol=2e-6)
+            np.testing.assert_allclose(variant(x, b[::-1].copy()[::-1]), want, rtol=2e-6, atol=2e-6)
+            r, dx, db = variant.fwd_bwd(x, b, dy)
+            np.testing.assert_allclose(dx, dy * (1 - want ** 2), rtol=2e-5, atol=2e-5)
+            np.testing.assert_allclose(db, (dy * (1 - want ** 2)).sum(axis=0), rtol=1e-4, atol=1e-4)
 
 
 def test_float16_inputs_compute_in_float32_and_return_float16(m) -> None:

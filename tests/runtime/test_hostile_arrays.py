@@ -680,6 +680,7 @@ def test_kernels_index_with_64_bit_integers(m) -> None:
     m.ew.fwd_bwd(x, x[0], x)
     m.red.unfused.vjp(x, np.ones((2, 1)), np.ones(3))
     m.affine(x)
+    m.named(x, x[0])                                # rows: s is read at the column index
     m._gk_affine_forward_0(np.empty(4), np.ones(4), np.empty(0))    # the threaded twin
     assert numba.types.intp.bitwidth == 64
     kernels = [v for k, v in vars(m).items() if k.startswith(("_gk_", "_gu_"))]
@@ -687,7 +688,8 @@ def test_kernels_index_with_64_bit_integers(m) -> None:
     for disp in kernels:
         for cres in disp.overloads.values():
             typemap = cres.type_annotation.typemap
-            assert typemap["_i"] == numba.types.intp, disp.py_func.__name__
+            index = "_i" if "_i" in typemap else "_lo"         # a loop over rows: _r * _n
+            assert typemap[index] == numba.types.intp, disp.py_func.__name__
             for var, t in typemap.items():
                 if "parfor_index" in var:
                     assert t.bitwidth == 64, (disp.py_func.__name__, var, t)

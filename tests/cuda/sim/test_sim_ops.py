@@ -1,0 +1,232 @@
+"""The CUDA methods in Numba's CUDA simulator against the CPU methods.
+
+Collected only with NUMBA_ENABLE_CUDASIM=1 (``tests/cuda/test_simulator.py``
+starts such a process).  The simulator runs kernels as Python threads: sizes
+are small, and Python's math raises on overflow, so values are moderate.
+What it proves is the host side (argument checks, buffers, launches, the
+library routines' index arithmetic) and the kernels' logic; PTX compilation
+(test_ptx.py) proves they compile for a GPU.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import gradc
+from gradc.frontend.check import check_source
+from gradc.ir.interpret import interpret
+from gradc.pipeline import build_program
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+LIBRARY = """
+op reds(x: {dt}[a, b, c]) -> (s0, s1, m, mx, mn, p, l, n) {{
+    s0 = sum(x, axis=1)
+    s1 = sum(x, axis=(0, 2), keepdims=true)
+    m = mean(x, axis=0)
+    mx = max(x, axis=2)
+    mn = min(x)
+    p = prod(x, axis=-1)
+    l = logsumexp(x, axis=1)
+    n = norm(x, axis=(1, 2))
+}}
+op mm(a: {dt}[n, k], b: {dt}[k, m], v: {dt}[k]) -> (c, d, t) {{
+    c = tanh(a @ b)
+    d = a @ v
+    t = a.T * 2
+}}
+op bc(x: {dt}[n, k], b: {dt}[k], s) -> y {{
+    y = x * b + s
+}}
+op lossy(x) -> loss {{
+    loss = mean(x^2)
+}}
+op mix(x, b) -> y {{
+    y = x * b + 1
+}}
+"""
+
+
+class Ops:
+    """A .grad file compiled for CUDA only (no CPU kernel to JIT: the simulator
+    runs are slow enough), with its compiled ops for the NumPy reference."""
+
+    def __init__(self, path: Path, **options) -> None:
+        self.module = gradc.load(path, target="cuda", **options)
+        program = check_source(path.read_text(encoding="utf-8"), str(path))
+        self.compiled = build_program(program)
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+
+def load(text: str, tmp_path: Path, name: str, **options) -> Ops:
+    path = tmp_path / f"{name}.grad"
+    path.write_text(text, encoding="utf-8")
+    return Ops(path, **options)
+
+
+@pytest.fixture(scope="module")
+def libs(tmp_path_factory):
+    return {dt: load(LIBRARY.format(dt=dt), tmp_path_factory.mktemp("lib"), f"simlib_{dt}")
+            for dt in ("f32", "f64")}
+
+
+@pytest.fixture(scope="module")
+def lib(libs):
+    return libs["f32"]
+
+
+def agree(want, got, dtype) -> None:
+    got = got if isinstance(got, tuple) else (got,)
+    assert len(want) == len(got)
+    rtol = 2e-5 if dtype == np.float32 else 1e-12
+    for w, g in zip(want, got):
+        g = g.copy_to_host()
+        assert g.shape == np.shape(w), (g.shape, np.shape(w))
+        assert g.dtype == dtype, g.dtype
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=rtol)
+
+
+def every_method(ops: Ops, name: str, xs, ups, dtype, **kw) -> None:
+    """``name``'s forward, vjp and fwd_bwd, fused and unfused, on the (simulated)
+    device against the IR interpreter (NumPy, float64) on the same values."""
+    cop = ops.compiled[name]
+    params = list(xs) + [kw.get(p.name, p.default) for p in cop.params if p.has_default]
+    ref = {m: interpret(cop.methods[m].graph, params + ([] if m == "forward" else list(ups)))
+           for m in ("forward", "vjp", "fwd_bwd")}
+    dx = [x if isinstance(x, float) else cuda.to_device(x) for x in xs]
+    du = [u if isinstance(u, float) else cuda.to_device(u) for u in ups]
+    op = ops.OPS[name]
+    for dev in (op.cuda, op.cuda.unfused):
+        agree(ref["forward"], dev(*dx, **kw), dtype)
+        agree(ref["vjp"], dev.vjp(*dx, *du, **kw), dtype)
+        agree(ref["fwd_bwd"], dev.fwd_bwd(*dx, *du, **kw), dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_reductions_matmul_transpose_broadcast(libs, dtype) -> None:
+    lib = libs["f32" if dtype == np.float32 else "f64"]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 5)).astype(dtype)
+    shapes = [(3, 5), (1, 4, 1), (4, 5), (3, 4), (), (3, 4), (3, 5), (3,)]
+    every_method(lib, "reds", [x], [rng.standard_normal(s).astype(dtype) for s in shapes],
+                 dtype)
+    a, b, v = (rng.standard_normal(s).astype(dtype) for s in ((3, 4), (4, 2), (4,)))
+    every_method(lib, "mm", [a, b, v], [rng.standard_normal(s).astype(dtype)
+                                        for s in ((3, 2), (3,), (4, 3))], dtype)
+    x, b = rng.standard_normal((5, 3)).astype(dtype), rng.standard_normal(3).astype(dtype)
+    every_method(lib, "bc", [x, b, 0.5], [np.ones((5, 3), dtype)], dtype)
+
+
+def test_float64_activations() -> None:
+    act = Ops(EXAMPLES / "activations.grad")
+    rng = np.random.default_rng(1)
+    for name in ("gelu_tanh", "softplus_stable", "swish", "log_sigmoid", "huber",
+                 "leaky_relu"):
+        x = rng.standard_normal(37)
+        every_method(act, name, [x], [rng.standard_normal(37)], np.float64)
+
+
+@pytest.mark.parametrize("unroll", ["1", "3"])
+def test_unrolled_loops_cover_every_length(tmp_path, monkeypatch, unroll) -> None:
+    monkeypatch.setenv("GRADC_CUDA_UNROLL", unroll)
+    mod = load("op f(x, y) -> z {\n    z = x * sigmoid(y) - 1\n}\n", tmp_path, f"unroll{unroll}")
+    assert f"_GC_UNROLL = {unroll}" in Path(mod.module.__file__).read_text(encoding="utf-8")
+    rng = np.random.default_rng(2)
+    for n in (1, 2, 3, 5, 37, 131):     # the grid has 2 blocks of 8 threads here
+        x, y = rng.standard_normal(n), rng.standard_normal(n)
+        every_method(mod, "f", [x, y], [np.ones(n)], np.float64)
+
+
+def test_fast_math_module_runs(tmp_path) -> None:
+    mod = load("op g(x) -> y {\n    y = exp(tanh(x)) + erf(x)\n}\n", tmp_path, "fast",
+               fast_math=True)
+    x = np.linspace(-3, 3, 50, dtype=np.float32)
+    every_method(mod, "g", [x], [np.ones(50, np.float32)], np.float32)
+
+
+def test_out_buffers_are_written_in_place_and_returned(lib) -> None:
+    x = np.arange(12, dtype=np.float32).reshape(4, 3) / 7
+    b = np.ones(3, np.float32)
+    dx, db = cuda.to_device(x), cuda.to_device(b)
+    out = cuda.device_array((4, 3), np.float32)
+    r = lib.bc.cuda(dx, db, 2.0, out=out)
+    np.testing.assert_allclose(out.copy_to_host(), x * b + 2, rtol=1e-6)
+    np.testing.assert_allclose(r.copy_to_host(), x * b + 2, rtol=1e-6)
+    gx, gb = cuda.device_array((4, 3), np.float32), cuda.device_array(3, np.float32)
+    gs = cuda.device_array((), np.float32)
+    r = lib.bc.cuda.vjp(dx, db, 2.0, cuda.to_device(np.ones((4, 3), np.float32)),
+                        out=(gx, gb, gs))
+    np.testing.assert_allclose(gx.copy_to_host(), np.ones((4, 3)), rtol=1e-6)
+    np.testing.assert_allclose(gb.copy_to_host(), x.sum(axis=0), rtol=1e-6)
+    assert float(gs.copy_to_host()) == 12.0 and len(r) == 3
+    # a float64 out= takes float32 results (cast on the device)
+    o64 = cuda.device_array((4, 3), np.float64)
+    lib.bc.cuda(dx, db, 2.0, out=o64)
+    np.testing.assert_allclose(o64.copy_to_host(), x * b + 2, rtol=1e-6)
+
+
+def test_scalar_upstream_and_streams(lib) -> None:
+    x = np.linspace(-1, 1, 9).astype(np.float32)
+    stream = cuda.stream()
+    (g,) = lib.lossy.cuda.vjp(cuda.to_device(x), 1.0, stream=stream)
+    stream.synchronize()
+    np.testing.assert_allclose(g.copy_to_host(), 2 * x / 9, rtol=1e-6)
+    loss = lib.lossy.cuda(cuda.to_device(x))
+    assert loss.shape == () and abs(float(loss.copy_to_host()) - np.mean(x**2)) < 1e-6
+
+
+def test_mixed_dtypes_promote_like_numpy(lib) -> None:
+    x = cuda.to_device(np.ones((2, 3), np.float32))
+    b = cuda.to_device(np.ones(3, np.float64))
+    y = lib.mix.cuda(x, b)                       # float32 and float64: float64
+    assert y.dtype == np.float64 and y.shape == (2, 3)
+    np.testing.assert_allclose(y.copy_to_host(), 2.0)
+    y = lib.mix.cuda(x, 2.0)                     # a Python float is weak
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.copy_to_host(), 3.0)
+    with pytest.raises(TypeError, match="must be float32"):
+        lib.bc.cuda(x, b, 1.0)                   # bc declares f32
+
+
+def test_bad_arguments_are_clear_errors(lib) -> None:
+    x = np.ones((2, 3), np.float32)
+    dx, db = cuda.to_device(x), cuda.to_device(np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="host array .*to_device"):
+        lib.bc.cuda(x, db, 1.0)
+    with pytest.raises(TypeError, match="float16"):
+        lib.bc.cuda(cuda.to_device(x.astype(np.float16)), db, 1.0)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        lib.bc.cuda(cuda.to_device(x.astype(np.int32)), db, 1.0)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        lib.bc.cuda(cuda.to_device(np.ones((3, 4), np.float32))[:, :3], db, 1.0)
+    with pytest.raises(ValueError, match="dim 'k'"):
+        lib.bc.cuda(dx, cuda.to_device(np.ones(4, np.float32)), 1.0)
+    with pytest.raises(TypeError, match="device array"):
+        lib.bc.cuda(dx, db, 1.0, out=np.empty((2, 3), np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        lib.bc.cuda(dx, db, 1.0, out=cuda.device_array((3, 2), np.float32))
+    base = cuda.to_device(np.ones((3, 3), np.float32))      # x and out[0] share a row
+    gs = cuda.device_array((), np.float32)
+    with pytest.raises(ValueError, match="overlaps input 'x'"):
+        lib.bc.cuda.vjp(base[0:2], db, 1.0, dx, out=(base[1:3], cuda.device_array(3, np.float32),
+                                                    gs))
+    with pytest.raises(TypeError, match="tuple of 3 device arrays"):
+        lib.bc.cuda.vjp(dx, db, 1.0, dx, out=(dx, db))
+
+
+def test_targets_say_what_is_missing(tmp_path) -> None:
+    text = "op h(x) -> y {\n    y = x * 2\n}\n"
+    path = tmp_path / "only.grad"
+    path.write_text(text, encoding="utf-8")
+    cpu = gradc.load(path)
+    with pytest.raises(NotImplementedError, match="--target cuda or all"):
+        cpu.h.cuda
+    gpu = gradc.load(path, target="cuda")
+    with pytest.raises(NotImplementedError, match="--target cuda only"):
+        gpu.h(np.ones(3))
+    np.testing.assert_allclose(gpu.h.cuda(cuda.to_device(np.ones(3))).copy_to_host(), 2.0)

@@ -1,0 +1,55 @@
+"""Runs the simulator tests (``sim/``) and ``benchmarks/gpu_check.py`` in fresh
+processes with NUMBA_ENABLE_CUDASIM=1 (the switch is read when numba.cuda is
+first imported, so it cannot be turned on inside this process)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _simulator_env(tmp_path: Path) -> dict:
+    try:
+        import numba.cuda  # noqa: F401  (numba-cuda, the cuda extra)
+    except ImportError as exc:
+        if os.environ.get("GRADC_REQUIRE_CUDA") == "1":
+            pytest.fail(f"numba-cuda is needed: {exc}")
+        pytest.skip(f"numba-cuda is needed: {exc}")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONHASHSEED="0")
+    env.setdefault("GRADC_CACHE_DIR", str(tmp_path / "cache"))
+    return env
+
+
+def test_simulator_suite(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+         str(ROOT / "tests" / "cuda" / "sim")],
+        cwd=ROOT, env=_simulator_env(tmp_path), capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
+
+
+def test_gpu_check_runs_end_to_end_in_the_simulator(tmp_path) -> None:
+    """Every op of the examples through every CUDA method against the CPU, the
+    bandwidth table and the math table, on tiny sizes: on a GPU it only has to
+    be run (``python benchmarks/gpu_check.py``)."""
+    out = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--log2-sizes", "6",
+         "--repeat", "1", "--calls", "1", "--dtypes", "float32", "--check-size", "6",
+         "--math-samples", "32", "--json", str(out)],
+        cwd=ROOT, env=_simulator_env(tmp_path), capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    report = json.loads(out.read_text(encoding="utf-8"))
+    ops = {(r["module"], r["op"]) for r in report["correctness"]}
+    assert len(ops) == 15 and all(r["ok"] for r in report["correctness"]), report
+    assert {r["op"] for r in report["bandwidth"]} >= {"device-to-device copy",
+                                                     "swish.fwd_bwd", "gelu_tanh.fwd_bwd"}
+    assert set(report["math_ulp"]["math_gen"]) >= {"exp", "tanh", "sigmoid", "erf"}
+    assert all(v < 4 for v in report["math_ulp"]["math_gen"].values())
