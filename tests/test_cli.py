@@ -90,3 +90,25 @@ def test_console_script_entry_point():
     r = subprocess.run([sys.executable, "-m", "gradc.cli", "--help"], capture_output=True,
                        text=True)
     assert r.returncode == 0 and "compile" in r.stdout
+
+
+@pytest.mark.parametrize("target", ["cuda", "all"])
+def test_compile_target_cuda_writes_cuda_methods(tmp_path, target):
+    """--target cuda|all: the module imports numba.cuda, lists its CUDA kernels, and
+    (cuda only) leaves out the CPU kernels; writing it needs no GPU."""
+    out = tmp_path / f"seed_{target}.py"
+    assert main(["compile", str(EXAMPLES / "seed.grad"), "-o", str(out),
+                 "--target", target]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert "from numba import cuda\n" in text and "CUDA_KERNELS = {" in text
+    assert f"TARGET = {target!r}" in text
+    assert ("@numba.njit(parallel=True" in text) == (target == "all")
+    assert "@cuda.jit(cache=not _GC_SIM)\ndef _gck_scaled_tanh_fwd_bwd_0(" in text
+
+
+def test_compile_target_cpu_writes_no_cuda(tmp_path):
+    out = tmp_path / "seed_cpu.py"
+    assert main(["compile", str(EXAMPLES / "seed.grad"), "-o", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert "cuda" not in "".join(l for l in text.splitlines() if l.startswith(("import", "from")))
+    assert "@cuda.jit" not in text and "TARGET = 'cpu'" in text

@@ -355,11 +355,16 @@ def test_jvp_is_not_implemented(m) -> None:
         m.f.jvp(ones(3), ones(3), ones(3), ones(3))
 
 
-def test_cuda_is_not_implemented(m) -> None:
-    with pytest.raises(NotImplementedError, match=r"f\.cuda: the CUDA target is not implemented"):
+def test_cuda_needs_the_cuda_target(m) -> None:
+    """A module compiled for the CPU (the default) has no CUDA methods and never
+    imports numba.cuda; .cuda says how to get them."""
+    with pytest.raises(NotImplementedError, match=r"f\.cuda: this module was compiled for "
+                                                  r"the CPU only; recompile with --target cuda"):
         m.f.cuda.vjp(ones(3), ones(3), ones(3))
-    with pytest.raises(NotImplementedError, match="CUDA"):
+    with pytest.raises(NotImplementedError, match="--target cuda or all"):
         getattr(m.two, "cuda")
+    assert "numba.cuda" not in "".join(
+        l for l in open(m.__file__, encoding="utf-8") if l.startswith(("import", "from")))
 
 
 def test_repr_spec_and_signature(m) -> None:
