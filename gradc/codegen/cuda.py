@@ -33,7 +33,12 @@ TEMPLATES = {
     "sign": "(_T(1) if {x} > _T(0) else (_T(-1) if {x} < _T(0) else {x}))",
     "floor": "math.floor({x})",
     "ceil": "math.ceil({x})",
-    "round": "_gcd_rint({x}, _T)",
+    # NumPy's rint (half to even), sign of zero kept: x - floor(x) is exact, so is the
+    # tie test. Written out: a kernel calling a device function cannot be compiled to
+    # PTX without a GPU (numba-cuda asks the current device for its compute capability).
+    "round": ("math.copysign((math.floor({x}) + _T(1)) if ({x} - math.floor({x}) > _T(0.5) or "
+              "({x} - math.floor({x}) == _T(0.5) and math.fmod(math.floor({x}), _T(2)) != "
+              "_T(0))) else math.floor({x}), {x})"),
     "sqrt": "math.sqrt({x})",
     "rsqrt": "(_T(1) / math.sqrt({x}))",
     "exp": "math.exp({x})",

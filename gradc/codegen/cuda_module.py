@@ -70,9 +70,6 @@ def runtime_source() -> str:
 
     parts = [_CONSTANTS + "\n# Elements a thread of the generated kernels loads per iteration "
              f"(GRADC_CUDA_UNROLL when compiled).\n_GC_UNROLL = {unroll_factor()}"]
-    for name in rt.DEVICE_FUNCTIONS:
-        parts.append("@cuda.jit(device=True, inline=True, cache=not _GC_SIM)\n"
-                     + inspect.getsource(getattr(rt, name)).rstrip("\n"))
     for name in rt.KERNELS:
         parts.append("@cuda.jit(cache=not _GC_SIM)\n"
                      + inspect.getsource(getattr(rt, name)).rstrip("\n"))

@@ -34,22 +34,26 @@ def runtime_signatures(types, t):
 
 
 def module_ptx(module: ModuleType, cc: tuple[int, int], dtypes=("float32", "float64"),
-               fast_math: bool = False) -> dict[str, str]:
-    """PTX of every CUDA kernel of generated ``module`` for compute capability
-    ``cc``, at each float dtype: ``{"name[float32]": ptx}``.  Raises numba's
-    errors for a kernel that does not compile (the point of the check)."""
+               fast_math: bool = False, prefix: str = "", runtime: bool = True
+               ) -> dict[str, str]:
+    """PTX of every CUDA kernel of generated ``module`` (those whose name starts
+    with ``prefix``; the run time's too unless ``runtime=False``) for compute
+    capability ``cc``, at each float dtype: ``{"name[float32]": ptx}``.  Raises
+    numba's errors for a kernel that does not compile (the point of the check)."""
     from numba import cuda, types
 
     out = {}
     for dtype in dtypes:
         t = getattr(types, dtype)
         for name, (kernel, arg_dtypes) in sorted(module.CUDA_KERNELS.items()):
+            if not name.startswith(prefix):
+                continue
             args = [types.Array(t if d == "T" else getattr(types, _DTYPES[d]), 1, "C")
                     for d in arg_dtypes]
             args.append(types.Array(t, 1, "C"))           # the dtype witness
             out[f"{name}[{dtype}]"], _ = cuda.compile_ptx(
                 kernel.py_func, tuple(args), cc=cc, fastmath=fast_math)
-        for k, (name, args) in enumerate(runtime_signatures(types, t)):
+        for k, (name, args) in enumerate(runtime_signatures(types, t) if runtime else ()):
             fn = getattr(module, name).py_func
             out[f"{name}#{k}[{dtype}]"], _ = cuda.compile_ptx(fn, args, cc=cc)
     return out

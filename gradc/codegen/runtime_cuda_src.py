@@ -3,7 +3,7 @@
 Copied into generated modules compiled with ``--target cuda|all``, like
 :mod:`gradc.codegen.runtime_src` for the CPU: functions named ``_gc_*`` are
 host helpers, copied as they are; the functions listed in :data:`KERNELS`
-and :data:`DEVICE_FUNCTIONS` are copied under a ``@cuda.jit`` decorator
+are copied under a ``@cuda.jit`` decorator
 (they are plain functions here, so gradc imports without numba-cuda).  The
 module binds ``cuda`` (``numba.cuda``), ``_GC_SIM`` (Numba's CUDA simulator
 is on) and ``_GC_BLOCK`` (threads per block: 256, or 8 in the simulator,
@@ -171,16 +171,6 @@ def _gck_matmul(c, a, b, m, n, k):
 
 
 KERNELS = ("_gck_gather", "_gck_rows", "_gck_matmul")
-DEVICE_FUNCTIONS = ("_gcd_rint",)
-
-
-def _gcd_rint(x, _T):
-    """Round half to even (NumPy's ``rint``), keeping the sign of zero and ±inf/NaN:
-    ``x - floor(x)`` is exact, so the tie test is too."""
-    f = math.floor(x)
-    d = x - f
-    r = f + _T(1) if (d > _T(0.5) or (d == _T(0.5) and math.fmod(f, _T(2)) != _T(0))) else f
-    return math.copysign(r, x)
 
 
 # --------------------------------------------------------------------------
