@@ -23,7 +23,7 @@ from gradc.codegen.quote import comment
 from gradc.errors import CodegenError
 from gradc.ir.graph import Graph
 from gradc.ir.primitives import PRIMITIVES
-from gradc.passes.fuse import Kernel
+from gradc.passes.fuse import Kernel, MatmulEpilogue
 
 # Templates that differ from the CPU's (gradc.ir.primitives): libdevice through
 # ``math``, and NumPy functions CUDA kernels cannot call.
@@ -115,6 +115,8 @@ def render_cuda_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bo
     needs on a GPU whose resident threads alone cannot cover the memory
     latency; a plain grid-stride loop finishes the last elements.
     """
+    if isinstance(kernel, MatmulEpilogue):
+        return render_cuda_matmul(graph, kernel, name, fast_math=fast_math, comments=comments)
     unroll = unroll_factor() if unroll is None else unroll
     hoisted, body = loop_body(graph, kernel, CudaPrinter)
     for line in hoisted + body:
@@ -163,3 +165,66 @@ def _rename(line: str, local: set[str], j: int) -> str:
     line = re.sub(r"\b(a\d+|v\d+)\b", lambda m: f"{m.group(1)}_{j}" if m.group(1) in local
                   else m.group(1), line)
     return line.replace("[_i]", f"[_i_{j}]")
+
+
+def render_cuda_matmul(graph: Graph | None, step, name: str, *, fast_math: bool = False,
+                       comments: tuple[str, ...] = ()) -> str:
+    """Source of a tiled matmul kernel ``name``; with ``step`` (a
+    :class:`~gradc.passes.fuse.MatmulEpilogue`) the epilogue's loop body runs on
+    each element of the product where it is computed, without ``step`` the
+    product is stored (the run time's ``_gck_matmul``).
+
+    Signature: ``name(*outputs, *inputs, _a, _b, _m, _n, _k, _w)``: the
+    epilogue's outputs and inputs as in :func:`render_cuda_kernel` (flat, of
+    the product's size; the product itself is no input), then the operands,
+    flat C-contiguous ``_m`` by ``_k`` and ``_k`` by ``_n``.  Blocks of
+    _GC_TILE x _GC_TILE threads, one tile of the product each; operand tiles
+    are staged through shared memory and the dot products accumulate in
+    float64.
+    """
+    if step is None:
+        hoisted, body, outs, ins = [], ["_o0[_i] = _acc"], ["_o0"], []
+    else:
+        epi, m = step.epilogue, step.matmul
+        hoisted, body = loop_body(graph, epi, CudaPrinter)
+        k_m = epi.inputs.index(m)
+        body = [f"a{k_m} = _T(_acc)" if line == f"a{k_m} = _i{k_m}[_i]" else line
+                for line in body]
+        outs = [f"_o{j}" for j in range(len(step.outputs))]
+        if step.store:
+            body.append(f"_o{len(epi.outputs)}[_i] = a{k_m}")
+        ins = [f"_i{j}" for j, nid in enumerate(epi.inputs) if nid != m]
+        for line in hoisted + body:
+            if _CPU_CALL.search(line):
+                raise CodegenError(f"CUDA kernel {name} would call a CPU function: {line}")
+    fm = ", fastmath=True" if fast_math else ""
+    buf = IndentedBuffer()
+    for c in comments:
+        buf.line(f"# {comment(c)}")
+    setup = [
+        "_sa = cuda.shared.array((_GC_TILE, _GC_TILE), numba.float64)",
+        "_sb = cuda.shared.array((_GC_TILE, _GC_TILE), numba.float64)",
+        "_tx = cuda.threadIdx.x",
+        "_ty = cuda.threadIdx.y",
+        "_row = cuda.blockIdx.y * _GC_TILE + _ty",
+        "_col = cuda.blockIdx.x * _GC_TILE + _tx",
+        "_acc = 0.0",
+    ]
+    tile = [
+        "_sa[_ty, _tx] = _a[_row * _k + _t0 + _tx] if (_row < _m and _t0 + _tx < _k) else 0.0",
+        "_sb[_ty, _tx] = _b[(_t0 + _ty) * _n + _col] if (_col < _n and _t0 + _ty < _k) else 0.0",
+        "cuda.syncthreads()",
+        "for _j in range(_GC_TILE):",
+        "    _acc += _sa[_ty, _j] * _sb[_j, _tx]",
+        "cuda.syncthreads()",
+    ]
+    print_loop(buf, f"@cuda.jit(cache=not _GC_SIM{fm})",
+               f"def {name}({', '.join(outs + ins + ['_a', '_b', '_m', '_n', '_k', '_w'])}):",
+               hoisted + setup, "for _t0 in range(0, _k, _GC_TILE):", tile)
+    buf.indent()
+    buf.line("if _row < _m and _col < _n:")
+    buf.indent()
+    buf.line("_i = _row * _n + _col")
+    for line in body:
+        buf.line(line)
+    return buf.getvalue()

@@ -15,6 +15,7 @@ from gradc.codegen import runtime_cuda_src as rt
 from gradc.codegen.module import Kernels, WrapperPrinter
 from gradc.errors import CodegenError
 from gradc.ir.primitives import PRIMITIVES
+from gradc.passes.fuse import Kernel, MatmulEpilogue, attach_epilogues
 
 
 class CudaWrapperPrinter(WrapperPrinter):
@@ -24,8 +25,33 @@ class CudaWrapperPrinter(WrapperPrinter):
     def _empty(self, dtype: str) -> str:
         return f"_gc_empty(_s, {dtype}, stream)"
 
-    def _launch(self, name: str, args: list[str]) -> str:
+    def __init__(self, cop, method, plan, kernels, fn_name, kernel_base) -> None:
+        # A matmul whose product an elementwise kernel reads next runs that kernel's
+        # body as its epilogue (one kernel, the product never stored unless needed).
+        super().__init__(cop, method, attach_epilogues(plan), kernels, fn_name, kernel_base)
+
+    def _launch(self, name: str, args: list[str], step: Kernel) -> str:
+        if isinstance(step, MatmulEpilogue):
+            return f"_gc_launch_matmul({name}, stream, _mnk, {', '.join(args + ['_a', '_b'])})"
         return f"_gc_launch({name}, stream, {', '.join(args + ['_gc_witness(_T)'])})"
+
+    def _shape_line(self, step: Kernel) -> str:
+        if isinstance(step, MatmulEpilogue):
+            x, y = (self._value(a) for a in step.inputs[-2:])
+            return f"_a, _b, _mnk, _s = _gc_matmul_operands({x}, {y}, stream)"
+        return super()._shape_line(step)
+
+    def _loop_inputs(self, step: Kernel) -> tuple[int, ...]:
+        if isinstance(step, MatmulEpilogue):
+            return tuple(i for i in step.epilogue.inputs if i != step.matmul)
+        return step.inputs
+
+    def _inplace_pairs(self, inputs: list[int]) -> tuple[tuple[int, int], ...]:
+        """No out= may be an input's array where a fused matmul reads its operands
+        while it writes its results (a conservative rule: none at all then)."""
+        if any(isinstance(s, MatmulEpilogue) for s in self.plan.steps):
+            return ()
+        return super()._inplace_pairs(inputs)
 
     def _library_text(self, node, fields: dict[str, str]) -> str:
         prim = PRIMITIVES[node.op]
@@ -66,13 +92,14 @@ _GC_STATE = {}'''
 def runtime_source() -> str:
     """The CUDA run time as module text: constants, device functions and
     kernels under ``@cuda.jit``, host helpers."""
-    from gradc.codegen.cuda import unroll_factor
+    from gradc.codegen.cuda import render_cuda_matmul, unroll_factor
 
     parts = [_CONSTANTS + "\n# Elements a thread of the generated kernels loads per iteration "
              f"(GRADC_CUDA_UNROLL when compiled).\n_GC_UNROLL = {unroll_factor()}"]
     for name in rt.KERNELS:
         parts.append("@cuda.jit(cache=not _GC_SIM)\n"
                      + inspect.getsource(getattr(rt, name)).rstrip("\n"))
+    parts.append(render_cuda_matmul(None, None, "_gck_matmul").rstrip("\n"))
     helpers = [obj for name, obj in vars(rt).items()
                if name.startswith("_gc_") and inspect.isfunction(obj)]
     parts += [inspect.getsource(fn).rstrip("\n") for fn in helpers]

@@ -29,7 +29,7 @@ def runtime_signatures(types, t):
         sigs.append(("_gck_gather", (flat, flat, tup, tup)))
     for out, src in ((flat, flat), (f64, flat), (flat, f64)):
         sigs.append(("_gck_rows", (out, src, f64, i64, i64, i64, i64, i64, i64, types.float64)))
-    sigs.append(("_gck_matmul", (flat, flat, flat, i64, i64, i64)))
+    sigs.append(("_gck_matmul", (flat, flat, flat, i64, i64, i64, flat)))
     return sigs
 
 
@@ -48,7 +48,8 @@ def module_ptx(module: ModuleType, cc: tuple[int, int], dtypes=("float32", "floa
         for name, (kernel, arg_dtypes) in sorted(module.CUDA_KERNELS.items()):
             if not name.startswith(prefix):
                 continue
-            args = [types.Array(t if d == "T" else getattr(types, _DTYPES[d]), 1, "C")
+            args = [types.int64 if d == "n" else
+                    types.Array(t if d == "T" else getattr(types, _DTYPES[d]), 1, "C")
                     for d in arg_dtypes]
             args.append(types.Array(t, 1, "C"))           # the dtype witness
             out[f"{name}[{dtype}]"], _ = cuda.compile_ptx(

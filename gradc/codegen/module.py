@@ -21,7 +21,7 @@ from gradc.errors import CodegenError
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import PRIMITIVES
 from gradc.ir.shapes import Shape
-from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, value_used
+from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, MatmulEpilogue, value_used
 from gradc.pipeline import METHODS, CompiledOp, Method
 
 _OUT_DTYPE = {FLOAT: "_T", "i32": "np.int32", "i64": "np.int64", "bool": "np.bool_"}
@@ -50,7 +50,8 @@ class Kernels:
             name = f"{base}_{n}"
         self.by_body[body] = name
         self.arg_dtypes[name] = tuple(graph.node(n).dtype
-                                      for n in (*kernel.outputs, *kernel.inputs))
+                                      for n in (*kernel.outputs, *kernel.inputs)) + (
+            ("n", "n", "n") if isinstance(kernel, MatmulEpilogue) else ())   # m, n, k
         self.sources.append(self.render(graph, kernel, name, fast_math=self.fast_math,
                                         comments=comments))
         return name
@@ -250,7 +251,7 @@ class WrapperPrinter:
         else:
             base = f"{self.kernel_base}_{k}"
         name = self.kernels.add(g, step, base, comments)
-        b.line(f"_s = {self.shape_expr(step.shape)}")
+        b.line(self._shape_line(step))
         outs = []
         for nid in step.outputs:
             var = f"_v{nid}"
@@ -265,14 +266,22 @@ class WrapperPrinter:
         rows = self.kernels.rows(g, step)
         ins = [self.helper("flat", f"{self.vars[i]}, " + (
             "()" if is_scalar_input(g, i) else f"_s[{-rows[i]}:]" if i in rows else "_s"))
-               for i in step.inputs]
-        b.line(self._launch(name, outs + ins))
+               for i in self._loop_inputs(step)]
+        b.line(self._launch(name, outs + ins, step))
+
+    def _shape_line(self, step: Kernel) -> str:
+        """``_s = `` the run-time shape of ``step``'s loop."""
+        return f"_s = {self.shape_expr(step.shape)}"
+
+    def _loop_inputs(self, step: Kernel) -> tuple[int, ...]:
+        """The inputs ``step``'s kernel reads element by element (flattened)."""
+        return step.inputs
 
     def _empty(self, dtype: str) -> str:
         """A new array of the kernel's shape ``_s`` for an intermediate."""
         return f"np.empty(_s, dtype={dtype})"
 
-    def _launch(self, name: str, args: list[str]) -> str:
+    def _launch(self, name: str, args: list[str], step: Kernel) -> str:
         return f"_g_launch({name}, {name}_serial, {', '.join(args + ['_G_WITNESS[_T]'])})"
 
     def _library(self, step: LibraryCall) -> None:

@@ -23,7 +23,8 @@ Reductions are two-stage block tree reductions in shared memory with a
 fixed split for a given device and shape, and no atomics: the same input
 gives the same bits on every run.  Partial results are accumulated in
 float64.  Matmul is a tiled shared-memory kernel (16x16 tiles, float64
-accumulation).
+accumulation), printed by :func:`gradc.codegen.cuda.render_cuda_matmul`, which
+also prints the matmul kernels with a fused elementwise epilogue.
 """
 from __future__ import annotations
 
@@ -148,29 +149,9 @@ def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
         r += cuda.gridDim.y
 
 
-def _gck_matmul(c, a, b, m, n, k):
-    """``c = a @ b`` for C-contiguous flat ``a`` (m by k), ``b`` (k by n), ``c``
-    (m by n): one _GC_TILE square tile of ``c`` per block, operands staged
-    through shared memory, float64 accumulation."""
-    sa = cuda.shared.array((_GC_TILE, _GC_TILE), numba.float64)
-    sb = cuda.shared.array((_GC_TILE, _GC_TILE), numba.float64)
-    tx = cuda.threadIdx.x
-    ty = cuda.threadIdx.y
-    row = cuda.blockIdx.y * _GC_TILE + ty
-    col = cuda.blockIdx.x * _GC_TILE + tx
-    acc = 0.0
-    for t0 in range(0, k, _GC_TILE):
-        sa[ty, tx] = a[row * k + t0 + tx] if (row < m and t0 + tx < k) else 0.0
-        sb[ty, tx] = b[(t0 + ty) * n + col] if (col < n and t0 + ty < k) else 0.0
-        cuda.syncthreads()
-        for j in range(_GC_TILE):
-            acc += sa[ty, j] * sb[j, tx]
-        cuda.syncthreads()
-    if row < m and col < n:
-        c[row * n + col] = acc
-
-
-KERNELS = ("_gck_gather", "_gck_rows", "_gck_matmul")
+KERNELS = ("_gck_gather", "_gck_rows")
+# _gck_matmul is printed by gradc.codegen.cuda.render_cuda_matmul, like the matmul
+# kernels with a fused epilogue.
 
 
 # --------------------------------------------------------------------------
@@ -510,8 +491,9 @@ def _gc_reduce(kind, x, axis, keepdims, stream):
     return r.reshape(out_shape) if out_shape != (rows,) else r
 
 
-def _gc_matmul(a, b, stream):
-    """``np.matmul`` for operands of rank 1 or 2 (float, same dtype)."""
+def _gc_matmul_operands(a, b, stream):
+    """The operands of ``np.matmul(a, b)`` (rank 1 or 2, one float dtype) as flat
+    device arrays, with ``(m, n, k)`` and the result's shape."""
     a, b = _gc_dev(a, stream), _gc_dev(b, stream)
     if a.ndim == 0 or b.ndim == 0:
         raise ValueError("matmul: input operand does not have enough dimensions")
@@ -520,13 +502,26 @@ def _gc_matmul(a, b, stream):
     if k != k2:
         raise ValueError(f"matmul: mismatch in its core dimension: {a.shape} @ {b.shape}")
     shape = _g_result_shape("matmul", a.shape, b.shape)
-    c = _gc_empty(shape, a.dtype, stream)
-    if c.size:
-        if k == 0:
-            return _gc_broadcast(np.zeros((), a.dtype), shape, stream)
+    flat = [x.reshape(max(x.size, 1)) if x.ndim != 1 else x for x in (a, b)]
+    return flat[0], flat[1], (m, n, k), shape
+
+
+def _gc_launch_matmul(kernel, stream, mnk, *args):
+    """Run a tiled matmul kernel (``args``: outputs, inputs, the two operands) over
+    the ``m`` by ``n`` product: one block of _GC_TILE^2 threads per tile."""
+    m, n, k = mnk
+    if m and n:
         grid = ((n + _GC_TILE - 1) // _GC_TILE, (m + _GC_TILE - 1) // _GC_TILE)
-        _gck_matmul[grid, (_GC_TILE, _GC_TILE), stream](
-            c.reshape(c.size), a.reshape(a.size), b.reshape(b.size), m, n, k)
+        kernel[grid, (_GC_TILE, _GC_TILE), stream](*args, m, n, k, _gc_witness(args[-1].dtype))
+
+
+def _gc_matmul(a, b, stream):
+    """``np.matmul`` for operands of rank 1 or 2 (float, same dtype): the product
+    stored (``_gck_matmul``); with k = 0, zeros."""
+    fa, fb, mnk, shape = _gc_matmul_operands(a, b, stream)
+    c = _gc_empty(shape, fa.dtype, stream)
+    if c.size:
+        _gc_launch_matmul(_gck_matmul, stream, mnk, c.reshape(c.size), fa, fb)
     return c
 
 

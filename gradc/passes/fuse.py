@@ -15,7 +15,7 @@ from typing import Union
 
 import networkx as nx
 
-from gradc.ir.graph import Graph
+from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES
 from gradc.ir.shapes import Shape
 
@@ -241,3 +241,58 @@ def _order_steps(graph: Graph, steps: dict[int, Step], group_of: dict[int, int])
                 if key(a) in steps and key(a) != sid:
                     q.add_edge(key(a), sid)
     return [steps[s] for s in nx.lexicographical_topological_sort(q)]
+
+
+@dataclass(frozen=True)
+class MatmulEpilogue(Kernel):
+    """A matmul and the elementwise kernel after it, as one step: each element of
+    the product goes through ``epilogue``'s loop body as it is computed, instead
+    of being stored and read back.  ``inputs`` are the epilogue's other inputs,
+    then the matmul's two operands; ``outputs`` the epilogue's, then the product
+    when ``store`` (something else reads it).  For backends whose matmul is a
+    generated kernel (CUDA); BLAS cannot take an epilogue."""
+
+    matmul: int = -1
+    epilogue: Kernel | None = None
+    store: bool = False
+
+
+def attach_epilogues(plan: KernelPlan) -> KernelPlan:
+    """``plan`` with each matmul whose product is next read by an elementwise
+    kernel over the product's shape merged into that kernel's step
+    (:class:`MatmulEpilogue`), at the kernel's place: the operands are computed
+    by then, and no step in between reads the product."""
+    g = plan.graph
+    steps = list(plan.steps)
+    k = 0
+    while k < len(steps):
+        step = steps[k]
+        node = g.node(step.node) if isinstance(step, LibraryCall) else None
+        if node is None or node.op != "matmul" or node.shape.is_scalar or node.dtype != FLOAT:
+            k += 1
+            continue
+        m = step.node
+        readers = [q for q in range(k + 1, len(steps)) if _reads(g, steps[q], m)]
+        q = readers[0] if readers else None
+        epi = steps[q] if q is not None else None
+        if (not isinstance(epi, Kernel) or isinstance(epi, MatmulEpilogue)
+                or epi.shape != node.shape):
+            k += 1
+            continue
+        store = (m in g.outputs or len(readers) > 1
+                 or any(m in n.shape.dyn for n in g if n.id != m))
+        fused = MatmulEpilogue(
+            nodes=(m, *epi.nodes),
+            inputs=tuple(i for i in epi.inputs if i != m) + tuple(node.args[:2]),
+            outputs=epi.outputs + ((m,) if store else ()),
+            shape=epi.shape, matmul=m, epilogue=epi, store=store)
+        steps[q] = fused
+        del steps[k]
+    return KernelPlan(g, tuple(steps))
+
+
+def _reads(graph: Graph, step: Step, nid: int) -> bool:
+    if isinstance(step, Kernel):
+        return nid in step.inputs or any(nid in graph.node(n).shape.dyn for n in step.nodes)
+    node = graph.node(step.node)
+    return nid in node.args or nid in node.shape.dyn

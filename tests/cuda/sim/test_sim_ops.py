@@ -38,6 +38,11 @@ op mm(a: {dt}[n, k], b: {dt}[k, m], v: {dt}[k]) -> (c, d, t) {{
     d = a @ v
     t = a.T * 2
 }}
+op mmstore(a: {dt}[n, k], b: {dt}[k, m]) -> (c, p, s) {{
+    p = a @ b
+    c = exp(p) * 2
+    s = sum(p, axis=0)
+}}
 op bc(x: {dt}[n, k], b: {dt}[k], s) -> y {{
     y = x * b + s
 }}
@@ -118,8 +123,24 @@ def test_reductions_matmul_transpose_broadcast(libs, dtype) -> None:
     a, b, v = (rng.standard_normal(s).astype(dtype) for s in ((3, 4), (4, 2), (4,)))
     every_method(lib, "mm", [a, b, v], [rng.standard_normal(s).astype(dtype)
                                         for s in ((3, 2), (3,), (4, 3))], dtype)
+    every_method(lib, "mmstore", [a, b], [rng.standard_normal(s).astype(dtype)
+                                          for s in ((3, 2), (3, 2), (2,))], dtype)
     x, b = rng.standard_normal((5, 3)).astype(dtype), rng.standard_normal(3).astype(dtype)
     every_method(lib, "bc", [x, b, 0.5], [np.ones((5, 3), dtype)], dtype)
+
+
+def test_matmul_epilogues_are_fused(lib) -> None:
+    """tanh(a @ b) is one kernel (the product never stored); a product that is
+    also an output or read by a later step is stored by the fused kernel too."""
+    text = Path(lib.module.__file__).read_text(encoding="utf-8")
+    fwd = text[text.index("class mm:"):text.index("class bc:")]
+    cuda_fwd = fwd[fwd.index("class cuda:"):]
+    cuda_fwd = cuda_fwd[:cuda_fwd.index("def vjp")]
+    assert "_gc_launch_matmul(_gck_mm_forward_" in cuda_fwd
+    assert "_gc_matmul(" in cuda_fwd                     # a @ v: nothing to fuse
+    store = text[text.index("class mmstore:"):text.index("class bc:")]
+    store = store[store.index("class cuda:"):]
+    assert "_gc_launch_matmul(" in store[:store.index("def vjp")]
 
 
 def test_float64_activations() -> None:
