@@ -431,7 +431,7 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
 
 
 _HELPERS = (prelude._g_sum_to, prelude._g_broadcast_in, prelude._g_logsumexp, prelude._g_norm,
-            runtime_src._g_inputs, runtime_src._g_float_input, runtime_src._g_int_input,
+            runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
             runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
             runtime_src._g_flat, runtime_src._g_result_shape, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcOp)

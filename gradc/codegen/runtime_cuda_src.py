@@ -228,33 +228,34 @@ def _gc_inputs(op, sig, values, stream):
     ``(arrays, T, RT, dims)``: device arrays (host 0-d arrays for scalars) in
     the compute dtype ``T``.  Raises TypeError for host arrays, a wrong dtype or
     float16, ValueError for a wrong shape or a non-contiguous array."""
-    arrays, floats, dims, where = [], [], {}, {}
-    for (name, dt, shape), v in zip(sig, values):
-        if isinstance(v, (bool, int, float, np.generic)):
-            a = (_g_int_input(op, name, v, np.dtype(_G_INTS[dt])) if dt in _G_INTS
-                 else _g_float_input(op, "argument", name, v, _G_FLOATS.get(dt)))
-        else:
-            a = _gc_device_input(op, "argument", name, v,
-                                 np.dtype(_G_INTS[dt]) if dt in _G_INTS else "f")
-        if dt not in _G_INTS:
-            if a.dtype == np.float16:
-                raise TypeError(f"{op}: argument '{name}' is float16, which the CUDA "
-                                f"target does not support yet; use float32")
-            if dt in _G_FLOATS and a.dtype.type is not _G_FLOATS[dt]:
-                raise TypeError(f"{op}: argument '{name}' must be "
-                                f"{np.dtype(_G_FLOATS[dt]).name}, got {a.dtype}")
-            if type(v) is not int and type(v) is not float:
-                floats.append(a.dtype.type)
-        if shape is not None:
-            _g_bind_dims(op, name, a.shape, shape, dims, where)
-        arrays.append(a)
-    rt = np.result_type(*floats) if floats else np.dtype(np.float64)
+    arrays, rt, dims = _g_resolve(op, sig, values,
+                                  lambda name, dt, v: _gc_argument(op, name, dt, v))
     t = rt.type
     for i, ((name, dt, shape), a) in enumerate(zip(sig, arrays)):
         if dt not in _G_INTS and a.dtype != t:
             arrays[i] = (np.asarray(a, dtype=t) if isinstance(a, np.ndarray)
                          else _gc_copy(a, t, stream))
     return arrays, t, rt, dims
+
+
+def _gc_argument(op, name, dt, v):
+    """One argument of a ``.cuda`` method: a host scalar (0-d array) or a checked
+    device array; float16 and a float dtype other than the declared one are
+    TypeErrors."""
+    if isinstance(v, (bool, int, float, np.generic)):
+        a = (_g_int_input(op, name, v, np.dtype(_G_INTS[dt])) if dt in _G_INTS
+             else _g_float_input(op, "argument", name, v, _G_FLOATS.get(dt)))
+    else:
+        a = _gc_device_input(op, "argument", name, v,
+                             np.dtype(_G_INTS[dt]) if dt in _G_INTS else "f")
+    if dt not in _G_INTS:
+        if a.dtype == np.float16:
+            raise TypeError(f"{op}: argument '{name}' is float16, which the CUDA "
+                            f"target does not support yet; use float32")
+        if dt in _G_FLOATS and a.dtype.type is not _G_FLOATS[dt]:
+            raise TypeError(f"{op}: argument '{name}' must be "
+                            f"{np.dtype(_G_FLOATS[dt]).name}, got {a.dtype}")
+    return a
 
 
 def _gc_upstream(op, name, v, shape, t, stream):

@@ -128,23 +128,31 @@ def _g_inputs(op, sig, values):
                 values = [v if type(v) is np.ndarray else np.asarray(v, dtype=t)
                           for v in values]
             return values, t.type, t, dims
-    arrays, floats, dims, where = [], [], {}, {}
-    for (name, dt, shape), v in zip(sig, values):
-        if dt in _G_INTS:
-            a = _g_int_input(op, name, v, np.dtype(_G_INTS[dt]))
-        else:
-            a = _g_float_input(op, "argument", name, v, _G_FLOATS.get(dt))
-            if type(v) is not int and type(v) is not float:
-                floats.append(a.dtype.type)
-        if shape is not None:
-            _g_bind_dims(op, name, a.shape, shape, dims, where)
-        arrays.append(a)
-    rt = np.result_type(*floats) if floats else np.dtype(np.float64)
+    arrays, rt, dims = _g_resolve(op, sig, values, lambda name, dt, v: (
+        _g_int_input(op, name, v, np.dtype(_G_INTS[dt])) if dt in _G_INTS
+        else _g_float_input(op, "argument", name, v, _G_FLOATS.get(dt))))
     t = np.float32 if rt == np.float16 else rt.type
     for i, ((name, dt, shape), a) in enumerate(zip(sig, arrays)):
         if dt not in _G_INTS:
             arrays[i] = np.asarray(a, dtype=t, order="C")
     return arrays, t, rt, dims
+
+
+def _g_resolve(op, sig, values, read):
+    """Each argument through ``read(name, dtype, value)`` (which checks it and
+    returns an array), the sizes of named dims bound and checked across the
+    arguments, and the result dtype of the float ones (Python ``int`` and
+    ``float`` are weak: they do not take part).  Returns ``(arrays, RT, dims)``."""
+    arrays, floats, dims, where = [], [], {}, {}
+    for (name, dt, shape), v in zip(sig, values):
+        a = read(name, dt, v)
+        if dt not in _G_INTS and type(v) is not int and type(v) is not float:
+            floats.append(a.dtype.type)
+        if shape is not None:
+            _g_bind_dims(op, name, a.shape, shape, dims, where)
+        arrays.append(a)
+    rt = np.result_type(*floats) if floats else np.dtype(np.float64)
+    return arrays, rt, dims
 
 
 def _g_float_input(op, what, name, v, want=None):
