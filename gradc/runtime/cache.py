@@ -53,7 +53,9 @@ def cache_key(sources: list[str], options: dict) -> str:
     import gradc
     h = hashlib.sha256()
     meta = {"gradc": gradc.__version__, "compiler": compiler_fingerprint(), "numba": numba.__version__, "numpy": numpy.__version__,
-            "options": options}
+            "options": options,
+            # settings read from the environment when a module is written
+            "env": {k: os.environ.get(k, "") for k in ("GRADC_CUDA_UNROLL",)}}
     h.update(json.dumps(meta, sort_keys=True).encode())
     for text in sources:
         h.update(b"\0")

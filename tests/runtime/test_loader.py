@@ -71,3 +71,15 @@ def test_load_errors(tmp_path, cache):
     bad.write_text("op f(x) -> y { y = q }\n")
     with pytest.raises(gradc.GradcError, match="undefined name 'q'"):
         gradc.load(bad)
+
+
+def test_target_and_cuda_unroll_are_part_of_the_key(tmp_path, cache, monkeypatch):
+    """A module written for another target, or with another GRADC_CUDA_UNROLL, is
+    another cache entry (writing CUDA kernels needs no numba-cuda)."""
+    src = tmp_path / "ops.grad"
+    src.write_text("op f(x) -> y { y = 2 * x }\n")
+    from gradc.runtime.loader import entry_name
+    names = {entry_name(src.resolve(), {})[0], entry_name(src.resolve(), {"target": "all"})[0]}
+    monkeypatch.setenv("GRADC_CUDA_UNROLL", "4")
+    names.add(entry_name(src.resolve(), {"target": "all"})[0])
+    assert len(names) == 3
