@@ -328,7 +328,7 @@ class _waves:
             if self.saved is None:
                 self.module._gc_blocks(1)
                 self.saved = st["wave"]
-            st["wave"] = self.saved // self.module._GC_WAVES * self.w
+            st["wave"] = self.saved // self.module._gc_waves() * self.w
 
     def __exit__(self, *exc):
         if self.module is not None and self.w is not None:
@@ -456,7 +456,7 @@ def main(argv=None) -> int:
           f"{args.calls} calls, round-robin ({time.perf_counter() - t0:.0f} s); 'u<k>': unrolled k "
           f"times, 'w<k>': grid capped at k waves (default: unroll "
           f"{getattr(next(iter(mods.values())), '_GC_UNROLL', '?')}, "
-          f"{getattr(next(iter(mods.values())), '_GC_WAVES', '?')} waves)")
+          f"{next(iter(mods.values()))._gc_waves()} waves)")
     print(f"{'op':<30} {'n':>11} {'fused ms':>9} {'unfused ms':>10} {'GB/s':>8} "
           f"{'% copy':>7} {'vs unfused':>10}")
     for r in bw:

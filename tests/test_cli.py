@@ -112,3 +112,10 @@ def test_compile_target_cpu_writes_no_cuda(tmp_path):
     text = out.read_text(encoding="utf-8")
     assert "cuda" not in "".join(l for l in text.splitlines() if l.startswith(("import", "from")))
     assert "@cuda.jit" not in text and "TARGET = 'cpu'" in text
+
+
+def test_a_bad_cuda_unroll_setting_is_a_user_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GRADC_CUDA_UNROLL", "abc")
+    assert main(["compile", str(EXAMPLES / "seed.grad"), "-o", str(tmp_path / "x.py"),
+                 "--target", "all"]) == 1
+    assert "GRADC_CUDA_UNROLL must be an integer from 1 to 8, got 'abc'" in capsys.readouterr().err

@@ -20,7 +20,7 @@ import re
 from gradc.codegen.cpu import loop_body, print_loop
 from gradc.codegen.printer import IndentedBuffer, Printer
 from gradc.codegen.quote import comment
-from gradc.errors import CodegenError
+from gradc.errors import CodegenError, GradcError
 from gradc.ir.graph import Graph
 from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.fuse import Kernel, MatmulEpilogue
@@ -96,7 +96,8 @@ def unroll_factor() -> int:
     if not value:
         return UNROLL
     if not value.isdigit() or not 1 <= int(value) <= 8:
-        raise ValueError(f"GRADC_CUDA_UNROLL must be an integer from 1 to 8, got {value!r}")
+        raise GradcError(f"the environment variable GRADC_CUDA_UNROLL must be an integer "
+                         f"from 1 to 8, got {value!r}", code="E501")
     return int(value)
 
 
@@ -206,25 +207,26 @@ def render_cuda_matmul(graph: Graph | None, step, name: str, *, fast_math: bool 
         "_sb = cuda.shared.array((_GC_TILE, _GC_TILE), numba.float64)",
         "_tx = cuda.threadIdx.x",
         "_ty = cuda.threadIdx.y",
-        "_row = cuda.blockIdx.y * _GC_TILE + _ty",
         "_col = cuda.blockIdx.x * _GC_TILE + _tx",
-        "_acc = 0.0",
     ]
-    tile = [
-        "_sa[_ty, _tx] = _a[_row * _k + _t0 + _tx] if (_row < _m and _t0 + _tx < _k) else 0.0",
-        "_sb[_ty, _tx] = _b[(_t0 + _ty) * _n + _col] if (_col < _n and _t0 + _ty < _k) else 0.0",
-        "cuda.syncthreads()",
-        "for _j in range(_GC_TILE):",
-        "    _acc += _sa[_ty, _j] * _sb[_j, _tx]",
-        "cuda.syncthreads()",
+    # Blocks stride over the row tiles: a grid's y extent is at most 65535.
+    tiles = [
+        "_row = _rt * _GC_TILE + _ty",
+        "_acc = 0.0",
+        "for _t0 in range(0, _k, _GC_TILE):",
+        "    _sa[_ty, _tx] = _a[_row * _k + _t0 + _tx] if (_row < _m and _t0 + _tx < _k) else 0.0",
+        "    _sb[_ty, _tx] = _b[(_t0 + _ty) * _n + _col] if (_col < _n and _t0 + _ty < _k) else 0.0",
+        "    cuda.syncthreads()",
+        "    for _j in range(_GC_TILE):",
+        "        _acc += _sa[_ty, _j] * _sb[_j, _tx]",
+        "    cuda.syncthreads()",
+        "if _row < _m and _col < _n:",
+        "    _i = _row * _n + _col",
+        *("    " + line for line in body),
     ]
     print_loop(buf, f"@cuda.jit(cache=not _GC_SIM{fm})",
                f"def {name}({', '.join(outs + ins + ['_a', '_b', '_m', '_n', '_k', '_w'])}):",
-               hoisted + setup, "for _t0 in range(0, _k, _GC_TILE):", tile)
-    buf.indent()
-    buf.line("if _row < _m and _col < _n:")
-    buf.indent()
-    buf.line("_i = _row * _n + _col")
-    for line in body:
-        buf.line(line)
+               hoisted + setup,
+               "for _rt in range(cuda.blockIdx.y, (_m + _GC_TILE - 1) // _GC_TILE, cuda.gridDim.y):",
+               tiles)
     return buf.getvalue()

@@ -21,6 +21,7 @@ from gradc.passes.fuse import Kernel, MatmulEpilogue, attach_epilogues
 class CudaWrapperPrinter(WrapperPrinter):
     prefix = "_gc_"
     extra_kw = (("stream", "0"),)
+    label = ".cuda"
 
     def _empty(self, dtype: str) -> str:
         return f"_gc_empty(_s, {dtype}, stream)"
@@ -80,8 +81,6 @@ _GC_BLOCK = 8 if _GC_SIM else 256
 _GC_RBLOCK = 2 if _GC_SIM else 256        # reductions (a power of 2: a tree)
 _GC_GRID_Y = 2 if _GC_SIM else 65535      # rows of a reduction: blocks stride over more
 _GC_TILE = 4 if _GC_SIM else 16
-# Grid-stride loops launch at most this many waves of blocks (GRADC_CUDA_WAVES).
-_GC_WAVES = int(os.environ.get("GRADC_CUDA_WAVES", 64))
 # _gck_rows: modes (map and combine) and epilogues.
 _GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN, _GC_SUMEXP, _GC_SUMSQ, _GC_MAXABS = range(7)
 _GC_FIN_NONE, _GC_FIN_LSE, _GC_FIN_NORM = range(3)

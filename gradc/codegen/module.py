@@ -67,6 +67,7 @@ class WrapperPrinter:
 
     prefix = "_g_"
     extra_kw: tuple[tuple[str, str], ...] = ()     # (name, default) after out=
+    label = ""                                     # errors name "op<label>.method"
 
     def __init__(self, cop: CompiledOp, method: Method, plan: KernelPlan, kernels: Kernels,
                  fn_name: str, kernel_base: str) -> None:
@@ -92,7 +93,7 @@ class WrapperPrinter:
         b.indent()
         names = [self.vars[p] for p in params]
         tup = ", ".join(names) + ("," if len(names) == 1 else "")
-        b.line(f"_n = {cop.op.name + '.' + self.method.name!r}")
+        b.line(f"_n = {cop.op.name + self.label + '.' + self.method.name!r}")
         b.line(f"({tup}), _T, _RT, _d = "
                + self.helper("inputs", f"_n, _SIG_{py_name(cop.op.name)}, ({tup})"))
         inputs = "(" + ", ".join(names + [self.vars[u] for u in ups]) + ("," if len(names + ups) == 1 else "") + ")"
@@ -434,7 +435,7 @@ _HELPERS = (prelude._g_sum_to, prelude._g_broadcast_in, prelude._g_logsumexp, pr
             runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
             runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
-            runtime_src._g_flat, runtime_src._g_result_shape, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcOp)
+            runtime_src._g_flat, runtime_src._g_result_shape, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcOp)
 _CONSTANTS = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"
               "_G_PARALLEL_MIN = int(os.environ.get('GRADC_PARALLEL_MIN', 1 << 17))\n"
               "_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"

@@ -19,15 +19,20 @@ import math
 import numbers
 
 # Names the generated module binds or reads without a leading underscore: its
-# imports, its public names, the ``out=`` keyword of every method, and the
+# imports, its public names, the ``out=`` keyword of every method (and ``stream=``
+# of the CUDA ones), and the
 # builtins its helpers call (a test keeps this list complete).  A fixed list,
 # not ``dir(builtins)``, so that the output does not depend on the Python version.
 RESERVED = frozenset({
     "np", "numba", "math", "os", "OPS", "SOURCE_SHA256", "out",
-    "Exception", "NotImplementedError", "OverflowError", "TypeError", "ValueError",
+    "cuda", "stream", "TARGET", "CUDA_KERNELS",
+    "AttributeError", "Exception", "NotImplementedError", "OverflowError", "TypeError",
+    "ValueError",
     "abs", "all", "any", "bool", "complex", "dict", "enumerate", "float", "getattr",
-    "int", "isinstance", "len", "list", "max", "min", "object", "property", "range",
-    "repr", "set", "sorted", "str", "sum", "super", "tuple", "type", "zip",
+    "hasattr", "id", "int", "isinstance", "iter", "len", "list", "map", "max", "min", "next",
+    "object",
+    "property", "range", "repr", "reversed", "set", "sorted", "str", "sum", "super",
+    "tuple", "type", "zip",
 })
 
 

@@ -29,6 +29,7 @@ also prints the matmul kernels with a fused elementwise epilogue.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
@@ -43,7 +44,6 @@ _GC_BLOCK = 256
 _GC_RBLOCK = 256
 _GC_GRID_Y = 65535
 _GC_TILE = 16
-_GC_WAVES = 64
 
 # Modes of _gc_rows: how an element is mapped and combined.
 _GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN, _GC_SUMEXP, _GC_SUMSQ, _GC_MAXABS = range(7)
@@ -210,6 +210,9 @@ def _gc_device_input(op, what, name, v, want_kind):
         raise TypeError(f"{op}: {what} '{name}' must be a device array, got "
                         f"{type(v).__name__}")
     a = _gc_as_device(v)
+    if not a.dtype.isnative:
+        raise TypeError(f"{op}: {what} '{name}' has a non-native byte order ({a.dtype}); "
+                        f"the CUDA kernels read native float32/float64")
     if want_kind == "f":
         if a.dtype.char not in "fd":
             raise TypeError(f"{op}: {what} '{name}' must be a float32 or float64 device "
@@ -228,6 +231,11 @@ def _gc_inputs(op, sig, values, stream):
     ``(arrays, T, RT, dims)``: device arrays (host 0-d arrays for scalars) in
     the compute dtype ``T``.  Raises TypeError for host arrays, a wrong dtype or
     float16, ValueError for a wrong shape or a non-contiguous array."""
+    if not (type(stream) is int and stream == 0) and not (
+            hasattr(stream, "synchronize") and hasattr(stream, "auto_synchronize")):
+        raise TypeError(f"{op}: stream= must be 0 (the default stream) or a Numba CUDA "
+                        f"stream (numba.cuda.stream(); another library's stream through "
+                        f"numba.cuda.external_stream(ptr)), got {type(stream).__name__}")
     arrays, rt, dims = _g_resolve(op, sig, values,
                                   lambda name, dt, v: _gc_argument(op, name, dt, v))
     t = rt.type
@@ -242,6 +250,9 @@ def _gc_argument(op, name, dt, v):
     """One argument of a ``.cuda`` method: a host scalar (0-d array) or a checked
     device array; float16 and a float dtype other than the declared one are
     TypeErrors."""
+    if dt == "f16":
+        raise TypeError(f"{op}: parameter '{name}' is declared f16, which the CUDA target "
+                        f"does not support yet (declare f32, or call the CPU method)")
     if isinstance(v, (bool, int, float, np.generic)):
         a = (_g_int_input(op, name, v, np.dtype(_G_INTS[dt])) if dt in _G_INTS
              else _g_float_input(op, "argument", name, v, _G_FLOATS.get(dt)))
@@ -326,14 +337,14 @@ def _gc_upload(a, stream):
     copies are never written, so sharing them is safe)."""
     a = np.asarray(a)
     if a.size != 1:
-        return cuda.to_device(np.ascontiguousarray(a), stream=stream)
+        return cuda.to_device(np.array(a, order="C"), stream=stream)
     cache = _GC_STATE.setdefault("scalars", {})
     key = (a.dtype.str, a.reshape(-1)[0].tobytes(), a.shape)
     d = cache.get(key)
     if d is None:
         if len(cache) >= 256:
             cache.clear()
-        d = cache[key] = cuda.to_device(np.ascontiguousarray(a), stream=stream)
+        d = cache[key] = cuda.to_device(np.array(a, order="C"), stream=stream)   # 0-d stays 0-d
     return d
 
 
@@ -343,7 +354,7 @@ def _gc_dev(a, stream):
 
 def _gc_blocks(n):
     """Blocks for a grid-stride loop over ``n`` elements: enough to cover it, at
-    most _GC_WAVES waves of blocks at full occupancy on the current device
+    most :func:`_gc_waves` waves of blocks at full occupancy on the current device
     (several waves, so that a kernel whose registers allow fewer resident
     blocks does not end on a partly idle wave)."""
     cap = _GC_STATE.get("wave")
@@ -353,9 +364,21 @@ def _gc_blocks(n):
         else:
             dev = cuda.get_current_device()
             cap = dev.MULTIPROCESSOR_COUNT * max(1, dev.MAX_THREADS_PER_MULTIPROCESSOR
-                                                 // _GC_BLOCK) * _GC_WAVES
+                                                 // _GC_BLOCK) * _gc_waves()
         _GC_STATE["wave"] = cap
     return max(1, min((n + _GC_BLOCK - 1) // _GC_BLOCK, cap))
+
+
+def _gc_waves():
+    """The cap on grid-stride grids, in waves: GRADC_CUDA_WAVES (read at the first
+    launch, so a bad value breaks no import and no CPU method), else 64."""
+    w = _GC_STATE.get("waves")
+    if w is None:
+        text = os.environ.get("GRADC_CUDA_WAVES", "64")
+        if not text.isdigit() or int(text) < 1:
+            raise ValueError(f"GRADC_CUDA_WAVES must be a positive integer, got {text!r}")
+        w = _GC_STATE["waves"] = int(text)
+    return w
 
 
 def _gc_witness(t):
@@ -373,14 +396,19 @@ def _gc_launch(kernel, stream, *args):
         kernel[_gc_blocks(n), _GC_BLOCK, stream](*args)
 
 
+def _gc_ravel(a):
+    """A C-contiguous device array as 1-D (a view; 0-d gives one element)."""
+    return a if a.ndim == 1 else a.reshape(a.size)
+
+
 def _gc_flat(a, shape, stream):
     """``a`` as a flat contiguous device array over the loop of ``shape``; a
     broadcast is materialised (one gather)."""
     a = _gc_dev(a, stream)
     shape = tuple(shape)
     if a.shape == shape or (shape == () and a.size == 1):
-        return a.reshape(max(a.size, 1)) if a.ndim != 1 else a
-    return _gc_broadcast(a, shape, stream).reshape(-1)
+        return _gc_ravel(a)
+    return _gc_ravel(_gc_broadcast(a, shape, stream))
 
 
 def _gc_strides(shape):
@@ -400,9 +428,8 @@ def _gc_gather(src, shape, strides, dtype, stream):
     if out.size:
         if not shape:
             shape, strides = (1,), (0,)
-        flat = src.reshape(max(src.size, 1)) if src.ndim != 1 else src
         _gck_gather[_gc_blocks(out.size), _GC_BLOCK, stream](
-            out.reshape(out.size), flat, shape, tuple(int(s) for s in strides))
+            _gc_ravel(out), _gc_ravel(src), shape, tuple(int(s) for s in strides))
     return out
 
 
@@ -473,7 +500,7 @@ def _gc_reduce(kind, x, axis, keepdims, stream):
         perm = kept + axes
         st = _gc_strides(x.shape)
         x = _gc_gather(x, [x.shape[i] for i in perm], [st[i] for i in perm], x.dtype, stream)
-    flat = x.reshape(max(x.size, 1)) if x.ndim != 1 else x
+    flat = _gc_ravel(x)
     if inner == 0:
         flat = _gc_empty((0,), x.dtype, stream)
     t = x.dtype
@@ -503,8 +530,7 @@ def _gc_matmul_operands(a, b, stream):
     if k != k2:
         raise ValueError(f"matmul: mismatch in its core dimension: {a.shape} @ {b.shape}")
     shape = _g_result_shape("matmul", a.shape, b.shape)
-    flat = [x.reshape(max(x.size, 1)) if x.ndim != 1 else x for x in (a, b)]
-    return flat[0], flat[1], (m, n, k), shape
+    return _gc_ravel(a), _gc_ravel(b), (m, n, k), shape
 
 
 def _gc_launch_matmul(kernel, stream, mnk, *args):
@@ -512,7 +538,7 @@ def _gc_launch_matmul(kernel, stream, mnk, *args):
     the ``m`` by ``n`` product: one block of _GC_TILE^2 threads per tile."""
     m, n, k = mnk
     if m and n:
-        grid = ((n + _GC_TILE - 1) // _GC_TILE, (m + _GC_TILE - 1) // _GC_TILE)
+        grid = ((n + _GC_TILE - 1) // _GC_TILE, min((m + _GC_TILE - 1) // _GC_TILE, _GC_GRID_Y))
         kernel[grid, (_GC_TILE, _GC_TILE), stream](*args, m, n, k, _gc_witness(args[-1].dtype))
 
 
@@ -573,13 +599,13 @@ def _gc_finish(op, outs, results, shapes, rt, inputs, stream):
                     o.copy_to_device(r, stream=stream)      # a device-to-device memcpy
                 elif o.size:
                     _gck_gather[_gc_blocks(o.size), _GC_BLOCK, stream](
-                        o.reshape(o.size), r.reshape(max(r.size, 1)), shape or (1,),
+                        _gc_ravel(o), _gc_ravel(r), shape or (1,),
                         _gc_strides(shape) or (1,))
             final.append(o)
             continue
         if r.dtype.kind == "f" and r.dtype != rt:
             r = _gc_copy(r, rt, stream)
-        elif any(_gc_overlap(r, a) for a in inputs):
+        elif any(_gc_overlap(r, a) for a in inputs) or any(_gc_overlap(r, f) for f in final):
             c = _gc_empty(r.shape, r.dtype, stream)
             if c.size:
                 c.copy_to_device(r, stream=stream)

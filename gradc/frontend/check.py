@@ -11,7 +11,7 @@ E203  name defined twice (parameter, output, assignment, op, const)
 E204  output or gradient output never assigned
 E205  imported file missing or unreadable
 E206  recursion
-E207  a parameter with a default named ``out`` (the keyword of result buffers)
+E207  a parameter with a default named ``out`` or ``stream`` (keywords of the methods)
 E302  unknown dtype
 E303  wrong arguments in a call
 E304  bad ``axis=`` / ``keepdims=`` value, tuple outside ``axis=``
@@ -241,11 +241,13 @@ class _OpChecker:
                             f"first declared at {scope[p.name][1]}")
             else:
                 scope[p.name] = ("parameter", p.span)
-            if p.name == "out" and p.default is not None:
+            if p.name in ("out", "stream") and p.default is not None:
+                what = ("of every method for its result buffers" if p.name == "out" else
+                        "of the CUDA methods for their CUDA stream")
                 self.errors.append(NameResolutionError(
-                    "a parameter with a default cannot be named 'out'", p.span, "E207",
-                    ["parameters with a default are keyword-only, and 'out=' is the keyword "
-                     "of every method for its result buffers: rename the parameter"]))
+                    f"a parameter with a default cannot be named '{p.name}'", p.span, "E207",
+                    [f"parameters with a default are keyword-only, and '{p.name}=' is the "
+                     f"keyword {what}: rename the parameter"]))
             if p.type is not None and p.type.dtype is not None and p.type.dtype not in DTYPES:
                 self.errors.append(TypeError_(
                     f"unknown dtype '{p.type.dtype}'", p.type.span, "E302",

@@ -61,11 +61,13 @@ def test_tricky_names_never_collide() -> None:
     assert len({py_name(n) for n in names}) == len(names)
 
 
-def test_reserved_names_cover_every_global_the_module_reads() -> None:
+@pytest.mark.parametrize("target", ["cpu", "all"])
+def test_reserved_names_cover_every_global_the_module_reads(target) -> None:
     """A user name may not rebind or shadow a global of the module: every global
-    it reads without a leading underscore is reserved (so mangled)."""
+    it reads without a leading underscore is reserved (so mangled), the CUDA
+    target's too (``cuda``, ``stream``...; writing it needs no numba-cuda)."""
     text = gradc.compile_source((EXAMPLES / "seed.grad").read_text(encoding="utf-8"),
-                                file="seed.grad")
+                                file="seed.grad", target=target)
     used: set[str] = set()
 
     def walk(table: symtable.SymbolTable) -> None:

@@ -372,3 +372,29 @@ def test_repr_spec_and_signature(m) -> None:
     assert m.lr.spec.startswith("op lr(x, alpha: nograd = 0.01) -> y {")
     assert repr(m.g).startswith("<gradc op g(")
     assert m.OPS["lr"] is m.lr
+
+
+def test_two_outputs_are_never_one_array(import_module_text) -> None:
+    """``b = a``: two results, two arrays (writing one must not change the other)."""
+    m = import_module_text(gradc.compile_source(
+        "op twin(x) -> (a, b) {\n    a = x * 2\n    b = a\n}\n", file="twin.grad"), "gradc_twin")
+    for a, b in (m.twin(ones(3)), m.twin.unfused(ones(3)), m.twin.fwd_bwd(ones(3), ones(3),
+                                                                          ones(3))[:2]):
+        assert not np.shares_memory(a, b)
+        a[0] = 7.0
+        assert b[0] == 2.0
+
+
+def test_a_keyword_parameter_may_be_named_self(import_module_text) -> None:
+    m = import_module_text(gradc.compile_source(
+        "op g(x, self: nograd = 2.0) -> y {\n    y = x * self\n}\n", file="self.grad"),
+        "gradc_self_kw")
+    np.testing.assert_array_equal(m.g(ones(2), self=3.0), [3.0, 3.0])
+    np.testing.assert_array_equal(m.g.vjp(ones(2), ones(2), self=3.0)[0], [3.0, 3.0])
+
+
+def test_a_default_named_stream_is_an_error() -> None:
+    with pytest.raises(gradc.GradcError, match="cannot be named 'stream'") as info:
+        gradc.compile_source("op g(x, stream: nograd = 2.0) -> y {\n    y = x * stream\n}\n",
+                             file="stream.grad")
+    assert info.value.code == "E207"

@@ -362,13 +362,13 @@ def _g_finish(op, outs, results, shapes, rt, inputs):
 
     ``inputs`` are the arrays a result returned without ``out=`` must not share
     memory with (it is copied if it does); wrappers pass ``()`` when no result
-    can.  Fast paths: then, without ``out=``, C-contiguous writeable arrays of
+    can.  No two results share memory either (``b = a`` gives two arrays).  Fast paths: then, without ``out=``, C-contiguous writeable arrays of
     their output's shape and of the result dtype (or not floating-point) are
     returned as they are; with ``out=``, the outs when every result was
     computed in its out[k].
     """
     if outs is None:
-        if not inputs:
+        if not inputs and (len(results) == 1 or len(set(map(id, results))) == len(results)):
             for r, shape in zip(results, shapes):
                 if type(r) is not np.ndarray or r.shape != shape \
                         or r.dtype is not rt and r.dtype.kind == "f":
@@ -405,10 +405,16 @@ def _g_finish(op, outs, results, shapes, rt, inputs):
             final.append(o)
             continue
         if (r.dtype != rt and r.dtype.kind == "f") or not r.flags.c_contiguous \
-                or not r.flags.writeable or any(np.may_share_memory(r, a) for a in inputs):
+                or not r.flags.writeable or any(np.may_share_memory(r, a) for a in inputs) \
+                or any(np.may_share_memory(r, f) for f in final):    # b = a: two arrays
             r = np.array(r, dtype=rt if r.dtype.kind == "f" else r.dtype, order="C")
         final.append(r)
     return tuple(final)
+
+
+class _GradcMissing(NotImplementedError, AttributeError):
+    """A method or target the module was not compiled with: a NotImplementedError
+    that is also an AttributeError, so ``hasattr(op, "cuda")`` is False."""
 
 
 class _GradcOp:
@@ -464,28 +470,28 @@ class _GradcOp:
             out[self._keywords.get(key, key)] = value
         return out
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, /, *args, **kwargs):
         try:
             return self._forward(*args, **kwargs)
         except ValueError as exc:
             self._relabel("forward", exc)
             raise
 
-    def vjp(self, *args, **kwargs):
+    def vjp(self, /, *args, **kwargs):
         try:
             return self._vjp(*args, **kwargs)
         except ValueError as exc:
             self._relabel("vjp", exc)
             raise
 
-    def fwd_bwd(self, *args, **kwargs):
+    def fwd_bwd(self, /, *args, **kwargs):
         try:
             return self._fwd_bwd(*args, **kwargs)
         except ValueError as exc:
             self._relabel("fwd_bwd", exc)
             raise
 
-    def jvp(self, *args, **kwargs):
+    def jvp(self, /, *args, **kwargs):
         raise NotImplementedError(f"{self.__name__}.jvp: forward mode is not implemented "
                                   "yet in this gradc version; use vjp or fwd_bwd")
 
@@ -494,8 +500,8 @@ class _GradcOp:
         """The same methods on CUDA device arrays (modules compiled with
         ``--target cuda`` or ``all``)."""
         if self._cuda is None:
-            raise NotImplementedError(f"{self.__name__}.cuda: this module was compiled for "
-                                      "the CPU only; recompile with --target cuda or all")
+            raise _GradcMissing(f"{self.__name__}.cuda: this module was compiled for "
+                                "the CPU only; recompile with --target cuda or all")
         return self._cuda
 
     def __repr__(self):

@@ -251,3 +251,95 @@ def test_targets_say_what_is_missing(tmp_path) -> None:
     with pytest.raises(NotImplementedError, match="--target cuda only"):
         gpu.h(np.ones(3))
     np.testing.assert_allclose(gpu.h.cuda(cuda.to_device(np.ones(3))).copy_to_host(), 2.0)
+
+
+EDGES = """
+op cuda(x) -> y {
+    y = sum(exp(x))
+}
+op TARGET(x, stream) -> y {
+    y = x * stream
+}
+op CUDA_KERNELS(x) -> y {
+    y = x + 1
+}
+op cst(x) -> y {
+    y = 3
+}
+op pass_scalar(x, s) -> (y, t) {
+    y = x * s
+    t = s
+}
+op twin(x) -> (a, b) {
+    a = x * 2
+    b = a
+}
+op tall(a: f32[m, k], b: f32[k, n]) -> c {
+    c = tanh(a @ b)
+}
+op half(x: f16[n]) -> y {
+    y = x * 2
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def edges(tmp_path_factory):
+    return load(EDGES, tmp_path_factory.mktemp("edges"), "simedges")
+
+
+def test_names_of_the_cuda_module_are_user_names_too(edges) -> None:
+    """Ops named cuda, TARGET, CUDA_KERNELS and a parameter named stream are
+    mangled like the module's other names: nothing is shadowed."""
+    m = edges.module
+    import numba.cuda
+    assert m.cuda is numba.cuda and m.TARGET == "cuda" and isinstance(m.CUDA_KERNELS, dict)
+    x = np.linspace(-1, 1, 5)
+    dx = cuda.to_device(x)
+    assert abs(float(m.OPS["cuda"].cuda(dx).copy_to_host()) - np.exp(x).sum()) < 1e-12
+    np.testing.assert_allclose(m.OPS["TARGET"].cuda(dx, 2.0).copy_to_host(), 2 * x)
+    np.testing.assert_allclose(m.OPS["CUDA_KERNELS"].cuda(dx).copy_to_host(), x + 1)
+
+
+def test_empty_and_zero_d_results(edges, lib) -> None:
+    e = cuda.to_device(np.zeros((0, 3), np.float32))
+    y = edges.OPS["CUDA_KERNELS"].cuda(e)
+    assert y.shape == (0, 3)
+    assert edges.OPS["cuda"].cuda(e).copy_to_host() == 0.0
+    with pytest.raises(ValueError, match="zero-size array to reduction operation min"):
+        lib.reds.cuda(cuda.to_device(np.zeros((2, 0, 3), np.float32)))   # as NumPy
+    c = edges.OPS["tall"].cuda(e, cuda.to_device(np.ones((3, 4), np.float32)))
+    assert c.shape == (0, 4)
+    x = cuda.to_device(np.ones(4))
+    y = edges.OPS["cst"].cuda(x)
+    assert y.shape == () and float(y.copy_to_host()) == 3.0
+    y, t = edges.OPS["pass_scalar"].cuda(x, 2.5)
+    assert t.shape == () and float(t.copy_to_host()) == 2.5
+    g = edges.OPS["pass_scalar"].cuda.fwd_bwd(x, np.float64(2.5), x, 1.0)
+    assert [a.shape for a in g] == [(4,), (), (4,), ()]
+
+
+def test_two_outputs_are_two_arrays(edges) -> None:
+    x = np.arange(3.0)
+    a, b = edges.OPS["twin"].cuda(cuda.to_device(x))
+    a[0] = 7.0
+    assert b.copy_to_host()[0] == 0.0
+
+
+def test_matmul_with_more_row_tiles_than_the_grid(edges) -> None:
+    """The simulator's grid has 2 rows of blocks: 13 rows of 4-row tiles stride."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((37, 5)).astype(np.float32), rng.standard_normal((5, 6)).astype(
+        np.float32)
+    c = edges.OPS["tall"].cuda(cuda.to_device(a), cuda.to_device(b)).copy_to_host()
+    np.testing.assert_allclose(c, np.tanh(a @ b), rtol=1e-5, atol=1e-6)
+
+
+def test_stream_and_float16_declarations_are_checked(edges) -> None:
+    x = cuda.to_device(np.ones(3))
+    with pytest.raises(TypeError, match="stream= must be 0 .* got str"):
+        edges.OPS["CUDA_KERNELS"].cuda(x, stream="abc")
+    with pytest.raises(TypeError, match="declared f16"):
+        edges.OPS["half"].cuda(cuda.to_device(np.ones(3, np.float16)))
+    with pytest.raises(ValueError, match=r"^CUDA_KERNELS\.cuda\.forward: "):
+        edges.OPS["CUDA_KERNELS"].cuda(x, out=cuda.device_array(4))
