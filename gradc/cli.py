@@ -17,6 +17,18 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def _cmd_compile(args) -> int:
+    if args.emit == "ir":
+        if args.output:
+            print("error: --emit ir prints the IR to stdout and writes no file: drop -o "
+                  "(or redirect the output)", file=sys.stderr)
+            return 2
+        from gradc.explain import emit_ir
+        print(emit_ir(args.spec, args.op, check=args.debug))
+        return 0
+    if args.op:
+        print("error: --op selects ops for --emit ir only (a module has every op)",
+              file=sys.stderr)
+        return 2
     from gradc import compile_file
     out = compile_file(args.spec, args.output, target=args.target, fuse=not args.no_fuse,
                        fast_math=args.fast_math, precise=args.precise, check=args.debug)
@@ -89,8 +101,8 @@ def _size(text: str) -> int:
 
 
 def _cmd_graph(args) -> int:
-    print("gradc graph: not implemented yet in this version (use 'gradc explain' for the "
-          "IR as text)", file=sys.stderr)
+    print("gradc graph: not implemented yet in this version (use 'gradc compile "
+          "--emit ir' for the IR as text, 'gradc explain' for the math and kernel plan)", file=sys.stderr)
     return 2
 
 
@@ -116,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--fast-math", action="store_true",
                    help="Numba fast-math flags that keep NaN/inf semantics")
     c.add_argument("--precise", action="store_true", help=_PRECISE)
+    c.add_argument("--emit", choices=("module", "ir"), default="module",
+                   help="module: write the Python module (default); ir: print each op's "
+                        "optimised IR (forward, vjp, fwd_bwd graphs after simplification, "
+                        "CSE and DCE) to stdout and write nothing")
+    c.add_argument("--op", action="append", metavar="NAME",
+                   help="with --emit ir: only this op (repeatable)")
     c.set_defaults(fn=_cmd_compile)
     k = sub.add_parser("check", help="parse, type-check and gradient-check every op")
     k.add_argument("spec")

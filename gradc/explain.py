@@ -1,11 +1,13 @@
-"""``gradc explain``: an op's derived gradient as readable math, and its kernel plan."""
+"""``gradc explain``: an op's derived gradient as readable math, and its kernel plan;
+``gradc compile --emit ir``: every method's optimised graph (:func:`emit_ir`)."""
 from __future__ import annotations
 
 from collections import Counter
 
-from gradc.codegen.cpu import row_inputs
+from gradc.codegen.cpu import is_scalar_input, row_inputs
 from gradc.frontend.check import load_program
-from gradc.ir.graph import Graph
+from gradc.ir.dump import dump, shape_text
+from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import INFIX, PRIMITIVES
 from gradc.passes.fuse import Kernel, KernelPlan
 from gradc.pipeline import build_op
@@ -56,36 +58,58 @@ class MathPrinter:
         return s
 
 
-def shape_text(graph: Graph, shape) -> str:
-    """A shape class in user terms: ``(b, h)``, ``shape(x)``, ``broadcast((3,), shape(x))``."""
-    parts = [f"({', '.join(map(str, shape.static))}{',' if len(shape.static) == 1 else ''})"
-             ] if shape.static or not shape.dyn else []
-    for d in sorted(shape.dyn):
-        node = graph.node(d)
-        parts.append(f"shape({node.attr('name') if node.op == 'param' else f'%{d}'})")
-    return parts[0] if len(parts) == 1 else f"broadcast({', '.join(parts)})"
+# Bytes of one element of a value, at float32 and at float64 compute dtype.
+_ITEMSIZE = {FLOAT: (4, 8), "bool": (1, 1), "i32": (4, 4), "i64": (8, 8)}
+
+
+def _traffic(g: Graph, values) -> tuple[int, int]:
+    """Bytes per element that reading or storing ``values`` once each moves (f32, f64)."""
+    sizes = [_ITEMSIZE[g.node(v).dtype] for v in values]
+    return sum(s[0] for s in sizes), sum(s[1] for s in sizes)
+
+
+def _bytes_text(f32: int, f64: int) -> str:
+    return f"({f32} B at float32, {f64} B at float64)"
 
 
 def plan_text(plan: KernelPlan, label: str) -> list[str]:
+    """The plan's steps; per kernel, what it reads and stores and the memory it must
+    move per element of its loop: every array input read once and every output
+    stored once; scalar inputs (read once per kernel) and per-row inputs (a bias,
+    read once per row) are not counted per element."""
     g = plan.graph
     lines = [f"{label}: {len(plan.steps)} step(s)"]
     names = MathPrinter(g).names
     ref = lambda n: names.get(n, f"%{n}")
+    totals: dict[str, list[int]] = {}         # loop shape -> [arrays, f32 B, f64 B]
     for k, step in enumerate(plan.steps):
         if isinstance(step, Kernel):
             ops = Counter(g.node(n).op for n in step.nodes)
             fused = ", ".join(f"{op}×{c}" if c > 1 else op for op, c in sorted(ops.items()))
-            lines.append(f"  [{k}] kernel over {shape_text(g, step.shape)}: fuses {len(step.nodes)} "
+            shape = shape_text(g, step.shape)
+            lines.append(f"  [{k}] kernel over {shape}: fuses {len(step.nodes)} "
                          f"primitive(s) ({fused})")
             rows = row_inputs(g, step)          # read once per row, not per element
-            reads = [ref(i) + (" (per row)" if i in rows else "") for i in step.inputs]
+            once = {i for i in step.inputs if is_scalar_input(g, i)}   # once per kernel
+            reads = [ref(i) + (" (per row)" if i in rows else " (scalar)" if i in once else "")
+                     for i in step.inputs]
+            moved = [i for i in step.inputs if i not in rows and i not in once] + \
+                list(step.outputs)
+            f32, f64 = _traffic(g, moved)
             lines.append(f"      reads {', '.join(reads) or '-'}; "
                          f"stores {', '.join(ref(o) for o in step.outputs)}; "
-                         f"{len(step.inputs) - len(rows) + len(step.outputs)} array(s) per element")
+                         f"{len(moved)} array(s) per element {_bytes_text(f32, f64)}")
+            t = totals.setdefault(shape, [0, 0, 0])
+            t[0] += len(moved)
+            t[1] += f32
+            t[2] += f64
         else:
             node = g.node(step.node)
             lines.append(f"  [{k}] {PRIMITIVES[node.op].kind} call: {node.op} "
                          f"(a kernel boundary, run by NumPy)")
+    for shape, (n, f32, f64) in totals.items():
+        lines.append(f"  all kernels over {shape}: {n} array(s) per element "
+                     f"{_bytes_text(f32, f64)}")
     return lines
 
 
@@ -122,3 +146,43 @@ def explain(path: str, op_name: str) -> str:
 def _sig(cop) -> str:
     from gradc.codegen.module import _signature_text
     return _signature_text(cop)
+
+
+def emit_ir(path: str, op_names: list[str] | None = None, *, check: bool = False) -> str:
+    """``gradc compile --emit ir``: the optimised graph of every method (forward, vjp,
+    fwd_bwd) of every op of ``path`` (or of ``op_names``), as codegen receives it:
+    after simplification, CSE and DCE (:func:`gradc.ir.dump.dump`)."""
+    from gradc import _warn
+    from gradc.errors import GradcError, NameResolutionError, NotSupportedError, raise_all
+    from gradc.frontend.limits import out_of_stack
+    from gradc.pipeline import METHODS
+    try:
+        program = load_program(path)
+        unknown = [n for n in op_names or () if n not in program.ops]
+        if unknown:
+            raise NameResolutionError(f"no op{'s' if len(unknown) > 1 else ''} "
+                                      f"{', '.join(repr(n) for n in unknown)} in {path} "
+                                      f"(ops: {', '.join(program.main_ops)})")
+        out = [f"# gradc IR of {path}: each method's graph after simplification, CSE and DCE,",
+               "# as code generation receives it; T is the op's float dtype (float32 or float64,",
+               "# fixed by the call); shapes in the source's terms; # file:line of each node"]
+        compiled, errors = {}, []
+        for name in op_names or program.main_ops:
+            try:
+                compiled[name] = cop = build_op(program.ops[name], program.ops,
+                                                program.consts, check=check)
+            except NotSupportedError as exc:
+                out += ["", f"op {name}: not compiled: {exc.render().splitlines()[0]}"]
+                continue
+            except GradcError as exc:
+                errors.append(exc)
+                continue
+            out += ["", f"op {name}{_sig(cop)}"]
+            for m in METHODS:
+                g = cop.methods[m].graph
+                out += ["", f"  {m} ({len(g)} nodes):", dump(g, indent="    ").rstrip("\n")]
+        raise_all(errors)
+    except RecursionError:
+        raise out_of_stack(str(path)) from None
+    _warn(compiled)
+    return "\n".join(out)

@@ -81,6 +81,91 @@ def test_explain_shows_gradient_and_plan(capsys):
     assert "kernel plan of fwd_bwd (fused): 1 step(s)" in out
 
 
+def test_explain_counts_bytes_per_element_of_each_kernel(capsys):
+    """Every array input read and every output stored once per element, 4 B each at
+    float32 and 8 B at float64; scalars (once per kernel) and per-row inputs are not
+    counted per element."""
+    assert main(["explain", str(EXAMPLES / "seed.grad"), "scaled_tanh"]) == 0
+    out = capsys.readouterr().out
+    fused = out.split("kernel plan of fwd_bwd (fused)")[1].split("kernel plan")[0]
+    assert "reads x, dy; stores %" in fused
+    assert "; 4 array(s) per element (16 B at float32, 32 B at float64)" in fused
+    assert "all kernels over shape(x): 4 array(s) per element (16 B at float32, 32 B at " \
+           "float64)" in fused
+    unfused = out.split("kernel plan of fwd_bwd (unfused)")[1]
+    assert "all kernels over shape(x): 11 array(s) per element (44 B at float32, 88 B at " \
+           "float64)" in unfused
+
+    assert main(["explain", str(EXAMPLES / "activations.grad"), "leaky_relu"]) == 0
+    out = capsys.readouterr().out
+    fused = out.split("kernel plan of fwd_bwd (fused)")[1].split("kernel plan")[0]
+    assert "reads x, alpha (scalar), dy; stores %" in fused        # alpha: a 0-d parameter
+    assert "; 4 array(s) per element (16 B at float32, 32 B at float64)" in fused
+
+    assert main(["explain", str(EXAMPLES / "seed.grad"), "mlp"]) == 0
+    out = capsys.readouterr().out
+    fused = out.split("kernel plan of forward (fused)")[1].split("kernel plan")[0]
+    assert "reads b1 (per row), %5; stores %7; 2 array(s) per element (8 B at float32, " \
+           "16 B at float64)" in fused
+    assert "all kernels over (b, h): 2 array(s) per element" in fused
+    assert "all kernels over (b, o): 2 array(s) per element" in fused
+
+
+def _ir_section(out: str, op: str, method: str) -> list[str]:
+    """The node lines and return line of one method in ``--emit ir`` output."""
+    block = out.split(f"\nop {op}(")[1].split("\nop ")[0]
+    lines = block.split(f"\n  {method} (")[1].splitlines()[1:]
+    end = next(k for k, l in enumerate(lines) if l.strip().startswith("return "))
+    return lines[:end + 1]
+
+
+def test_compile_emit_ir_prints_the_optimised_graphs(tmp_path, capsys):
+    spec = tmp_path / "seed.grad"
+    spec.write_text((EXAMPLES / "seed.grad").read_text(encoding="utf-8"), encoding="utf-8")
+    assert main(["compile", str(spec), "--emit", "ir"]) == 0
+    out = capsys.readouterr().out
+    assert list(tmp_path.iterdir()) == [spec]                  # no module written
+    for op in ("custom_linear", "sign_ste", "clipped_relu", "scaled_tanh", "mlp",
+               "softmax_xent", "critic", "gradient_penalty"):
+        assert f"\nop {op}(" in out
+        for m in ("forward", "vjp", "fwd_bwd"):
+            assert _ir_section(out, op, m)
+    # One node per line: id, op(args), dtype and shape, source line.
+    fb = _ir_section(out, "scaled_tanh", "fwd_bwd")
+    tanh = [l for l in fb if "= tanh(" in l]
+    assert len(tanh) == 1                    # the gradient reuses the forward's tanh
+    tid = tanh[0].split("=")[0].strip()
+    assert tanh[0].split() == [tid, "=", "tanh(%0)", "T", "shape(x)", "#", "seed.grad:34"]
+    assert any(f"= square({tid})" in l for l in fb)
+    assert fb[0].split()[:4] == ["%0", "=", "param", "x"]
+    assert fb[-1].strip().startswith(f"return y = {tid}, grad_x = %")
+    assert _ir_section(out, "scaled_tanh", "vjp")[-1].strip().startswith("return grad_x = %")
+    mlp = _ir_section(out, "mlp", "forward")
+    assert any(l.split()[2:6] == ["param", "b1", "T", "(h,)"] for l in mlp)
+    assert any("matmul(%0, %1)  T (b, h)  # seed.grad:43" in l for l in mlp)
+
+
+def test_compile_emit_ir_one_op(capsys):
+    assert main(["compile", str(EXAMPLES / "activations.grad"), "--emit", "ir",
+                 "--op", "leaky_relu"]) == 0
+    out = capsys.readouterr().out
+    assert "\nop leaky_relu(" in out and "\nop swish(" not in out
+    assert out.count("\n  forward (") == 1
+    assert any(l.split()[:6] == ["%1", "=", "param", "alpha", "T", "()"]
+               for l in _ir_section(out, "leaky_relu", "forward"))
+
+
+def test_compile_emit_bad_uses(tmp_path, capsys):
+    seed = str(EXAMPLES / "seed.grad")
+    assert main(["compile", seed, "--emit", "ir", "--op", "nope"]) == 1
+    assert "no op 'nope' in" in capsys.readouterr().err
+    assert main(["compile", seed, "--emit", "ir", "-o", str(tmp_path / "x.py")]) == 2
+    assert "--emit ir prints the IR to stdout" in capsys.readouterr().err
+    assert main(["compile", seed, "--op", "mlp", "-o", str(tmp_path / "x.py")]) == 2
+    assert "--op selects ops for --emit ir only" in capsys.readouterr().err
+    assert not (tmp_path / "x.py").exists()
+
+
 def test_explain_unknown_op(capsys):
     assert main(["explain", str(EXAMPLES / "seed.grad"), "nope"]) == 1
     assert "no op 'nope'" in capsys.readouterr().err
