@@ -76,6 +76,7 @@ class WrapperPrinter:
         self.fn_name, self.kernel_base = fn_name, kernel_base
         self.buf = IndentedBuffer()
         self.vars: dict[int, str] = {}
+        self.after_blas = False       # a matmul step has been printed
 
     def render(self) -> str:
         g, cop, b = self.graph, self.cop, self.buf
@@ -283,7 +284,10 @@ class WrapperPrinter:
         return f"np.empty(_s, dtype={dtype})"
 
     def _launch(self, name: str, args: list[str], step: Kernel) -> str:
-        return f"_g_launch({name}, {name}_serial, {', '.join(args + ['_G_WITNESS[_T]'])})"
+        args = ", ".join(args + ["_G_WITNESS[_T]"])
+        if self.after_blas:         # BLAS's threads still spin: one thread, no waiting
+            return f"{name}_serial({args})"
+        return f"_g_launch({name}, {name}_serial, {args})"
 
     def _library(self, step: LibraryCall) -> None:
         node = self.graph.node(step.node)
@@ -295,6 +299,10 @@ class WrapperPrinter:
         var = f"_v{step.node}"
         self.vars[step.node] = var
         self.buf.line(f"{var} = {text}")
+        # After a matmul, BLAS's worker threads spin on the cores for a while (OpenBLAS
+        # ~0.1 s, MKL's OpenMP 0.2 s): a threaded loop then waits for a core each time
+        # (2-5x slower here than on one thread), so later loops run on this thread.
+        self.after_blas |= node.op == "matmul" and value_used(self.graph, step.node)
 
     def _library_text(self, node, fields: dict[str, str]) -> str:
         """The expression computing library step ``node`` from its operands."""

@@ -336,6 +336,17 @@ def test_bias_is_read_per_row_not_broadcast_first(m, rows) -> None:
             np.testing.assert_allclose(db, (dy * (1 - want ** 2)).sum(axis=0), rtol=1e-4, atol=1e-4)
 
 
+def test_loops_after_a_matmul_run_on_one_thread() -> None:
+    """BLAS's worker threads spin a while after a matmul; the loops printed after one
+    call their serial twin directly, the loops before it may thread."""
+    text = gradc.compile_source("op d(x: f32[n, k], w: f32[k, m]) -> y {\n"
+                                "    y = tanh(2 * x) @ w + 1\n}\n")
+    body = text[text.index("class d:"):text.index("    def vjp(", text.index("class d:"))]
+    before, after = body.split("np.matmul(", 1)
+    assert "_g_launch(_gk_d_forward_0, _gk_d_forward_0_serial, " in before
+    assert "_g_launch(" not in after and "_gk_d_forward_2_serial(_v" in after
+
+
 def test_float16_inputs_compute_in_float32_and_return_float16(m) -> None:
     x = np.array([0.5, -1.0], np.float16)
     r = m.f(x, x)
