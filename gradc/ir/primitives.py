@@ -251,13 +251,13 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # --- linear algebra and layout (kernel boundaries) ---------------------------
     Primitive("matmul", ("x", "y"), LIBRARY, np.matmul, (COMPOSITE, COMPOSITE),
               lib="np.matmul({x}, {y})", jvp="matmul(x_t, y) + matmul(x, y_t)", linear=(0, 1), multilinear=True),
-    # A view, not a copy: np.matmul hands a transposed C array to BLAS as a
-    # transposed operand (no copy); copying it cost 30 ms of a 4096 x 1024
-    # float32 array here (a power-of-two stride thrashes the cache), the matmul
-    # after it no less. Elementwise kernels copy it to C order (_g_flat), and
-    # results that are views are copied by _g_finish.
+    # A view of large arrays, not a copy (see prelude._g_transpose): np.matmul
+    # hands a transposed C array to BLAS as a transposed operand; copying a
+    # 4096 x 1024 float32 array took 30 ms here (a power-of-two stride thrashes
+    # the cache). Elementwise kernels copy it to C order (_g_flat), and results
+    # that are views are copied by _g_finish.
     Primitive("transpose", ("x",), LIBRARY, np.transpose, ("transpose(g)",),
-              lib="np.transpose({x})", float_only=False, dtype="same", linear=(0,)),
+              lib="_g_transpose({x})", float_only=False, dtype="same", linear=(0,)),
     # sum_to(g, like): g summed (or broadcast) to like's shape; its own adjoint.
     Primitive("sum_to", ("x", "like"), LIBRARY, lambda x, like: P._g_sum_to(x, np.shape(like)),
               ("sum_to(g, x)", None), lib="_g_sum_to({x}, {like}.shape)",

@@ -671,6 +671,26 @@ def test_in_place(m, op, method, where) -> None:
     assert_results(got, want, case.dtype)
 
 
+def test_large_transposes_are_views(m) -> None:
+    """From 2^16 elements a transpose is a view of its operand (small ones are C-order
+    copies): returned, it is copied out; written over that operand in place, the
+    result is still the transpose; every method agrees with the reference."""
+    assert m._g_transpose(np.ones((300, 300))).base is not None
+    assert m._g_transpose(np.ones((3, 3))).flags.c_contiguous
+    case = CASE["tr"]
+    rng = np.random.default_rng(2)
+    args = {n: rng.uniform(-2, 2, (300, 300)) for n in ("x", "y", "da", "db")}
+    for method in METHODS:
+        got = call(m, case, method, args)
+        assert_results(got, reference(case, method, args), np.float64)
+        assert not any(np.may_share_memory(g, a) for g in got for a in args.values())
+    want = reference(case, "forward", args)
+    x = args["x"].copy()
+    got = call(m, case, "forward", {**args, "x": x}, out=(x, _nan((300, 300))))
+    assert got[0] is x
+    assert_results(got, want, np.float64)
+
+
 # ---- sizes beyond 2^31 ------------------------------------------------------------------
 
 def test_kernels_index_with_64_bit_integers(m) -> None:
