@@ -32,10 +32,16 @@ a short sleep and (for the digits step) an untimed call; medians are reported.
 Before timing, each variant's loss and gradients are compared with a float64
 NumPy reference (max relative error). Nothing is asserted about time.
 
+``--baseline DIR`` adds both gradc variants as compiled by the gradc source tree
+``DIR`` (another checkout, e.g. ``git worktree add /tmp/base COMMIT``), timed in the
+same interleaved rotation: before/after figures that a busy machine cannot skew
+one way.
+
 Run::
 
     python benchmarks/bench_mlp.py                    # both steps, both thread counts
     python benchmarks/bench_mlp.py --steps large --threads 2
+    python benchmarks/bench_mlp.py --baseline /tmp/base   # also an older gradc
 """
 from __future__ import annotations
 
@@ -101,6 +107,30 @@ def load_one_op():
     return gradc.load(path)
 
 
+def load_baseline(tree: Path) -> tuple:
+    """``examples/seed.grad`` and the ``mlp_xent`` op compiled by the gradc in the
+    source tree ``tree`` (in a subprocess), imported as modules of this process."""
+    import importlib.util
+    import subprocess
+    import tempfile
+    out = Path(tempfile.mkdtemp(prefix="gradc-bench-mlp-base-"))
+    (out / "mlp_xent.grad").write_text(MLP_XENT.format(seed=train_digits.SEED_GRAD.as_posix()),
+                                       encoding="utf-8")
+    code = ("import sys, gradc; gradc.compile_file(sys.argv[1], sys.argv[2]); "
+            "gradc.compile_file(sys.argv[3], sys.argv[4])")
+    paths = [str(train_digits.SEED_GRAD), str(out / "base_seed.py"),
+             str(out / "mlp_xent.grad"), str(out / "base_mlp_xent.py")]
+    subprocess.run([sys.executable, "-c", code, *paths], cwd=tree, check=True,
+                   env={**os.environ, "PYTHONPATH": str(tree)})
+    modules = []
+    for name in ("base_seed", "base_mlp_xent"):
+        spec = importlib.util.spec_from_file_location(name, out / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        modules.append(module)
+    return tuple(modules)
+
+
 def gradc_one_op_step(module, x, onehot, params) -> Callable[[], tuple]:
     w = [params[k] for k in train_digits.PARAM_NAMES]
     return lambda: module.mlp_xent.fwd_bwd(x, onehot, *w, 1.0)
@@ -148,15 +178,19 @@ def set_threads(k: int) -> None:
         pass
 
 
-def bench_block(step: str, threads: int, module, one_op, repeat: int, settle: float) -> dict:
+def bench_block(step: str, threads: int, module, one_op, repeat: int, settle: float,
+                baseline: tuple | None = None) -> dict:
     """Medians (seconds) and errors of the variants of one step on ``threads``."""
     from threadpoolctl import threadpool_limits
     x, onehot, params = make_data(step)
     want = train_digits.numpy_reference_grads(x, onehot, *(params[k] for k in
                                                             train_digits.PARAM_NAMES))
     variants = {"gradc": gradc_step(module, x, onehot, params),
-                "gradc 1-op": gradc_one_op_step(one_op, x, onehot, params),
-                "numpy": numpy_step(x, onehot, params)}
+                "gradc 1-op": gradc_one_op_step(one_op, x, onehot, params)}
+    if baseline:
+        variants["base"] = gradc_step(baseline[0], x, onehot, params)
+        variants["base 1-op"] = gradc_one_op_step(baseline[1], x, onehot, params)
+    variants["numpy"] = numpy_step(x, onehot, params)
     try:
         variants["torch"] = torch_step(x, onehot, params)
     except ImportError:
@@ -181,6 +215,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="timed repeats (default 51 for digits, 11 for large)")
     p.add_argument("--settle", type=float, default=0.01,
                    help="seconds slept before each timed call (default 0.01)")
+    p.add_argument("--baseline", type=Path, metavar="DIR",
+                   help="a gradc source tree whose modules are timed too ('base' columns)")
     args = p.parse_args(argv)
     import numba
 
@@ -188,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     threads = args.threads or sorted({cores, 1}, reverse=True)
     module, one_op = gradc.load(train_digits.SEED_GRAD), load_one_op()
+    baseline = load_baseline(args.baseline) if args.baseline else None
     versions = f"numpy {np.__version__}, numba {numba.__version__}"
     try:
         import torch
@@ -196,25 +233,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         versions += ", torch not installed"
     print(f"MLP step (forward + backward of mean softmax cross-entropy, float32): "
           f"{cores} cores, {versions}; load average {os.getloadavg()[0]:.2f}")
-    names = ["gradc", "gradc 1-op", "numpy", "torch"]
+    names = ["gradc", "gradc 1-op", *(["base", "base 1-op"] if baseline else []), "numpy",
+             "torch"]
     head = (f"{'step':<27}{'threads':>8}" + "".join(f"{v + ' ms':>14}" for v in names)
-            + f"{'numpy/gradc':>13}{'torch/gradc':>13}   max rel err vs float64")
+            + f"{'numpy/gradc':>13}{'torch/gradc':>13}" + (f"{'base/gradc':>13}" if baseline else "")
+            + "   max rel err vs float64")
     print(head)
     print("-" * len(head))
     for step in args.steps:
         b, i, h, o = STEPS[step]
         for k in threads:
             repeat = args.repeat or (51 if step == "digits" else 11)
-            r = bench_block(step, k, module, one_op, repeat, args.settle)
+            r = bench_block(step, k, module, one_op, repeat, args.settle, baseline)
             med, err = r["median_s"], r["max_rel_err"]
             best = min(med["gradc"], med["gradc 1-op"])
             ms = "".join(f"{med[v] * 1e3:>14.3f}" if v in med else f"{'-':>14}" for v in names)
+            base = f"{min(med['base'], med['base 1-op']) / best:>12.2f}x" if baseline else ""
             print(f"{f'{step} b={b} {i}-{h}-{o}':<27}{k:>8}{ms}"
-                  f"{med['numpy'] / best:>12.2f}x{med.get('torch', math.nan) / best:>12.2f}x   "
+                  f"{med['numpy'] / best:>12.2f}x{med.get('torch', math.nan) / best:>12.2f}x{base}   "
                   + ", ".join(f"{v} {err[v]:.0e}" for v in err))
     print("\nmedians of interleaved repeats; threads: Numba, BLAS (threadpoolctl) and "
           "torch.set_num_threads alike. numpy/gradc and torch/gradc: over the faster gradc "
-          "variant (> 1: gradc is faster).")
+          "variant (> 1: gradc is faster)."
+          + (f" base: the gradc of {args.baseline}; base/gradc: its faster variant over "
+             "gradc's." if baseline else ""))
     return 0
 
 
