@@ -9,7 +9,9 @@ from gradc.frontend.check import load_program
 from gradc.ir.dump import dump, shape_text
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import INFIX, PRIMITIVES
+from gradc.codegen.cpu_reduce import input_slots, schedule
 from gradc.passes.fuse import Kernel, KernelPlan
+from gradc.passes.fuse_reduce import ReduceKernel, fuse_reductions, is_reduction
 from gradc.pipeline import build_op
 
 _PREC = {"lt": 0, "le": 0, "gt": 0, "ge": 0, "eq": 0, "ne": 0, "add": 1, "sub": 1,
@@ -83,7 +85,9 @@ def plan_text(plan: KernelPlan, label: str) -> list[str]:
     ref = lambda n: names.get(n, f"%{n}")
     totals: dict[str, list[int]] = {}         # loop shape -> [arrays, f32 B, f64 B]
     for k, step in enumerate(plan.steps):
-        if isinstance(step, Kernel):
+        if isinstance(step, ReduceKernel):
+            lines += _reduce_kernel_text(g, step, k, ref, totals)
+        elif isinstance(step, Kernel):
             ops = Counter(g.node(n).op for n in step.nodes)
             fused = ", ".join(f"{op}×{c}" if c > 1 else op for op, c in sorted(ops.items()))
             shape = shape_text(g, step.shape)
@@ -113,6 +117,45 @@ def plan_text(plan: KernelPlan, label: str) -> list[str]:
     return lines
 
 
+def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals) -> list[str]:
+    """A reduce kernel: its rows, passes, reductions, and per-element traffic
+    (element inputs and outputs; per-row, per-column and scalar values and the
+    chunk partials are not counted per element)."""
+    lv = dict(step.levels)
+    ops = Counter(g.node(n).op for n in step.nodes)
+    fused = ", ".join(f"{op}×{c}" if c > 1 else op for op, c in sorted(ops.items()))
+    shape = shape_text(g, step.shape)
+    dims = step.shape.static
+    if step.flat:
+        layout = "over the flat array in chunks"
+    else:
+        row = "(" + ", ".join(map(str, dims[step.split:])) + ("," if len(dims) - step.split == 1 else "") + ")"
+        layout = f"in rows of {row}, {schedule(g, step).passes} pass(es) per row"
+    lines = [f"  [{k}] kernel over {shape} {layout}: fuses {len(step.nodes)} primitive(s) ({fused})"]
+    per_row = [g.node(n).op for n in step.nodes if lv[n] == "R" and is_reduction(g, n)]
+    across = [g.node(n).op for n in step.partials]
+    if per_row:
+        lines.append(f"      reduces per row: {', '.join(per_row)}")
+    if across:
+        lines.append(f"      reduces across rows: {', '.join(across)} (a partial per chunk of "
+                     f"rows, combined after the loop)")
+    slots = input_slots(g, step)
+    label = {"scalar": " (scalar)", "row": " (per row)", "col": " (per column)", "element": ""}
+    reads = [ref(x) + label[how] for x, how in slots]
+    moved = [x for x, how in slots if how == "element"] + \
+        [o for o in step.outputs if lv[o] == "E"]
+    f32, f64 = _traffic(g, moved)
+    stores = [ref(o) + ("" if lv[o] == "E" else " (per row)") for o in step.outputs]
+    stores += [ref(o) + " (partials)" for o in step.partials]
+    lines.append(f"      reads {', '.join(reads) or '-'}; stores {', '.join(stores) or '-'}; "
+                 f"{len(moved)} array(s) per element {_bytes_text(f32, f64)}")
+    t = totals.setdefault(shape, [0, 0, 0])
+    t[0] += len(moved)
+    t[1] += f32
+    t[2] += f64
+    return lines
+
+
 def explain(path: str, op_name: str) -> str:
     program = load_program(path)
     if op_name not in program.ops:
@@ -138,7 +181,8 @@ def explain(path: str, op_name: str) -> str:
         out += ["", "diagnostics of the gradient:"]
         out += [f"  {line}" for d in cop.diagnostics for line in d.render().splitlines()]
     for m in ("forward", "fwd_bwd"):
-        out += [""] + plan_text(cop.methods[m].fused, f"kernel plan of {m} (fused)")
+        out += [""] + plan_text(fuse_reductions(cop.methods[m].fused),
+                                f"kernel plan of {m} (fused, CPU)")
     out += [""] + plan_text(cop.methods["fwd_bwd"].unfused, "kernel plan of fwd_bwd (unfused)")
     return "\n".join(out)
 

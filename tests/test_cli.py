@@ -78,8 +78,19 @@ def test_explain_shows_gradient_and_plan(capsys):
     out = capsys.readouterr().out
     assert "grad_x = dy * (1 - tanh(x) ^ 2) * 0.5" in out
     assert "the true derivative" in out
-    assert "kernel plan of fwd_bwd (fused): 1 step(s)" in out
+    assert "kernel plan of fwd_bwd (fused, CPU): 1 step(s)" in out
 
+
+
+def test_explain_shows_reductions_fused_into_one_loop(capsys):
+    assert main(["explain", str(EXAMPLES / "seed.grad"), "softmax_xent"]) == 0
+    out = capsys.readouterr().out
+    plan = out[out.index("kernel plan of fwd_bwd (fused, CPU)"):out.index("(unfused)")]
+    assert "in rows of (o,), 4 pass(es) per row" in plan
+    assert "reduces per row: logsumexp, sum, sum" in plan
+    assert "reduces across rows: mean" in plan
+    assert "reads logits, onehot, dloss (scalar)" in plan
+    assert "3 array(s) per element (12 B at float32" in plan
 
 def test_explain_counts_bytes_per_element_of_each_kernel(capsys):
     """Every array input read and every output stored once per element, 4 B each at
@@ -87,7 +98,7 @@ def test_explain_counts_bytes_per_element_of_each_kernel(capsys):
     counted per element."""
     assert main(["explain", str(EXAMPLES / "seed.grad"), "scaled_tanh"]) == 0
     out = capsys.readouterr().out
-    fused = out.split("kernel plan of fwd_bwd (fused)")[1].split("kernel plan")[0]
+    fused = out.split("kernel plan of fwd_bwd (fused, CPU)")[1].split("kernel plan")[0]
     assert "reads x, dy; stores %" in fused
     assert "; 4 array(s) per element (16 B at float32, 32 B at float64)" in fused
     assert "all kernels over shape(x): 4 array(s) per element (16 B at float32, 32 B at " \
@@ -98,13 +109,13 @@ def test_explain_counts_bytes_per_element_of_each_kernel(capsys):
 
     assert main(["explain", str(EXAMPLES / "activations.grad"), "leaky_relu"]) == 0
     out = capsys.readouterr().out
-    fused = out.split("kernel plan of fwd_bwd (fused)")[1].split("kernel plan")[0]
+    fused = out.split("kernel plan of fwd_bwd (fused, CPU)")[1].split("kernel plan")[0]
     assert "reads x, alpha (scalar), dy; stores %" in fused        # alpha: a 0-d parameter
     assert "; 4 array(s) per element (16 B at float32, 32 B at float64)" in fused
 
     assert main(["explain", str(EXAMPLES / "seed.grad"), "mlp"]) == 0
     out = capsys.readouterr().out
-    fused = out.split("kernel plan of forward (fused)")[1].split("kernel plan")[0]
+    fused = out.split("kernel plan of forward (fused, CPU)")[1].split("kernel plan")[0]
     assert "reads b1 (per row), %5; stores %7; 2 array(s) per element (8 B at float32, " \
            "16 B at float64)" in fused
     assert "all kernels over (b, h): 2 array(s) per element" in fused

@@ -23,13 +23,15 @@ class CudaWrapperPrinter(WrapperPrinter):
     extra_kw = (("stream", "0"),)
     label = ".cuda"
 
-    def _empty(self, dtype: str) -> str:
-        return f"_gc_empty(_s, {dtype}, stream)"
+    def _empty(self, dtype: str, shape: str = "_s") -> str:
+        return f"_gc_empty({shape}, {dtype}, stream)"
 
-    def __init__(self, cop, method, plan, kernels, fn_name, kernel_base) -> None:
-        # A matmul whose product an elementwise kernel reads next runs that kernel's
-        # body as its epilogue (one kernel, the product never stored unless needed).
-        super().__init__(cop, method, attach_epilogues(plan), kernels, fn_name, kernel_base)
+    @staticmethod
+    def lower_plan(plan):
+        """A matmul whose product an elementwise kernel reads next runs that kernel's
+        body as its epilogue (one kernel, the product never stored unless needed);
+        reductions stay steps of their own (the run time's row-reduction kernels)."""
+        return attach_epilogues(plan)
 
     def _launch(self, name: str, args: list[str], step: Kernel) -> str:
         if isinstance(step, MatmulEpilogue):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gradc.codegen import mathlib, prelude, runtime_src
 from gradc.codegen.cpu import is_scalar_input, render_kernel, row_inputs
+from gradc.codegen.cpu_reduce import PER_ROW, PER_COL, SCALAR, input_slots, render_reduce_kernel
 from gradc.codegen.printer import IndentedBuffer
 from gradc.codegen.quote import comment, docstring, py_literal, py_name
 from gradc.errors import CodegenError
@@ -22,6 +23,7 @@ from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import PRIMITIVES
 from gradc.ir.shapes import Shape
 from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, MatmulEpilogue, value_used
+from gradc.passes.fuse_reduce import CHUNK, ROW, ReduceKernel, fuse_reductions
 from gradc.pipeline import METHODS, CompiledOp, Method
 
 _OUT_DTYPE = {FLOAT: "_T", "i32": "np.int32", "i64": "np.int64", "bool": "np.bool_"}
@@ -40,7 +42,8 @@ class Kernels:
         self.arg_dtypes: dict[str, tuple[str, ...]] = {}   # kernel -> dtypes of its arrays
 
     def add(self, graph: Graph, kernel: Kernel, base: str, comments: tuple[str, ...]) -> str:
-        body = self.render(graph, kernel, "_K", fast_math=self.fast_math)
+        render = render_reduce_kernel if isinstance(kernel, ReduceKernel) else self.render
+        body = render(graph, kernel, "_K", fast_math=self.fast_math)
         if body in self.by_body:
             return self.by_body[body]
         name = base
@@ -52,8 +55,8 @@ class Kernels:
         self.arg_dtypes[name] = tuple(graph.node(n).dtype
                                       for n in (*kernel.outputs, *kernel.inputs)) + (
             ("n", "n", "n") if isinstance(kernel, MatmulEpilogue) else ())   # m, n, k
-        self.sources.append(self.render(graph, kernel, name, fast_math=self.fast_math,
-                                        comments=comments))
+        self.sources.append(render(graph, kernel, name, fast_math=self.fast_math,
+                                   comments=comments))
         return name
 
 
@@ -71,7 +74,8 @@ class WrapperPrinter:
 
     def __init__(self, cop: CompiledOp, method: Method, plan: KernelPlan, kernels: Kernels,
                  fn_name: str, kernel_base: str) -> None:
-        self.cop, self.method, self.plan, self.kernels = cop, method, plan, kernels
+        self.cop, self.method, self.kernels = cop, method, kernels
+        self.plan = self.lower_plan(plan)
         self.graph = plan.graph
         self.fn_name, self.kernel_base = fn_name, kernel_base
         self.buf = IndentedBuffer()
@@ -109,7 +113,9 @@ class WrapperPrinter:
                                       + (f", {inplace!r}" if inplace else "")))
         self._check_upstreams(ups)
         for k, step in enumerate(self.plan.steps):
-            if isinstance(step, Kernel):
+            if isinstance(step, ReduceKernel):
+                self._reduce_kernel(step, k)
+            elif isinstance(step, Kernel):
                 self._kernel(step, k)
             else:
                 self._library(step)
@@ -120,6 +126,11 @@ class WrapperPrinter:
         single = self.method.name == "forward" and len(g.outputs) == 1
         b.line("return _r[0]" if single else "return _r")
         return b.getvalue()
+
+    @staticmethod
+    def lower_plan(plan: KernelPlan) -> KernelPlan:
+        """The plan this backend runs: on the CPU, reductions fused into loops."""
+        return fuse_reductions(plan)
 
     def helper(self, name: str, args: str) -> str:
         """A call of this backend's run-time helper ``name``."""
@@ -136,6 +147,7 @@ class WrapperPrinter:
         for step in self.plan.steps:
             if isinstance(step, Kernel):
                 free.update(step.outputs)
+                free.update(getattr(step, "partials", ()))
                 continue
             node = g.node(step.node)
             shape_only = PRIMITIVES[node.op].shape_only
@@ -171,8 +183,9 @@ class WrapperPrinter:
             for s, step in enumerate(steps):
                 if isinstance(step, Kernel):
                     hit = views.intersection(step.inputs)
-                    if hit:
-                        reads.append((s, hit == {p}))
+                    if hit:     # a reduce kernel may read a row again after writing it
+                        own = hit == {p} and getattr(step, "flat", True)
+                        reads.append((s, own))
                     continue
                 node = g.node(step.node)
                 prim = PRIMITIVES[node.op]
@@ -243,33 +256,80 @@ class WrapperPrinter:
 
     def _kernel(self, step: Kernel, k: int) -> None:
         g, b = self.graph, self.buf
-        spans = sorted({(g.node(n).span.file, g.node(n).span.line)
-                        for n in step.nodes if g.node(n).span})
-        where = ", ".join(f"{Path(f).name}:{l}" for f, l in spans) or "generated"
-        ops = " ".join(g.node(n).op for n in step.nodes)
-        comments = (f"{self.cop.op.name}.{self.method.name}: {ops}", f"from {where}")
+        comments = self._comments(step)
         if len(step.nodes) == 1 and step.nodes[0] not in g.outputs:
             base = f"_gu_{g.node(step.nodes[0]).op}"
         else:
             base = f"{self.kernel_base}_{k}"
         name = self.kernels.add(g, step, base, comments)
         b.line(self._shape_line(step))
-        outs = []
-        for nid in step.outputs:
-            var = f"_v{nid}"
-            self.vars[nid] = var
-            dt = _OUT_DTYPE[g.node(nid).dtype]
-            slot = self.slots.get(nid)
-            if slot is not None:
-                b.line(f"{var} = " + self.helper("buffer", f"_n, _out, {slot}, _s, _T"))
-            else:
-                b.line(f"{var} = {self._empty(dt)}")
-            outs.append(f"{var}.reshape(-1)")
+        outs = self._output_arrays(step)
         rows = self.kernels.rows(g, step)
         ins = [self.helper("flat", f"{self.vars[i]}, " + (
             "()" if is_scalar_input(g, i) else f"_s[{-rows[i]}:]" if i in rows else "_s"))
                for i in self._loop_inputs(step)]
         b.line(self._launch(name, outs + ins, step))
+
+    def _reduce_kernel(self, step: ReduceKernel, k: int) -> None:
+        """A loop over rows with its reductions (:mod:`gradc.codegen.cpu_reduce`):
+        ``_R`` rows of ``_N`` elements in ``_C`` chunks; chunk reductions are
+        combined from their partials after it."""
+        g, b = self.graph, self.buf
+        name = self.kernels.add(g, step, f"{self.kernel_base}_{k}", self._comments(step))
+        b.line(self._shape_line(step))
+        lv = dict(step.levels)
+        ops = {g.node(n).op for n in step.nodes if lv[n] == ROW}
+        empty_ok = not ({"max", "min"} & ops)
+        b.line(f"_R, _N, _C = _g_rows(_n, _s, {step.split}, {empty_ok!r})")
+        args = self._output_arrays(step, lambda nid: self.shape_expr(g.node(nid).shape)
+                                   if lv[nid] == ROW else "_s")
+        kinds = dict(step.chunk_kind)
+        for nid in step.partials:
+            shape = "(_C, _N)" if kinds[nid] == "cols" else "(_C,)"
+            b.line(f"_p{nid} = np.empty({shape}, dtype=np.float64)")
+            args.append(f"_p{nid}")
+        for x, how in input_slots(g, step):
+            shape = ("()" if how == SCALAR else self.shape_expr(g.node(x).shape)
+                     if how in (PER_ROW, PER_COL) else "_s")
+            args.append(f"_g_flat({self._value(x)}, {shape})")
+        args += ["_R", "_N", "_C", "_G_WITNESS[_T]"]
+        call = ", ".join(args)
+        if self.after_blas:
+            b.line(f"{name}_serial({call})")
+        else:
+            b.line(f"({name} if _R * _N >= _G_PARALLEL_MIN else {name}_serial)({call})")
+        for nid in step.partials:
+            node = g.node(nid)
+            op = "sum" if node.op == "sum_to" else node.op
+            count = "_R * _N" if kinds[nid] == "all" and lv.get(node.args[0]) != ROW and \
+                g.node(node.args[0]).shape == step.shape else "_R"
+            self.vars[nid] = f"_v{nid}"
+            b.line(f"_v{nid} = _g_combine(_n, {op!r}, _p{nid}, {count}, "
+                   f"{self.shape_expr(node.shape)}, _T)")
+
+    def _output_arrays(self, step: Kernel, shape_of=lambda nid: "_s") -> list[str]:
+        """Arrays for the values ``step`` stores (the caller's out[k] where it is a
+        result, else new), as the flat views the kernel takes; ``shape_of`` gives
+        a value's shape expression (the loop's ``_s`` unless it is a row value)."""
+        g, arrays = self.graph, []
+        for nid in step.outputs:
+            var = f"_v{nid}"
+            self.vars[nid] = var
+            shape, slot = shape_of(nid), self.slots.get(nid)
+            if slot is not None:
+                self.buf.line(f"{var} = " + self.helper("buffer", f"_n, _out, {slot}, {shape}, _T"))
+            else:
+                self.buf.line(f"{var} = {self._empty(_OUT_DTYPE[g.node(nid).dtype], shape)}")
+            arrays.append(f"{var}.reshape(-1)")
+        return arrays
+
+    def _comments(self, step: Kernel) -> tuple[str, str]:
+        g = self.graph
+        spans = sorted({(g.node(n).span.file, g.node(n).span.line)
+                        for n in step.nodes if g.node(n).span})
+        where = ", ".join(f"{Path(f).name}:{l}" for f, l in spans) or "generated"
+        ops = " ".join(g.node(n).op for n in step.nodes)
+        return (f"{self.cop.op.name}.{self.method.name}: {ops}", f"from {where}")
 
     def _shape_line(self, step: Kernel) -> str:
         """``_s = `` the run-time shape of ``step``'s loop."""
@@ -279,9 +339,9 @@ class WrapperPrinter:
         """The inputs ``step``'s kernel reads element by element (flattened)."""
         return step.inputs
 
-    def _empty(self, dtype: str) -> str:
-        """A new array of the kernel's shape ``_s`` for an intermediate."""
-        return f"np.empty(_s, dtype={dtype})"
+    def _empty(self, dtype: str, shape: str = "_s") -> str:
+        """A new array for an intermediate (of the kernel's shape ``_s`` by default)."""
+        return f"np.empty({shape}, dtype={dtype})"
 
     def _launch(self, name: str, args: list[str], step: Kernel) -> str:
         args = ", ".join(args + ["_G_WITNESS[_T]"])
@@ -292,7 +352,9 @@ class WrapperPrinter:
     def _library(self, step: LibraryCall) -> None:
         node = self.graph.node(step.node)
         prim = PRIMITIVES[node.op]
-        fields = {p: self._value(a) for p, a in zip(prim.params, node.args)}
+        fields = {p: self._value(a) if a in self.vars or i not in prim.shape_only
+                  else self._shape_stand_in(a)
+                  for i, (p, a) in enumerate(zip(prim.params, node.args))}
         text = self._library_text(node, fields)
         if not value_used(self.graph, step.node):
             text = self._shape_only(node, list(fields.values()))
@@ -317,6 +379,12 @@ class WrapperPrinter:
                  if kind == "reduce" else "")
         return (f"np.broadcast_to(np.zeros((), _T), _g_result_shape({kind!r}, {shapes}{extra}))"
                 f"  # only its shape is used")
+
+    def _shape_stand_in(self, nid: int) -> str:
+        """An array of ``nid``'s shape, for an operand read only for its shape and
+        not computed (yet): a view of one zero, its shape from the arguments."""
+        shape = self.shape_expr(self.graph.node(nid).shape, early=True)
+        return f"np.broadcast_to(np.zeros((), _T), {shape})"
 
     def _value(self, nid: int) -> str:
         node = self.graph.node(nid)
@@ -444,7 +512,7 @@ _HELPERS = (prelude._g_sum_to, prelude._g_transpose, prelude._g_broadcast_in, pr
             runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
             runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
-            runtime_src._g_flat, runtime_src._g_result_shape, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcOp)
+            runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_result_shape, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcOp)
 _CONSTANTS = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"
               "_G_PARALLEL_MIN = int(os.environ.get('GRADC_PARALLEL_MIN', 1 << 17))\n"
               "_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"

@@ -435,3 +435,38 @@ class _GradcOp:
 
     def __repr__(self):
         return f"<gradc op {self.__name__}{self.signature}>"
+
+
+def _g_rows(op, shape, k, empty_ok):
+    """Rows ``R`` (dims before ``k``), row length ``N`` and chunks ``C`` of a reduce
+    kernel's loop ``shape``.  A chunk holds at least 4096 elements and there are
+    at most 64: enough to share among threads, and fixed by the shape alone, so a
+    reduction's bits do not depend on the thread count."""
+    r = n = 1
+    for d in shape[:k]:
+        r *= d
+    for d in shape[k:]:
+        n *= d
+    if not empty_ok and n == 0 and r:
+        raise ValueError(f"{op}: zero-size array to reduction operation maximum/minimum "
+                         f"which has no identity")
+    return r, n, max(1, min(r, 64, (r * n) >> 12))
+
+
+def _g_combine(op, kind, partials, count, shape, t):
+    """A chunk reduction's value from its per-chunk partials (float64, deterministic)."""
+    if kind in ("max", "min") and count == 0:
+        raise ValueError(f"{op}: zero-size array to reduction operation "
+                         f"{'maximum' if kind == 'max' else 'minimum'} which has no identity")
+    if kind == "sum":
+        r = partials.sum(axis=0)
+    elif kind == "mean":
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = partials.sum(axis=0) / count
+    elif kind == "prod":
+        r = partials.prod(axis=0)
+    elif kind == "max":
+        r = partials.max(axis=0)
+    else:
+        r = partials.min(axis=0)
+    return np.asarray(r).astype(t).reshape(shape)

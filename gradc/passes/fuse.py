@@ -42,6 +42,7 @@ Step = Union[Kernel, LibraryCall]
 class KernelPlan:
     graph: Graph
     steps: tuple[Step, ...]
+    fused: bool = True            # planned with fusion (False: one kernel per primitive)
 
 
 def _is_fusable(graph: Graph, nid: int) -> bool:
@@ -219,7 +220,7 @@ def plan_kernels(graph: Graph, fuse: bool = True) -> KernelPlan:
         node = graph.node(nid)
         if nid not in group_of and node.args:
             steps[nid] = LibraryCall(nid)
-    return KernelPlan(graph, tuple(_order_steps(graph, steps, group_of)))
+    return KernelPlan(graph, tuple(_order_steps(graph, steps, group_of)), fuse)
 
 
 def value_used(graph: Graph, nid: int) -> bool:
@@ -288,7 +289,7 @@ def attach_epilogues(plan: KernelPlan) -> KernelPlan:
             shape=epi.shape, matmul=m, epilogue=epi, store=store)
         steps[q] = fused
         del steps[k]
-    return KernelPlan(g, tuple(steps))
+    return KernelPlan(g, tuple(steps), plan.fused)
 
 
 def _reads(graph: Graph, step: Step, nid: int) -> bool:

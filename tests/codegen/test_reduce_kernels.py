@@ -1,0 +1,260 @@
+"""Reductions fused into CPU loops (gradc.passes.fuse_reduce, gradc.codegen.cpu_reduce).
+
+Every op below is checked fused against unfused (NumPy's reductions) and, for
+the forward pass, against NumPy written by hand, in float64 and float32, on
+shapes that run serially and in parallel, with rows of special values (±inf,
+NaN, ties, huge, tiny, zeros), on empty arrays, with ``out=`` and on one and
+two threads (the bits must not change).  The plans are checked too: which
+steps fuse, which stay NumPy calls.
+"""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+import gradc
+from gradc.frontend.check import check_source
+from gradc.passes.fuse import LibraryCall
+from gradc.passes.fuse_reduce import ReduceKernel, fuse_reductions
+from gradc.pipeline import build_op
+
+SOURCE = """
+op softmax(x: T[b, n]) -> y { y = exp(x - logsumexp(x, axis=1, keepdims=true)) }
+op layernorm(x: T[b, n], g: T[n], h: T[n]) -> y {
+    mu = mean(x, axis=1, keepdims=true)
+    d = x - mu
+    v = mean(d * d, axis=1, keepdims=true)
+    y = d * rsqrt(v + 0.00001) * g + h
+}
+op rownorm(x: T[b, n]) -> y { y = x / norm(x, axis=1, keepdims=true) }
+op total(x: T[b, n], w: T[n]) -> s { s = sum(tanh(x) * w) }
+op extremes(x: T[b, n]) -> y { y = max(x, axis=1) + min(x, axis=-1) + prod(x, axis=1) }
+op colmean(x: T[b, n]) -> y { y = mean(x * x, axis=0) }
+op three(x: T[a, b, c]) -> y { y = sum(exp(x), axis=(1, 2)) }
+op lead(x: T[a, b, c]) -> y { y = sum(x * 2, axis=(0, 1)) }
+op middle(x: T[a, b, c]) -> y { y = sum(x, axis=1) }
+op generic(x) -> y { y = x - logsumexp(x, axis=-1, keepdims=true) }
+op xent(logits: T[b, o], onehot: nograd T[b, o]) -> loss {
+    loss = mean(logsumexp(logits, axis=1) - sum(onehot * logits, axis=1))
+}
+op stats(x: T[b, n]) -> (m, s) {
+    m = max(x, axis=1)
+    s = sum(exp(x - max(x, axis=1, keepdims=true)), axis=1)
+}
+"""
+
+REFERENCE = {
+    "softmax": lambda x: np.exp(x - np.log(np.sum(np.exp(x - x.max(1, keepdims=True)), 1,
+                                                  keepdims=True)) - x.max(1, keepdims=True)),
+    "layernorm": lambda x, g, h: (x - x.mean(1, keepdims=True)) / np.sqrt(
+        x.var(1, keepdims=True) + 1e-5) * g + h,
+    "rownorm": lambda x: x / np.linalg.norm(x, axis=1, keepdims=True),
+    "total": lambda x, w: np.sum(np.tanh(x) * w),
+    "extremes": lambda x: x.max(1) + x.min(1) + x.prod(1),
+    "colmean": lambda x: np.mean(x * x, axis=0),
+    "three": lambda x: np.exp(x).sum(axis=(1, 2)),
+    "lead": lambda x: (x * 2).sum(axis=(0, 1)),
+}
+ARGS = {
+    "softmax": ["bn"], "layernorm": ["bn", "n", "n"], "rownorm": ["bn"], "total": ["bn", "n"],
+    "extremes": ["bn"], "colmean": ["bn"], "three": ["abc"], "lead": ["abc"],
+    "middle": ["abc"], "generic": ["bn"], "xent": ["bn", "bn"], "stats": ["bn"],
+}
+SHAPES = {"serial": dict(a=3, b=5, c=4, n=7), "parallel": dict(a=40, b=600, c=9, n=300),
+          "one-row": dict(a=1, b=1, c=1, n=33), "one-column": dict(a=2, b=70, c=1, n=1)}
+
+
+def source(dtype: str) -> str:
+    return SOURCE.replace("T[", f"{dtype}[")
+
+
+_MODULES: dict = {}
+
+
+@pytest.fixture(scope="module")
+def modules(import_module_text):
+    """dtype name -> the module compiled from SOURCE with that dtype (on first use)."""
+    def get(dt: str):
+        if dt not in _MODULES:
+            text = gradc.compile_source(source(dt), file="reduce.grad")
+            _MODULES[dt] = import_module_text(text, f"reduce_{dt}")
+        return _MODULES[dt], dt
+    return get
+
+
+@pytest.fixture(params=["f64", "f32"])
+def mod(request, modules):
+    return modules(request.param)
+
+
+def make_args(op: str, dims: dict, dtype, rng) -> list[np.ndarray]:
+    out = []
+    for spec in ARGS[op]:
+        shape = tuple(dims[c] for c in spec)
+        x = rng.standard_normal(shape)
+        if op == "extremes":        # products of many values stay finite
+            x = 1 + 0.01 * x
+        if op == "xent" and len(out) == 1:
+            x = np.eye(shape[1])[rng.integers(0, shape[1], shape[0])]
+        out.append(x.astype(dtype))
+    return out
+
+
+def close(dtype, want=None) -> dict:
+    """Tolerances: float64 tight; float32 relative to the result's scale (a sum of
+    many terms that cancel is exact to float32 rounding of the terms, not of
+    the sum: the fused loops accumulate in float64, NumPy's steps in float32)."""
+    if dtype == np.float64:
+        return dict(rtol=1e-11, atol=1e-12)
+    finite = np.abs(want[np.isfinite(want)]) if want is not None else np.zeros(0)
+    scale = max(float(finite.max(initial=0.0)), 1.0)
+    return dict(rtol=2e-5, atol=2e-5 * scale)
+
+
+def check_methods(m, op: str, args: list, dtype) -> None:
+    fn = getattr(m, op)
+    ys = fn(*args)
+    yu = fn.unfused(*args)
+    ys_t, yu_t = (ys, yu) if isinstance(ys, tuple) else ((ys,), (yu,))
+    for a, b in zip(ys_t, yu_t):
+        np.testing.assert_allclose(a, b, equal_nan=True, **close(dtype, b))
+        assert np.asarray(a).dtype == dtype
+    rng = np.random.default_rng(1)
+    ups = [rng.standard_normal(np.shape(y)).astype(dtype) for y in ys_t]
+    for method in ("vjp", "fwd_bwd"):
+        got = getattr(fn, method)(*args, *ups)
+        want = getattr(fn.unfused, method)(*args, *ups)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, equal_nan=True, **close(dtype, b))
+            assert np.asarray(a).dtype == dtype
+
+
+# float32 on the parallel and one-row shapes only: compiling is the cost.
+@pytest.mark.parametrize("dt,shape", [("f64", s) for s in sorted(SHAPES)]
+                         + [("f32", "parallel"), ("f32", "one-row")])
+@pytest.mark.parametrize("op", sorted(ARGS))
+def test_fused_unfused_and_numpy_agree(modules, op, dt, shape) -> None:
+    m, dt = modules(dt)
+    dtype = np.float64 if dt == "f64" else np.float32
+    args = make_args(op, SHAPES[shape], dtype, np.random.default_rng(0))
+    check_methods(m, op, args, dtype)
+    if op in REFERENCE:
+        want = REFERENCE[op](*[a.astype(np.float64) for a in args])
+        np.testing.assert_allclose(getattr(m, op)(*args), want,
+                                   **(close(dtype) if dtype == np.float64
+                                      else dict(rtol=1e-4, atol=1e-4)))
+
+
+SPECIAL_ROWS = [[np.inf, 1.0, 2.0], [-np.inf, -np.inf, -np.inf], [np.nan, 0.0, 1.0],
+                [3.0, 3.0, 3.0], [1e300, 1e300, -1e300], [1e-300, 0.0, -1e-310],
+                [0.0, 0.0, 0.0], [-np.inf, 0.0, np.inf], [710.0, 709.0, -745.0]]
+
+
+@pytest.mark.parametrize("op", ["softmax", "rownorm", "extremes", "xent", "stats", "total",
+                                "layernorm"])
+def test_special_values_match_numpy_steps(mod, op) -> None:
+    m, dt = mod
+    dtype = np.float64 if dt == "f64" else np.float32
+    with np.errstate(all="ignore"):
+        x = np.array(SPECIAL_ROWS, dtype=dtype)
+    args = [x] + [np.ones(x.shape if spec == "bn" else x.shape[1:], dtype) * 0.5
+                  for spec in ARGS[op][1:]]
+    with np.errstate(all="ignore"):
+        check_methods(m, op, args, dtype)
+
+
+@pytest.mark.parametrize("op,shape", [("softmax", (0, 4)), ("softmax", (3, 0)),
+                                      ("xent", (0, 4)), ("total", (0, 3)), ("rownorm", (2, 0)),
+                                      ("colmean", (0, 5)), ("layernorm", (4, 0))])
+def test_empty_arrays(mod, op, shape) -> None:
+    m, dt = mod
+    dtype = np.float64 if dt == "f64" else np.float32
+    args = [np.zeros(shape if spec == "bn" else shape[1:], dtype) for spec in ARGS[op]]
+    with np.errstate(all="ignore"):
+        check_methods(m, op, args, dtype)
+
+
+def test_max_of_empty_rows_raises_as_numpy_does(mod) -> None:
+    m, dt = mod
+    x = np.zeros((3, 0), np.float64 if dt == "f64" else np.float32)
+    for fn in (m.extremes, m.extremes.unfused):
+        with pytest.raises(ValueError, match="zero-size array"):
+            fn(x)
+
+
+def test_out_buffers_take_row_and_chunk_results(mod) -> None:
+    m, dt = mod
+    dtype = np.float64 if dt == "f64" else np.float32
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((50, 8)).astype(dtype)
+    oh = np.eye(8, dtype=dtype)[rng.integers(0, 8, 50)]
+    outs = (np.empty((), dtype), np.empty((50, 8), dtype))
+    r = m.xent.fwd_bwd(x, oh, dtype(1), out=outs)
+    assert r[0] is outs[0] and r[1] is outs[1]
+    want = m.xent.unfused.fwd_bwd(x, oh, dtype(1))
+    np.testing.assert_allclose(outs[1], want[1], **close(dtype))
+    st = (np.empty(50, dtype), np.empty(50, dtype))
+    got = m.stats(x, out=st)
+    assert got[0] is st[0]
+    np.testing.assert_allclose(st[0], x.max(1))
+
+
+def test_results_do_not_depend_on_the_thread_count(mod) -> None:
+    m, dt = mod
+    dtype = np.float64 if dt == "f64" else np.float32
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((3000, 90)).astype(dtype)
+    w = rng.standard_normal(90).astype(dtype)
+    before = numba.get_num_threads()
+    try:
+        runs = []
+        for threads in sorted({1, before}):
+            numba.set_num_threads(threads)
+            runs.append(m.total.fwd_bwd(x, w, dtype(1)) + m.colmean.fwd_bwd(x, np.ones(90, dtype)))
+    finally:
+        numba.set_num_threads(before)
+    for a, b in zip(runs[0], runs[-1]):
+        assert np.array_equal(a, b)
+
+
+def plan(op: str, method: str = "fwd_bwd"):
+    program = check_source(source("f32"), "reduce.grad")
+    cop = build_op(program.ops[op], program.ops, program.consts)
+    return fuse_reductions(cop.methods[method].fused)
+
+
+@pytest.mark.parametrize("op", ["softmax", "rownorm", "total", "extremes", "three", "lead",
+                                "xent", "stats"])
+def test_reductions_fuse_into_one_loop(op) -> None:
+    steps = plan(op).steps
+    kernels = [s for s in steps if isinstance(s, ReduceKernel)]
+    assert len(kernels) == 1
+    # What is left is shape arithmetic (size_ratio), no reduction and no broadcast.
+    g = plan(op).graph
+    assert [g.node(s.node).op for s in steps if isinstance(s, LibraryCall)] in ([], ["size_ratio"])
+
+
+def test_softmax_cross_entropy_reads_the_logits_once_per_pass() -> None:
+    p = plan("xent")
+    (k,) = [s for s in p.steps if isinstance(s, ReduceKernel)]
+    g = p.graph
+    assert [g.node(i).attr("name") for i in k.inputs if g.node(i).op == "param"] == \
+        ["logits", "onehot", "dloss"]
+    assert len(k.outputs) == 1 and len(k.partials) == 1       # dlogits; the mean's partials
+
+
+@pytest.mark.parametrize("op", ["middle", "generic"])
+def test_other_axis_sets_and_generic_ranks_stay_numpy_calls(op) -> None:
+    p = plan(op)
+    g = p.graph
+    assert not any(isinstance(s, ReduceKernel) for s in p.steps)
+    assert any(isinstance(s, LibraryCall) and g.node(s.node).op in ("sum", "logsumexp")
+               for s in p.steps)
+
+
+def test_no_fuse_keeps_numpy_reductions() -> None:
+    program = check_source(source("f32"), "reduce.grad")
+    cop = build_op(program.ops["softmax"], program.ops, program.consts)
+    p = fuse_reductions(cop.methods["fwd_bwd"].unfused)
+    assert not any(isinstance(s, ReduceKernel) for s in p.steps)
