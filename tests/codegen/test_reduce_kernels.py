@@ -258,3 +258,32 @@ def test_no_fuse_keeps_numpy_reductions() -> None:
     cop = build_op(program.ops["softmax"], program.ops, program.consts)
     p = fuse_reductions(cop.methods["fwd_bwd"].unfused)
     assert not any(isinstance(s, ReduceKernel) for s in p.steps)
+
+
+def test_reassociation_does_not_reach_the_math_library(modules) -> None:
+    """Reduce kernels are compiled with fastmath reassoc (vectorised sums); the math
+    library's functions they call keep their own flags once inlined, so their
+    range reductions give the same bits as in an ordinary loop."""
+    m, _ = modules("f64")
+    exp = m._g_exp
+
+    @numba.njit(fastmath={"reassoc"}, error_model="numpy")
+    def summed(x, out):
+        s = 0.0
+        for i in range(x.size):
+            v = exp(x[i])
+            out[i] = v
+            s += v
+        return s
+
+    @numba.njit(error_model="numpy")
+    def plain(x, out):
+        for i in range(x.size):
+            out[i] = exp(x[i])
+
+    for dtype in (np.float32, np.float64):
+        x = np.random.default_rng(0).uniform(-80, 80, 1 << 16).astype(dtype)
+        a, b = np.empty_like(x), np.empty_like(x)
+        summed(x, a)
+        plain(x, b)
+        assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
