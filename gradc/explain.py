@@ -11,7 +11,7 @@ from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import INFIX, PRIMITIVES
 from gradc.codegen.cpu_reduce import input_slots, schedule
 from gradc.passes.fuse import Kernel, KernelPlan
-from gradc.passes.fuse_reduce import ReduceKernel, fuse_reductions, is_reduction
+from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, is_reduction
 from gradc.pipeline import build_op
 
 _PREC = {"lt": 0, "le": 0, "gt": 0, "ge": 0, "eq": 0, "ne": 0, "add": 1, "sub": 1,
@@ -84,15 +84,21 @@ def plan_text(plan: KernelPlan, label: str) -> list[str]:
     names = MathPrinter(g).names
     ref = lambda n: names.get(n, f"%{n}")
     totals: dict[str, list[int]] = {}         # loop shape -> [arrays, f32 B, f64 B]
+    seen: set[int] = set()                     # nodes of earlier kernels
     for k, step in enumerate(plan.steps):
         if isinstance(step, ReduceKernel):
             lines += _reduce_kernel_text(g, step, k, ref, totals)
+            seen.update(step.nodes)
         elif isinstance(step, Kernel):
             ops = Counter(g.node(n).op for n in step.nodes)
             fused = ", ".join(f"{op}×{c}" if c > 1 else op for op, c in sorted(ops.items()))
             shape = shape_text(g, step.shape)
             lines.append(f"  [{k}] kernel over {shape}: fuses {len(step.nodes)} "
                          f"primitive(s) ({fused})")
+            again = [n for n in step.nodes if n in seen and n not in step.inputs]
+            if again:
+                lines.append(f"      recomputes {', '.join(ref(n) for n in again)} "
+                             f"(cheaper than storing and reading it back)")
             rows = row_inputs(g, step)          # read once per row, not per element
             once = {i for i in step.inputs if is_scalar_input(g, i)}   # once per kernel
             reads = [ref(i) + (" (per row)" if i in rows else " (scalar)" if i in once else "")
@@ -107,6 +113,7 @@ def plan_text(plan: KernelPlan, label: str) -> list[str]:
             t[0] += len(moved)
             t[1] += f32
             t[2] += f64
+            seen.update(step.nodes)
         else:
             node = g.node(step.node)
             lines.append(f"  [{k}] {PRIMITIVES[node.op].kind} call: {node.op} "
@@ -181,7 +188,7 @@ def explain(path: str, op_name: str) -> str:
         out += ["", "diagnostics of the gradient:"]
         out += [f"  {line}" for d in cop.diagnostics for line in d.render().splitlines()]
     for m in ("forward", "fwd_bwd"):
-        out += [""] + plan_text(fuse_reductions(cop.methods[m].fused),
+        out += [""] + plan_text(cpu_plan(cop.methods[m].fused),
                                 f"kernel plan of {m} (fused, CPU)")
     out += [""] + plan_text(cop.methods["fwd_bwd"].unfused, "kernel plan of fwd_bwd (unfused)")
     return "\n".join(out)

@@ -15,7 +15,7 @@ from gradc.codegen import runtime_cuda_src as rt
 from gradc.codegen.module import Kernels, WrapperPrinter
 from gradc.errors import CodegenError
 from gradc.ir.primitives import PRIMITIVES
-from gradc.passes.fuse import Kernel, MatmulEpilogue, attach_epilogues
+from gradc.passes.fuse import Kernel, MatmulEpilogue, attach_epilogues, recompute_residuals
 
 
 class CudaWrapperPrinter(WrapperPrinter):
@@ -30,8 +30,9 @@ class CudaWrapperPrinter(WrapperPrinter):
     def lower_plan(plan):
         """A matmul whose product an elementwise kernel reads next runs that kernel's
         body as its epilogue (one kernel, the product never stored unless needed);
-        reductions stay steps of their own (the run time's row-reduction kernels)."""
-        return attach_epilogues(plan)
+        reductions stay steps of their own (the run time's row-reduction kernels);
+        cheap residuals are recomputed where they are read (as on the CPU)."""
+        return attach_epilogues(recompute_residuals(plan))
 
     def _launch(self, name: str, args: list[str], step: Kernel) -> str:
         if isinstance(step, MatmulEpilogue):

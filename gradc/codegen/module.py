@@ -23,7 +23,7 @@ from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import PRIMITIVES
 from gradc.ir.shapes import Shape
 from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, MatmulEpilogue, value_used
-from gradc.passes.fuse_reduce import CHUNK, ROW, ReduceKernel, fuse_reductions
+from gradc.passes.fuse_reduce import ROW, ReduceKernel, cpu_plan
 from gradc.pipeline import METHODS, CompiledOp, Method
 
 _OUT_DTYPE = {FLOAT: "_T", "i32": "np.int32", "i64": "np.int64", "bool": "np.bool_"}
@@ -129,8 +129,9 @@ class WrapperPrinter:
 
     @staticmethod
     def lower_plan(plan: KernelPlan) -> KernelPlan:
-        """The plan this backend runs: on the CPU, reductions fused into loops."""
-        return fuse_reductions(plan)
+        """The plan this backend runs: on the CPU, reductions fused into loops and
+        cheap residuals recomputed (:func:`gradc.passes.fuse_reduce.cpu_plan`)."""
+        return cpu_plan(plan)
 
     def helper(self, name: str, args: str) -> str:
         """A call of this backend's run-time helper ``name``."""

@@ -49,6 +49,12 @@ class Printer:
             return self._print_const(node)
         return self.names[nid]
 
+    def _print_broadcast_in(self, node: Node) -> str:
+        """A scalar broadcast into a loop (a recomputed residual): the scalar itself."""
+        if not self.graph.node(node.args[0]).shape.is_scalar:
+            raise CodegenError("broadcast_in of an array inside an elementwise loop", node.span)
+        return self.name(node.args[0])
+
     def expr(self, nid: int) -> str:
         node = self.graph.node(nid)
         special = getattr(self, f"_print_{node.op}", None)

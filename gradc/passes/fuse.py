@@ -10,7 +10,7 @@ what fusion buys.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Union
 
 import networkx as nx
@@ -297,3 +297,108 @@ def _reads(graph: Graph, step: Step, nid: int) -> bool:
         return nid in step.inputs or any(nid in graph.node(n).shape.dyn for n in step.nodes)
     node = graph.node(step.node)
     return nid in node.args or nid in node.shape.dyn
+
+
+# Recomputing a stored value in the kernel that reads it: the cost model.  A
+# vectorised loop on these machines moves ~15 GB/s on 2 cores (gradc bench's
+# copy column), 4 bytes per float32 element and array; the math library's
+# transcendentals cost 10-40 instructions per 8 lanes (docs/mathlib.md), so a
+# cone of a few arithmetic nodes and at most two transcendentals recomputed per
+# element costs less than storing and reading back one array.
+RECOMPUTE_MAX_NODES = 8
+RECOMPUTE_MAX_TRANSCENDENTAL = 2
+_CHEAP = frozenset("""add sub mul neg identity cast where clip full_like abs maximum minimum
+    lt le gt ge eq ne square sign floor ceil round""".split())
+
+
+def recompute_residuals(plan: KernelPlan) -> KernelPlan:
+    """Store or recompute, per value a kernel stores only for later kernels.
+
+    A value ``v`` that kernel G stores and kernels H1, H2... read (element by
+    element, over G's shape) is recomputed in each H instead, and G no longer
+    stores it, when every H already reads everything ``v``'s computation in G
+    needs (no new array read) and that computation is cheap
+    (``RECOMPUTE_MAX_NODES`` primitives, ``RECOMPUTE_MAX_TRANSCENDENTAL``
+    transcendental ones): a store and a read per element saved for a little
+    arithmetic.  Graph outputs are always stored.  The recomputed nodes appear
+    in G and in each H; nothing else changes.
+    """
+    if not plan.fused:
+        return plan
+    g = plan.graph
+    steps = list(plan.steps)
+    changed = True
+    while changed:
+        changed = False
+        for s, step in enumerate(steps):
+            if not isinstance(step, Kernel) or isinstance(step, MatmulEpilogue):
+                continue
+            levels = dict(getattr(step, "levels", ()))
+            for v in step.outputs:
+                if levels.get(v, "E") != "E":     # a reduce kernel's row values
+                    continue
+                new = _recompute_in_readers(g, steps, s, v)
+                if new is not None:
+                    steps = new
+                    changed = True
+                    break
+            if changed:
+                break
+    return KernelPlan(g, tuple(steps), plan.fused)
+
+
+def _recompute_in_readers(g: Graph, steps: list, s: int, v: int) -> list | None:
+    producer = steps[s]
+    if v in g.outputs:
+        return None
+    if g.node(v).op == "broadcast_in" and not g.node(g.node(v).args[0]).shape.is_scalar:
+        return None
+    readers = [q for q, st in enumerate(steps) if q != s and _reads(g, st, v)]
+    if not readers or any(type(steps[q]) is not Kernel or steps[q].shape != producer.shape
+                          or any(v in g.node(n).shape.dyn for n in steps[q].nodes)
+                          for q in readers):
+        return None
+    levels = dict(getattr(producer, "levels", ()))
+    inside = {n for n in producer.nodes if levels.get(n, "E") == "E"}
+    cones, scalars = {}, {}
+    for q in readers:
+        # Values H computes itself; what it recomputes already counts again.
+        again = {n for n in steps[q].nodes
+                 if any(n in st.nodes for r, st in enumerate(steps) if r != q
+                        and isinstance(st, Kernel))}
+        have = set(steps[q].inputs) | (set(steps[q].nodes) - again)
+        cone, todo, extra = {v}, [v], set()
+        while todo:
+            n = todo.pop()
+            shape_only = PRIMITIVES[g.node(n).op].shape_only
+            for i, a in enumerate(g.node(n).args):
+                if g.node(a).op == "const" or a in cone or a in have or i in shape_only:
+                    continue
+                if a in again:
+                    cone.add(a)
+                    todo.append(a)
+                    continue
+                if g.node(a).shape.is_scalar and a not in producer.nodes:
+                    extra.add(a)                  # read once per kernel: free
+                    continue
+                if a not in inside or (g.node(a).op == "broadcast_in" and
+                                       not g.node(g.node(a).args[0]).shape.is_scalar):
+                    return None                   # H would read a new array
+                cone.add(a)
+                todo.append(a)
+        scalars[q] = extra
+        costly = sum(1 for n in cone if g.node(n).op not in _CHEAP)
+        if len(cone) > RECOMPUTE_MAX_NODES or costly > RECOMPUTE_MAX_TRANSCENDENTAL:
+            return None
+        cones[q] = cone
+    order = {n: k for k, n in enumerate(g.topo_order())}
+    steps = list(steps)
+    for q, cone in cones.items():
+        h = steps[q]
+        nodes = sorted(set(h.nodes) | cone, key=order.__getitem__)
+        ins = tuple(sorted({i for i in h.inputs if i not in cone} | scalars[q]))
+        steps[q] = Kernel(tuple(nodes), ins, h.outputs, h.shape)
+    still_read = any(_reads(g, st, v) for q, st in enumerate(steps) if q != s)
+    if not still_read:
+        steps[s] = replace(producer, outputs=tuple(o for o in producer.outputs if o != v))
+    return steps

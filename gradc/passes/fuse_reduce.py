@@ -40,7 +40,7 @@ import networkx as nx
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, REDUCTION
 from gradc.ir.shapes import Shape, normalize_axis
-from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, Step
+from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, Step, recompute_residuals
 
 ELEMENT, ROW, CHUNK = "E", "R", "C"
 # Reductions a row loop computes, and how many passes over the row each takes.
@@ -323,6 +323,12 @@ def fuse_reductions(plan: KernelPlan) -> KernelPlan:
         elif grp.gid == u:
             steps.append(_make_kernel(g, grp, sorted(members[u], key=order.__getitem__)))
     return KernelPlan(g, tuple(order_steps(g, steps)), plan.fused)
+
+
+def cpu_plan(plan: KernelPlan) -> KernelPlan:
+    """The plan the CPU runs: reductions fused into loops, then cheap residuals
+    recomputed where they are read (:func:`recompute_residuals`)."""
+    return recompute_residuals(fuse_reductions(plan))
 
 
 def order_steps(g: Graph, steps: list[Step]) -> list[Step]:

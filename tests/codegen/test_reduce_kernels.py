@@ -16,7 +16,8 @@ import pytest
 import gradc
 from gradc.frontend.check import check_source
 from gradc.passes.fuse import LibraryCall
-from gradc.passes.fuse_reduce import ReduceKernel, fuse_reductions
+from gradc.passes.fuse import Kernel, recompute_residuals
+from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, fuse_reductions
 from gradc.pipeline import build_op
 
 SOURCE = """
@@ -37,6 +38,16 @@ op middle(x: T[a, b, c]) -> y { y = sum(x, axis=1) }
 op generic(x) -> y { y = x - logsumexp(x, axis=-1, keepdims=true) }
 op xent(logits: T[b, o], onehot: nograd T[b, o]) -> loss {
     loss = mean(logsumexp(logits, axis=1) - sum(onehot * logits, axis=1))
+}
+op shifted(x: T[b], y: T[b]) -> (m, p) {
+    s = sin(x) * 2 + 1
+    m = mean(s * y)
+    p = s * sum(y) + x
+}
+op costly(x: T[b], y: T[b]) -> (m, p) {
+    s = exp(sin(cos(x)))
+    m = mean(s * y)
+    p = s * sum(y) + x
 }
 op stats(x: T[b, n]) -> (m, s) {
     m = max(x, axis=1)
@@ -60,6 +71,7 @@ ARGS = {
     "softmax": ["bn"], "layernorm": ["bn", "n", "n"], "rownorm": ["bn"], "total": ["bn", "n"],
     "extremes": ["bn"], "colmean": ["bn"], "three": ["abc"], "lead": ["abc"],
     "middle": ["abc"], "generic": ["bn"], "xent": ["bn", "bn"], "stats": ["bn"],
+    "shifted": ["b", "b"], "costly": ["b", "b"],
 }
 SHAPES = {"serial": dict(a=3, b=5, c=4, n=7), "parallel": dict(a=40, b=600, c=9, n=300),
           "one-row": dict(a=1, b=1, c=1, n=33), "one-column": dict(a=2, b=70, c=1, n=1)}
@@ -221,7 +233,7 @@ def test_results_do_not_depend_on_the_thread_count(mod) -> None:
 def plan(op: str, method: str = "fwd_bwd"):
     program = check_source(source("f32"), "reduce.grad")
     cop = build_op(program.ops[op], program.ops, program.consts)
-    return fuse_reductions(cop.methods[method].fused)
+    return cpu_plan(cop.methods[method].fused)
 
 
 @pytest.mark.parametrize("op", ["softmax", "rownorm", "total", "extremes", "three", "lead",
@@ -287,3 +299,28 @@ def test_reassociation_does_not_reach_the_math_library(modules) -> None:
         summed(x, a)
         plain(x, b)
         assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def test_cheap_residuals_are_recomputed_where_they_are_read() -> None:
+    """``s = sin(x) * 2 + 1`` is needed by the forward loop and by the backward
+    loop, which reads x anyway: the backward recomputes it instead of reading it
+    back, and the broadcast cotangent of the mean is never stored."""
+    program = check_source(source("f32"), "reduce.grad")
+    cop = build_op(program.ops["shifted"], program.ops, program.consts)
+    fused = fuse_reductions(cop.methods["fwd_bwd"].fused)
+    after = recompute_residuals(fused)
+    g = after.graph
+    stored = lambda p: sum(len(s.outputs) for s in p.steps if isinstance(s, Kernel))
+    assert stored(after) < stored(fused)
+    (last,) = [s for s in after.steps if type(s) is Kernel]
+    assert "sin" in [g.node(n).op for n in last.nodes]
+    assert all(g.node(o).op != "broadcast_in" for s in after.steps if isinstance(s, Kernel)
+               for o in s.outputs)
+
+
+def test_costly_residuals_are_stored() -> None:
+    """exp(sin(cos(x))) has three transcendentals: storing it is cheaper."""
+    p = plan("costly")
+    g = p.graph
+    (last,) = [s for s in p.steps if type(s) is Kernel]
+    assert "exp" not in [g.node(n).op for n in last.nodes]
