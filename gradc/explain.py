@@ -150,7 +150,7 @@ def _sig(cop) -> str:
 
 def emit_ir(path: str, op_names: list[str] | None = None, *, check: bool = False) -> str:
     """``gradc compile --emit ir``: the optimised graph of every method (forward, vjp,
-    fwd_bwd) of every op of ``path`` (or of ``op_names``), as codegen receives it:
+    fwd_bwd, jvp) of every op of ``path`` (or of ``op_names``), as codegen receives it:
     after simplification, CSE and DCE (:func:`gradc.ir.dump.dump`)."""
     from gradc import _warn
     from gradc.errors import GradcError, NameResolutionError, NotSupportedError, raise_all
@@ -179,6 +179,10 @@ def emit_ir(path: str, op_names: list[str] | None = None, *, check: bool = False
                 continue
             out += ["", f"op {name}{_sig(cop)}"]
             for m in METHODS:
+                if m not in cop.methods:
+                    why = cop.missing[m].splitlines()[0].replace("error[E405]: ", "")
+                    out += ["", f"  {m}: not available: {why}"]
+                    continue
                 g = cop.methods[m].graph
                 out += ["", f"  {m} ({len(g)} nodes):", dump(g, indent="    ").rstrip("\n")]
         raise_all(errors)
