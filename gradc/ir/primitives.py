@@ -117,9 +117,10 @@ def _cmp(name, ufunc, sym) -> Primitive:
 def _red(name, ref, local, lib, **kw) -> Primitive:
     """A reduction whose derivative is ``local`` (d out / d x, elementwise over
     ``x``, ``bc(...)`` for reduced values broadcast back): VJP ``bc(g) * local``,
-    JVP ``sum(x_t * local)`` over the reduced axes."""
+    JVP ``sum(x_t * (local))`` over the reduced axes (``local`` first: the
+    tangent times ``x`` may overflow where their quotient by the norm would not)."""
     rules = {"vjp": (_bc(f"bc(g) * {local}"),),
-             "jvp": (_bc(f"sum(x_t * {local}, axis=axis, keepdims=keepdims)"),)}
+             "jvp": (_bc(f"sum(x_t * ({local}), axis=axis, keepdims=keepdims)"),)}
     return Primitive(name, ("x",), REDUCTION, ref, lib=lib, **{**rules, **kw})
 
 
