@@ -121,9 +121,9 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
     scope = Lowerer(graph, region.ops, region.consts).body(block.body, scope)
     diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
     check_gradient_count(region, len(diff))
-    _require_linear(graph, region, ups, scope, since)
-    for nid in range(since, graph.next_id):
-        if nid in graph and graph.node(nid).op == "stop_gradient":
+    reads_ups = _require_linear(graph, region, ups, scope, since)
+    for nid in reads_ups:             # stop_gradient(dy): the identity, as a map of dy
+        if graph.node(nid).op == "stop_gradient":
             graph.update(nid, op="identity")
     roots, seeds = [], []
     for (p, a), gname, t in zip(diff, block.outputs, tangents):
@@ -155,9 +155,10 @@ def _values_read(graph: Graph, roots: Sequence[int]) -> set[int]:
 
 
 def _require_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: dict[str, int],
-                    since: int) -> None:
+                    since: int) -> set[int]:
     """Raise E405 unless every gradient output is linear in the upstreams (a
-    symbolic zero is; a nonzero value that does not depend on them is not)."""
+    symbolic zero is; a nonzero value that does not depend on them is not);
+    return the nodes of the block that depend on the upstreams."""
     block, op = region.op.grad, region.op
     verdict = classify(graph, ups, since)
     notes = [f"forward mode transposes the grad block of '{op.name}' (line {block.span.line}) "
@@ -185,4 +186,5 @@ def _require_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: d
             f"op '{op.name}' has no forward mode: gradient '{gname}' of its grad block is "
             f"not linear in the {describe_upstreams(used)}: '{_surface(node.op)}' is "
             "applied to it nonlinearly here", node.span or block.span, "E405", notes)
+    return set(verdict)
 
