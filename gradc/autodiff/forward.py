@@ -16,7 +16,10 @@ upstreams, checked to be linear in them (:mod:`gradc.autodiff.linearity`),
 and reverse mode over it, seeded with the input tangents, gives the output
 tangents (the VJP of a linear map is its transpose).  JAX's ``custom_vjp``
 has no forward mode at all; a grad block that is not linear in its upstream
-names cannot be transposed and is a :class:`GradientError` (E405).
+names cannot be transposed and is a :class:`GradientError` (E405).  JAX goes
+the other way, from a JVP to a VJP by linearizing and transposing (Radul et
+al., "You Only Linearize Once", POPL 2023); transposition is the same
+operation in both directions.
 """
 from __future__ import annotations
 
