@@ -137,8 +137,11 @@ def explain(path: str, op_name: str) -> str:
     if cop.diagnostics:
         out += ["", "diagnostics of the gradient:"]
         out += [f"  {line}" for d in cop.diagnostics for line in d.render().splitlines()]
-    for m in ("forward", "fwd_bwd"):
-        out += [""] + plan_text(cop.methods[m].fused, f"kernel plan of {m} (fused)")
+    for m in ("forward", "fwd_bwd", "jvp"):
+        if m in cop.methods:
+            out += [""] + plan_text(cop.methods[m].fused, f"kernel plan of {m} (fused)")
+        else:
+            out += ["", f"{m}: not available (see the diagnostics: E405)"]
     out += [""] + plan_text(cop.methods["fwd_bwd"].unfused, "kernel plan of fwd_bwd (unfused)")
     return "\n".join(out)
 
