@@ -135,7 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--op", action="append", metavar="NAME",
                    help="with --emit ir: only this op (repeatable)")
     c.set_defaults(fn=_cmd_compile)
-    k = sub.add_parser("check", help="parse, type-check and gradient-check every op")
+    k = sub.add_parser("check", help="parse, type-check and gradient-check every op (finite "
+                       "differences; jvp against vjp; second order)")
     k.add_argument("spec")
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--precise", action="store_true",
