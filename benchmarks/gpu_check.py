@@ -3,8 +3,8 @@
 
 One run does everything a GPU session needs:
 
-1. **Correctness**: every op of every module, ``forward``, ``vjp`` and
-   ``fwd_bwd``, fused and ``.unfused``, in float32 and float64, on the
+1. **Correctness**: every op of every module, ``forward``, ``vjp``,
+   ``fwd_bwd`` and ``jvp`` (where the op has one), fused and ``.unfused``, in float32 and float64, on the
    device against the module's CPU methods on the same inputs (maximum
    relative error; NaN must match NaN).
 2. **Bandwidth**: each elementwise op's fused ``fwd_bwd`` (``out=``
@@ -179,12 +179,31 @@ def reference_cases(module, n: int, dtypes, rng) -> list[dict]:
                                                             else dtype) for y in ys]
             want = {"forward": ys, "vjp": as_tuple(op.vjp(*xs, *ups)),
                     "fwd_bwd": as_tuple(op.fwd_bwd(*xs, *ups))}
+            ts = tangents(op, xs, rng)
+            if ts is not None:
+                want["jvp"] = as_tuple(op.jvp(*xs, *ts))
             got = next((y.dtype for y in ys if y.dtype.kind == "f"), np.dtype(dtype))
             if got != dtype:          # a declared dtype (f32) fixes it: one case is enough
                 continue
             cases.append({"module": module.__name__, "op": name, "dtype": got.name,
-                          "xs": xs, "ups": ups, "want": want})
+                          "xs": xs, "ups": ups, "ts": ts, "want": want})
     return cases
+
+
+def tangents(op, xs, rng) -> list | None:
+    """One random tangent like each differentiable input (the jvp wrapper's
+    positional parameters after the inputs), or None where the op has no jvp."""
+    if "jvp" not in op._methods:
+        return None
+    names = positional(op)
+    out = []
+    for t in positional(op, "jvp")[len(names):]:
+        base = t
+        while base not in names:              # x_t (x_t_t where x_t is taken) -> x
+            base = base[:-2]
+        x = xs[names.index(base)]
+        out.append(rng.standard_normal(x.shape).astype(x.dtype))
+    return out
 
 
 def check_cases(module, cuda, cases) -> list[dict]:
@@ -194,12 +213,14 @@ def check_cases(module, cuda, cases) -> list[dict]:
         op = module.OPS[case["op"]]
         dxs = [cuda.to_device(x) for x in case["xs"]]
         dups = [cuda.to_device(u) for u in case["ups"]]
+        dts = [cuda.to_device(t) for t in case.get("ts") or ()]
         err, what = 0.0, ""
         for variant, dev in (("fused", op.cuda), ("unfused", op.cuda.unfused)):
             for method, ref in case["want"].items():
                 try:
                     fn = getattr(dev, "__call__" if method == "forward" else method)
-                    got = as_tuple(fn(*dxs) if method == "forward" else fn(*dxs, *dups))
+                    extra = {"forward": [], "jvp": dts}.get(method, dups)
+                    got = as_tuple(fn(*dxs, *extra))
                     cuda.synchronize()
                 except Exception as exc:             # reported, and the run goes on
                     err, what = math.inf, f"{variant}.{method}: {type(exc).__name__}: {exc}"

@@ -44,7 +44,7 @@ def _cmd_check(args) -> int:
     results = check_program(program, seed=args.seed)
     for r in results:
         print(r.line())
-    failed = [r.op for r in results if not r.ok]
+    failed = [r.op for r in results if not r.passed]
     if failed:
         print(f"gradient check failed for: {', '.join(failed)}", file=sys.stderr)
         return 1
@@ -130,12 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--precise", action="store_true", help=_PRECISE)
     c.add_argument("--emit", choices=("module", "ir"), default="module",
                    help="module: write the Python module (default); ir: print each op's "
-                        "optimised IR (forward, vjp, fwd_bwd graphs after simplification, "
+                        "optimised IR (forward, vjp, fwd_bwd, jvp graphs after simplification, "
                         "CSE and DCE) to stdout and write nothing")
     c.add_argument("--op", action="append", metavar="NAME",
                    help="with --emit ir: only this op (repeatable)")
     c.set_defaults(fn=_cmd_compile)
-    k = sub.add_parser("check", help="parse, type-check and gradient-check every op")
+    k = sub.add_parser("check", help="parse, type-check and gradient-check every op (finite "
+                       "differences; jvp against vjp; second order)")
     k.add_argument("spec")
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--precise", action="store_true",

@@ -88,7 +88,7 @@ def run_demo(quick: bool = False) -> int:
     results = check_program(load_program(seed))
     for r in results:
         print(r.line())
-    ok &= all(r.ok for r in results)
+    ok &= all(r.passed for r in results)
     n = 10**6 if quick else 10**7
     print(f"\n== 4. fused vs unfused (fwd_bwd of the elementwise ops, n = {n:,})")
     print(bench_file(seed, n=n, repeat=5 if quick else 9))

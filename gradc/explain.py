@@ -187,9 +187,12 @@ def explain(path: str, op_name: str) -> str:
     if cop.diagnostics:
         out += ["", "diagnostics of the gradient:"]
         out += [f"  {line}" for d in cop.diagnostics for line in d.render().splitlines()]
-    for m in ("forward", "fwd_bwd"):
-        out += [""] + plan_text(cpu_plan(cop.methods[m].fused),
-                                f"kernel plan of {m} (fused, CPU)")
+    for m in ("forward", "fwd_bwd", "jvp"):
+        if m in cop.methods:
+            out += [""] + plan_text(cpu_plan(cop.methods[m].fused),
+                                    f"kernel plan of {m} (fused, CPU)")
+        else:
+            out += ["", f"{m}: not available (see the diagnostics: E405)"]
     out += [""] + plan_text(cop.methods["fwd_bwd"].unfused, "kernel plan of fwd_bwd (unfused)")
     return "\n".join(out)
 
@@ -201,7 +204,7 @@ def _sig(cop) -> str:
 
 def emit_ir(path: str, op_names: list[str] | None = None, *, check: bool = False) -> str:
     """``gradc compile --emit ir``: the optimised graph of every method (forward, vjp,
-    fwd_bwd) of every op of ``path`` (or of ``op_names``), as codegen receives it:
+    fwd_bwd, jvp) of every op of ``path`` (or of ``op_names``), as codegen receives it:
     after simplification, CSE and DCE (:func:`gradc.ir.dump.dump`)."""
     from gradc import _warn
     from gradc.errors import GradcError, NameResolutionError, NotSupportedError, raise_all
@@ -230,6 +233,10 @@ def emit_ir(path: str, op_names: list[str] | None = None, *, check: bool = False
                 continue
             out += ["", f"op {name}{_sig(cop)}"]
             for m in METHODS:
+                if m not in cop.methods:
+                    why = cop.missing[m].splitlines()[0].replace("error[E405]: ", "")
+                    out += ["", f"  {m}: not available: {why}"]
+                    continue
                 g = cop.methods[m].graph
                 out += ["", f"  {m} ({len(g)} nodes):", dump(g, indent="    ").rstrip("\n")]
         raise_all(errors)

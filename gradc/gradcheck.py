@@ -11,6 +11,13 @@ For an op whose gradient involves a custom rule, the derivative gradc
 derives with every ``grad`` block ignored is checked this way, and the
 custom rule is compared with it: the report says whether the rule equals the
 true derivative, and if not, how far it is (information, not a failure).
+
+Forward mode is checked against reverse mode by the adjoint identity
+``<J t, u> = <t, J^T u>`` (:func:`check_jvp`; with the op's custom rules, so a
+transposed grad block is checked against the block itself), and second order
+by forward mode over the reverse-mode graph: the tangent of ``vjp(x, u)``
+along ``t`` against central differences of ``vjp`` (:func:`check_second_order`,
+on the true derivative).
 """
 from __future__ import annotations
 
@@ -19,9 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradc.ir.interpret import interpret
-from gradc.pipeline import CompiledOp, build_op
+from gradc.pipeline import CompiledOp, build_op, linearize
 
 EPS = 1e-6
+TOL = 1e-5            # first order: central differences of float64 values
+TOL_SECOND = 1e-4     # second order: differences of a derivative (its rounding is larger)
+TOL_ADJOINT = 1e-9    # <J t, u> = <t, J^T u> holds to rounding: no differences taken
 
 
 @dataclass
@@ -32,9 +42,18 @@ class CheckResult:
     custom: bool               # the op's gradient uses a custom rule
     custom_rel_diff: float = 0.0   # |custom - true| / |true| over random cotangents
     note: str = ""
+    jvp_error: float | None = None      # adjoint identity, relative; None: no jvp
+    jvp_missing: str = ""               # why the op has no jvp (E405's first line)
+    second_error: float = 0.0           # d/dt vjp by forward mode vs differences
+
+    @property
+    def passed(self) -> bool:
+        """Every check passed: first order, forward vs reverse, second order."""
+        return self.ok and (self.jvp_error is None or self.jvp_error < TOL_ADJOINT) and \
+            self.second_error < TOL_SECOND
 
     def line(self) -> str:
-        mark = "ok  " if self.ok else "FAIL"
+        mark = "ok  " if self.passed else "FAIL"
         text = f"{mark} {self.op}: derivative vs finite differences, rel. error {self.error:.1e}"
         if self.custom:
             if self.custom_rel_diff == float("inf"):
@@ -44,7 +63,13 @@ class CheckResult:
             else:
                 text += (f"; custom gradient differs from the true derivative "
                          f"(relative difference {self.custom_rel_diff:.3g})")
-        return text + (f" [{self.note}]" if self.note else "")
+        text += f" [{self.note}]" if self.note else ""
+        if self.jvp_error is not None:
+            jvp = f"jvp vs vjp (adjoint identity) rel. error {self.jvp_error:.1e}"
+        else:
+            jvp = f"no jvp: {self.jvp_missing}"
+        return (text + f"\n       {jvp}; second order (jvp of vjp vs finite differences "
+                f"of vjp) rel. error {self.second_error:.1e}")
 
 
 def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = False) -> list:
@@ -98,7 +123,7 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
     fd = sum(float(np.vdot(v, (a - b) / (2 * EPS))) for v, a, b in zip(vs, f(1.0), f(-1.0)))
     ad = _vjp_dot(true, xs, vs, us)
     err = abs(fd - ad) / max(abs(fd), abs(ad), 1e-8)
-    result = CheckResult(op.name, bool(err < 1e-5), err, custom)
+    result = CheckResult(op.name, bool(err < TOL), err, custom)
     if custom:
         g_custom = interpret(cop.methods["vjp"].graph, xs + vs)
         g_true = interpret(true.methods["vjp"].graph, xs + vs)
@@ -108,7 +133,67 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
                                                                  else float("inf"))
     if not np.isfinite(fd):
         result.ok, result.note = False, "non-finite values at the sampled point"
+    if "jvp" in cop.methods:
+        result.jvp_error = check_jvp(cop, xs, rng)
+    else:
+        result.jvp_missing = cop.missing["jvp"].splitlines()[0].replace("error[E405]: ", "")
+    result.second_error = check_second_order(true, xs, rng)
     return result
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(a), abs(b), 1e-8)
+
+
+def check_jvp(cop: CompiledOp, xs: list, rng: np.random.Generator) -> float:
+    """The relative error of ``<J t, u> = <t, J^T u>`` at ``xs`` (float64, one random
+    tangent ``t`` per differentiable parameter and cotangent ``u`` per output,
+    both of their primal's shape); the primal outputs of ``jvp`` must equal the
+    forward pass's (else the error is inf).  Needs ``cop.methods["jvp"]``."""
+    diff = [i for i, p in enumerate(cop.params) if p.differentiable]
+    ts = [rng.standard_normal(np.shape(xs[i])) for i in diff]
+    ys = interpret(cop.methods["forward"].graph, xs)
+    res = interpret(cop.methods["jvp"].graph, xs + ts)
+    outs, tangents = res[:len(ys)], res[len(ys):]
+    if any(np.shape(a) != np.shape(b) or not np.allclose(a, b, rtol=1e-12, atol=0,
+                                                         equal_nan=True)
+           for a, b in zip(outs, ys)):
+        return float("inf")
+    us = [rng.standard_normal(np.shape(y)) for y in ys]
+    lhs = sum(float(np.vdot(jt, u)) for jt, u in zip(tangents, us))
+    rhs = _vjp_dot(cop, xs, us, ts)
+    return _rel(lhs, rhs)
+
+
+def check_second_order(cop: CompiledOp, xs: list, rng: np.random.Generator) -> float:
+    """The relative error of forward mode over the VJP graph: the tangent of
+    ``vjp(x, u)`` along ``t`` (a Hessian-vector product for a scalar output)
+    against central differences of ``vjp`` along ``t``, projected on a random
+    ``w`` (float64).  Use the true derivative (``custom=False``): a custom rule
+    need not be the derivative of anything."""
+    diff = [i for i, p in enumerate(cop.params) if p.differentiable]
+    if not diff:
+        return 0.0
+    graph = cop.methods["vjp"].graph
+    ys = interpret(cop.methods["forward"].graph, xs)
+    us = [rng.standard_normal(np.shape(y)) for y in ys]
+    ts = [rng.standard_normal(np.shape(xs[i])) for i in diff]
+    second = linearize(graph, [graph.params[i] for i in diff],
+                       tuple(f"_t{i}" for i in diff))
+    res = interpret(second, xs + us + ts)
+    n = len(graph.outputs)
+    grads, ad = res[:n], res[n:]
+
+    def moved(sign: float) -> list:
+        x = list(xs)
+        for i, t in zip(diff, ts):
+            x[i] = xs[i] + sign * EPS * t
+        return interpret(graph, x + us)
+
+    fd = [(a - b) / (2 * EPS) for a, b in zip(moved(1.0), moved(-1.0))]
+    ws = [rng.standard_normal(np.shape(g)) for g in grads]
+    return _rel(sum(float(np.vdot(w, a)) for w, a in zip(ws, ad)),
+                sum(float(np.vdot(w, f)) for w, f in zip(ws, fd)))
 
 
 def check_program(program, *, seed: int = 0) -> list[CheckResult]:

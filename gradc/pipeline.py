@@ -2,7 +2,8 @@
 
 For each op: lower the forward body to the primal graph; for ``vjp`` and
 ``fwd_bwd`` add one upstream (cotangent) parameter per output and run reverse
-mode; then the pass pipeline and fusion, fused and unfused.
+mode; for ``jvp`` add one tangent parameter per differentiable parameter and
+run forward mode; then the pass pipeline and fusion, fused and unfused.
 """
 from __future__ import annotations
 
@@ -10,15 +11,16 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from gradc import passes
+from gradc.autodiff.forward import jvp
 from gradc.autodiff.reverse import vjp
-from gradc.errors import GradcError, NotSupportedError, raise_all
+from gradc.errors import GradcError, GradcWarning, GradientError, NotSupportedError, raise_all
 from gradc.frontend import ast
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.lower import ParamInfo, lower_op, param_infos
 from gradc.passes.fuse import KernelPlan, plan_kernels
 
-METHODS = ("forward", "vjp", "fwd_bwd")
+METHODS = ("forward", "vjp", "fwd_bwd", "jvp")
 
 
 @dataclass
@@ -36,7 +38,9 @@ class CompiledOp:
     op: ast.OpDef
     params: tuple[ParamInfo, ...]
     upstreams: tuple[str, ...]            # one cotangent name per output
+    tangents: tuple[str, ...] = ()        # one tangent name per differentiable parameter
     methods: dict[str, Method] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)   # method -> why it is not there
     primal: Graph | None = None
     diagnostics: list = field(default_factory=list)    # GradcWarnings, in order found
 
@@ -55,6 +59,21 @@ def upstream_names(op: ast.OpDef) -> tuple[str, ...]:
     return tuple(names)
 
 
+def tangent_names(op: ast.OpDef) -> tuple[str, ...]:
+    """``<param>_t`` per differentiable parameter (more ``_t`` while taken)."""
+    taken = {p.name for p in op.params} | {s.target for s in op.body} | set(op.outputs)
+    taken |= set(upstream_names(op))
+    names = []
+    for p in op.params:
+        if p.differentiable:
+            n = f"{p.name}_t"
+            while n in taken:
+                n = f"{n}_t"
+            taken.add(n)
+            names.append(n)
+    return tuple(names)
+
+
 def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, float],
              *, check: bool = False, custom: bool = True) -> CompiledOp:
     """Lower, differentiate, simplify and plan every method of ``op``.
@@ -62,7 +81,7 @@ def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
     ``custom=False`` ignores grad blocks: the methods then compute the true
     derivative (used to audit custom gradients).
     """
-    compiled = CompiledOp(op, param_infos(op, consts), upstream_names(op))
+    compiled = CompiledOp(op, param_infos(op, consts), upstream_names(op), tangent_names(op))
     primal = passes.stabilize(lower_op(op, ops, consts, custom=custom))
     compiled.primal = primal
     compiled.methods["forward"] = _method("forward", primal.copy(), check)
@@ -75,6 +94,15 @@ def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
     grads_only.output_names = joint.output_names[n_out:]
     compiled.methods["vjp"] = _method("vjp", grads_only, check)
     compiled.methods["fwd_bwd"] = _method("fwd_bwd", joint, check)
+    diff = [p for p, info in zip(primal.params, compiled.params) if info.differentiable]
+    try:
+        tangent = linearize(primal, diff, compiled.tangents)
+    except GradientError as exc:      # a grad block that cannot be transposed (E405)
+        compiled.missing["jvp"] = exc.render()
+        compiled.diagnostics.append(GradcWarning(
+            exc.message + "; its jvp method raises this error", exc.span, "W405", exc.notes))
+    else:
+        compiled.methods["jvp"] = _method("jvp", tangent, check)
     return compiled
 
 
@@ -94,6 +122,27 @@ def _differentiate(primal: Graph, compiled: CompiledOp) -> Graph:
         elif g.node(gr).shape != pnode.shape:
             gr = b.apply("sum_to", (gr, p), span=pnode.span)
         g.set_output(gr, pnode.shape, name=f"grad_{pnode.attr('name')}")
+    return g
+
+
+def linearize(graph: Graph, wrt: list[int], names: tuple[str, ...]) -> Graph:
+    """``graph`` plus one tangent param per ``wrt`` node (named ``names``, of its
+    shape class, float) and one tangent output per output, after the outputs:
+    ``graph.jvp(*params, *tangents)``.  A zero tangent is a zero array of its
+    output's shape and dtype.  Raises GradientError (E405) for a grad block
+    that cannot be transposed (:mod:`gradc.autodiff.forward`)."""
+    g = graph.copy()
+    b = Builder(g)
+    ts = [b.param(name, g.node(p).shape, FLOAT, g.node(p).span) for name, p in zip(names, wrt)]
+    g.params = g.params + ts
+    outs, shapes, out_names = list(g.outputs), list(g.output_shapes), list(g.output_names)
+    for o, shape, name, t in zip(outs, shapes, out_names, jvp(g, dict(zip(wrt, ts)), outs)):
+        onode = g.node(o)
+        if t is None:
+            t = b.apply("full_like", (o, b.const(0.0)), span=onode.span)
+        elif g.node(t).shape != shape:
+            t = b.apply("sum_to", (t, o), span=onode.span)
+        g.set_output(t, shape, name=f"tangent_{name}")
     return g
 
 

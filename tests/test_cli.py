@@ -79,6 +79,11 @@ def test_explain_shows_gradient_and_plan(capsys):
     assert "grad_x = dy * (1 - tanh(x) ^ 2) * 0.5" in out
     assert "the true derivative" in out
     assert "kernel plan of fwd_bwd (fused, CPU): 1 step(s)" in out
+    assert "kernel plan of jvp (fused, CPU): 1 step(s)" in out   # outputs and tangents: one loop
+    assert main(["explain", str(EXAMPLES / "seed.grad"), "clipped_relu"]) == 0
+    out = capsys.readouterr().out
+    assert "warning[W405]: op 'clipped_relu' has no forward mode" in out
+    assert "jvp: not available" in out
 
 
 

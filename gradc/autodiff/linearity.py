@@ -16,7 +16,7 @@ condition reads ``dy``.  A symbolic zero (``0``, ``zeros_like``) is linear.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from gradc.ir.graph import Graph
 from gradc.ir.primitives import PRIMITIVES
@@ -31,11 +31,19 @@ class Nonlinear:
     depends: frozenset[int]
 
 
-def _is_symbolic_zero(graph: Graph, nid: int) -> bool:
+def is_symbolic_zero(graph: Graph, nid: int) -> bool:
     node = graph.node(nid)
     if node.op == "const":
         return node.value == 0
-    return node.op == "full_like" and _is_symbolic_zero(graph, node.args[1])
+    return node.op == "full_like" and is_symbolic_zero(graph, node.args[1])
+
+
+def describe_upstreams(names: Sequence[str]) -> str:
+    """``upstream 'dy'``, or ``upstreams 'a', 'b' and 'c'``, for messages."""
+    quoted = [f"'{n}'" for n in names]
+    if len(quoted) == 1:
+        return f"upstream {quoted[0]}"
+    return f"upstreams {', '.join(quoted[:-1])} and {quoted[-1]}"
 
 
 def classify(graph: Graph, sources: Iterable[int], since: int = 0
@@ -63,7 +71,7 @@ def classify(graph: Graph, sources: Iterable[int], since: int = 0
         if prim.multilinear:
             linear_ok = linear_ok and len(operands) == 1
         elif linear_ok:        # jointly linear: the other linear operands must be zero
-            linear_ok = all(_is_symbolic_zero(graph, a) for i, a in enumerate(node.args)
+            linear_ok = all(is_symbolic_zero(graph, a) for i, a in enumerate(node.args)
                             if i in prim.linear and a not in deps)
         verdict[nid] = None if linear_ok else Nonlinear(nid, deps[nid])
     return verdict

@@ -19,7 +19,7 @@ from typing import Sequence
 import networkx as nx
 
 from gradc.autodiff.rules import COMPOSITES, rule_ast
-from gradc.autodiff.linearity import classify
+from gradc.autodiff.linearity import classify, describe_upstreams
 from gradc.errors import GradcWarning, GradientError
 from gradc.ir.builder import Builder
 from gradc.ir.graph import CustomRegion, Graph, Node
@@ -127,7 +127,7 @@ def _node_vjp(graph: Graph, node: Node, g: int, cts: dict[int, list[int]],
         if rule == COMPOSITE:
             ct = COMPOSITES[node.op](b, node, g, i)
         else:
-            ct = _instantiate(graph, rule, node, g, b)
+            ct = _instantiate(graph, rule, node, {"g": g}, b)
         if _is_zero(graph, ct):
             continue
         if prim.masks_zero_cotangent:       # 0 * inf must not leak a NaN
@@ -136,11 +136,13 @@ def _node_vjp(graph: Graph, node: Node, g: int, cts: dict[int, list[int]],
         cts.setdefault(a, []).append(_unbroadcast(b, ct, a))
 
 
-def _instantiate(graph: Graph, rule: str, node: Node, g: int, b: Builder) -> int:
+def _instantiate(graph: Graph, rule: str, node: Node, extra: dict[str, int], b: Builder) -> int:
+    """Lower a rule of ``node``'s primitive: its operands by parameter name, ``out``,
+    its attributes, and ``extra`` (the cotangent ``g``, or a tangent ``x_t``)."""
     from gradc.ir.lower import Attr, Lowerer
     prim = PRIMITIVES[node.op]
     scope = dict(zip(prim.params, node.args))
-    scope.update(out=node.id, g=g)
+    scope.update(out=node.id, **extra)
     scope.update({k: Attr(v) for k, v in node.attrs})
     return Lowerer(graph, {}, {}, rules=True, span=node.span).expr(rule_ast(rule), scope)
 
@@ -159,16 +161,22 @@ def _custom_vjp(graph: Graph, region: CustomRegion, cts: dict[int, list[int]],
     since = graph.next_id
     scope = Lowerer(graph, region.ops, region.consts).body(block.body, scope)
     diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
-    if len(diff) != len(block.outputs):
-        raise GradientError(f"the grad block of '{op.name}' gives {len(block.outputs)} "
-                            f"gradients, but '{op.name}' has {len(diff)} differentiable "
-                            "parameters", block.span)
+    check_gradient_count(region, len(diff))
     _check_linear(graph, region, [scope[n] for n in block.upstreams], scope, since)
     for (p, a), gname in zip(diff, block.outputs):
         ct = scope[gname]
         _check_custom_shape(graph, region, gname, ct, p.name, a)
         if a in live and not _is_zero(graph, ct):
             cts.setdefault(a, []).append(_unbroadcast(b, ct, a))
+
+
+def check_gradient_count(region: CustomRegion, n_diff: int) -> None:
+    """The grad block of ``region`` must give one gradient per differentiable parameter."""
+    op, block = region.op, region.op.grad
+    if n_diff != len(block.outputs):
+        raise GradientError(f"the grad block of '{op.name}' gives {len(block.outputs)} "
+                            f"gradients, but '{op.name}' has {n_diff} differentiable "
+                            "parameters", block.span)
 
 
 def _check_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: dict[str, int],
@@ -185,9 +193,7 @@ def _check_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: dic
         if bad is None:
             continue
         node = graph.node(bad.node)
-        used = [f"'{name_of[u]}'" for u in ups if u in bad.depends]
-        used = f"upstream {used[0]}" if len(used) == 1 else \
-            f"upstreams {', '.join(used[:-1])} and {used[-1]}"
+        used = describe_upstreams([name_of[u] for u in ups if u in bad.depends])
         warning = GradcWarning(
             f"gradient '{gname}' of op '{region.op.name}' is not linear in the {used}: "
             f"'{_surface(node.op)}' is applied to it nonlinearly here",

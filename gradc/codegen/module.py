@@ -2,7 +2,7 @@
 
 The module imports only numpy and numba, never gradc; its text is
 deterministic (same input, same bytes).  For each op and each method
-(``forward``, ``vjp``, ``fwd_bwd``), fused and unfused, it holds a host
+(``forward``, ``vjp``, ``fwd_bwd``, ``jvp``), fused and unfused, it holds a host
 wrapper that validates arguments, allocates or checks ``out=`` buffers,
 runs the plan's steps (Numba kernels and NumPy library calls) and returns
 the results.
@@ -207,11 +207,14 @@ class WrapperPrinter:
         return tuple(pairs)
 
     def _check_upstreams(self, ups: list[int]) -> None:
+        """Cotangents (``vjp``, ``fwd_bwd``) or tangents (``jvp``) converted and
+        checked against their output's or parameter's shape."""
+        kind = "tangent" if self.method.name == "jvp" else "upstream"
         for u in ups:
             name, label = self.vars[u], self.graph.node(u).attr("name")
             shape = self.shape_expr(self.graph.node(u).shape, early=True)
             self.buf.line(f"{name} = " + self.helper(
-                "upstream", f"_n, {label!r}, {name}, {shape}, _T"))
+                kind, f"_n, {label!r}, {name}, {shape}, _T"))
 
     def shape_expr(self, shape: Shape, early: bool = False) -> str:
         """A run-time expression of ``shape``: from the values computed so far, or
@@ -431,18 +434,21 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
             if variant == "unfused":
                 out.append("    " * depth + "class unfused:\n")
             pad = "    " * (depth + (variant == "unfused"))
-            for m in METHODS:
+            for m in (m for m in METHODS if m in cop.methods):
                 method = cop.methods[m]
                 plan = method.fused if variant == "fused" else method.unfused
                 w = printer(cop, method, plan, kset, m, f"_g{ns[:1]}k_{name}_{m}")
                 out.append("".join(pad + line if line else line
                                    for line in w.render().splitlines(keepends=True)))
-    methods = lambda ns: "{" + ", ".join(f"{m!r}: {ns}.{m}" for m in METHODS) + "}"
+    methods = lambda ns: "{" + ", ".join(f"{m!r}: {ns}.{m}" for m in METHODS
+                                         if m in cop.methods) + "}"
     sig_text = _signature_text(cop)
     # Keyword-only parameters whose Python name differs: the op renames them.
     renamed = {p.name: py_name(p.name) for p in cop.params
                if p.has_default and py_name(p.name) != p.name}
     kw = f", keywords={renamed!r}" if renamed else ""
+    # Methods this op cannot have (jvp through a nonlinear grad block): the error.
+    kw += f", missing={cop.missing!r}" if cop.missing else ""
 
     def op(ns: str | None, extra: str = "") -> str:
         if ns is None:
@@ -511,7 +517,8 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
 _HELPERS = (prelude._g_sum_to, prelude._g_transpose, prelude._g_broadcast_in, prelude._g_logsumexp,
             prelude._g_norm,
             runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
-            runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream,
+            runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream, runtime_src._g_tangent,
+            runtime_src._g_tangent_broadcast,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
             runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_result_shape, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcOp)
 _CONSTANTS = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"

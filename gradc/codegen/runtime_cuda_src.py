@@ -284,6 +284,23 @@ def _gc_upstream(op, name, v, shape, t, stream):
     return a if a.dtype == t else _gc_copy(a, t, stream)
 
 
+def _gc_tangent(op, name, v, shape, t, stream):
+    """A tangent argument of ``jvp``: a device array (or a host scalar) of its
+    parameter's shape or of one that broadcasts to it (broadcast on the device,
+    one gather), in the compute dtype ``t``."""
+    if isinstance(v, (int, float, np.generic)) and not isinstance(v, bool):
+        a = _g_float_input(op, "tangent", name, v)
+    else:
+        a = _gc_device_input(op, "tangent", name, v, "f")
+    shape = tuple(shape)
+    if _g_tangent_broadcast(op, name, a.shape, shape):
+        a = _gc_broadcast(np.asarray(a, dtype=t) if isinstance(a, np.ndarray) else a,
+                          shape, stream)
+    if isinstance(a, np.ndarray):
+        return np.asarray(a, dtype=t)
+    return a if a.dtype == t else _gc_copy(a, t, stream)
+
+
 def _gc_out_tuple(op, out, shapes, kinds, inputs, names, inplace=(), stream=0):
     """Check ``out=`` before any work, as :func:`_g_out_tuple` does, for device
     arrays; returns Numba views of them (written in place and returned)."""

@@ -180,6 +180,35 @@ def _g_upstream(op, name, v, shape, t):
     return np.asarray(a, dtype=t, order="C")
 
 
+def _g_tangent(op, name, v, shape, t):
+    """A tangent argument of ``jvp``: float (cast to the compute dtype ``t``), of
+    its parameter's shape or of one that broadcasts to it (a scalar, say), which
+    is broadcast (a read-only view, not a copy)."""
+    if type(v) is np.ndarray and v.dtype is _G_WITNESS[t].dtype and v.shape == shape \
+            and v.flags.c_contiguous:       # fast path: what the checks below accept as is
+        return v
+    a = _g_float_input(op, "tangent", name, v)
+    shape = tuple(shape)
+    if _g_tangent_broadcast(op, name, a.shape, shape):
+        return np.broadcast_to(np.asarray(a, dtype=t), shape)
+    return np.asarray(a, dtype=t, order="C")
+
+
+def _g_tangent_broadcast(op, name, got, shape):
+    """Whether a tangent of shape ``got`` must be broadcast to its parameter's
+    ``shape``; a ValueError when it does not broadcast to it."""
+    if got == shape:
+        return False
+    try:
+        fits = np.broadcast_shapes(got, shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{op}: tangent '{name}' must have its parameter's shape "
+                         f"{shape} (or one that broadcasts to it), got {got}")
+    return True
+
+
 def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
     """Check the ``out=`` argument before any work: None, an array (one result) or a
     tuple of ``len(shapes)`` arrays, each C-contiguous, writeable, of its result's
@@ -351,10 +380,12 @@ class _GradcOp:
     ``unfused`` and ``cuda`` as in SPEC §2; ``spec`` is its source text and
     ``signature`` its parameter list.  ``keywords`` maps the keyword-only
     parameters whose Python name in the wrappers differs (``lambda`` is
-    ``lambda_`` there) to that name."""
+    ``lambda_`` there) to that name; ``missing`` maps a method the op cannot
+    have (``jvp`` through a grad block that is not linear) to the compiler's
+    error, which calling it raises as a NotImplementedError."""
 
     def __init__(self, name, spec, signature, methods, unfused=None, note=None, keywords=None,
-                 cuda=None):
+                 cuda=None, missing=None):
         self.__name__ = name
         self._cuda = cuda
         self.spec = spec
@@ -365,9 +396,10 @@ class _GradcOp:
         self._keywords = keywords or {}
         # The wrappers, called straight (a frame less per call: a small call costs a
         # few microseconds) unless keywords need renaming or the method is missing.
-        self._forward, self._vjp, self._fwd_bwd = (
+        self._missing = missing or {}
+        self._forward, self._vjp, self._fwd_bwd, self._jvp = (
             methods[m] if m in methods and not self._keywords else self._runner(m)
-            for m in ("forward", "vjp", "fwd_bwd"))
+            for m in ("forward", "vjp", "fwd_bwd", "jvp"))
 
     def _runner(self, method):
         return lambda *args, **kwargs: self._run(method, args, kwargs)
@@ -375,7 +407,8 @@ class _GradcOp:
     def _get(self, method):
         fn = self._methods.get(method)
         if fn is None:
-            raise NotImplementedError(f"{self.__name__}.{method}: {self._note or 'not available'}")
+            why = self._missing.get(method) or self._note or "not available"
+            raise NotImplementedError(f"{self.__name__}.{method}: {why}")
         return fn
 
     def _run(self, method, args, kwargs):
@@ -421,8 +454,11 @@ class _GradcOp:
             raise
 
     def jvp(self, /, *args, **kwargs):
-        raise NotImplementedError(f"{self.__name__}.jvp: forward mode is not implemented "
-                                  "yet in this gradc version; use vjp or fwd_bwd")
+        try:
+            return self._jvp(*args, **kwargs)
+        except ValueError as exc:
+            self._relabel("jvp", exc)
+            raise
 
     @property
     def cuda(self):

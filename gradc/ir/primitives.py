@@ -11,6 +11,15 @@ and drops symbolic-zero cotangents before a rule runs, so rules handle
 neither.  Rules whose form depends on static ranks (matmul) are composites in
 :mod:`gradc.autodiff.rules`; their entry here is ``COMPOSITE``.
 
+``jvp`` holds one forward-mode rule per operand (JAX's ``defjvp``): that
+operand's contribution to the tangent of ``out``, linear in the operand's
+tangent ``<param>_t`` (``x_t``); the engine sums the contributions of the
+operands whose tangent is not a symbolic zero and broadcasts the sum to
+``out``'s shape.  An elementwise primitive's Jacobian is diagonal, so where
+its ``jvp`` is not written it is derived from its ``vjp`` with ``g`` read as
+the operand's tangent (PyTorch's ``auto_element_wise``); the derived rules
+are filled in when the table is built, so every primitive has its entry here.
+
 Templates: ``cpu`` is a fully parenthesised Numba scalar expression; ``{x}``
 fields are operand names and ``{dt}`` is the constructor of the node's dtype
 (``_T`` for the float compute dtype).  ``lib`` is a NumPy expression used in
@@ -25,6 +34,7 @@ subgradient).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable
@@ -52,7 +62,7 @@ class Primitive:
     kind: str
     ref: Callable | None
     vjp: tuple[str | None, ...] = ()
-    jvp: str | None = None
+    jvp: tuple[str | None, ...] = ()   # per operand; derived from vjp when elementwise
     cpu: str | None = None
     lib: str | None = None
     float_only: bool = True        # operands are cast to the float dtype first
@@ -66,6 +76,12 @@ class Primitive:
     # ``multilinear`` (``mul``, ``matmul``: linear in each one separately).
     linear: tuple[int, ...] = ()
     multilinear: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.jvp and self.kind == ELEMENTWISE:
+            object.__setattr__(self, "jvp", tuple(
+                None if r is None else re.sub(r"\bg\b", f"{p}_t", r)
+                for p, r in zip(self.params, self.vjp)))
 
     @property
     def masks_zero_cotangent(self) -> bool:
@@ -98,8 +114,14 @@ def _cmp(name, ufunc, sym) -> Primitive:
                differentiable=False)
 
 
-def _red(name, ref, vjp, lib, **kw) -> Primitive:
-    return Primitive(name, ("x",), REDUCTION, ref, (vjp,), lib=lib, **kw)
+def _red(name, ref, local, lib, **kw) -> Primitive:
+    """A reduction whose derivative is ``local`` (d out / d x, elementwise over
+    ``x``, ``bc(...)`` for reduced values broadcast back): VJP ``bc(g) * local``,
+    JVP ``sum(x_t * (local))`` over the reduced axes (``local`` first: the
+    tangent times ``x`` may overflow where their quotient by the norm would not)."""
+    rules = {"vjp": (_bc(f"bc(g) * {local}"),),
+             "jvp": (_bc(f"sum(x_t * ({local}), axis=axis, keepdims=keepdims)"),)}
+    return Primitive(name, ("x",), REDUCTION, ref, lib=lib, **{**rules, **kw})
 
 
 def _erf(x):
@@ -119,7 +141,8 @@ def _maximum(x, y):
 
 
 _BC = "broadcast_in({v}, x, axis=axis, keepdims=keepdims)"
-_TIE = ("bc(g) * (x == bc(out)) / bc(sum(x == bc(out), axis=axis, keepdims=keepdims))")
+_TIE = "(x == bc(out)) / bc(sum(x == bc(out), axis=axis, keepdims=keepdims))"
+_ALONG = "axis=axis, keepdims=keepdims"
 
 
 def _bc(expr: str) -> str:
@@ -143,13 +166,13 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     Primitive("const", (), SOURCE, None, float_only=False, dtype="same"),
     # --- arithmetic --------------------------------------------------------
     _ew("add", "x y", np.add, ("g", "g"), "({x} + {y})", float_only=False, dtype="same",
-        jvp="x_t + y_t", linear=(0, 1)),
+        jvp=("x_t", "y_t"), linear=(0, 1)),
     _ew("sub", "x y", np.subtract, ("g", "-g"), "({x} - {y})", float_only=False, dtype="same",
-        jvp="x_t - y_t", linear=(0, 1)),
+        jvp=("x_t", "-y_t"), linear=(0, 1)),
     _ew("mul", "x y", np.multiply, ("g * y", "g * x"), "({x} * {y})", float_only=False,
-        dtype="same", jvp="x_t * y + x * y_t", linear=(0, 1), multilinear=True),
+        dtype="same", jvp=("x_t * y", "x * y_t"), linear=(0, 1), multilinear=True),
     _ew("div", "x y", np.divide, ("g / y", "-g * out / y"), "({x} / {y})", domain=NONZERO,
-        jvp="(x_t - out * y_t) / y", linear=(0,)),
+        jvp=("x_t / y", "-y_t * out / y"), linear=(0,)),
     _unary("neg", np.negative, "-g", "(-{x})", float_only=False, dtype="same", linear=(0,)),
     # x^y: d/dy uses log(x) only where x > 0, so (0, 1) gives (1, 0), not NaN.
     _ew("pow", "x y", np.power,
@@ -220,58 +243,62 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _unary("erf", _erf, "g * 1.1283791670955126 * exp(-x * x)", "_g_erf({x})"),
     _unary("erfc", _erfc, "g * -1.1283791670955126 * exp(-x * x)", "_g_erfc({x})"),
     # --- reductions (attrs: axis, keepdims) ------------------------------------
-    _red("sum", np.sum, _bc("bc(g)"), "np.sum({x}, axis={axis}, keepdims={keepdims})",
+    _red("sum", np.sum, "1", "np.sum({x}, axis={axis}, keepdims={keepdims})",
+         vjp=(_bc("bc(g)"),), jvp=(f"sum(x_t, {_ALONG})",),
          float_only=False, dtype="same", linear=(0,)),
-    _red("mean", np.mean, _bc("bc(g) * size_ratio(out, x)"),
-         "np.mean({x}, axis={axis}, keepdims={keepdims})", linear=(0,)),
+    _red("mean", np.mean, "1", "np.mean({x}, axis={axis}, keepdims={keepdims})",
+         vjp=(_bc("bc(g) * size_ratio(out, x)"),), jvp=(f"mean(x_t, {_ALONG})",),
+         linear=(0,)),
     # d prod / d x_i = product of the others: out / x_i where x_i != 0; at the one
     # zero of a slice, the product of the rest; 0 where a slice has two zeros.
-    _red("prod", np.prod, _bc(
-        "bc(g) * where(x == 0, where(bc(sum(x == 0, axis=axis, keepdims=keepdims)) == 1, "
-        "bc(prod(where(x == 0, 1, x), axis=axis, keepdims=keepdims)), 0), "
-        "bc(out) / where(x == 0, 1, x))"),
+    _red("prod", np.prod,
+         f"where(x == 0, where(bc(sum(x == 0, {_ALONG})) == 1, "
+         f"bc(prod(where(x == 0, 1, x), {_ALONG})), 0), bc(out) / where(x == 0, 1, x))",
          "np.prod({x}, axis={axis}, keepdims={keepdims})", domain=NONZERO),
-    _red("max", np.max, _bc(_TIE), "np.max({x}, axis={axis}, keepdims={keepdims})",
+    _red("max", np.max, _TIE, "np.max({x}, axis={axis}, keepdims={keepdims})",
          float_only=False, dtype="same"),
-    _red("min", np.min, _bc(_TIE), "np.min({x}, axis={axis}, keepdims={keepdims})",
+    _red("min", np.min, _TIE, "np.min({x}, axis={axis}, keepdims={keepdims})",
          float_only=False, dtype="same"),
     # d lse / dx = softmax(x) = p / sum(p), p = exp(x - lse). Dividing by sum(p)
     # (1 up to rounding) removes the rounding of ``out`` itself: in float32,
     # exp(1000 - fl(1000 + ln 2)) is 0.499985, p / sum(p) is 0.5. All -inf
     # slices have p = 0 and get gradient 0 (sum(p) is replaced by 1 there).
-    _red("logsumexp", P._g_logsumexp, _bc(
-        "bc(g) * exp(x - bc(where(out == -inf, 0, out))) / bc(where(out == -inf, 1, "
-        "sum(exp(x - bc(where(out == -inf, 0, out))), axis=axis, keepdims=keepdims)))"),
+    _red("logsumexp", P._g_logsumexp,
+         "exp(x - bc(where(out == -inf, 0, out))) / bc(where(out == -inf, 1, "
+         f"sum(exp(x - bc(where(out == -inf, 0, out))), {_ALONG})))",
          "_g_logsumexp({x}, {axis}, {keepdims})"),
     # d|x|/dx = x/|x|; dividing by inf where the norm is 0 gives gradient 0 there.
     # Sampled away from 0: the norm's curvature grows like 1/|x| there, which
     # defeats finite differences (its kink at 0 is tested as an edge case).
-    _red("norm", P._g_norm, _bc("bc(g) * x / bc(where(out == 0, inf, out))"),
+    _red("norm", P._g_norm, "x / bc(where(out == 0, inf, out))",
          "_g_norm({x}, {axis}, {keepdims})", domain=NONZERO),
     # --- linear algebra and layout (kernel boundaries) ---------------------------
     Primitive("matmul", ("x", "y"), LIBRARY, np.matmul, (COMPOSITE, COMPOSITE),
-              lib="np.matmul({x}, {y})", jvp="matmul(x_t, y) + matmul(x, y_t)", linear=(0, 1), multilinear=True),
+              lib="np.matmul({x}, {y})", jvp=("matmul(x_t, y)", "matmul(x, y_t)"), linear=(0, 1),
+              multilinear=True),
     # A view of large arrays, not a copy (see prelude._g_transpose): np.matmul
     # hands a transposed C array to BLAS as a transposed operand; copying a
     # 4096 x 1024 float32 array took 30 ms here (a power-of-two stride thrashes
     # the cache). Elementwise kernels copy it to C order (_g_flat), and results
     # that are views are copied by _g_finish.
     Primitive("transpose", ("x",), LIBRARY, np.transpose, ("transpose(g)",),
-              lib="_g_transpose({x})", float_only=False, dtype="same", linear=(0,)),
+              jvp=("transpose(x_t)",), lib="_g_transpose({x})", float_only=False, dtype="same", linear=(0,)),
     # sum_to(g, like): g summed (or broadcast) to like's shape; its own adjoint.
     Primitive("sum_to", ("x", "like"), LIBRARY, lambda x, like: P._g_sum_to(x, np.shape(like)),
-              ("sum_to(g, x)", None), lib="_g_sum_to({x}, {like}.shape)",
+              ("sum_to(g, x)", None), jvp=("sum_to(x_t, like)", None),
+              lib="_g_sum_to({x}, {like}.shape)",
               float_only=False, dtype="same", shape_only=(1,), linear=(0,)),
     # broadcast_in(v, like): a reduction's result broadcast back (see prelude).
     Primitive("broadcast_in", ("x", "like"), LIBRARY,
               lambda x, like, axis=None, keepdims=False:
               P._g_broadcast_in(x, np.shape(like), axis, keepdims),
-              (COMPOSITE, None), lib="_g_broadcast_in({x}, {like}.shape, {axis}, {keepdims})",
+              (COMPOSITE, None), jvp=(f"broadcast_in(x_t, like, {_ALONG})", None),
+              lib="_g_broadcast_in({x}, {like}.shape, {axis}, {keepdims})",
               float_only=False, dtype="same", shape_only=(1,), linear=(0,)),
     # size_ratio(a, b) = a.size / b.size, a 0-d float: the 1/n of mean's rule.
     Primitive("size_ratio", ("x", "y"), LIBRARY,
               lambda x, y: np.asarray(np.size(x) / max(np.size(y), 1)),
-              (None, None), lib="_T({x}.size / max({y}.size, 1))", float_only=False,
+              (None, None), jvp=(None, None), lib="_T({x}.size / max({y}.size, 1))", float_only=False,
               differentiable=False, shape_only=(0, 1)),
 ]})
 

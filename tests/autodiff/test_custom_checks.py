@@ -16,11 +16,14 @@ def compile_error(src: str) -> str:
     return str(exc.value)
 
 
-def compile_warnings(src: str) -> list[gradc.GradcWarning]:
+def compile_warnings(src: str, code: str = "W401") -> list[gradc.GradcWarning]:
+    """The warnings of compiling ``src`` with ``code`` (W405, no forward mode, is
+    tested in tests/autodiff/test_forward.py)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         gradc.compile_source(src, file="w.grad")
-    return [w.message for w in caught if issubclass(w.category, gradc.GradcWarning)]
+    return [w.message for w in caught if issubclass(w.category, gradc.GradcWarning)
+            and w.message.code == code]
 
 
 @pytest.mark.parametrize("outputs, n", [("dx", 1), ("(dx, dw, dz)", 3)])

@@ -359,11 +359,24 @@ def test_mixed_float_dtypes_promote(m) -> None:
     assert r.dtype == np.float64
 
 
-# ---- methods this version does not have ----------------------------------------------
+# ---- forward mode ------------------------------------------------------------------------
 
-def test_jvp_is_not_implemented(m) -> None:
-    with pytest.raises(NotImplementedError, match=r"f\.jvp: forward mode is not implemented"):
-        m.f.jvp(ones(3), ones(3), ones(3), ones(3))
+def test_jvp_takes_one_tangent_per_differentiable_parameter(m) -> None:
+    """f.jvp(x, y, x_t, y_t): the output, then its tangent x_t y + x y_t; keyword
+    parameters stay keywords and a nograd one takes no tangent (tests/autodiff/
+    test_forward.py has the rest)."""
+    x, y = np.array([1.0, 2.0, 3.0]), np.array([-1.0, 0.5, 2.0])
+    xt, yt = np.array([0.5, 1.0, -1.0]), np.array([2.0, 0.0, 1.0])
+    for impl in (m.f, m.f.unfused):
+        r, rt = impl.jvp(x, y, xt, yt)
+        np.testing.assert_array_equal(r, x * y + 1)
+        np.testing.assert_array_equal(rt, xt * y + x * yt)
+    with pytest.raises(TypeError, match=r"f\.jvp\(\) missing 1 required positional"):
+        m.f.jvp(x, y, xt)
+    r, rt = m.lr.jvp(np.array([-2.0, 3.0]), np.array([1.0, 1.0]), alpha=0.5)
+    np.testing.assert_array_equal(rt, [0.5, 1.0])
+    with pytest.raises(TypeError, match=r"lr\.jvp\(\) takes 2 positional"):
+        m.lr.jvp(np.ones(2), np.ones(2), np.ones(2))
 
 
 def test_cuda_needs_the_cuda_target(m) -> None:

@@ -38,6 +38,7 @@ def test_every_kernel_compiles_to_ptx(module, ptx_sm90, cc) -> None:
     ptx = ptx_sm90 if cc == (9, 0) else module_ptx(module, cc, dtypes=("float32",))
     kernels = {k.split("[")[0].split("#")[0] for k in ptx}
     assert set(module.CUDA_KERNELS) <= kernels
+    assert any("_jvp_" in k for k in module.CUDA_KERNELS)     # forward mode's kernels too
     assert {"_gck_gather", "_gck_rows", "_gck_matmul"} <= kernels
     for name, text in ptx.items():
         assert ptx_target(text) == f"sm_{cc[0]}{cc[1]}", name

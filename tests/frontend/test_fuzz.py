@@ -438,8 +438,9 @@ def _same(a, b) -> None:
           suppress_health_check=list(HealthCheck))
 @given(programs(max_ops=2))
 def test_generated_programs_run_consistently(program: Program) -> None:
-    """Forward, vjp and fwd_bwd, fused and unfused, agree on small float inputs;
-    the only exceptions are TypeError and ValueError (shapes the program cannot take)."""
+    """Forward, vjp, fwd_bwd and jvp, fused and unfused, agree on small float inputs;
+    the only exceptions are TypeError and ValueError (shapes the program cannot take),
+    and NotImplementedError from the jvp of an op whose grad block is not linear."""
     out = compile_outcome(program.text)
     assume(isinstance(out, str))
     m = import_text(out, "fuzz_run")
@@ -459,6 +460,15 @@ def test_generated_programs_run_consistently(program: Program) -> None:
             _same_all(outs, both[:len(outs)])
             _same_all(op.vjp(*args, *ups), both[len(outs):])
             _same_all(op.unfused.vjp(*args, *ups), both[len(outs):])
+            given = [p for p in info.params if p[3] is None]
+            ts = [rng.standard_normal(np.shape(a)) for a, p in zip(args, given) if p[4]]
+            try:
+                tangent = op.jvp(*args, *ts)
+            except NotImplementedError as exc:
+                assert "error[E405]" in str(exc), str(exc)
+                continue
+            _same_all(outs, tangent[:len(outs)])
+            _same_all(op.unfused.jvp(*args, *ts), tangent)
 
 
 def _same_all(xs, ys) -> None:

@@ -262,6 +262,35 @@ def _g_upstream(op, name, v, shape, t):
     return np.asarray(a, dtype=t, order="C")
 
 
+def _g_tangent(op, name, v, shape, t):
+    """A tangent argument of ``jvp``: float (cast to the compute dtype ``t``), of
+    its parameter's shape or of one that broadcasts to it (a scalar, say), which
+    is broadcast (a read-only view, not a copy)."""
+    if type(v) is np.ndarray and v.dtype is _G_WITNESS[t].dtype and v.shape == shape \
+            and v.flags.c_contiguous:       # fast path: what the checks below accept as is
+        return v
+    a = _g_float_input(op, "tangent", name, v)
+    shape = tuple(shape)
+    if _g_tangent_broadcast(op, name, a.shape, shape):
+        return np.broadcast_to(np.asarray(a, dtype=t), shape)
+    return np.asarray(a, dtype=t, order="C")
+
+
+def _g_tangent_broadcast(op, name, got, shape):
+    """Whether a tangent of shape ``got`` must be broadcast to its parameter's
+    ``shape``; a ValueError when it does not broadcast to it."""
+    if got == shape:
+        return False
+    try:
+        fits = np.broadcast_shapes(got, shape) == shape
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(f"{op}: tangent '{name}' must have its parameter's shape "
+                         f"{shape} (or one that broadcasts to it), got {got}")
+    return True
+
+
 def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
     """Check the ``out=`` argument before any work: None, an array (one result) or a
     tuple of ``len(shapes)`` arrays, each C-contiguous, writeable, of its result's
@@ -468,10 +497,12 @@ class _GradcOp:
     ``unfused`` and ``cuda`` as in SPEC §2; ``spec`` is its source text and
     ``signature`` its parameter list.  ``keywords`` maps the keyword-only
     parameters whose Python name in the wrappers differs (``lambda`` is
-    ``lambda_`` there) to that name."""
+    ``lambda_`` there) to that name; ``missing`` maps a method the op cannot
+    have (``jvp`` through a grad block that is not linear) to the compiler's
+    error, which calling it raises as a NotImplementedError."""
 
     def __init__(self, name, spec, signature, methods, unfused=None, note=None, keywords=None,
-                 cuda=None):
+                 cuda=None, missing=None):
         self.__name__ = name
         self._cuda = cuda
         self.spec = spec
@@ -482,9 +513,10 @@ class _GradcOp:
         self._keywords = keywords or {}
         # The wrappers, called straight (a frame less per call: a small call costs a
         # few microseconds) unless keywords need renaming or the method is missing.
-        self._forward, self._vjp, self._fwd_bwd = (
+        self._missing = missing or {}
+        self._forward, self._vjp, self._fwd_bwd, self._jvp = (
             methods[m] if m in methods and not self._keywords else self._runner(m)
-            for m in ("forward", "vjp", "fwd_bwd"))
+            for m in ("forward", "vjp", "fwd_bwd", "jvp"))
 
     def _runner(self, method):
         return lambda *args, **kwargs: self._run(method, args, kwargs)
@@ -492,7 +524,8 @@ class _GradcOp:
     def _get(self, method):
         fn = self._methods.get(method)
         if fn is None:
-            raise NotImplementedError(f"{self.__name__}.{method}: {self._note or 'not available'}")
+            why = self._missing.get(method) or self._note or "not available"
+            raise NotImplementedError(f"{self.__name__}.{method}: {why}")
         return fn
 
     def _run(self, method, args, kwargs):
@@ -538,8 +571,11 @@ class _GradcOp:
             raise
 
     def jvp(self, /, *args, **kwargs):
-        raise NotImplementedError(f"{self.__name__}.jvp: forward mode is not implemented "
-                                  "yet in this gradc version; use vjp or fwd_bwd")
+        try:
+            return self._jvp(*args, **kwargs)
+        except ValueError as exc:
+            self._relabel("jvp", exc)
+            raise
 
     @property
     def cuda(self):
@@ -811,6 +847,45 @@ def _gk_scaled_tanh_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _w):
         _o1[_i] = v4
 
 
+# scaled_tanh.jvp: tanh mul eq where eq square sub mul where
+# from scaled_tanh.grad:6, scaled_tanh.grad:8
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gk_scaled_tanh_jvp_0(_o0, _o1, _i0, _i1, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        a1 = _i1[_i]
+        v0 = _g_tanh(a0)
+        v1 = (a1 * _T(0.5))
+        v2 = _T(a1 == _T(0.0))
+        v3 = (_T(0.0) if v2 else v1)
+        v4 = _T(v3 == _T(0.0))
+        v5 = (v0 * v0)
+        v6 = (_T(1.0) - v5)
+        v7 = (v3 * v6)
+        v8 = (_T(0.0) if v4 else v7)
+        _o0[_i] = v0
+        _o1[_i] = v8
+
+@numba.njit(cache=True, error_model="numpy")
+def _gk_scaled_tanh_jvp_0_serial(_o0, _o1, _i0, _i1, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        a1 = _i1[_i]
+        v0 = _g_tanh(a0)
+        v1 = (a1 * _T(0.5))
+        v2 = _T(a1 == _T(0.0))
+        v3 = (_T(0.0) if v2 else v1)
+        v4 = _T(v3 == _T(0.0))
+        v5 = (v0 * v0)
+        v6 = (_T(1.0) - v5)
+        v7 = (v3 * v6)
+        v8 = (_T(0.0) if v4 else v7)
+        _o0[_i] = v0
+        _o1[_i] = v8
+
+
 # scaled_tanh.vjp: square
 # from scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
@@ -886,6 +961,67 @@ def _gk_scaled_tanh_vjp_4_serial(_o0, _i0, _w):
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         v0 = (a0 * _T(0.5))
+        _o0[_i] = v0
+
+
+# scaled_tanh.jvp: eq
+# from scaled_tanh.grad:8
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gu_eq(_o0, _i0, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        v0 = _T(a0 == _T(0.0))
+        _o0[_i] = v0
+
+@numba.njit(cache=True, error_model="numpy")
+def _gu_eq_serial(_o0, _i0, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        v0 = _T(a0 == _T(0.0))
+        _o0[_i] = v0
+
+
+# scaled_tanh.jvp: where
+# from scaled_tanh.grad:8
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gu_where(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        a1 = _i1[_i]
+        v0 = (_T(0.0) if a1 else a0)
+        _o0[_i] = v0
+
+@numba.njit(cache=True, error_model="numpy")
+def _gu_where_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        a1 = _i1[_i]
+        v0 = (_T(0.0) if a1 else a0)
+        _o0[_i] = v0
+
+
+# scaled_tanh.jvp: mul
+# from scaled_tanh.grad:8
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gu_mul_1(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        a1 = _i1[_i]
+        v0 = (a1 * a0)
+        _o0[_i] = v0
+
+@numba.njit(cache=True, error_model="numpy")
+def _gu_mul_1_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        a1 = _i1[_i]
+        v0 = (a1 * a0)
         _o0[_i] = v0
 
 
@@ -990,6 +1126,47 @@ def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
         _o1[_i] = v8
 
 
+# leaky_relu.jvp: gt mul where mul eq where where where add
+# from scaled_tanh.grad:13
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gk_leaky_relu_jvp_0(_o0, _o1, _i0, _i1, _i2, _w):
+    _T = _w.dtype.type
+    a1 = _i1[0]
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        a2 = _i2[_i]
+        v0 = _T(a0 > _T(0.0))
+        v1 = (a1 * a0)
+        v2 = (a0 if v0 else v1)
+        v3 = (a1 * a2)
+        v4 = _T(a2 == _T(0.0))
+        v5 = (_T(0.0) if v4 else v3)
+        v6 = (a2 if v0 else _T(0.0))
+        v7 = (_T(0.0) if v0 else v5)
+        v8 = (v6 + v7)
+        _o0[_i] = v2
+        _o1[_i] = v8
+
+@numba.njit(cache=True, error_model="numpy")
+def _gk_leaky_relu_jvp_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
+    _T = _w.dtype.type
+    a1 = _i1[0]
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        a2 = _i2[_i]
+        v0 = _T(a0 > _T(0.0))
+        v1 = (a1 * a0)
+        v2 = (a0 if v0 else v1)
+        v3 = (a1 * a2)
+        v4 = _T(a2 == _T(0.0))
+        v5 = (_T(0.0) if v4 else v3)
+        v6 = (a2 if v0 else _T(0.0))
+        v7 = (_T(0.0) if v0 else v5)
+        v8 = (v6 + v7)
+        _o0[_i] = v2
+        _o1[_i] = v8
+
+
 # leaky_relu.forward: gt
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
@@ -1012,7 +1189,7 @@ def _gu_gt_serial(_o0, _i0, _w):
 # leaky_relu.forward: mul
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_mul_1(_o0, _i0, _i1, _w):
+def _gu_mul_2(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     a1 = _i1[0]
     for _i in numba.prange(_o0.size):
@@ -1021,7 +1198,7 @@ def _gu_mul_1(_o0, _i0, _i1, _w):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_mul_1_serial(_o0, _i0, _i1, _w):
+def _gu_mul_2_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     a1 = _i1[0]
     for _i in numba.prange(_o0.size):
@@ -1056,33 +1233,12 @@ def _gk_leaky_relu_forward_2_serial(_o0, _i0, _i1, _i2, _w):
 # leaky_relu.vjp: where
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_where(_o0, _i0, _i1, _w):
-    _T = _w.dtype.type
-    for _i in numba.prange(_o0.size):
-        a0 = _i0[_i]
-        a1 = _i1[_i]
-        v0 = (a1 if a0 else _T(0.0))
-        _o0[_i] = v0
-
-@numba.njit(cache=True, error_model="numpy")
-def _gu_where_serial(_o0, _i0, _i1, _w):
-    _T = _w.dtype.type
-    for _i in numba.prange(_o0.size):
-        a0 = _i0[_i]
-        a1 = _i1[_i]
-        v0 = (a1 if a0 else _T(0.0))
-        _o0[_i] = v0
-
-
-# leaky_relu.vjp: where
-# from scaled_tanh.grad:13
-@numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gu_where_1(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
-        v0 = (_T(0.0) if a0 else a1)
+        v0 = (a1 if a0 else _T(0.0))
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
@@ -1091,47 +1247,7 @@ def _gu_where_1_serial(_o0, _i0, _i1, _w):
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
-        v0 = (_T(0.0) if a0 else a1)
-        _o0[_i] = v0
-
-
-# leaky_relu.vjp: mul
-# from scaled_tanh.grad:13
-@numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_mul_2(_o0, _i0, _i1, _w):
-    _T = _w.dtype.type
-    a0 = _i0[0]
-    for _i in numba.prange(_o0.size):
-        a1 = _i1[_i]
-        v0 = (a1 * a0)
-        _o0[_i] = v0
-
-@numba.njit(cache=True, error_model="numpy")
-def _gu_mul_2_serial(_o0, _i0, _i1, _w):
-    _T = _w.dtype.type
-    a0 = _i0[0]
-    for _i in numba.prange(_o0.size):
-        a1 = _i1[_i]
-        v0 = (a1 * a0)
-        _o0[_i] = v0
-
-
-# leaky_relu.vjp: eq
-# from scaled_tanh.grad:13
-@numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_eq(_o0, _i0, _w):
-    _T = _w.dtype.type
-    for _i in numba.prange(_o0.size):
-        a0 = _i0[_i]
-        v0 = _T(a0 == _T(0.0))
-        _o0[_i] = v0
-
-@numba.njit(cache=True, error_model="numpy")
-def _gu_eq_serial(_o0, _i0, _w):
-    _T = _w.dtype.type
-    for _i in numba.prange(_o0.size):
-        a0 = _i0[_i]
-        v0 = _T(a0 == _T(0.0))
+        v0 = (a1 if a0 else _T(0.0))
         _o0[_i] = v0
 
 
@@ -1143,7 +1259,7 @@ def _gu_where_2(_o0, _i0, _i1, _w):
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
-        v0 = (_T(0.0) if a1 else a0)
+        v0 = (_T(0.0) if a0 else a1)
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
@@ -1152,7 +1268,28 @@ def _gu_where_2_serial(_o0, _i0, _i1, _w):
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
-        v0 = (_T(0.0) if a1 else a0)
+        v0 = (_T(0.0) if a0 else a1)
+        _o0[_i] = v0
+
+
+# leaky_relu.vjp: mul
+# from scaled_tanh.grad:13
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gu_mul_3(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
+    a0 = _i0[0]
+    for _i in numba.prange(_o0.size):
+        a1 = _i1[_i]
+        v0 = (a1 * a0)
+        _o0[_i] = v0
+
+@numba.njit(cache=True, error_model="numpy")
+def _gu_mul_3_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
+    a0 = _i0[0]
+    for _i in numba.prange(_o0.size):
+        a1 = _i1[_i]
+        v0 = (a1 * a0)
         _o0[_i] = v0
 
 
@@ -1174,6 +1311,27 @@ def _gk_leaky_relu_vjp_6_serial(_o0, _i0, _i1, _w):
         a0 = _i0[_i]
         a1 = _i1[_i]
         v0 = (a0 + a1)
+        _o0[_i] = v0
+
+
+# leaky_relu.jvp: mul
+# from scaled_tanh.grad:13
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gu_mul_4(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
+    a0 = _i0[0]
+    for _i in numba.prange(_o0.size):
+        a1 = _i1[_i]
+        v0 = (a0 * a1)
+        _o0[_i] = v0
+
+@numba.njit(cache=True, error_model="numpy")
+def _gu_mul_4_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
+    a0 = _i0[0]
+    for _i in numba.prange(_o0.size):
+        a1 = _i1[_i]
+        v0 = (a0 * a1)
         _o0[_i] = v0
 
 
@@ -1223,6 +1381,19 @@ class scaled_tanh:
         _v9 = _g_buffer(_n, _out, 1, _s, _T)
         _g_launch(_gk_scaled_tanh_fwd_bwd_0, _gk_scaled_tanh_fwd_bwd_0_serial, _v1.reshape(-1), _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _G_WITNESS[_T])
         _r = _g_finish(_n, _out, (_v1, _v9), _S, _RT, ())
+        return _r
+
+    def jvp(x, x_t, /, *, out=None):
+        _n = 'scaled_tanh.jvp'
+        (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
+        _S = (x.shape, x.shape)
+        _out = _g_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1)))
+        x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
+        _s = x.shape
+        _v1 = _g_buffer(_n, _out, 0, _s, _T)
+        _v19 = _g_buffer(_n, _out, 1, _s, _T)
+        _g_launch(_gk_scaled_tanh_jvp_0, _gk_scaled_tanh_jvp_0_serial, _v1.reshape(-1), _v19.reshape(-1), _g_flat(x, _s), _g_flat(x_t, _s), _G_WITNESS[_T])
+        _r = _g_finish(_n, _out, (_v1, _v19), _S, _RT, ())
         return _r
 
     class unfused:
@@ -1286,8 +1457,44 @@ class scaled_tanh:
             _r = _g_finish(_n, _out, (_v1, _v9), _S, _RT, ())
             return _r
 
-scaled_tanh = _GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': scaled_tanh.forward, 'vjp': scaled_tanh.vjp, 'fwd_bwd': scaled_tanh.fwd_bwd},
-    unfused=_GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': scaled_tanh.unfused.forward, 'vjp': scaled_tanh.unfused.vjp, 'fwd_bwd': scaled_tanh.unfused.fwd_bwd}))
+        def jvp(x, x_t, /, *, out=None):
+            _n = 'scaled_tanh.jvp'
+            (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
+            _S = (x.shape, x.shape)
+            _out = _g_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (1, 1)))
+            x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
+            _s = x.shape
+            _v1 = _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v12 = np.empty(_s, dtype=_T)
+            _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v12.reshape(-1), _g_flat(x_t, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v14 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_eq, _gu_eq_serial, _v14.reshape(-1), _g_flat(x_t, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v15 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where, _gu_where_serial, _v15.reshape(-1), _g_flat(_v12, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v18 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_eq, _gu_eq_serial, _v18.reshape(-1), _g_flat(_v15, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v20 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_square, _gu_square_serial, _v20.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v8 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_sub, _gu_sub_serial, _v8.reshape(-1), _g_flat(_v20, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v16 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v16.reshape(-1), _g_flat(_v8, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v19 = _g_buffer(_n, _out, 1, _s, _T)
+            _g_launch(_gu_where, _gu_where_serial, _v19.reshape(-1), _g_flat(_v16, _s), _g_flat(_v18, _s), _G_WITNESS[_T])
+            _r = _g_finish(_n, _out, (_v1, _v19), _S, _RT, ())
+            return _r
+
+scaled_tanh = _GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': scaled_tanh.forward, 'vjp': scaled_tanh.vjp, 'fwd_bwd': scaled_tanh.fwd_bwd, 'jvp': scaled_tanh.jvp},
+    unfused=_GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': scaled_tanh.unfused.forward, 'vjp': scaled_tanh.unfused.vjp, 'fwd_bwd': scaled_tanh.unfused.fwd_bwd, 'jvp': scaled_tanh.unfused.jvp}))
 
 
 # ======================================================================
@@ -1335,6 +1542,19 @@ class leaky_relu:
         _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, ())
         return _r
 
+    def jvp(x, x_t, /, *, alpha=0.01, out=None):
+        _n = 'leaky_relu.jvp'
+        (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
+        _S = (x.shape, x.shape)
+        _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
+        x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
+        _s = x.shape
+        _v5 = _g_buffer(_n, _out, 0, _s, _T)
+        _v15 = _g_buffer(_n, _out, 1, _s, _T)
+        _g_launch(_gk_leaky_relu_jvp_0, _gk_leaky_relu_jvp_0_serial, _v5.reshape(-1), _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(x_t, _s), _G_WITNESS[_T])
+        _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, ())
+        return _r
+
     class unfused:
 
         def forward(x, /, *, alpha=0.01, out=None):
@@ -1347,7 +1567,7 @@ class leaky_relu:
             _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
             _s = x.shape
             _v4 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
+            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
             _v5 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
@@ -1365,19 +1585,19 @@ class leaky_relu:
             _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where_2, _gu_where_2_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
+            _g_launch(_gu_mul_3, _gu_mul_3_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v13 = np.empty(_s, dtype=_T)
             _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where, _gu_where_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _G_WITNESS[_T])
             _s = x.shape
             _v15 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
@@ -1395,33 +1615,69 @@ class leaky_relu:
             _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
             _s = x.shape
             _v4 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
+            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
             _v5 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where_2, _gu_where_2_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
+            _g_launch(_gu_mul_3, _gu_mul_3_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v13 = np.empty(_s, dtype=_T)
             _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where, _gu_where_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _G_WITNESS[_T])
             _s = x.shape
             _v15 = _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
             _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, ())
             return _r
 
-leaky_relu = _GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.forward, 'vjp': leaky_relu.vjp, 'fwd_bwd': leaky_relu.fwd_bwd},
-    unfused=_GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.unfused.forward, 'vjp': leaky_relu.unfused.vjp, 'fwd_bwd': leaky_relu.unfused.fwd_bwd}))
+        def jvp(x, x_t, /, *, alpha=0.01, out=None):
+            _n = 'leaky_relu.jvp'
+            (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
+            _S = (x.shape, x.shape)
+            _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (1, 1), (1, 2)))
+            x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
+            _s = x.shape
+            _v3 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v4 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
+            _s = x.shape
+            _v5 = _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v7 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul_4, _gu_mul_4_serial, _v7.reshape(-1), _g_flat(alpha, ()), _g_flat(x_t, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v9 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_eq, _gu_eq_serial, _v9.reshape(-1), _g_flat(x_t, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v10 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where, _gu_where_serial, _v10.reshape(-1), _g_flat(_v7, _s), _g_flat(_v9, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v12 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v12.reshape(-1), _g_flat(_v3, _s), _g_flat(x_t, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v14 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v3, _s), _g_flat(_v10, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v15 = _g_buffer(_n, _out, 1, _s, _T)
+            _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v12, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
+            _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, ())
+            return _r
+
+leaky_relu = _GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.forward, 'vjp': leaky_relu.vjp, 'fwd_bwd': leaky_relu.fwd_bwd, 'jvp': leaky_relu.jvp},
+    unfused=_GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.unfused.forward, 'vjp': leaky_relu.unfused.vjp, 'fwd_bwd': leaky_relu.unfused.fwd_bwd, 'jvp': leaky_relu.unfused.jvp}))
 
 
 OPS = {'leaky_relu': leaky_relu, 'scaled_tanh': scaled_tanh}

@@ -9,11 +9,13 @@ use them).  For each op:
 (a) its derivative rules parse and name only the documented rule scope;
 (b) the derived VJP matches float64 central differences of the interpreter
     (random points of the primitive's domain, via hypothesis, and a table of
-    edge points: 0, negative, large, tiny);
+    edge points: 0, negative, large, tiny), and so does the JVP (forward mode:
+    the directional derivative, and the adjoint identity with the VJP);
 (c) kinks and ties follow SPEC §1 (and the choices documented in
     :mod:`gradc.ir.primitives`);
 (d) the generated module's kernels, fused and unfused, in float64 and
-    float32, agree with the interpreter (NumPy references).
+    float32, agree with the interpreter (NumPy references), every method
+    (forward, vjp, fwd_bwd, jvp).
 
 The whole table compiles into ONE generated module per session: Numba
 compiles each kernel on first call, so a module per primitive would not fit
@@ -216,6 +218,11 @@ def run_vjp(case: Case, xs, vs, dtype=np.float64) -> list[np.ndarray]:
     return interpret(compiled(case.name).methods["vjp"].graph, list(xs) + list(vs), dtype)
 
 
+def run_jvp(case: Case, xs, ts, dtype=np.float64) -> list[np.ndarray]:
+    """The outputs, then their tangents: one tangent per differentiable parameter."""
+    return interpret(compiled(case.name).methods["jvp"].graph, list(xs) + list(ts), dtype)
+
+
 def diff_params(case: Case) -> list[int]:
     return [i for i, p in enumerate(compiled(case.name).params) if p.differentiable]
 
@@ -266,14 +273,10 @@ def _fixed_inputs(case: Case, seed: int = 0) -> list[np.ndarray]:
 
 # ---- the finite-difference check --------------------------------------------------
 
-def check_vjp_fd(case: Case, xs, seed: int = 0, rtol: float = 1e-6) -> None:
-    """<v, J u> by float64 central differences against <vjp(v), u>.
-
-    The step is relative (``1e-7 |x|``, or ``1e-7`` at 0) so tiny points do not
-    cross 0 and large ones are not lost to rounding; the effective direction
-    is ``xp - xm`` as actually rounded.  The tolerance is ``rtol`` of the terms'
-    magnitudes plus the rounding noise of the forward values themselves.
-    """
+def _central_steps(case: Case, xs, seed: int):
+    """The inputs as arrays, the differentiable parameters, the forward values
+    ``f0``, random cotangents ``vs`` and the central-difference points ``xp``,
+    ``xm`` with their values ``fp``, ``fm``."""
     xs = [np.asarray(x) for x in xs]
     diff = diff_params(case)
     rng = np.random.default_rng(seed)
@@ -283,7 +286,18 @@ def check_vjp_fd(case: Case, xs, seed: int = 0, rtol: float = 1e-6) -> None:
     for i in diff:
         h = 1e-7 * np.where(xs[i] != 0, np.abs(xs[i]), 1.0) * rng.standard_normal(xs[i].shape)
         xp[i], xm[i] = xs[i] + h, xs[i] - h
-    fp, fm = run_forward(case, xp), run_forward(case, xm)
+    return xs, diff, f0, vs, xp, xm, run_forward(case, xp), run_forward(case, xm)
+
+
+def check_vjp_fd(case: Case, xs, seed: int = 0, rtol: float = 1e-6) -> None:
+    """<v, J u> by float64 central differences against <vjp(v), u>.
+
+    The step is relative (``1e-7 |x|``, or ``1e-7`` at 0) so tiny points do not
+    cross 0 and large ones are not lost to rounding; the effective direction
+    is ``xp - xm`` as actually rounded.  The tolerance is ``rtol`` of the terms'
+    magnitudes plus the rounding noise of the forward values themselves.
+    """
+    xs, diff, f0, vs, xp, xm, fp, fm = _central_steps(case, xs, seed)
     cts = run_vjp(case, xs, vs)
     assert len(cts) == len(diff)
     for ct, i in zip(cts, diff):
@@ -298,6 +312,37 @@ def check_vjp_fd(case: Case, xs, seed: int = 0, rtol: float = 1e-6) -> None:
     tiny = 1e-300          # subnormal results carry absolute, not relative, precision
     assert abs(lhs - rhs) <= rtol * scale + noise + tiny, (
         f"{case.name}: <v, fd> = {lhs!r} but <vjp(v), u> = {rhs!r} at {xs}")
+
+
+def check_jvp_fd(case: Case, xs, seed: int = 0, rtol: float = 1e-6) -> None:
+    """Forward mode against float64 central differences, as :func:`check_vjp_fd`:
+    the same relative steps ``xp - xm`` (the direction as rounded), projected on a
+    random ``v``: ``<v, f(xp) - f(xm)>`` against ``<v, jvp(x, xp - xm)>``.  Also the
+    primal outputs of ``jvp`` against the forward pass, and the adjoint identity
+    ``<v, J t> = <vjp(v), t>`` with the VJP (to rounding)."""
+    xs, diff, f0, vs, xp, xm, fp, fm = _central_steps(case, xs, seed)
+    ts = [xp[i] - xm[i] for i in diff]
+    res = run_jvp(case, xs, ts)
+    outs, tans = res[:len(f0)], res[len(f0):]
+    assert len(tans) == len(f0), case.name
+    for o, y, jt in zip(outs, f0, tans):
+        np.testing.assert_array_equal(o, y, err_msg=f"{case.name}: jvp's primal output")
+        assert jt.shape == y.shape, (case.name, jt.shape, y.shape)
+    assert all(np.all(np.isfinite(t)) for t in tans), (case.name, xs, tans)
+    lhs = sum(np.vdot(v, a - b) for v, a, b in zip(vs, fp, fm))
+    rhs = sum(np.vdot(v, jt) for v, jt in zip(vs, tans))
+    scale = sum(np.vdot(np.abs(v), np.abs(a - b) + np.abs(jt))
+                for v, a, b, jt in zip(vs, fp, fm, tans))
+    noise = 16 * EPS64 * sum(np.vdot(np.abs(v), np.abs(a) + np.abs(b))
+                             for v, a, b in zip(vs, fp, fm))
+    assert abs(lhs - rhs) <= rtol * scale + noise + 1e-300, (
+        f"{case.name}: <v, fd> = {lhs!r} but <v, jvp(t)> = {rhs!r} at {xs}")
+    cts = run_vjp(case, xs, vs)
+    adj = sum(np.vdot(ct, t) for ct, t in zip(cts, ts))
+    size = sum(np.vdot(np.abs(v), np.abs(jt)) for v, jt in zip(vs, tans)) + \
+        sum(np.vdot(np.abs(ct), np.abs(t)) for ct, t in zip(cts, ts))
+    assert abs(rhs - adj) <= 1e-12 * size + 1e-300, (
+        f"{case.name}: <v, jvp(t)> = {rhs!r} but <vjp(v), t> = {adj!r} at {xs}")
 
 
 # ---- (0) the table covers the registry ------------------------------------------
@@ -386,15 +431,31 @@ def test_vjp_rule_parses_and_names_only_its_scope(prim, i, rule) -> None:
     assert kws <= {"axis", "keepdims"}, f"'{prim.name}' rule {rule!r} passes {kws}"
 
 
-JVPS = [p for p in PRIMITIVES.values() if p.jvp is not None]
+JVPS = [(p, i, r) for p in PRIMITIVES.values() for i, r in enumerate(p.jvp) if r is not None]
 
 
-@pytest.mark.parametrize("prim", JVPS, ids=attrgetter("name"))
-def test_jvp_rule_parses_and_names_only_its_scope(prim) -> None:
-    names, funcs, _ = _free_names(rule_ast(prim.jvp))
-    allowed = set(prim.params) | {f"{p}_t" for p in prim.params} | {"out"} | set(CONSTANTS)
-    assert names <= allowed, f"'{prim.name}' jvp {prim.jvp!r} names {names - allowed}"
+@pytest.mark.parametrize("prim", [p for p in PRIMITIVES.values() if p.name not in SOURCES],
+                         ids=attrgetter("name"))
+def test_every_differentiable_operand_has_a_jvp_rule(prim) -> None:
+    """One forward rule per operand that has a reverse rule, and none where no
+    gradient flows (an index, a shape source, data)."""
+    assert len(prim.jvp) == len(prim.params), prim.name
+    for i, (fwd, rev) in enumerate(zip(prim.jvp, prim.vjp)):
+        assert (fwd is None) == (rev is None), f"'{prim.name}' operand {prim.params[i]}"
+
+
+@pytest.mark.parametrize("prim, i, rule", JVPS, ids=[f"{p.name}-{p.params[i]}" for p, i, _ in JVPS])
+def test_jvp_rule_parses_and_names_only_its_scope(prim, i, rule) -> None:
+    """A rule names the operands, ``out``, its own operand's tangent (only that one:
+    the engine sums the operands' contributions) and a reduction's attributes."""
+    names, funcs, kws = _free_names(rule_ast(rule))
+    allowed = set(prim.params) | {f"{prim.params[i]}_t", "out"} | set(CONSTANTS)
+    if prim.kind == REDUCTION or prim.name == "broadcast_in":
+        allowed |= {"axis", "keepdims"}
+    assert names <= allowed, f"'{prim.name}' jvp {rule!r} names {names - allowed}"
+    assert f"{prim.params[i]}_t" in names, f"'{prim.name}' jvp {rule!r} ignores its tangent"
     assert funcs <= set(BUILTINS) | set(PRIMITIVES), prim.name
+    assert kws <= {"axis", "keepdims"}, f"'{prim.name}' jvp {rule!r} passes {kws}"
 
 
 def test_composite_rules_have_composites() -> None:
@@ -406,17 +467,22 @@ def test_composite_rules_have_composites() -> None:
 
 # ---- (b) VJP against central differences ------------------------------------------
 
+_CHECKS = {"vjp": check_vjp_fd, "jvp": check_jvp_fd}
+
+
+@pytest.mark.parametrize("mode", list(_CHECKS))
 @pytest.mark.parametrize("case", DIFF_CASES, ids=attrgetter("name"))
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(data=st.data())
-def test_vjp_matches_central_differences(case, data) -> None:
+def test_derivative_matches_central_differences(case, mode, data) -> None:
+    """Reverse mode (``vjp``) and forward mode (``jvp``) of every primitive."""
     if "f32" in case.dtypes and "f64" not in case.dtypes:
         pytest.skip("float64 differences use the f64 variant")
     xs = _draw_inputs(case, data)
     if case.kink is not None:
         assume(case.kink(*xs))
-    check_vjp_fd(case, xs, seed=data.draw(st.integers(0, 2**16)))
+    _CHECKS[mode](case, xs, seed=data.draw(st.integers(0, 2**16)))
 
 
 def _a(*v):
@@ -486,9 +552,10 @@ EDGE_PARAMS = [pytest.param(BY_NAME[name], k, id=f"{name}-{k}")
                for name, points in _EDGES.items() for k in range(len(points))]
 
 
+@pytest.mark.parametrize("mode", list(_CHECKS))
 @pytest.mark.parametrize("case, k", EDGE_PARAMS)
-def test_vjp_matches_central_differences_at_edges(case, k) -> None:
-    check_vjp_fd(case, _EDGES[case.name][k], seed=k)
+def test_derivative_matches_central_differences_at_edges(case, k, mode) -> None:
+    _CHECKS[mode](case, _EDGES[case.name][k], seed=k)
 
 
 def test_edge_table_covers_every_differentiable_primitive_case() -> None:
@@ -656,6 +723,8 @@ def test_kernels_match_the_interpreter(gen, case, dtname) -> None:
         rng = np.random.default_rng(2)
         vs = [rng.standard_normal(np.shape(o)).astype(dt) for o in ref]
         gref = run_vjp(case, xs, vs, dt)
+        ts = [rng.standard_normal(np.shape(xs[i])).astype(dt) for i in diff_params(case)]
+        jref = run_jvp(case, xs, ts, dt)
         with np.errstate(all="ignore"):
             results = {
                 "forward": (op(*xs), op.unfused(*xs)),
@@ -664,17 +733,20 @@ def test_kernels_match_the_interpreter(gen, case, dtname) -> None:
                 # float64 only, to keep the suite's compile time in budget
                 "fwd_bwd": ((op.fwd_bwd(*xs, *vs) if dt == np.float64 else None),
                             op.unfused.fwd_bwd(*xs, *vs)),
+                "jvp": ((op.jvp(*xs, *ts) if dt == np.float64 else None),
+                        op.unfused.jvp(*xs, *ts)),
             }
         for variant, k in (("fused", 0), ("unfused", 1)):
             _close(results["forward"][k], ref[0], dt, f"{case.name} forward {variant}")
             for j, (got, want) in enumerate(zip(results["vjp"][k], gref)):
                 _close(got, want, dt, f"{case.name} vjp {variant} grad {j}")
-            fb = results["fwd_bwd"][k]
-            if fb is None:
-                continue
-            assert len(fb) == 1 + len(gref)
-            for j, (got, want) in enumerate(zip(fb, ref + gref)):
-                _close(got, want, dt, f"{case.name} fwd_bwd {variant} result {j}")
+            for method, want in (("fwd_bwd", ref + gref), ("jvp", jref)):
+                got = results[method][k]
+                if got is None:
+                    continue
+                assert len(got) == len(want), (case.name, method)
+                for j, (g, w) in enumerate(zip(got, want)):
+                    _close(g, w, dt, f"{case.name} {method} {variant} result {j}")
 
 
 def test_clip_kernel_matches_the_reference_when_lo_exceeds_hi(gen) -> None:

@@ -1,5 +1,5 @@
-"""Hostile array arguments: every generated method (forward, vjp, fwd_bwd, fused and
-``.unfused``) of a representative set of ops, called with wrong counts, dtypes, shapes,
+"""Hostile array arguments: every generated method (forward, vjp, fwd_bwd, jvp, fused
+and ``.unfused``) of a representative set of ops, called with wrong counts, dtypes, shapes,
 layouts, ``out=`` buffers, empty, 0-d and huge arrays.
 
 Each call gets the right result (checked against a NumPy reference, which also checks
@@ -109,6 +109,8 @@ class Case:
     kwargs: dict = field(default_factory=dict)
     lists_ok: bool = True                    # nested lists convert to acceptable dtypes
     dtype: type = np.float64                 # of the results
+    jvp: Callable | None = None              # (*inputs, *tangents) -> output tangents;
+    #                                          None: from vjp, one basis cotangent at a time
 
 
 def f64(*shape):
@@ -142,12 +144,25 @@ CASES = [
     # transposes are views of the inputs: returned, read by kernels, written in place
     Case("tr", {"x": f64(3, 3), "y": f64(3, 3)}, ("da", "db"),
          lambda x, y: (x.T, x.T * y + y.T),
-         lambda x, y, ga, gb: (ga.T + (gb * y).T, gb * x.T + gb.T)),
+         lambda x, y, ga, gb: (ga.T + (gb * y).T, gb * x.T + gb.T),
+         jvp=lambda x, y, xt, yt: (xt.T, xt.T * y + x.T * yt + yt.T)),
 ]
 CASE = {c.op: c for c in CASES}
 CASE["affine"] = Case("affine", {"x": f64(2, 3)}, ("dy",), lambda x: (x * 2 + 1,),
                       lambda x, g: (2 * g,))      # the >2^31 test's op
-METHODS = ["forward", "vjp", "fwd_bwd", "unfused.forward", "unfused.vjp", "unfused.fwd_bwd"]
+METHODS = ["forward", "vjp", "fwd_bwd", "jvp", "unfused.forward", "unfused.vjp",
+           "unfused.fwd_bwd", "unfused.jvp"]
+DIFFERENTIABLE = {"params": ("x",)}          # the others: every input
+
+
+def tangent_names(case: Case) -> list[str]:
+    """One tangent per differentiable input, named as the wrappers name them."""
+    return [f"{n}_t" for n in DIFFERENTIABLE.get(case.op, list(case.inputs))]
+
+
+def extra_names(case: Case, method: str) -> list[str]:
+    """The positional arguments after the inputs: upstreams, tangents or none."""
+    return {"forward": [], "jvp": tangent_names(case)}.get(base(method), list(case.ups))
 
 
 def method_fn(m, op: str, method: str):
@@ -177,13 +192,15 @@ def make_args(case: Case, **shapes) -> dict[str, object]:
         outs = [np.zeros(())] * len(case.ups)
     for name, o in zip(case.ups, outs):
         args[name] = rng.uniform(-1, 1, np.shape(o)).astype(case.dtype)
+    for name in tangent_names(case):
+        x = args[name[:-2]]
+        args[name] = rng.uniform(-1, 1, np.shape(x)).astype(x.dtype)
     return args
 
 
 def split(case: Case, method: str, args: dict) -> list:
-    """The positional arguments of ``method``: inputs, then upstreams unless forward."""
-    names = list(case.inputs) + ([] if base(method) == "forward" else list(case.ups))
-    return [args[n] for n in names]
+    """The positional arguments of ``method``: inputs, then upstreams or tangents."""
+    return [args[n] for n in list(case.inputs) + extra_names(case, method)]
 
 
 def call(m, case: Case, method: str, args: dict, **kw) -> tuple:
@@ -198,8 +215,28 @@ def reference(case: Case, method: str, args: dict) -> tuple:
     fwd = case.forward(*ins, **case.kwargs)
     if base(method) == "forward":
         return fwd
+    if base(method) == "jvp":
+        return tuple(fwd) + jvp_reference(case, ins, [as64[t] for t in tangent_names(case)])
     grads = case.vjp(*ins, *(as64[u] for u in case.ups), **case.kwargs)
     return grads if base(method) == "vjp" else tuple(fwd) + tuple(grads)
+
+
+def jvp_reference(case: Case, ins: list, ts: list) -> tuple:
+    """The output tangents ``J t``: the case's own ``jvp``, else row by row from its
+    VJP (``(J t)[e] = <vjp(e), t>`` for each basis cotangent ``e``)."""
+    if case.jvp is not None:
+        return case.jvp(*ins, *ts, **case.kwargs)
+    outs = case.forward(*ins, **case.kwargs)
+    tans = []
+    for k, o in enumerate(outs):
+        jt = np.zeros(np.shape(o))
+        for e in np.ndindex(np.shape(o)):
+            ups = [np.zeros(np.shape(p)) for p in outs]
+            ups[k][e] = 1.0
+            grads = case.vjp(*ins, *ups, **case.kwargs)
+            jt[e] = sum(np.vdot(g, t) for g, t in zip(grads, ts))
+        tans.append(jt)
+    return tuple(tans)
 
 
 def assert_results(got: tuple, want: tuple, dtype) -> None:
@@ -330,14 +367,15 @@ def test_wrong_dtype_is_a_type_error_naming_the_argument(m, case, method, bad) -
     make, suits = BAD_VALUES[bad]
     args = make_args(case)
     names = list(case.inputs) + list(case.kwargs)
-    ups = [] if base(method) == "forward" else list(case.ups)
+    ups = extra_names(case, method)
     for name in names + ups:
         if PARAM_DTYPES.get((case.op, name)) in suits or name in ups and None in suits:
-            continue                    # upstreams take any float width
+            continue                    # upstreams and tangents take any float width
         good = args.get(name, case.kwargs.get(name))
         hostile = {**args, name: make(good)} if name not in case.kwargs else args
         kw = {name: make(good)} if name in case.kwargs else {}
-        what = "upstream" if name in ups else "argument"
+        what = ("tangent" if base(method) == "jvp" else "upstream") if name in ups \
+            else "argument"
         with raises(TypeError, case, method, f"{what} '{name}'"):
             call(m, case, method, hostile, **kw)
 
@@ -419,6 +457,22 @@ def test_upstream_of_the_wrong_shape(m, case, method) -> None:
                 call(m, case, method, bad)
 
 
+@pytest.mark.parametrize("method", ["jvp", "unfused.jvp"])
+@pytest.mark.parametrize("case", CASES, **ids)
+def test_tangent_of_the_wrong_shape(m, case, method) -> None:
+    """A tangent has its parameter's shape or one that broadcasts to it."""
+    args = make_args(case)
+    for t in tangent_names(case):
+        for shape in (np.shape(args[t]) + (2,), (7,)):
+            bad = {**args, t: np.ones(shape, args[t].dtype)}
+            with raises(ValueError, case, method, f"tangent '{t}' must have its parameter's "
+                        f"shape {np.shape(args[t])} (or one that broadcasts to it)"):
+                call(m, case, method, bad)
+        ones = {**args, t: np.ones((1,) * np.ndim(args[t]), args[t].dtype)}
+        assert_results(call(m, case, method, ones),
+                       reference(case, method, {**ones, t: np.ones_like(args[t])}), case.dtype)
+
+
 def test_nograd_scalar_parameter_must_be_a_scalar(m) -> None:
     case = CASE["params"]
     with raises(ValueError, case, "vjp", "argument 'alpha' must be a scalar"):
@@ -451,7 +505,7 @@ def test_empty_arrays(m, op, shapes, method) -> None:
     except ValueError as exc:              # NumPy's reduction of nothing: the same error
         # (or, where the upstreams are checked first, theirs: they got no valid shape)
         with pytest.raises(ValueError, match=rf"^{case.op}\.{base(method)}: "
-                           rf"({re.escape(str(exc).split(' which')[0])}|upstream)"):
+                           rf"({re.escape(str(exc).split(' which')[0])}|upstream|tangent)"):
             call(m, case, method, args)
         return
     assert_results(call(m, case, method, args), want, case.dtype)
@@ -601,7 +655,7 @@ def test_out_is_written_and_returned(m, case, method, kind) -> None:
 def inplace_targets(case: Case, method: str, args: dict) -> list[tuple[int, str]]:
     """Every (out slot, argument) pair of equal shape and dtype."""
     want = reference(case, method, args)
-    names = list(case.inputs) + ([] if base(method) == "forward" else list(case.ups))
+    names = list(case.inputs) + extra_names(case, method)
     return [(k, n) for k, w in enumerate(want) for n in names
             if isinstance(args[n], np.ndarray) and args[n].shape == np.shape(w)
             and args[n].dtype == case.dtype]
@@ -679,7 +733,7 @@ def test_large_transposes_are_views(m) -> None:
     assert m._g_transpose(np.ones((3, 3))).flags.c_contiguous
     case = CASE["tr"]
     rng = np.random.default_rng(2)
-    args = {n: rng.uniform(-2, 2, (300, 300)) for n in ("x", "y", "da", "db")}
+    args = {n: rng.uniform(-2, 2, (300, 300)) for n in ("x", "y", "da", "db", "x_t", "y_t")}
     for method in METHODS:
         got = call(m, case, method, args)
         assert_results(got, reference(case, method, args), np.float64)

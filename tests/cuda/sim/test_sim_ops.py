@@ -97,19 +97,24 @@ def agree(want, got, dtype) -> None:
 
 
 def every_method(ops: Ops, name: str, xs, ups, dtype, **kw) -> None:
-    """``name``'s forward, vjp and fwd_bwd, fused and unfused, on the (simulated)
-    device against the IR interpreter (NumPy, float64) on the same values."""
+    """``name``'s forward, vjp, fwd_bwd and jvp, fused and unfused, on the
+    (simulated) device against the IR interpreter (NumPy, float64) on the same
+    values (jvp: a tangent like each differentiable input, scalars as scalars)."""
     cop = ops.compiled[name]
     params = list(xs) + [kw.get(p.name, p.default) for p in cop.params if p.has_default]
-    ref = {m: interpret(cop.methods[m].graph, params + ([] if m == "forward" else list(ups)))
-           for m in ("forward", "vjp", "fwd_bwd")}
-    dx = [x if isinstance(x, float) else cuda.to_device(x) for x in xs]
-    du = [u if isinstance(u, float) else cuda.to_device(u) for u in ups]
+    rng = np.random.default_rng(len(xs))
+    ts = [0.25 if isinstance(x, float) else rng.standard_normal(np.shape(x)).astype(dtype)
+          for x, p in zip(xs, cop.params) if p.differentiable]
+    extra = {"forward": [], "vjp": list(ups), "fwd_bwd": list(ups), "jvp": ts}
+    ref = {m: interpret(cop.methods[m].graph, params + extra[m]) for m in extra}
+    dev_array = lambda v: v if isinstance(v, float) else cuda.to_device(v)
+    dx, du, dt = ([dev_array(v) for v in vs] for vs in (xs, ups, ts))
     op = ops.OPS[name]
     for dev in (op.cuda, op.cuda.unfused):
         agree(ref["forward"], dev(*dx, **kw), dtype)
         agree(ref["vjp"], dev.vjp(*dx, *du, **kw), dtype)
         agree(ref["fwd_bwd"], dev.fwd_bwd(*dx, *du, **kw), dtype)
+        agree(ref["jvp"], dev.jvp(*dx, *dt, **kw), dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -189,6 +194,33 @@ def test_out_buffers_are_written_in_place_and_returned(lib) -> None:
     o64 = cuda.device_array((4, 3), np.float64)
     lib.bc.cuda(dx, db, 2.0, out=o64)
     np.testing.assert_allclose(o64.copy_to_host(), x * b + 2, rtol=1e-6)
+
+
+def test_jvp_of_a_transposed_grad_block_and_broadcast_tangents() -> None:
+    """scaled_tanh's jvp is its grad block transposed, 0.5 * (1 - tanh^2) * t;
+    tangents broadcast to their parameter (a scalar, a row); clipped_relu's
+    nonlinear grad block makes its jvp the compiler's error."""
+    seed = Ops(EXAMPLES / "seed.grad")
+    x = np.linspace(-2, 2, 21)
+    t = np.cos(np.arange(21.0))
+    for dev in (seed.scaled_tanh.cuda, seed.scaled_tanh.cuda.unfused):
+        y, yt = dev.jvp(cuda.to_device(x), cuda.to_device(t))
+        np.testing.assert_allclose(yt.copy_to_host(), 0.5 * (1 - np.tanh(x) ** 2) * t,
+                                   rtol=1e-12)
+        _, yt = dev.jvp(cuda.to_device(x), 2.0)
+        np.testing.assert_allclose(yt.copy_to_host(), (1 - np.tanh(x) ** 2), rtol=1e-12)
+    with pytest.raises(NotImplementedError, match=r"clipped_relu.jvp: .*seed.grad:28:10: "
+                       r"error\[E405\]"):
+        seed.clipped_relu.cuda.jvp(cuda.to_device(x), cuda.to_device(t))
+    act = Ops(EXAMPLES / "activations.grad")
+    xb = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.ones(3, np.float32)
+    _, yt = act.add_bias.cuda.jvp(cuda.to_device(xb), cuda.to_device(b),
+                                  cuda.to_device(np.array([[1, 2, 3]], np.float32)), 1.0)
+    np.testing.assert_array_equal(yt.copy_to_host(), [[2, 3, 4], [2, 3, 4]])
+    with pytest.raises(ValueError, match="tangent 'b_t' must have its parameter's shape"):
+        act.add_bias.cuda.jvp(cuda.to_device(xb), cuda.to_device(b), 1.0,
+                              cuda.to_device(np.ones((1, 3), np.float32)))
 
 
 def test_scalar_upstream_and_streams(lib) -> None:

@@ -1,0 +1,193 @@
+"""Forward mode: Jacobian-vector products built into the graph.
+
+``jvp(graph, tangents, roots)`` adds the nodes of the tangent computation to
+``graph`` and returns one tangent node per root (None for a symbolic zero).
+The walk is JAX's ``jvp`` over the graph: nodes are visited in topological
+order, each primitive's ``jvp`` rules (one per operand, in
+:mod:`gradc.ir.primitives`) run for the operands whose tangent is not a
+symbolic zero, their sum is broadcast to the node's shape, and integer values
+carry no tangent.
+
+A :class:`~gradc.ir.graph.CustomRegion` (an inlined call of an op with a
+``grad`` block) is visited as one unit.  Its grad block is a VJP, ``u ->
+J^T u``; gradc *transposes* it to get the op's JVP, ``t -> J t``
+(:func:`transpose_grad_block`): the block is instantiated over placeholder
+upstreams, checked to be linear in them (:mod:`gradc.autodiff.linearity`),
+and reverse mode over it, seeded with the input tangents, gives the output
+tangents (the VJP of a linear map is its transpose).  JAX's ``custom_vjp``
+has no forward mode at all; a grad block that is not linear in its upstream
+names cannot be transposed and is a :class:`GradientError` (E405).  JAX goes
+the other way, from a JVP to a VJP by linearizing and transposing (Radul et
+al., "You Only Linearize Once", POPL 2023); transposition is the same
+operation in both directions.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping, Sequence
+
+from gradc.autodiff.linearity import classify, describe_upstreams, is_symbolic_zero
+from gradc.autodiff.reverse import (_instantiate, _is_zero, _surface, _total, _unbroadcast,
+                                    _unit_order, check_gradient_count, vjp)
+from gradc.errors import GradientError
+from gradc.ir.builder import Builder
+from gradc.ir.graph import FLOAT, CustomRegion, Graph, Node
+from gradc.ir.primitives import PRIMITIVES
+
+
+def jvp(graph: Graph, tangents: Mapping[int, int], roots: Sequence[int]) -> list[int | None]:
+    """Add ``d roots[i] / d seeds . tangents`` to ``graph``, per root.
+
+    ``tangents`` maps seed nodes (parameters) to their tangent nodes, which must
+    have the seeds' shape class.  Returns one tangent node per root, of the
+    root's shape class, or None where it is a symbolic zero.  Raises
+    :class:`GradientError` (E405) when a custom region on the way has a grad
+    block that cannot be transposed.
+    """
+    tan: dict[int, int] = dict(tangents)
+    live = _live_nodes(graph, tan, roots)
+    for unit in _unit_order(graph, live):
+        if isinstance(unit, CustomRegion):
+            _custom_jvp(graph, unit, tan)
+        elif unit not in tan and graph.node(unit).args:
+            t = _node_jvp(graph, graph.node(unit), tan)
+            if t is not None:
+                tan[unit] = t
+    return [tan.get(r) for r in roots]
+
+
+def _live_nodes(graph: Graph, seeds: Mapping[int, int], roots: Sequence[int]) -> set[int]:
+    """Nodes that depend on a seed and that some root depends on."""
+    down = set(seeds)
+    for nid in graph.topo_order():
+        if nid not in down and any(a in down for a in graph.node(nid).args):
+            down.add(nid)
+    return down & graph.ancestors(roots)
+
+
+def _node_jvp(graph: Graph, node: Node, tan: dict[int, int]) -> int | None:
+    """The tangent of ``node`` from its operands' tangents (None: a zero)."""
+    if node.dtype != FLOAT:
+        return None
+    prim = PRIMITIVES[node.op]
+    b = Builder(graph, span=node.span)     # tangent nodes point at the primal's source
+    parts = []
+    for i, (a, rule) in enumerate(zip(node.args, prim.jvp)):
+        t = tan.get(a)
+        if rule is None or t is None:
+            continue
+        part = _instantiate(graph, rule, node, {f"{prim.params[i]}_t": t}, b)
+        if _is_zero(graph, part):
+            continue
+        if prim.masks_zero_cotangent:       # a zero tangent stays 0 where the slope is inf
+            zero = b.const(0.0)
+            part = b.apply("where", (b.apply("eq", (t, zero)), zero, part))
+        parts.append(part)
+    t = _total(graph, parts)
+    if t is not None and graph.node(t).shape != node.shape:
+        t = b.apply("sum_to", (t, node.id))          # broadcast up to the node's shape
+    return t
+
+
+def _custom_jvp(graph: Graph, region: CustomRegion, tan: dict[int, int]) -> None:
+    """The output tangents of a custom region: its grad block, transposed."""
+    diff = [a for p, a in zip(region.op.params, region.inputs) if p.differentiable]
+    if all(tan.get(a) is None for a in diff):
+        return
+    outs = transpose_grad_block(graph, region, [tan.get(a) for a in diff])
+    for o, t in zip(region.outputs, outs):
+        if t is not None:
+            tan[o] = t
+
+
+def transpose_grad_block(graph: Graph, region: CustomRegion,
+                         tangents: Sequence[int | None]) -> list[int | None]:
+    """``J t`` from a grad block giving ``J^T u``: one tangent node per output of
+    ``region`` (None: a zero), from one tangent per differentiable parameter.
+
+    The block is lowered over placeholder upstreams (NaN arrays of the outputs'
+    shapes, never read by the result), each gradient output is checked to be
+    linear in them, ``stop_gradient`` inside it is read as the identity (it
+    only matters when the block itself is differentiated), and reverse mode
+    from the gradient outputs, seeded with ``tangents``, to the placeholders
+    is the transpose.  Raises :class:`GradientError` (E405) naming the op and
+    the line of the block where linearity is lost.
+    """
+    from gradc.ir.lower import Lowerer
+    op, block = region.op, region.op.grad
+    b = Builder(graph)
+    since = graph.next_id
+    ups = [b.apply("full_like", (o, b.const(math.nan)), span=block.span)
+           for o in region.outputs]
+    scope = dict(region.names)
+    scope.update(zip(block.upstreams, ups))
+    scope = Lowerer(graph, region.ops, region.consts).body(block.body, scope)
+    diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
+    check_gradient_count(region, len(diff))
+    reads_ups = _require_linear(graph, region, ups, scope, since)
+    for nid in reads_ups:             # stop_gradient(dy): the identity, as a map of dy
+        if graph.node(nid).op == "stop_gradient":
+            graph.update(nid, op="identity")
+    roots, seeds = [], []
+    for (p, a), gname, t in zip(diff, block.outputs, tangents):
+        g = scope[gname]
+        if t is None or is_symbolic_zero(graph, g):
+            continue
+        roots.append(_unbroadcast(Builder(graph, span=graph.node(g).span), g, a))
+        seeds.append(t)
+    out = vjp(graph, roots, seeds, ups) if roots else [None] * len(ups)
+    leaked = _values_read(graph, [t for t in out if t is not None]) & set(ups)
+    assert not leaked, f"the transpose of {op.name}'s grad block reads its upstreams"
+    for u, o in zip(ups, region.outputs):     # left only as shape sources (sum_to's like)
+        graph.replace_uses(u, o)
+    return out
+
+
+def _values_read(graph: Graph, roots: Sequence[int]) -> set[int]:
+    """The nodes whose values ``roots`` depend on (not those read for a shape only)."""
+    seen, todo = set(), list(roots)
+    while todo:
+        nid = todo.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        node = graph.node(nid)
+        skip = PRIMITIVES[node.op].shape_only
+        todo.extend(a for i, a in enumerate(node.args) if i not in skip)
+    return seen
+
+
+def _require_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: dict[str, int],
+                    since: int) -> set[int]:
+    """Raise E405 unless every gradient output is linear in the upstreams (a
+    symbolic zero is; a nonzero value that does not depend on them is not);
+    return the nodes of the block that depend on the upstreams."""
+    block, op = region.op.grad, region.op
+    verdict = classify(graph, ups, since)
+    notes = [f"forward mode transposes the grad block of '{op.name}' (line {block.span.line}) "
+             "into its JVP; only a map linear in the upstreams has a transpose (JAX's "
+             "custom_vjp has no forward mode at all)",
+             "make the block linear in the upstreams (scale or mask them by values of the "
+             "forward pass), or use .vjp/.fwd_bwd, which use the block as written"]
+    for gname in block.outputs:
+        g = scope[gname]
+        stmt = next((s for s in block.body if s.target == gname), None)
+        if g not in verdict:
+            if is_symbolic_zero(graph, g):
+                continue
+            raise GradientError(
+                f"op '{op.name}' has no forward mode: gradient '{gname}' of its grad block "
+                f"does not depend on the {describe_upstreams(block.upstreams)} and is not 0, "
+                "so the block is not linear in them", stmt.span if stmt else block.span,
+                "E405", notes)
+        bad = verdict[g]
+        if bad is None:
+            continue
+        node = graph.node(bad.node)
+        used = [n for n, u in zip(block.upstreams, ups) if u in bad.depends]
+        raise GradientError(
+            f"op '{op.name}' has no forward mode: gradient '{gname}' of its grad block is "
+            f"not linear in the {describe_upstreams(used)}: '{_surface(node.op)}' is "
+            "applied to it nonlinearly here", node.span or block.span, "E405", notes)
+    return set(verdict)
+
