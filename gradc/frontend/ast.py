@@ -71,6 +71,31 @@ class Call:
 Expr = Union[Num, Name, BinOp, Compare, Neg, Transpose, TupleExpr, Call]
 
 
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The operands of ``e``, in source order (keyword values after arguments)."""
+    if isinstance(e, (BinOp, Compare)):
+        return (e.lhs, e.rhs)
+    if isinstance(e, (Neg, Transpose)):
+        return (e.operand,)
+    if isinstance(e, Call):
+        return (*e.args, *(v for _, v in e.kwargs))
+    if isinstance(e, TupleExpr):
+        return e.items
+    return ()
+
+
+def calls(stmts: tuple["Assign", ...], func: str) -> bool:
+    """Whether an expression of ``stmts`` calls ``func`` (iteratively: no recursion
+    limit on deep expressions)."""
+    todo: list[Expr] = [s.value for s in stmts]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, Call) and e.func == func:
+            return True
+        todo.extend(children(e))
+    return False
+
+
 @dataclass(frozen=True)
 class Assign:
     target: str
