@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import gradc
-from autodiff_checks import close, fd_grad
+from finite_differences import close, fd_grad
 
 SOURCE = """
 # --- broadcasting ---

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import gradc
-from autodiff_checks import close, fd_grad
+from finite_differences import close, fd_grad
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

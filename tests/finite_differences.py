@@ -1,5 +1,5 @@
-"""Helpers shared by the autodiff tests (imported by name: pytest puts this folder,
-which has no ``__init__.py``, on ``sys.path``)."""
+"""Helpers shared by tests that compare gradients with finite differences (imported
+by name: pytest puts ``tests/``, the folder of the root conftest.py, on ``sys.path``)."""
 from __future__ import annotations
 
 import numpy as np
