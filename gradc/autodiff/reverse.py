@@ -136,9 +136,18 @@ def _node_vjp(graph: Graph, node: Node, g: int, cts: dict[int, list[int]],
         if _is_zero(graph, ct):
             continue
         if prim.masks_zero_cotangent:       # 0 * inf must not leak a NaN
-            zero = b.const(0.0)
-            ct = b.apply("where", (b.apply("eq", (g, zero)), zero, ct))
+            ct = _mask_zero_cotangent(b, g, ct)
         cts.setdefault(a, []).append(_unbroadcast(b, ct, a))
+
+
+def _mask_zero_cotangent(b: Builder, g: int, ct: int) -> int:
+    """``ct`` (a rule's result for cotangent ``g``), but 0 where ``g`` is 0 and ``ct``
+    is NaN (``0 * inf``, ``0 / 0``).  Only there: where ``ct`` is a number, a
+    derivative of the gradient (second order) still sees ``ct``'s dependence on ``g``
+    (``where(g == 0, 0, ct)`` would make it 0 wherever a cotangent is 0)."""
+    zero = b.const(0.0)
+    nan_at_zero = b.apply("mul", (b.apply("eq", (g, zero)), b.apply("ne", (ct, ct))))
+    return b.apply("where", (nan_at_zero, zero, ct))
 
 
 def _instantiate(graph: Graph, rule: str, node: Node, g: int, b: Builder) -> int:

@@ -91,6 +91,14 @@ op use_own(x: f64[n]) -> r {
     r = sum(own_output(x)) + sum(own_intermediate(x))
 }
 
+# --- a cotangent that is exactly 0 where its derivative is not ---
+op zero_cotangent(x: f64[n]) -> r {
+    r = sum(grad(sum((exp(x) - 1)^2), x))
+}
+op unused_branch(x: f64[n]) -> r {
+    r = sum(grad(sum(where(x > 0, sqrt(x), 0) + x^2), x))
+}
+
 # --- nesting ---
 op third(x: f64[n]) -> r {
     r = sum(grad(sum(grad(sum(grad(sum(x^4), x)), x)), x))
@@ -186,6 +194,28 @@ def test_grad_in_a_grad_block_differentiates_residuals_by_the_forward_body(m) ->
     close(dx, dy * np.cos(x) * 10)            # h = sin(x) inside the region
     (dx,) = vjp_scalar(m.use_own, x)
     close(dx, 2 * x + 10 * np.cos(x))
+
+
+# ---- zero cotangents ---------------------------------------------------------------------
+
+def test_second_derivative_where_a_first_order_cotangent_is_zero(m) -> None:
+    """At x = 0 the cotangent of exp(x) - 1 is 2 (exp(x) - 1) = 0, but its derivative is
+    not: the mask that keeps 0 * inf from making NaN must not hide it (it did: 0)."""
+    x = np.array([0.0, 0.3, -0.2])
+    (dx,) = vjp_scalar(m.zero_cotangent, x)
+    close(dx, 2 * np.exp(2 * x) + 2 * (np.exp(x) - 1) * np.exp(x))
+    close(dx[0], 2.0)
+    close(dx, fd_grad(lambda v: m.zero_cotangent(v), x), rtol=1e-6, atol=1e-8)
+
+
+def test_unselected_branch_stays_nan_free_at_second_order(m) -> None:
+    x = np.array([-1.0, 0.0, 0.25, 4.0])
+    # grad = where(x > 0, 0.5 / sqrt(x), 0) + 2 x; its derivative -0.25 x^-1.5 + 2
+    # where x > 0, 2 elsewhere (sqrt's infinite derivative at 0 is not selected)
+    pos = np.where(x > 0, x, 1.0)
+    close(m.unused_branch(x), np.sum(np.where(x > 0, 0.5 / np.sqrt(pos), 0) + 2 * x))
+    (dx,) = vjp_scalar(m.unused_branch, x)
+    close(dx, np.where(x > 0, -0.25 * pos ** -1.5, 0) + 2)
 
 
 # ---- nesting ------------------------------------------------------------------------------

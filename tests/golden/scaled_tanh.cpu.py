@@ -879,7 +879,7 @@ def _gk_leaky_relu_forward_0_serial(_o0, _i0, _i1, _w):
         _o0[_i] = v2
 
 
-# leaky_relu.vjp: gt where where mul eq where add
+# leaky_relu.vjp: gt where where mul eq ne mul where add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _w):
@@ -893,9 +893,11 @@ def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _w):
         v2 = (_T(0.0) if v0 else a2)
         v3 = (v2 * a1)
         v4 = _T(v2 == _T(0.0))
-        v5 = (_T(0.0) if v4 else v3)
-        v6 = (v1 + v5)
-        _o0[_i] = v6
+        v5 = _T(v3 != v3)
+        v6 = (v4 * v5)
+        v7 = (_T(0.0) if v6 else v3)
+        v8 = (v1 + v7)
+        _o0[_i] = v8
 
 @numba.njit(cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _w):
@@ -909,12 +911,14 @@ def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _w):
         v2 = (_T(0.0) if v0 else a2)
         v3 = (v2 * a1)
         v4 = _T(v2 == _T(0.0))
-        v5 = (_T(0.0) if v4 else v3)
-        v6 = (v1 + v5)
-        _o0[_i] = v6
+        v5 = _T(v3 != v3)
+        v6 = (v4 * v5)
+        v7 = (_T(0.0) if v6 else v3)
+        v8 = (v1 + v7)
+        _o0[_i] = v8
 
 
-# leaky_relu.fwd_bwd: gt mul where where where mul eq where add
+# leaky_relu.fwd_bwd: gt mul where where where mul eq ne mul where add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _w):
@@ -930,10 +934,12 @@ def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _w):
         v4 = (_T(0.0) if v0 else a2)
         v5 = (v4 * a1)
         v6 = _T(v4 == _T(0.0))
-        v7 = (_T(0.0) if v6 else v5)
-        v8 = (v3 + v7)
+        v7 = _T(v5 != v5)
+        v8 = (v6 * v7)
+        v9 = (_T(0.0) if v8 else v5)
+        v10 = (v3 + v9)
         _o0[_i] = v2
-        _o1[_i] = v8
+        _o1[_i] = v10
 
 @numba.njit(cache=True, error_model="numpy")
 def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
@@ -949,10 +955,12 @@ def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
         v4 = (_T(0.0) if v0 else a2)
         v5 = (v4 * a1)
         v6 = _T(v4 == _T(0.0))
-        v7 = (_T(0.0) if v6 else v5)
-        v8 = (v3 + v7)
+        v7 = _T(v5 != v5)
+        v8 = (v6 * v7)
+        v9 = (_T(0.0) if v8 else v5)
+        v10 = (v3 + v9)
         _o0[_i] = v2
-        _o1[_i] = v8
+        _o1[_i] = v10
 
 
 # leaky_relu.forward: gt
@@ -1100,6 +1108,25 @@ def _gu_eq_serial(_o0, _i0, _w):
         _o0[_i] = v0
 
 
+# leaky_relu.vjp: ne
+# from scaled_tanh.grad:13
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gu_ne(_o0, _i0, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        v0 = _T(a0 != a0)
+        _o0[_i] = v0
+
+@numba.njit(cache=True, error_model="numpy")
+def _gu_ne_serial(_o0, _i0, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        v0 = _T(a0 != a0)
+        _o0[_i] = v0
+
+
 # leaky_relu.vjp: where
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
@@ -1124,7 +1151,7 @@ def _gu_where_2_serial(_o0, _i0, _i1, _w):
 # leaky_relu.vjp: add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_leaky_relu_vjp_6(_o0, _i0, _i1, _w):
+def _gk_leaky_relu_vjp_8(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -1133,7 +1160,7 @@ def _gk_leaky_relu_vjp_6(_o0, _i0, _i1, _w):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gk_leaky_relu_vjp_6_serial(_o0, _i0, _i1, _w):
+def _gk_leaky_relu_vjp_8_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -1282,9 +1309,9 @@ class leaky_relu:
         _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
-        _v15 = _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
-        _r = _g_finish(_n, _out, (_v15,), _S, _RT, ())
+        _v17 = _g_buffer(_n, _out, 0, _s, _T)
+        _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v17.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
+        _r = _g_finish(_n, _out, (_v17,), _S, _RT, ())
         return _r
 
     def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
@@ -1295,9 +1322,9 @@ class leaky_relu:
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
         _v5 = _g_buffer(_n, _out, 0, _s, _T)
-        _v15 = _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
-        _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, ())
+        _v17 = _g_buffer(_n, _out, 1, _s, _T)
+        _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v17.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
+        _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
         return _r
 
     class unfused:
@@ -1342,11 +1369,17 @@ class leaky_relu:
             _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _G_WITNESS[_T])
+            _g_launch(_gu_ne, _gu_ne_serial, _v14.reshape(-1), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v15 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
-            _r = _g_finish(_n, _out, (_v15,), _S, _RT, ())
+            _v15 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul, _gu_mul_serial, _v15.reshape(-1), _g_flat(_v13, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v16 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where_2, _gu_where_2_serial, _v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v17 = _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            _r = _g_finish(_n, _out, (_v17,), _S, _RT, ())
             return _r
 
         def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
@@ -1378,11 +1411,17 @@ class leaky_relu:
             _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _G_WITNESS[_T])
+            _g_launch(_gu_ne, _gu_ne_serial, _v14.reshape(-1), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v15 = _g_buffer(_n, _out, 1, _s, _T)
-            _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
-            _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, ())
+            _v15 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul, _gu_mul_serial, _v15.reshape(-1), _g_flat(_v13, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v16 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where_2, _gu_where_2_serial, _v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v17 = _g_buffer(_n, _out, 1, _s, _T)
+            _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
             return _r
 
 leaky_relu = _GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.forward, 'vjp': leaky_relu.vjp, 'fwd_bwd': leaky_relu.fwd_bwd},
