@@ -168,7 +168,7 @@ def _custom_vjp(graph: Graph, region: CustomRegion, cts: dict[int, list[int]],
         return
     op, block = region.op, region.op.grad
     b = Builder(graph)
-    if ast.calls(block.body, "grad"):     # it differentiates residuals: by their body
+    if ast.calls(block.body, "grad", region.ops):   # it differentiates residuals: by their body
         scope = residual_scope(graph, region)
     else:
         scope = dict(region.names)

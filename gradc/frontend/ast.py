@@ -7,7 +7,7 @@ Built from Lark's parse tree by :mod:`gradc.frontend.to_ast`; consumed by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Mapping, Union
 
 from gradc.errors import Span
 
@@ -84,14 +84,21 @@ def children(e: Expr) -> tuple[Expr, ...]:
     return ()
 
 
-def calls(stmts: tuple["Assign", ...], func: str) -> bool:
-    """Whether an expression of ``stmts`` calls ``func`` (iteratively: no recursion
-    limit on deep expressions)."""
+def calls(stmts: tuple["Assign", ...], func: str,
+          ops: Mapping[str, "OpDef"] | None = None) -> bool:
+    """Whether an expression of ``stmts`` calls ``func``, there or in the forward body
+    of an op of ``ops`` that it calls, at any depth (iteratively: no recursion limit on
+    deep expressions)."""
     todo: list[Expr] = [s.value for s in stmts]
+    seen: set[str] = set()
     while todo:
         e = todo.pop()
-        if isinstance(e, Call) and e.func == func:
-            return True
+        if isinstance(e, Call):
+            if e.func == func:
+                return True
+            if ops is not None and e.func in ops and e.func not in seen:
+                seen.add(e.func)
+                todo.extend(s.value for s in ops[e.func].body)
         todo.extend(children(e))
     return False
 

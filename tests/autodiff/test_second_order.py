@@ -87,8 +87,16 @@ op own_intermediate(x) -> y {
 } grad(dy) -> dx {
     dx = dy * grad(sum(h), x) * 10
 }
+op grad_of_second(a, b) -> r {
+    r = grad(sum(b), a)
+}
+op own_output_in_a_call(x) -> y {
+    y = x^3
+} grad(dy) -> dx {
+    dx = dy * grad_of_second(x, y)
+}
 op use_own(x: f64[n]) -> r {
-    r = sum(own_output(x)) + sum(own_intermediate(x))
+    r = sum(own_output(x)) + sum(own_intermediate(x)) + sum(own_output_in_a_call(x))
 }
 
 # --- a cotangent that is exactly 0 where its derivative is not ---
@@ -192,8 +200,10 @@ def test_grad_in_a_grad_block_differentiates_residuals_by_the_forward_body(m) ->
     close(dx, dy * 2 * x)                     # d/dx sum(y), y = x^2: not the rule itself
     (dx,) = m.own_intermediate.vjp(x, dy)
     close(dx, dy * np.cos(x) * 10)            # h = sin(x) inside the region
+    (dx,) = m.own_output_in_a_call.vjp(x, dy)     # grad() in an op the block calls
+    close(dx, dy * 3 * x ** 2)
     (dx,) = vjp_scalar(m.use_own, x)
-    close(dx, 2 * x + 10 * np.cos(x))
+    close(dx, 2 * x + 10 * np.cos(x) + 3 * x ** 2)
 
 
 # ---- zero cotangents ---------------------------------------------------------------------
