@@ -27,8 +27,9 @@ import math
 from typing import Mapping, Sequence
 
 from gradc.autodiff.linearity import classify, describe_upstreams, is_symbolic_zero
-from gradc.autodiff.reverse import (_instantiate, _is_zero, _surface, _total, _unbroadcast,
-                                    _unit_order, check_gradient_count, vjp)
+from gradc.autodiff.reverse import (_instantiate, _is_zero, _mask_zero_cotangent, _surface,
+                                    _total, _unbroadcast, _unit_order, check_gradient_count,
+                                    vjp)
 from gradc.errors import GradientError
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, CustomRegion, Graph, Node
@@ -80,8 +81,7 @@ def _node_jvp(graph: Graph, node: Node, tan: dict[int, int]) -> int | None:
         if _is_zero(graph, part):
             continue
         if prim.masks_zero_cotangent:       # a zero tangent stays 0 where the slope is inf
-            zero = b.const(0.0)
-            part = b.apply("where", (b.apply("eq", (t, zero)), zero, part))
+            part = _mask_zero_cotangent(b, t, part)
         parts.append(part)
     t = _total(graph, parts)
     if t is not None and graph.node(t).shape != node.shape:

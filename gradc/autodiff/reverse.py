@@ -21,6 +21,7 @@ import networkx as nx
 from gradc.autodiff.rules import COMPOSITES, rule_ast
 from gradc.autodiff.linearity import classify, describe_upstreams
 from gradc.errors import GradcWarning, GradientError
+from gradc.frontend import ast
 from gradc.ir.builder import Builder
 from gradc.ir.graph import CustomRegion, Graph, Node
 from gradc.ir.primitives import COMPOSITE, INFIX, PRIMITIVES
@@ -30,7 +31,7 @@ from gradc.ir.shapes import BroadcastError, broadcast
 def vjp(graph: Graph, roots: Sequence[int], cotangents: Sequence[int | None],
         wrt: Sequence[int]) -> list[int | None]:
     """Add ``sum_i <cotangents[i], d roots[i] / d wrt>`` to ``graph``, per ``wrt``."""
-    live = _live_nodes(graph, roots, wrt)
+    live = live_nodes(graph, roots, wrt)
     cts: dict[int, list[int]] = {}
     for r, c in zip(roots, cotangents):
         if c is not None:
@@ -52,10 +53,10 @@ def vjp(graph: Graph, roots: Sequence[int], cotangents: Sequence[int | None],
     return [results.get(w) for w in wrt]
 
 
-def _live_nodes(graph: Graph, roots: Sequence[int], wrt: Sequence[int]) -> set[int]:
+def live_nodes(graph: Graph, roots: Sequence[int], wrt: Sequence[int]) -> set[int]:
     """Nodes on a differentiable path from some ``wrt`` node to some root."""
     down: set[int] = set(wrt)
-    region_of = {n: r for r in _outermost(graph) for n in r.nodes}
+    region_of = {n: r for r in outermost_regions(graph) for n in r.nodes}
     for nid in graph.topo_order():
         node = graph.node(nid)
         if nid in down or not node.args:
@@ -74,7 +75,7 @@ def _live_nodes(graph: Graph, roots: Sequence[int], wrt: Sequence[int]) -> set[i
 def _unit_order(graph: Graph, live: set[int]) -> list[int | CustomRegion]:
     """Live nodes in topological order, each outermost custom region as one unit."""
     owner: dict[int, int] = {}
-    outer = _outermost(graph)
+    outer = outermost_regions(graph)
     for k, region in enumerate(outer):
         for n in region.nodes:
             owner[n] = -1 - k
@@ -89,9 +90,13 @@ def _unit_order(graph: Graph, live: set[int]) -> list[int | CustomRegion]:
     return [outer[-1 - u] if u < 0 else u for u in order]
 
 
-def _outermost(graph: Graph) -> list[CustomRegion]:
-    return [r for r in graph.regions
-            if not any(r is not o and r.nodes < o.nodes for o in graph.regions)]
+def outermost_regions(graph: Graph) -> list[CustomRegion]:
+    """The custom regions not nested in another one, whose rules are the ones used
+    (of two with the same nodes, an op whose body is one call, the later: the op's)."""
+    regions = graph.regions
+    return [r for k, r in enumerate(regions)
+            if not any(r.nodes < o.nodes for o in regions)
+            and not any(r.nodes == o.nodes for o in regions[k + 1:])]
 
 
 def _total(graph: Graph, parts: list[int]) -> int | None:
@@ -131,9 +136,18 @@ def _node_vjp(graph: Graph, node: Node, g: int, cts: dict[int, list[int]],
         if _is_zero(graph, ct):
             continue
         if prim.masks_zero_cotangent:       # 0 * inf must not leak a NaN
-            zero = b.const(0.0)
-            ct = b.apply("where", (b.apply("eq", (g, zero)), zero, ct))
+            ct = _mask_zero_cotangent(b, g, ct)
         cts.setdefault(a, []).append(_unbroadcast(b, ct, a))
+
+
+def _mask_zero_cotangent(b: Builder, g: int, ct: int) -> int:
+    """``ct`` (a rule's result for cotangent ``g``), but 0 where ``g`` is 0 and ``ct``
+    is NaN (``0 * inf``, ``0 / 0``).  Only there: where ``ct`` is a number, a
+    derivative of the gradient (second order) still sees ``ct``'s dependence on ``g``
+    (``where(g == 0, 0, ct)`` would make it 0 wherever a cotangent is 0)."""
+    zero = b.const(0.0)
+    nan_at_zero = b.apply("mul", (b.apply("eq", (g, zero)), b.apply("ne", (ct, ct))))
+    return b.apply("where", (nan_at_zero, zero, ct))
 
 
 def _instantiate(graph: Graph, rule: str, node: Node, extra: dict[str, int], b: Builder) -> int:
@@ -149,13 +163,17 @@ def _instantiate(graph: Graph, rule: str, node: Node, extra: dict[str, int], b: 
 
 def _custom_vjp(graph: Graph, region: CustomRegion, cts: dict[int, list[int]],
                 live: set[int]) -> None:
+    from gradc.autodiff.higher import residual_scope
     from gradc.ir.lower import Lowerer
     ups = [_total(graph, cts.pop(o, [])) for o in region.outputs]
     if all(u is None for u in ups):
         return
     op, block = region.op, region.op.grad
     b = Builder(graph)
-    scope = dict(region.names)
+    if ast.calls(block.body, "grad", region.ops):   # it differentiates residuals: by their body
+        scope = residual_scope(graph, region)
+    else:
+        scope = dict(region.names)
     for name, u, o in zip(block.upstreams, ups, region.outputs):
         scope[name] = u if u is not None else b.apply("full_like", (o, b.const(0.0)))
     since = graph.next_id

@@ -7,7 +7,7 @@ Built from Lark's parse tree by :mod:`gradc.frontend.to_ast`; consumed by
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
+from typing import Mapping, Union
 
 from gradc.errors import Span
 
@@ -69,6 +69,38 @@ class Call:
 
 
 Expr = Union[Num, Name, BinOp, Compare, Neg, Transpose, TupleExpr, Call]
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The operands of ``e``, in source order (keyword values after arguments)."""
+    if isinstance(e, (BinOp, Compare)):
+        return (e.lhs, e.rhs)
+    if isinstance(e, (Neg, Transpose)):
+        return (e.operand,)
+    if isinstance(e, Call):
+        return (*e.args, *(v for _, v in e.kwargs))
+    if isinstance(e, TupleExpr):
+        return e.items
+    return ()
+
+
+def calls(stmts: tuple["Assign", ...], func: str,
+          ops: Mapping[str, "OpDef"] | None = None) -> bool:
+    """Whether an expression of ``stmts`` calls ``func``, there or in the forward body
+    of an op of ``ops`` that it calls, at any depth (iteratively: no recursion limit on
+    deep expressions)."""
+    todo: list[Expr] = [s.value for s in stmts]
+    seen: set[str] = set()
+    while todo:
+        e = todo.pop()
+        if isinstance(e, Call):
+            if e.func == func:
+                return True
+            if ops is not None and e.func in ops and e.func not in seen:
+                seen.add(e.func)
+                todo.extend(s.value for s in ops[e.func].body)
+        todo.extend(children(e))
+    return False
 
 
 @dataclass(frozen=True)

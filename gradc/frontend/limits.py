@@ -164,16 +164,4 @@ class _Measure:
                 self.biggest = e.span
             if isinstance(e, ast.Call) and e.func == "grad":
                 scale *= _GRAD_COST
-            todo.extend((c, level, scale) for c in _children(e))
-
-
-def _children(e: ast.Expr) -> tuple[ast.Expr, ...]:
-    if isinstance(e, (ast.BinOp, ast.Compare)):
-        return (e.lhs, e.rhs)
-    if isinstance(e, (ast.Neg, ast.Transpose)):
-        return (e.operand,)
-    if isinstance(e, ast.Call):
-        return (*e.args, *(v for _, v in e.kwargs))
-    if isinstance(e, ast.TupleExpr):
-        return e.items
-    return ()
+            todo.extend((c, level, scale) for c in ast.children(e))

@@ -205,7 +205,7 @@ class Lowerer:
         return bound
 
     def _grad(self, e: ast.Call, scope: Scope) -> int:
-        from gradc.autodiff.reverse import vjp     # autodiff builds on the IR
+        from gradc.autodiff.higher import gradient     # autodiff builds on the IR
         target = e.args[1]
         if not isinstance(target, ast.Name) or target.id not in scope:
             raise NameResolutionError("the second argument of grad() must be a parameter or "
@@ -220,7 +220,7 @@ class Lowerer:
         if self.graph.node(wrt).dtype != FLOAT:
             raise GradientError(f"grad() with respect to '{target.id}', which is not a float "
                                 "value (integer and bool values have no gradient)", target.span)
-        (g,) = vjp(self.graph, [f], [self.b.const(1.0, FLOAT, e.span)], [wrt])
+        g = gradient(self.graph, f, wrt, self.b.const(1.0, FLOAT, e.span))
         if g is None:
             return self.b.apply("full_like", (wrt, self.b.const(0.0, FLOAT, e.span)), span=e.span)
         return g

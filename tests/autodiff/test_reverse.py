@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import gradc
+from finite_differences import close, fd_grad
 
 SOURCE = """
 # --- broadcasting ---
@@ -108,12 +109,6 @@ RNG = np.random.default_rng(7)
 
 def rand(*shape):
     return RNG.standard_normal(shape)
-
-
-def close(got, want, rtol=1e-12, atol=1e-12):
-    got = np.asarray(got)
-    assert got.shape == np.shape(want), (got.shape, np.shape(want))
-    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
 def both(op):
@@ -294,15 +289,6 @@ def test_custom_grad_block_with_two_upstreams(m) -> None:
 
 # ---- grad() in a body -----------------------------------------------------------------
 
-def _fd(f, x, h=1e-6):
-    out = np.zeros_like(x)
-    for i in np.ndindex(x.shape):
-        e = np.zeros_like(x)
-        e[i] = h
-        out[i] = (f(x + e) - f(x - e)) / (2 * h)
-    return out
-
-
 def test_grad_in_a_body_and_its_second_order_vjp(m) -> None:
     x = rand(5)
     # g = d/dx sum(sin^2 x) = sin(2x);  y = sum(sin^2(2x));  dy/dx = 2 sin(4x)
@@ -313,7 +299,7 @@ def test_grad_in_a_body_and_its_second_order_vjp(m) -> None:
         close(y, f(x))
         (dx,) = op.vjp(x, 1.0)
         close(dx, 2 * np.sin(4 * x))
-        np.testing.assert_allclose(dx, _fd(f, x), rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(dx, fd_grad(f, x), rtol=1e-6, atol=1e-8)
         (dx3,) = op.vjp(x, np.asarray(3.0))
         close(dx3, 6 * np.sin(4 * x))
 
@@ -324,4 +310,4 @@ def test_grad_in_a_body_with_respect_to_one_of_two_params(m) -> None:
     dx, dw = m.gcube.vjp(x, w, g)
     close(dx, g * 6 * w * x)
     close(dw, g * 3 * x ** 2)
-    np.testing.assert_allclose(dx, _fd(lambda v: np.vdot(g, 3 * w * v ** 2), x), rtol=1e-6)
+    np.testing.assert_allclose(dx, fd_grad(lambda v: np.vdot(g, 3 * w * v ** 2), x), rtol=1e-6)

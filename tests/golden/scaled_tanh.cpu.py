@@ -847,7 +847,7 @@ def _gk_scaled_tanh_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _w):
         _o1[_i] = v4
 
 
-# scaled_tanh.jvp: tanh mul eq where eq square sub mul where
+# scaled_tanh.jvp: tanh mul eq ne mul where eq square sub mul ne mul where
 # from scaled_tanh.grad:6, scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_jvp_0(_o0, _o1, _i0, _i1, _w):
@@ -858,14 +858,18 @@ def _gk_scaled_tanh_jvp_0(_o0, _o1, _i0, _i1, _w):
         v0 = _g_tanh(a0)
         v1 = (a1 * _T(0.5))
         v2 = _T(a1 == _T(0.0))
-        v3 = (_T(0.0) if v2 else v1)
-        v4 = _T(v3 == _T(0.0))
-        v5 = (v0 * v0)
-        v6 = (_T(1.0) - v5)
-        v7 = (v3 * v6)
-        v8 = (_T(0.0) if v4 else v7)
+        v3 = _T(v1 != v1)
+        v4 = (v2 * v3)
+        v5 = (_T(0.0) if v4 else v1)
+        v6 = _T(v5 == _T(0.0))
+        v7 = (v0 * v0)
+        v8 = (_T(1.0) - v7)
+        v9 = (v5 * v8)
+        v10 = _T(v9 != v9)
+        v11 = (v6 * v10)
+        v12 = (_T(0.0) if v11 else v9)
         _o0[_i] = v0
-        _o1[_i] = v8
+        _o1[_i] = v12
 
 @numba.njit(cache=True, error_model="numpy")
 def _gk_scaled_tanh_jvp_0_serial(_o0, _o1, _i0, _i1, _w):
@@ -876,14 +880,18 @@ def _gk_scaled_tanh_jvp_0_serial(_o0, _o1, _i0, _i1, _w):
         v0 = _g_tanh(a0)
         v1 = (a1 * _T(0.5))
         v2 = _T(a1 == _T(0.0))
-        v3 = (_T(0.0) if v2 else v1)
-        v4 = _T(v3 == _T(0.0))
-        v5 = (v0 * v0)
-        v6 = (_T(1.0) - v5)
-        v7 = (v3 * v6)
-        v8 = (_T(0.0) if v4 else v7)
+        v3 = _T(v1 != v1)
+        v4 = (v2 * v3)
+        v5 = (_T(0.0) if v4 else v1)
+        v6 = _T(v5 == _T(0.0))
+        v7 = (v0 * v0)
+        v8 = (_T(1.0) - v7)
+        v9 = (v5 * v8)
+        v10 = _T(v9 != v9)
+        v11 = (v6 * v10)
+        v12 = (_T(0.0) if v11 else v9)
         _o0[_i] = v0
-        _o1[_i] = v8
+        _o1[_i] = v12
 
 
 # scaled_tanh.vjp: square
@@ -983,6 +991,25 @@ def _gu_eq_serial(_o0, _i0, _w):
         _o0[_i] = v0
 
 
+# scaled_tanh.jvp: ne
+# from scaled_tanh.grad:8
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gu_ne(_o0, _i0, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        v0 = _T(a0 != a0)
+        _o0[_i] = v0
+
+@numba.njit(cache=True, error_model="numpy")
+def _gu_ne_serial(_o0, _i0, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        v0 = _T(a0 != a0)
+        _o0[_i] = v0
+
+
 # scaled_tanh.jvp: where
 # from scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
@@ -1050,7 +1077,7 @@ def _gk_leaky_relu_forward_0_serial(_o0, _i0, _i1, _w):
         _o0[_i] = v2
 
 
-# leaky_relu.vjp: gt where where mul eq where add
+# leaky_relu.vjp: gt where where mul eq ne mul where add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _w):
@@ -1064,9 +1091,11 @@ def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _w):
         v2 = (_T(0.0) if v0 else a2)
         v3 = (v2 * a1)
         v4 = _T(v2 == _T(0.0))
-        v5 = (_T(0.0) if v4 else v3)
-        v6 = (v1 + v5)
-        _o0[_i] = v6
+        v5 = _T(v3 != v3)
+        v6 = (v4 * v5)
+        v7 = (_T(0.0) if v6 else v3)
+        v8 = (v1 + v7)
+        _o0[_i] = v8
 
 @numba.njit(cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _w):
@@ -1080,12 +1109,14 @@ def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _w):
         v2 = (_T(0.0) if v0 else a2)
         v3 = (v2 * a1)
         v4 = _T(v2 == _T(0.0))
-        v5 = (_T(0.0) if v4 else v3)
-        v6 = (v1 + v5)
-        _o0[_i] = v6
+        v5 = _T(v3 != v3)
+        v6 = (v4 * v5)
+        v7 = (_T(0.0) if v6 else v3)
+        v8 = (v1 + v7)
+        _o0[_i] = v8
 
 
-# leaky_relu.fwd_bwd: gt mul where where where mul eq where add
+# leaky_relu.fwd_bwd: gt mul where where where mul eq ne mul where add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _w):
@@ -1101,10 +1132,12 @@ def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _w):
         v4 = (_T(0.0) if v0 else a2)
         v5 = (v4 * a1)
         v6 = _T(v4 == _T(0.0))
-        v7 = (_T(0.0) if v6 else v5)
-        v8 = (v3 + v7)
+        v7 = _T(v5 != v5)
+        v8 = (v6 * v7)
+        v9 = (_T(0.0) if v8 else v5)
+        v10 = (v3 + v9)
         _o0[_i] = v2
-        _o1[_i] = v8
+        _o1[_i] = v10
 
 @numba.njit(cache=True, error_model="numpy")
 def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
@@ -1120,13 +1153,15 @@ def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
         v4 = (_T(0.0) if v0 else a2)
         v5 = (v4 * a1)
         v6 = _T(v4 == _T(0.0))
-        v7 = (_T(0.0) if v6 else v5)
-        v8 = (v3 + v7)
+        v7 = _T(v5 != v5)
+        v8 = (v6 * v7)
+        v9 = (_T(0.0) if v8 else v5)
+        v10 = (v3 + v9)
         _o0[_i] = v2
-        _o1[_i] = v8
+        _o1[_i] = v10
 
 
-# leaky_relu.jvp: gt mul where mul eq where where where add
+# leaky_relu.jvp: gt mul where mul eq ne mul where where where add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_jvp_0(_o0, _o1, _i0, _i1, _i2, _w):
@@ -1140,12 +1175,14 @@ def _gk_leaky_relu_jvp_0(_o0, _o1, _i0, _i1, _i2, _w):
         v2 = (a0 if v0 else v1)
         v3 = (a1 * a2)
         v4 = _T(a2 == _T(0.0))
-        v5 = (_T(0.0) if v4 else v3)
-        v6 = (a2 if v0 else _T(0.0))
-        v7 = (_T(0.0) if v0 else v5)
-        v8 = (v6 + v7)
+        v5 = _T(v3 != v3)
+        v6 = (v4 * v5)
+        v7 = (_T(0.0) if v6 else v3)
+        v8 = (a2 if v0 else _T(0.0))
+        v9 = (_T(0.0) if v0 else v7)
+        v10 = (v8 + v9)
         _o0[_i] = v2
-        _o1[_i] = v8
+        _o1[_i] = v10
 
 @numba.njit(cache=True, error_model="numpy")
 def _gk_leaky_relu_jvp_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
@@ -1159,12 +1196,14 @@ def _gk_leaky_relu_jvp_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
         v2 = (a0 if v0 else v1)
         v3 = (a1 * a2)
         v4 = _T(a2 == _T(0.0))
-        v5 = (_T(0.0) if v4 else v3)
-        v6 = (a2 if v0 else _T(0.0))
-        v7 = (_T(0.0) if v0 else v5)
-        v8 = (v6 + v7)
+        v5 = _T(v3 != v3)
+        v6 = (v4 * v5)
+        v7 = (_T(0.0) if v6 else v3)
+        v8 = (a2 if v0 else _T(0.0))
+        v9 = (_T(0.0) if v0 else v7)
+        v10 = (v8 + v9)
         _o0[_i] = v2
-        _o1[_i] = v8
+        _o1[_i] = v10
 
 
 # leaky_relu.forward: gt
@@ -1296,7 +1335,7 @@ def _gu_mul_3_serial(_o0, _i0, _i1, _w):
 # leaky_relu.vjp: add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_leaky_relu_vjp_6(_o0, _i0, _i1, _w):
+def _gk_leaky_relu_vjp_8(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -1305,7 +1344,7 @@ def _gk_leaky_relu_vjp_6(_o0, _i0, _i1, _w):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gk_leaky_relu_vjp_6_serial(_o0, _i0, _i1, _w):
+def _gk_leaky_relu_vjp_8_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -1391,9 +1430,9 @@ class scaled_tanh:
         x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
         _s = x.shape
         _v1 = _g_buffer(_n, _out, 0, _s, _T)
-        _v19 = _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_scaled_tanh_jvp_0, _gk_scaled_tanh_jvp_0_serial, _v1.reshape(-1), _v19.reshape(-1), _g_flat(x, _s), _g_flat(x_t, _s), _G_WITNESS[_T])
-        _r = _g_finish(_n, _out, (_v1, _v19), _S, _RT, ())
+        _v23 = _g_buffer(_n, _out, 1, _s, _T)
+        _g_launch(_gk_scaled_tanh_jvp_0, _gk_scaled_tanh_jvp_0_serial, _v1.reshape(-1), _v23.reshape(-1), _g_flat(x, _s), _g_flat(x_t, _s), _G_WITNESS[_T])
+        _r = _g_finish(_n, _out, (_v1, _v23), _S, _RT, ())
         return _r
 
     class unfused:
@@ -1474,23 +1513,35 @@ class scaled_tanh:
             _g_launch(_gu_eq, _gu_eq_serial, _v14.reshape(-1), _g_flat(x_t, _s), _G_WITNESS[_T])
             _s = x.shape
             _v15 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v15.reshape(-1), _g_flat(_v12, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v18 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_eq, _gu_eq_serial, _v18.reshape(-1), _g_flat(_v15, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v20 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_square, _gu_square_serial, _v20.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v8 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_sub, _gu_sub_serial, _v8.reshape(-1), _g_flat(_v20, _s), _G_WITNESS[_T])
+            _g_launch(_gu_ne, _gu_ne_serial, _v15.reshape(-1), _g_flat(_v12, _s), _G_WITNESS[_T])
             _s = x.shape
             _v16 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v16.reshape(-1), _g_flat(_v8, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
+            _g_launch(_gu_mul, _gu_mul_serial, _v16.reshape(-1), _g_flat(_v14, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v19 = _g_buffer(_n, _out, 1, _s, _T)
-            _g_launch(_gu_where, _gu_where_serial, _v19.reshape(-1), _g_flat(_v16, _s), _g_flat(_v18, _s), _G_WITNESS[_T])
-            _r = _g_finish(_n, _out, (_v1, _v19), _S, _RT, ())
+            _v17 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where, _gu_where_serial, _v17.reshape(-1), _g_flat(_v12, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v20 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_eq, _gu_eq_serial, _v20.reshape(-1), _g_flat(_v17, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v24 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_square, _gu_square_serial, _v24.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v8 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_sub, _gu_sub_serial, _v8.reshape(-1), _g_flat(_v24, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v18 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v18.reshape(-1), _g_flat(_v8, _s), _g_flat(_v17, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v21 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_ne, _gu_ne_serial, _v21.reshape(-1), _g_flat(_v18, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v22 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul, _gu_mul_serial, _v22.reshape(-1), _g_flat(_v20, _s), _g_flat(_v21, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v23 = _g_buffer(_n, _out, 1, _s, _T)
+            _g_launch(_gu_where, _gu_where_serial, _v23.reshape(-1), _g_flat(_v18, _s), _g_flat(_v22, _s), _G_WITNESS[_T])
+            _r = _g_finish(_n, _out, (_v1, _v23), _S, _RT, ())
             return _r
 
 scaled_tanh = _GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': scaled_tanh.forward, 'vjp': scaled_tanh.vjp, 'fwd_bwd': scaled_tanh.fwd_bwd, 'jvp': scaled_tanh.jvp},
@@ -1524,9 +1575,9 @@ class leaky_relu:
         _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
-        _v15 = _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
-        _r = _g_finish(_n, _out, (_v15,), _S, _RT, ())
+        _v17 = _g_buffer(_n, _out, 0, _s, _T)
+        _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v17.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
+        _r = _g_finish(_n, _out, (_v17,), _S, _RT, ())
         return _r
 
     def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
@@ -1537,9 +1588,9 @@ class leaky_relu:
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
         _v5 = _g_buffer(_n, _out, 0, _s, _T)
-        _v15 = _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
-        _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, ())
+        _v17 = _g_buffer(_n, _out, 1, _s, _T)
+        _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v17.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
+        _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
         return _r
 
     def jvp(x, x_t, /, *, alpha=0.01, out=None):
@@ -1550,9 +1601,9 @@ class leaky_relu:
         x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
         _s = x.shape
         _v5 = _g_buffer(_n, _out, 0, _s, _T)
-        _v15 = _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_leaky_relu_jvp_0, _gk_leaky_relu_jvp_0_serial, _v5.reshape(-1), _v15.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(x_t, _s), _G_WITNESS[_T])
-        _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, ())
+        _v17 = _g_buffer(_n, _out, 1, _s, _T)
+        _g_launch(_gk_leaky_relu_jvp_0, _gk_leaky_relu_jvp_0_serial, _v5.reshape(-1), _v17.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(x_t, _s), _G_WITNESS[_T])
+        _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
         return _r
 
     class unfused:
@@ -1597,11 +1648,17 @@ class leaky_relu:
             _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _G_WITNESS[_T])
+            _g_launch(_gu_ne, _gu_ne_serial, _v14.reshape(-1), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v15 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
-            _r = _g_finish(_n, _out, (_v15,), _S, _RT, ())
+            _v15 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul, _gu_mul_serial, _v15.reshape(-1), _g_flat(_v13, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v16 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where, _gu_where_serial, _v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v17 = _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            _r = _g_finish(_n, _out, (_v17,), _S, _RT, ())
             return _r
 
         def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
@@ -1633,11 +1690,17 @@ class leaky_relu:
             _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v14.reshape(-1), _g_flat(_v11, _s), _g_flat(_v13, _s), _G_WITNESS[_T])
+            _g_launch(_gu_ne, _gu_ne_serial, _v14.reshape(-1), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v15 = _g_buffer(_n, _out, 1, _s, _T)
-            _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v8, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
-            _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, ())
+            _v15 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul, _gu_mul_serial, _v15.reshape(-1), _g_flat(_v13, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v16 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where, _gu_where_serial, _v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v17 = _g_buffer(_n, _out, 1, _s, _T)
+            _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
             return _r
 
         def jvp(x, x_t, /, *, alpha=0.01, out=None):
@@ -1663,17 +1726,23 @@ class leaky_relu:
             _g_launch(_gu_eq, _gu_eq_serial, _v9.reshape(-1), _g_flat(x_t, _s), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v10.reshape(-1), _g_flat(_v7, _s), _g_flat(_v9, _s), _G_WITNESS[_T])
+            _g_launch(_gu_ne, _gu_ne_serial, _v10.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v11 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_mul, _gu_mul_serial, _v11.reshape(-1), _g_flat(_v9, _s), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v12 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v12.reshape(-1), _g_flat(_v3, _s), _g_flat(x_t, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where, _gu_where_serial, _v12.reshape(-1), _g_flat(_v7, _s), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_2, _gu_where_2_serial, _v14.reshape(-1), _g_flat(_v3, _s), _g_flat(_v10, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v14.reshape(-1), _g_flat(_v3, _s), _g_flat(x_t, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v15 = _g_buffer(_n, _out, 1, _s, _T)
-            _g_launch(_gk_leaky_relu_vjp_6, _gk_leaky_relu_vjp_6_serial, _v15.reshape(-1), _g_flat(_v12, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
-            _r = _g_finish(_n, _out, (_v5, _v15), _S, _RT, ())
+            _v16 = np.empty(_s, dtype=_T)
+            _g_launch(_gu_where_2, _gu_where_2_serial, _v16.reshape(-1), _g_flat(_v3, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
+            _s = x.shape
+            _v17 = _g_buffer(_n, _out, 1, _s, _T)
+            _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v14, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
             return _r
 
 leaky_relu = _GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.forward, 'vjp': leaky_relu.vjp, 'fwd_bwd': leaky_relu.fwd_bwd, 'jvp': leaky_relu.jvp},

@@ -1,0 +1,106 @@
+"""Higher order: ``grad(EXPR, NAME)`` as a value that can be differentiated again.
+
+:func:`gradient` builds the gradient of a scalar node with respect to another
+node into the graph (reverse mode, :func:`~gradc.autodiff.reverse.vjp`), then
+*detaches* it: the forward values that the new backward nodes read, where they
+depend on NAME, are recomputed by a copy of the forward nodes in which the
+custom regions whose rules this gradient used are plain nodes.
+
+Why the copy.  A custom rule replaces the derivative of its op *for the
+gradient that uses it*.  The gradient it yields is an ordinary function of the
+inputs, computed from forward values (the residuals a grad block reads, the
+operands the derived rules read); differentiating that function again must
+differentiate how those values are computed: the forward body of the custom op,
+by its derived rules, as JAX does (its ``custom_vjp`` runs ``fwd`` as an
+ordinary function under the outer transformation).  The same nodes may also be
+used directly by the op, where an outer derivative must still use the custom
+rule: the copy keeps the two apart, and CSE merges it with the original after
+differentiation, so the generated code computes each value once.
+
+What stays custom for an outer derivative: custom ops called inside a grad
+block or inside a ``grad()`` expression where the inner gradient did not
+differentiate them (their regions are copied as regions), and every call of
+the op's forward body that the gradient does not read.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import networkx as nx
+
+from gradc.autodiff.reverse import live_nodes, outermost_regions, vjp
+from gradc.ir.graph import CustomRegion, Graph
+
+
+def gradient(graph: Graph, f: int, wrt: int, seed: int) -> int | None:
+    """``seed * d f / d wrt`` as a node of ``graph`` (None for a symbolic zero).
+
+    ``f`` is a 0-d float node, ``wrt`` a float node, ``seed`` a 0-d cotangent.
+    The result has ``wrt``'s shape class and is differentiable again (see the
+    module docstring).  Raises what :func:`~gradc.autodiff.reverse.vjp` raises
+    (:class:`~gradc.errors.GradientError`, :class:`~gradc.errors.ShapeError`).
+    """
+    live = live_nodes(graph, [f], [wrt])
+    applied = [r for r in outermost_regions(graph) if any(i in live for i in r.inputs)]
+    since = graph.next_id
+    (g,) = vjp(graph, [f], [seed], [wrt])
+    if g is None:
+        return None
+    mapping = _detach(graph, wrt, since, applied)
+    return mapping.get(g, g)
+
+
+def _detach(graph: Graph, wrt: int, since: int, applied: list[CustomRegion]) -> dict[int, int]:
+    """Make the backward nodes (id >= ``since``) read a copy of the forward values
+    that depend on ``wrt``, with the ``applied`` regions dissolved in the copy."""
+    backward = [n for n in graph.dg.nodes if n >= since]
+    reads = {a for n in backward for a in graph.node(n).args if a < since}
+    dissolved = frozenset().union(*(r.nodes for r in applied))
+    depends = nx.descendants(graph.dg, wrt) | dissolved
+    copied = {n for n in graph.ancestors(reads) if n in depends and n < since}
+    mapping = _copy(graph, copied, dissolved, applied)
+    for n in backward:
+        node = graph.node(n)
+        graph.update(n, args=tuple(mapping.get(a, a) for a in node.args),
+                     shape=node.shape.substitute(mapping))
+    graph.regions = [_remap(r, mapping) if min(r.nodes, default=-1) >= since else r
+                     for r in graph.regions]    # custom calls in grad blocks read the copy
+    return mapping
+
+
+def residual_scope(graph: Graph, region: CustomRegion) -> dict[str, int]:
+    """The names a grad block reads, bound to a copy of the region's forward body in
+    which the region itself is plain: what ``grad()`` inside the block
+    differentiates, so that a residual's gradient is its forward body's (a
+    custom op's own rule would recurse).  Custom calls inside stay custom."""
+    mapping = _copy(graph, set(region.nodes), region.nodes, [region])
+    return {k: mapping.get(v, v) for k, v in region.names.items()}
+
+
+def _copy(graph: Graph, copied: set[int], dissolved: frozenset[int],
+          applied: list[CustomRegion]) -> dict[int, int]:
+    """Add a copy of the ``copied`` nodes (operands outside it read as they are) and
+    return the map from each node to its copy.  The regions nested in ``dissolved``
+    (other than the ``applied`` ones) that the copy touches are copied whole, and
+    stay custom regions."""
+    kept = [r for r in graph.regions if r.nodes <= dissolved and r.nodes & copied
+            and all(r is not a for a in applied)]
+    for r in kept:
+        copied |= r.nodes
+    mapping: dict[int, int] = {}
+    for n in graph.topo_order():
+        if n in copied:
+            node = graph.node(n)
+            mapping[n] = graph.next_id
+            graph.add(node.op, [mapping.get(a, a) for a in node.args], dict(node.attrs),
+                      node.shape.substitute(mapping), node.dtype, node.span)
+    graph.regions = graph.regions + [
+        replace(_remap(r, mapping), outputs=tuple(mapping[o] for o in r.outputs),
+                nodes=frozenset(mapping[n] for n in r.nodes)) for r in kept]
+    return mapping
+
+
+def _remap(region: CustomRegion, mapping: dict[int, int]) -> CustomRegion:
+    """``region`` reading the copies of its inputs and names."""
+    return replace(region, inputs=tuple(mapping.get(i, i) for i in region.inputs),
+                   names={k: mapping.get(v, v) for k, v in region.names.items()})
