@@ -75,7 +75,31 @@ def _identities(graph: Graph, node: Node) -> int | None:
     if op == "where" and _const(graph, args[0]) is not None:
         pick = args[1] if _const(graph, args[0]) != 0 else args[2]
         return pick if _same_shape(graph, pick, node) else None
+    if op == "where" and _is_needless_zero_mask(graph, node):
+        return args[2]
     return None
+
+
+def _is_needless_zero_mask(graph: Graph, node: Node) -> bool:
+    """``where((g == 0) * (ct != ct), 0, ct)`` (reverse mode's zero-cotangent mask,
+    ``reverse._mask_zero_cotangent``) where ``ct`` is ``g`` times a finite
+    constant: ``ct`` is ``±0`` wherever ``g == 0``, never NaN, so the mask never
+    selects.  Removing it keeps every bit."""
+    cond, zero, ct = node.args
+    c, ctn = graph.node(cond), graph.node(ct)
+    if _const(graph, zero) != 0 or c.op != "mul" or ctn.op != "mul":
+        return False
+    eq, ne = (graph.node(a) for a in c.args)
+    if eq.op == "ne":
+        eq, ne = ne, eq
+    if eq.op != "eq" or ne.op != "ne" or ne.args != (ct, ct) or _const(graph, eq.args[1]) != 0:
+        return False
+    g = eq.args[0]
+    others = [a for a in ctn.args if a != g]
+    if len(others) != 1 or g not in ctn.args:
+        return False
+    k = _const(graph, others[0])
+    return k is not None and np.isfinite(k) and _same_shape(graph, ct, node)
 
 
 def _negations(graph: Graph, node: Node) -> int | None:

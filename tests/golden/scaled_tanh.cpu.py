@@ -847,7 +847,7 @@ def _gk_scaled_tanh_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _w):
         _o1[_i] = v4
 
 
-# scaled_tanh.jvp: tanh mul eq ne mul where eq square sub mul ne mul where
+# scaled_tanh.jvp: tanh mul eq square sub mul ne mul where
 # from scaled_tanh.grad:6, scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_jvp_0(_o0, _o1, _i0, _i1, _w):
@@ -857,19 +857,15 @@ def _gk_scaled_tanh_jvp_0(_o0, _o1, _i0, _i1, _w):
         a1 = _i1[_i]
         v0 = _g_tanh(a0)
         v1 = (a1 * _T(0.5))
-        v2 = _T(a1 == _T(0.0))
-        v3 = _T(v1 != v1)
-        v4 = (v2 * v3)
-        v5 = (_T(0.0) if v4 else v1)
-        v6 = _T(v5 == _T(0.0))
-        v7 = (v0 * v0)
-        v8 = (_T(1.0) - v7)
-        v9 = (v5 * v8)
-        v10 = _T(v9 != v9)
-        v11 = (v6 * v10)
-        v12 = (_T(0.0) if v11 else v9)
+        v2 = _T(v1 == _T(0.0))
+        v3 = (v0 * v0)
+        v4 = (_T(1.0) - v3)
+        v5 = (v1 * v4)
+        v6 = _T(v5 != v5)
+        v7 = (v2 * v6)
+        v8 = (_T(0.0) if v7 else v5)
         _o0[_i] = v0
-        _o1[_i] = v12
+        _o1[_i] = v8
 
 @numba.njit(cache=True, error_model="numpy")
 def _gk_scaled_tanh_jvp_0_serial(_o0, _o1, _i0, _i1, _w):
@@ -879,19 +875,15 @@ def _gk_scaled_tanh_jvp_0_serial(_o0, _o1, _i0, _i1, _w):
         a1 = _i1[_i]
         v0 = _g_tanh(a0)
         v1 = (a1 * _T(0.5))
-        v2 = _T(a1 == _T(0.0))
-        v3 = _T(v1 != v1)
-        v4 = (v2 * v3)
-        v5 = (_T(0.0) if v4 else v1)
-        v6 = _T(v5 == _T(0.0))
-        v7 = (v0 * v0)
-        v8 = (_T(1.0) - v7)
-        v9 = (v5 * v8)
-        v10 = _T(v9 != v9)
-        v11 = (v6 * v10)
-        v12 = (_T(0.0) if v11 else v9)
+        v2 = _T(v1 == _T(0.0))
+        v3 = (v0 * v0)
+        v4 = (_T(1.0) - v3)
+        v5 = (v1 * v4)
+        v6 = _T(v5 != v5)
+        v7 = (v2 * v6)
+        v8 = (_T(0.0) if v7 else v5)
         _o0[_i] = v0
-        _o1[_i] = v12
+        _o1[_i] = v8
 
 
 # scaled_tanh.vjp: square
@@ -991,6 +983,27 @@ def _gu_eq_serial(_o0, _i0, _w):
         _o0[_i] = v0
 
 
+# scaled_tanh.jvp: mul
+# from scaled_tanh.grad:8
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _gu_mul_1(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        a1 = _i1[_i]
+        v0 = (a1 * a0)
+        _o0[_i] = v0
+
+@numba.njit(cache=True, error_model="numpy")
+def _gu_mul_1_serial(_o0, _i0, _i1, _w):
+    _T = _w.dtype.type
+    for _i in numba.prange(_o0.size):
+        a0 = _i0[_i]
+        a1 = _i1[_i]
+        v0 = (a1 * a0)
+        _o0[_i] = v0
+
+
 # scaled_tanh.jvp: ne
 # from scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
@@ -1013,7 +1026,7 @@ def _gu_ne_serial(_o0, _i0, _w):
 # scaled_tanh.jvp: where
 # from scaled_tanh.grad:8
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_where(_o0, _i0, _i1, _w):
+def _gk_scaled_tanh_jvp_8(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -1022,33 +1035,12 @@ def _gu_where(_o0, _i0, _i1, _w):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_where_serial(_o0, _i0, _i1, _w):
+def _gk_scaled_tanh_jvp_8_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
         v0 = (_T(0.0) if a1 else a0)
-        _o0[_i] = v0
-
-
-# scaled_tanh.jvp: mul
-# from scaled_tanh.grad:8
-@numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_mul_1(_o0, _i0, _i1, _w):
-    _T = _w.dtype.type
-    for _i in numba.prange(_o0.size):
-        a0 = _i0[_i]
-        a1 = _i1[_i]
-        v0 = (a1 * a0)
-        _o0[_i] = v0
-
-@numba.njit(cache=True, error_model="numpy")
-def _gu_mul_1_serial(_o0, _i0, _i1, _w):
-    _T = _w.dtype.type
-    for _i in numba.prange(_o0.size):
-        a0 = _i0[_i]
-        a1 = _i1[_i]
-        v0 = (a1 * a0)
         _o0[_i] = v0
 
 
@@ -1272,7 +1264,7 @@ def _gk_leaky_relu_forward_2_serial(_o0, _i0, _i1, _i2, _w):
 # leaky_relu.vjp: where
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_where_1(_o0, _i0, _i1, _w):
+def _gu_where(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -1281,7 +1273,7 @@ def _gu_where_1(_o0, _i0, _i1, _w):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_where_1_serial(_o0, _i0, _i1, _w):
+def _gu_where_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -1293,7 +1285,7 @@ def _gu_where_1_serial(_o0, _i0, _i1, _w):
 # leaky_relu.vjp: where
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_where_2(_o0, _i0, _i1, _w):
+def _gu_where_1(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -1302,7 +1294,7 @@ def _gu_where_2(_o0, _i0, _i1, _w):
         _o0[_i] = v0
 
 @numba.njit(cache=True, error_model="numpy")
-def _gu_where_2_serial(_o0, _i0, _i1, _w):
+def _gu_where_1_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -1509,20 +1501,8 @@ class scaled_tanh:
             _v12 = np.empty(_s, dtype=_T)
             _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v12.reshape(-1), _g_flat(x_t, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_eq, _gu_eq_serial, _v14.reshape(-1), _g_flat(x_t, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v15 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_ne, _gu_ne_serial, _v15.reshape(-1), _g_flat(_v12, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v16 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul, _gu_mul_serial, _v16.reshape(-1), _g_flat(_v14, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v17 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v17.reshape(-1), _g_flat(_v12, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
-            _s = x.shape
             _v20 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_eq, _gu_eq_serial, _v20.reshape(-1), _g_flat(_v17, _s), _G_WITNESS[_T])
+            _g_launch(_gu_eq, _gu_eq_serial, _v20.reshape(-1), _g_flat(_v12, _s), _G_WITNESS[_T])
             _s = x.shape
             _v24 = np.empty(_s, dtype=_T)
             _g_launch(_gu_square, _gu_square_serial, _v24.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
@@ -1531,7 +1511,7 @@ class scaled_tanh:
             _g_launch(_gu_sub, _gu_sub_serial, _v8.reshape(-1), _g_flat(_v24, _s), _G_WITNESS[_T])
             _s = x.shape
             _v18 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v18.reshape(-1), _g_flat(_v8, _s), _g_flat(_v17, _s), _G_WITNESS[_T])
+            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v18.reshape(-1), _g_flat(_v8, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             _s = x.shape
             _v21 = np.empty(_s, dtype=_T)
             _g_launch(_gu_ne, _gu_ne_serial, _v21.reshape(-1), _g_flat(_v18, _s), _G_WITNESS[_T])
@@ -1540,7 +1520,7 @@ class scaled_tanh:
             _g_launch(_gu_mul, _gu_mul_serial, _v22.reshape(-1), _g_flat(_v20, _s), _g_flat(_v21, _s), _G_WITNESS[_T])
             _s = x.shape
             _v23 = _g_buffer(_n, _out, 1, _s, _T)
-            _g_launch(_gu_where, _gu_where_serial, _v23.reshape(-1), _g_flat(_v18, _s), _g_flat(_v22, _s), _G_WITNESS[_T])
+            _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v23.reshape(-1), _g_flat(_v18, _s), _g_flat(_v22, _s), _G_WITNESS[_T])
             _r = _g_finish(_n, _out, (_v1, _v23), _S, _RT, ())
             return _r
 
@@ -1636,10 +1616,10 @@ class leaky_relu:
             _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_2, _gu_where_2_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
             _g_launch(_gu_mul_3, _gu_mul_3_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
@@ -1654,7 +1634,7 @@ class leaky_relu:
             _g_launch(_gu_mul, _gu_mul_serial, _v15.reshape(-1), _g_flat(_v13, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
             _s = x.shape
             _v16 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
+            _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
             _s = x.shape
             _v17 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
@@ -1678,10 +1658,10 @@ class leaky_relu:
             _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_2, _gu_where_2_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
             _g_launch(_gu_mul_3, _gu_mul_3_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
@@ -1696,7 +1676,7 @@ class leaky_relu:
             _g_launch(_gu_mul, _gu_mul_serial, _v15.reshape(-1), _g_flat(_v13, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
             _s = x.shape
             _v16 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
+            _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
             _s = x.shape
             _v17 = _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
@@ -1732,13 +1712,13 @@ class leaky_relu:
             _g_launch(_gu_mul, _gu_mul_serial, _v11.reshape(-1), _g_flat(_v9, _s), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v12 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v12.reshape(-1), _g_flat(_v7, _s), _g_flat(_v11, _s), _G_WITNESS[_T])
+            _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v12.reshape(-1), _g_flat(_v7, _s), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v14.reshape(-1), _g_flat(_v3, _s), _g_flat(x_t, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where, _gu_where_serial, _v14.reshape(-1), _g_flat(_v3, _s), _g_flat(x_t, _s), _G_WITNESS[_T])
             _s = x.shape
             _v16 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_2, _gu_where_2_serial, _v16.reshape(-1), _g_flat(_v3, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v16.reshape(-1), _g_flat(_v3, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             _s = x.shape
             _v17 = _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v14, _s), _g_flat(_v16, _s), _G_WITNESS[_T])

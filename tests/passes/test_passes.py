@@ -165,3 +165,19 @@ def test_mlp_loss_computes_each_matmul_once():
         ts = [n.args for n in g if n.op == "transpose"]
 
         assert sorted(ts) == sorted(set(ts)) and len(ts) == 4      # of x, w1, h1 and w2
+
+
+def test_zero_cotangent_mask_of_a_constant_multiple_is_removed():
+    """Reverse mode masks ``g * y`` where ``g == 0`` and the product is NaN (0 * inf);
+    for ``g * 0.5`` the product is never NaN there, so the mask goes (bit-exact),
+    while the mask of ``g * x`` (x may be inf) stays."""
+    from gradc.frontend.check import check_source
+    from gradc.pipeline import build_op
+    program = check_source("op f(x) -> y { y = 0.5 * x * x }", "m.grad")
+    g = build_op(program.ops["f"], program.ops, program.consts).methods["vjp"].graph
+    masks = [n for n in g if n.op == "where"]
+    assert len(masks) == 2                   # dy * x and dy * (0.5 * x): x may be inf
+    for m in masks:
+        ct = g.node(m.args[2])
+        assert ct.op == "mul" and all(g.node(a).op != "const" for a in ct.args)
+    assert any(n.op == "mul" and g.node(n.args[1]).op == "const" for n in g)   # (...) * 0.5
