@@ -64,6 +64,8 @@ class CheckResult:
                 text += (f"; custom gradient differs from the true derivative "
                          f"(relative difference {self.custom_rel_diff:.3g})")
         text += f" [{self.note}]" if self.note else ""
+        if self.error != self.error:           # NaN: nothing was computed
+            return text
         if self.jvp_error is not None:
             jvp = f"jvp vs vjp (adjoint identity) rel. error {self.jvp_error:.1e}"
         else:
@@ -72,8 +74,16 @@ class CheckResult:
                 f"of vjp) rel. error {self.second_error:.1e}")
 
 
-def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = False) -> list:
-    """Random float64 inputs for every parameter (defaults for those with one)."""
+# Shapes tried, in order, for parameters without a declared shape: the first at
+# which the forward pass runs (a scalar next to shaped parameters, a matrix for
+# reductions over axis 1...).
+GENERIC_SHAPES = ((5,), (4, 5), (), (3, 4, 5))
+
+
+def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = False,
+                  generic: tuple[int, ...] = (5,)) -> list:
+    """Random float64 inputs for every parameter (defaults for those with one);
+    parameters without a declared shape get shape ``generic``."""
     dims: dict[str, int] = {}
     out = []
     for p in cop.params:
@@ -81,7 +91,7 @@ def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = Fa
             out.append(np.asarray(p.default, dtype=np.float64 if p.dtype is None
                                   or p.dtype.startswith("f") else None))
             continue
-        shape = (5,) if p.shape is None else tuple(
+        shape = generic if p.shape is None else tuple(
             d if isinstance(d, int) else dims.setdefault(d, 2 + len(dims)) for d in p.shape)
         if p.dtype in ("i32", "i64"):
             out.append(rng.integers(-3, 4, size=shape))
@@ -105,10 +115,21 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
     cop = build_op(op, ops, consts)
     true = build_op(op, ops, consts, custom=False)
     custom = bool(cop.primal.regions)
-    xs = sample_inputs(true, rng)
-    ys = interpret(true.methods["forward"].graph, xs)
+    for generic in GENERIC_SHAPES:
+        xs = sample_inputs(true, rng, generic=generic)
+        try:
+            with np.errstate(all="ignore"):
+                ys = interpret(true.methods["forward"].graph, xs)
+            break
+        except (ValueError, IndexError):      # shapes that do not fit the op
+            continue
+    else:
+        return CheckResult(op.name, False, float("nan"), custom,
+                           note=f"no input shapes tried fit the op (parameters without a "
+                                f"declared shape were tried as {', '.join(map(str, GENERIC_SHAPES))}"
+                                f"): declare their shapes")
     if not all(np.all(np.isfinite(y)) for y in ys):
-        xs = sample_inputs(true, rng, positive=True)
+        xs = sample_inputs(true, rng, positive=True, generic=generic)
         ys = interpret(true.methods["forward"].graph, xs)
     diff = [i for i, p in enumerate(true.params) if p.differentiable]
     us = [rng.standard_normal(np.shape(xs[i])) for i in diff]

@@ -220,3 +220,18 @@ def test_a_bad_cuda_unroll_setting_is_a_user_error(tmp_path, monkeypatch, capsys
     assert main(["compile", str(EXAMPLES / "seed.grad"), "-o", str(tmp_path / "x.py"),
                  "--target", "all"]) == 1
     assert "GRADC_CUDA_UNROLL must be an integer from 1 to 8, got 'abc'" in capsys.readouterr().err
+
+
+def test_check_finds_shapes_for_undeclared_parameters(tmp_path, capsys):
+    """Parameters without a declared shape are tried as a vector, a matrix, a scalar,
+    a 3-D array: the first the op accepts (a fresh user's crash report)."""
+    path = tmp_path / "shapes.grad"
+    path.write_text("op t(a: f64[b, n], tau) -> y { y = sum(a / tau) }\n"
+                    "op s(x) -> y { y = sum(x, axis=(0, -1)) }\n"
+                    "op s2(x) -> y { y = sum(x, axis=1) }\n")
+    assert main(["check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("ok   ") == 3
+    path.write_text("op s3(x) -> y { y = sum(x, axis=5) }\n")
+    assert main(["check", str(path)]) == 1
+    assert "no input shapes tried fit the op" in capsys.readouterr().out

@@ -161,6 +161,9 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     printer = CpuPrinter(graph, names)
     flat = kernel.flat
     hoisted = [f"s{j} = _i{j}[0]" for j, (x, a) in enumerate(slots) if a == SCALAR]
+    if any(graph.node(n).op == "norm" for n in kernel.nodes):     # the smallest normal number
+        hoisted.append("_tn = 1.1754943508222875e-38 if _w.itemsize == 4 "
+                       "else 2.2250738585072014e-308")
 
     def local(x: int, a: str) -> str:
         j = slot_of[(x, a)]
@@ -360,8 +363,10 @@ def _between(buf: IndentedBuffer, kind: str, i: int) -> None:
     """After the first pass of a two-pass reduction: the shift or scale."""
     if kind == "logsumexp":       # the max where finite, else 0 (as prelude._g_logsumexp)
         buf.line(f"_h{i} = _T(_m{i}) if (_m{i} - _m{i}) == 0.0 else _T(0.0)")
-    else:                         # the max |x| where positive and finite, else 1
-        buf.line(f"_h{i} = _T(_m{i}) if (_m{i} > 0.0 and _m{i} < np.inf) else _T(1.0)")
+    else:   # the max |x| where finite, raised to the smallest normal number (1/_h stays
+            # finite, as --fast-math's x * (1/_h) needs), 1 where it is 0, inf or NaN
+        buf.line(f"_h{i} = (_T(max(_m{i}, _tn)) if (_m{i} > 0.0 and _m{i} < np.inf) "
+                 f"else _T(1.0))")
     buf.line(f"_s{i} = 0.0")
 
 

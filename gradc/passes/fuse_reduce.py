@@ -133,7 +133,7 @@ def reduced_axes(graph: Graph, nid: int) -> tuple[int, ...] | None:
         return None
     n = len(xs.static)
     if node.op != "sum_to":
-        return normalize_axis(node.attr("axis"), n)
+        return normalize_axis(node.attr("axis"), n) or None   # axis=(): nothing reduced
     like = graph.node(node.args[1]).shape
     if like.dyn or len(like.static) > n:
         return None

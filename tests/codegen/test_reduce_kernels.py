@@ -324,3 +324,27 @@ def test_costly_residuals_are_stored() -> None:
     g = p.graph
     (last,) = [s for s in p.steps if type(s) is Kernel]
     assert "exp" not in [g.node(n).op for n in last.nodes]
+
+
+def test_empty_axis_tuple_reduces_nothing(import_module_text) -> None:
+    """``axis=()`` is NumPy's identity reduction (a fresh user's crash report)."""
+    text = gradc.compile_source("op a(x: f32[b, n]) -> y { y = sum(x, axis=()) * 2 }",
+                                file="axes.grad")
+    m = import_module_text(text, "empty_axes")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(m.a(x), 2 * x)
+
+
+@pytest.mark.parametrize("fast_math", [False, True])
+def test_norm_of_subnormal_rows(import_module_text, fast_math) -> None:
+    """The row norm's scale is at least the smallest normal number, so its reciprocal
+    (which --fast-math's arcp uses for x / scale) is finite: no NaN for a row whose
+    largest element is subnormal."""
+    text = gradc.compile_source("op rn(x: f32[b, n]) -> y { y = norm(x, axis=1) }\n"
+                                "op rn64(x: f64[b, n]) -> y { y = norm(x, axis=1) }",
+                                file="rn.grad", fast_math=fast_math)
+    m = import_module_text(text, f"subnormal_norm_{int(fast_math)}")
+    x = np.array([[1e-40, 0, -1e-40], [3, 4, 0], [0, 0, 0]], np.float32)
+    np.testing.assert_allclose(m.rn(x), [np.sqrt(2) * 1e-40, 5, 0], rtol=1e-5, atol=0)
+    x64 = np.array([[1e-310, 0, -1e-310], [3, 4, 0]])
+    np.testing.assert_allclose(m.rn64(x64), [np.sqrt(2) * 1e-310, 5], rtol=1e-12, atol=0)
