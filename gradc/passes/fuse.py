@@ -146,10 +146,7 @@ def _sink(graph: Graph, group_of: dict[int, int]) -> dict[int, int]:
     for n, g in group_of.items():
         members.setdefault(g, set()).add(n)
 
-    def reads(nid: int) -> list[int]:        # array operands whose values are read
-        shape_only = PRIMITIVES[graph.node(nid).op].shape_only
-        return [a for i, a in enumerate(graph.node(nid).args)
-                if i not in shape_only and graph.node(a).op != "const"]
+    reads = lambda nid: value_args(graph, nid)
 
     def stored(nid: int) -> bool:
         return nid in outputs or any(group_of.get(u) != group_of[nid] for u in graph.users(nid))
@@ -221,6 +218,14 @@ def plan_kernels(graph: Graph, fuse: bool = True) -> KernelPlan:
         if nid not in group_of and node.args:
             steps[nid] = LibraryCall(nid)
     return KernelPlan(graph, tuple(_order_steps(graph, steps, group_of)), fuse)
+
+
+def value_args(graph: Graph, nid: int) -> list[int]:
+    """Operands of ``nid`` whose values are read (not shape-only, not constants)."""
+    node = graph.node(nid)
+    skip = PRIMITIVES[node.op].shape_only
+    return [a for i, a in enumerate(node.args)
+            if i not in skip and graph.node(a).op != "const"]
 
 
 def value_used(graph: Graph, nid: int) -> bool:

@@ -40,7 +40,8 @@ import networkx as nx
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, REDUCTION
 from gradc.ir.shapes import Shape, normalize_axis
-from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, Step, recompute_residuals
+from gradc.passes.fuse import (Kernel, KernelPlan, LibraryCall, Step, recompute_residuals,
+                               value_args)
 
 ELEMENT, ROW, CHUNK = "E", "R", "C"
 # Reductions a row loop computes, and how many passes over the row each takes.
@@ -89,14 +90,6 @@ def col_forms(shape: Shape, k: int) -> tuple[tuple, tuple]:
 def is_reduction(graph: Graph, nid: int) -> bool:
     node = graph.node(nid)
     return PRIMITIVES[node.op].kind == REDUCTION or node.op == "sum_to"
-
-
-def value_args(graph: Graph, nid: int) -> list[int]:
-    """Operands of ``nid`` whose values are read (not shape-only, not constants)."""
-    node = graph.node(nid)
-    skip = PRIMITIVES[node.op].shape_only
-    return [a for i, a in enumerate(node.args)
-            if i not in skip and graph.node(a).op != "const"]
 
 
 class _Group:
