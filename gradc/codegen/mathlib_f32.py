@@ -108,11 +108,13 @@ def _g_log_parts_f32(x):
     sub = x < np.float32(1.17549435e-38)
     xs = x * np.float32(8388608.0) if sub else x
     bits = _g_f32_int(xs)
-    e = ((bits >> 23) & 0xFF) - 126 - (23 if sub else 0)
-    m = _g_f32_bits((bits & 0x007FFFFF) | 0x3F000000)
+    # int32 throughout (a Python int literal would widen the exponent to int64 and
+    # cost the vector loop 64-bit lanes and an int64 -> float conversion)
+    e = ((bits >> np.int32(23)) & np.int32(0xFF)) - np.int32(126) - (np.int32(23) if sub else np.int32(0))
+    m = _g_f32_bits((bits & np.int32(0x007FFFFF)) | np.int32(0x3F000000))
     low = m < np.float32(0.707106781186547524)
     f = (m + m - np.float32(1.0)) if low else (m - np.float32(1.0))
-    fe = np.float32(e - 1 if low else e)
+    fe = np.float32(e - np.int32(1) if low else e)
     z = f * f
     p = np.float32(7.0376836292e-2)
     p = p * f + np.float32(-1.1514610310e-1)

@@ -191,6 +191,31 @@ def test_a_kernel_of_every_function_vectorises_without_libm_calls(m, dt, vec):
         assert not _LIBM.search(ir), _LIBM.search(ir).group(0)
 
 
+
+def _host_has_avx512() -> bool:
+    import llvmlite.binding as llvm
+    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
+
+
+@pytest.mark.skipif(bool(numba.config.BOUNDSCHECK),
+                    reason="NUMBA_BOUNDSCHECK=1: bounds checks keep loops scalar")
+def test_library_kernels_prefer_512_bit_vectors(m):
+    """A loop that calls the library carries clang's -mprefer-vector-width=512
+    attributes; on an AVX-512 host (the CI machines) LLVM then vectorises the float32
+    loop 16 wide instead of its default 8; elsewhere it takes the widest it has."""
+    x = np.linspace(0.1, 0.9, 64).astype(np.float32)
+    ir = _serial_llvm(m, "f_softplus", x)    # float32 throughout (erf, sin... use float64)
+    assert '"prefer-vector-width"="512"' in ir
+    wide = re.search(r"<16 x float>", ir)
+    assert bool(wide) == _host_has_avx512(), "16-wide float32 vectors iff the host has AVX-512"
+
+
+def test_library_is_compiled_with_contraction_only():
+    """The library's own flags: ``contract`` (FMA) and nothing that changes results
+    otherwise (no reassoc/nnan/ninf/arcp/afn), whatever --fast-math says."""
+    assert 'fastmath={"contract"}' in mathlib._INLINE
+    assert "reassoc" not in mathlib._INLINE and "fastmath=True" not in mathlib._INLINE
+
 # ---- (d) precise ------------------------------------------------------------------------
 
 def test_precise_uses_libm_everywhere(import_module_text):

@@ -721,8 +721,17 @@ def _g_inline(fn):
     """``fn`` for Numba kernels: compiled once per signature (error_model="numpy", so
     no division checks) as an LLVM function marked alwaysinline, so that LLVM
     inlines it into the kernel loops and vectorises them.  (Numba's own
-    ``inline="always"`` copies IR per call site, which takes seconds per kernel.)"""
-    disp = numba.njit(error_model="numpy")(fn)
+    ``inline="always"`` copies IR per call site, which takes seconds per kernel.)
+
+    The calling function (the kernel's loop) is also given the string attributes
+    that clang's ``-mprefer-vector-width=512`` sets: LLVM's x86 targets prefer
+    256-bit vectors by default, which halves the throughput of these compute-bound
+    loops on AVX-512 CPUs (1.4-1.6x measured, docs/mathlib.md); where the CPU has
+    no 512-bit vectors LLVM uses the widest it has.  The library functions are
+    compiled with LLVM's ``contract`` flag alone (multiply-adds may become FMAs, one
+    rounding instead of two: 1.2-1.4x on these loops); the errors in docs/mathlib.md
+    are measured with it.  The kernels' own arithmetic keeps its flags."""
+    disp = numba.njit(error_model="numpy", fastmath={"contract"})(fn)
 
     def typer(typingctx, *args):
         sig = typingctx.resolve_function_type(numba.types.Dispatcher(disp), args, {})
@@ -732,12 +741,19 @@ def _g_inline(fn):
             cres.library.get_function(cres.fndesc.llvm_func_name).add_function_attribute(
                 "alwaysinline")
             context.add_linking_libs([cres.library])
+            # llvmlite's FunctionAttributes accepts only enum attributes; string ones
+            # are printed as they are (set.add bypasses its check).
+            for attr in _G_WIDE:
+                set.add(builder.function.attributes, attr)
             return context.call_internal(builder, cres.fndesc, signature, llargs)
         return sig, codegen
 
     call = [lambda tc, a: typer(tc, a), lambda tc, a, b: typer(tc, a, b),
             lambda tc, a, b, c: typer(tc, a, b, c)][fn.__code__.co_argcount - 1]
     return numba.extending.intrinsic(call)
+
+
+_G_WIDE = ('"prefer-vector-width"="512"', '"min-legal-vector-width"="512"')
 
 
 _g_ldexp_f64 = _g_inline(_g_ldexp_f64)
