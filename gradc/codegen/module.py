@@ -76,7 +76,7 @@ class WrapperPrinter:
                  fn_name: str, kernel_base: str) -> None:
         self.cop, self.method, self.kernels = cop, method, kernels
         self.plan = self.lower_plan(plan)
-        self.graph = plan.graph
+        self.graph = self.plan.graph     # lowering may add nodes (pass-through results)
         self.fn_name, self.kernel_base = fn_name, kernel_base
         self.buf = IndentedBuffer()
         self.vars: dict[int, str] = {}
