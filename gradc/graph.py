@@ -32,11 +32,16 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+from gradc.autodiff.reverse import outermost_regions
 from gradc.errors import NameResolutionError, Span
+from gradc.explain import MathPrinter, _sig, step_texts
+from gradc.frontend.check import load_program
 from gradc.ir.dump import node_fields
 from gradc.ir.graph import Graph
 from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.fuse import Kernel
+from gradc.passes.fuse_reduce import cpu_plan
+from gradc.pipeline import build_op
 
 METHODS = ("forward", "vjp", "fwd_bwd", "jvp")
 # ``both``: the forward and the gradient (vjp) as two graphs side by side.
@@ -100,10 +105,9 @@ def _rule_lines(ops) -> dict[str, list[tuple[int, int, str]]]:
     out: dict[str, list[tuple[int, int, str]]] = {}
     for op in ops.values():
         if op.grad is not None:
-            lines = [s.line for s in _spans(op.grad.body)] + [s.end_line or s.line
-                                                            for s in _spans(op.grad.body)]
-            out.setdefault(op.grad.span.file, []).append(
-                (op.grad.span.line, max(lines, default=op.grad.span.line), op.name))
+            last = max((s.end_line or s.line for s in _spans(op.grad.body)),
+                       default=op.grad.span.line)
+            out.setdefault(op.grad.span.file, []).append((op.grad.span.line, last, op.name))
     return out
 
 
@@ -172,11 +176,10 @@ class _Context:
     out_names: list[str]
 
 
-def method_dot(cop, method: str, prefix: str, rules) -> tuple[list[str], int]:
-    """DOT statements of one method of a compiled op (node ids ``<prefix>n<id>``),
-    and how many kernel clusters they draw."""
-    from gradc.explain import MathPrinter, step_texts
-    from gradc.passes.fuse_reduce import cpu_plan
+def method_dot(cop, method: str, prefix: str, rules) -> tuple[list[str], list[str]]:
+    """The heading lines and the DOT statements of one method of a compiled op:
+    its nodes (ids ``<prefix>n<id>``), edges and kernel clusters
+    (``cluster_<prefix>k<step>``); ``rules`` as :func:`_rule_lines` gives them."""
     g = cop.methods[method].graph
     plan = cpu_plan(cop.methods[method].fused)
     texts, totals = step_texts(plan)
@@ -186,7 +189,7 @@ def method_dot(cop, method: str, prefix: str, rules) -> tuple[list[str], int]:
         of = [f"cotangent of {o}" for o in cop.op.outputs]
     seeds = dict(zip(g.params[len(cop.params):], of))
     library = {s.node: k for k, s in enumerate(plan.steps) if not isinstance(s, Kernel)}
-    region = {n: r.op.name for r in g.regions for n in r.nodes if n in g}
+    region = {n: r.op.name for r in outermost_regions(g) for n in r.nodes if n in g}
     ctx = _Context(MathPrinter(g).names, seeds, region, rules, library,
                    list(g.output_names))
     nid = lambda n: quote(f"{prefix}n{n}")
@@ -195,11 +198,14 @@ def method_dot(cop, method: str, prefix: str, rules) -> tuple[list[str], int]:
     for k, step in enumerate(plan.steps):
         if not isinstance(step, Kernel):
             continue
-        text = [w for line in texts[k] for w in textwrap.wrap(line.strip(), _WRAP,
-                                                              subsequent_indent="    ")]
+        text = [w for line in texts[k] for w in textwrap.wrap(
+            line.strip(), _WRAP, subsequent_indent="    ", break_long_words=False,
+            break_on_hyphens=False)]
         mine = [n for n in step.nodes if n not in placed]
         out.append(f"subgraph {quote(f'cluster_{prefix}k{k}')} {{")
-        out.append(f"  graph {attrs(label=label(text), style='filled,rounded', fillcolor=_KERNEL, color='#868e96')};")
+        style = attrs(label=label(text), style="filled,rounded", fillcolor=_KERNEL,
+                      color="#868e96")
+        out.append(f"  graph {style};")
         out += [f"  {_node_stmt(g, g.node(n), nid(n), ctx)}" for n in mine]
         if not mine:                 # a kernel of recomputed nodes only: keep it visible
             out.append(f"  {quote(f'{prefix}k{k}')} {attrs(shape='point')};")
@@ -210,8 +216,8 @@ def method_dot(cop, method: str, prefix: str, rules) -> tuple[list[str], int]:
     for node in g:
         shape_only = PRIMITIVES[node.op].shape_only
         for i, a in enumerate(node.args):
-            style = {"style": "dashed"} if i in shape_only else {}
-            out.append(f"{nid(a)} -> {nid(node.id)}" + (f" {attrs(**style)}" if style else "") + ";")
+            dashed = f" {attrs(style='dashed')}" if i in shape_only else ""
+            out.append(f"{nid(a)} -> {nid(node.id)}{dashed};")
     head = [f"{method}: {len(g)} nodes; fused CPU plan: {len(plan.steps)} step(s), "
             f"{clusters} kernel(s), {len(library)} library call(s)"] + [t.strip() for t in totals]
     return head, out
@@ -234,9 +240,6 @@ def graph_dot(path: str | os.PathLike, op_name: str, methods=(DEFAULT_METHOD,), 
     and GraphError for a method the op does not have (a ``jvp`` of a grad block
     that cannot be transposed, E405).
     """
-    from gradc.explain import _sig
-    from gradc.frontend.check import load_program
-    from gradc.pipeline import build_op
     program = load_program(path)
     if op_name not in program.ops:
         raise NameResolutionError(f"no op '{op_name}' in {path} (ops: "
@@ -253,7 +256,7 @@ def graph_dot(path: str | os.PathLike, op_name: str, methods=(DEFAULT_METHOD,), 
     rules = _rule_lines(program.ops)
     title = f"{Path(path).name}: op {op_name}{_sig(cop)}"
     out = ["digraph " + quote(op_name) + " {",
-           f"  graph {attrs(labelloc='t', labeljust='l', fontname='Helvetica', fontsize='11', newrank='true')};",
+           f"  graph {attrs(labelloc='t', labeljust='l', fontname='Helvetica', fontsize='11')};",
            f"  node {attrs(fontname='Courier', fontsize='10')};",
            f"  edge {attrs(color='#495057', arrowsize='0.6')};"]
     if len(chosen) == 1:

@@ -73,7 +73,8 @@ def read_dot(text: str, graphviz: bool = HAVE_DOT) -> dict:
             stack.append(m[1])
             clusters[m[1]] = [None, []]
         elif s == "}":
-            stack and stack.pop()
+            if stack:               # the last one closes the digraph
+                stack.pop()
         elif m := re.fullmatch(rf"graph \[label={q}.*\];", s):
             if stack:
                 clusters[stack[-1]][0] = _unescape(m[1])
