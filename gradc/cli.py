@@ -101,9 +101,15 @@ def _size(text: str) -> int:
 
 
 def _cmd_graph(args) -> int:
-    print("gradc graph: not implemented yet in this version (use 'gradc compile "
-          "--emit ir' for the IR as text, 'gradc explain' for the math and kernel plan)", file=sys.stderr)
-    return 2
+    from gradc.graph import DEFAULT_METHOD, GraphError, graph_dot, output_format, write_graph
+    try:
+        output_format(args.output)          # a bad suffix fails before compiling
+        dot = graph_dot(args.spec, args.op, args.method or [DEFAULT_METHOD], check=args.debug)
+        print(f"wrote {write_graph(dot, args.output)}")
+    except GraphError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _cmd_demo(args) -> int:
@@ -168,10 +174,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("spec")
     e.add_argument("op")
     e.set_defaults(fn=_cmd_explain)
-    g = sub.add_parser("graph", help="draw the IR of an op (not implemented yet)")
+    g = sub.add_parser("graph", help="draw the IR of an op, its fused kernels as clusters "
+                       "(DOT; SVG, PNG or PDF through Graphviz)")
     g.add_argument("spec")
     g.add_argument("op")
-    g.add_argument("-o", "--output", required=True)
+    g.add_argument("-o", "--output", required=True, metavar="FILE",
+                   help="FILE.dot or .gv (DOT text), .svg, .png or .pdf (needs Graphviz's dot)")
+    g.add_argument("--method", action="append", metavar="M",
+                   choices=("forward", "vjp", "fwd_bwd", "jvp", "both"),
+                   help="forward, vjp, fwd_bwd (default: forward and backward in one graph), "
+                        "jvp, or both (forward and vjp side by side); repeatable")
     g.set_defaults(fn=_cmd_graph)
     d = sub.add_parser("demo", help="the main job on the bundled example")
     d.add_argument("--quick", action="store_true", help="fewer elements and epochs")

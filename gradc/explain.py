@@ -79,13 +79,22 @@ def plan_text(plan: KernelPlan, label: str) -> list[str]:
     move per element of its loop: every array input read once and every output
     stored once; scalar inputs (read once per kernel) and per-row inputs (a bias,
     read once per row) are not counted per element."""
+    per_step, totals = step_texts(plan)
+    return [f"{label}: {len(plan.steps)} step(s)"] + [l for s in per_step for l in s] + totals
+
+
+def step_texts(plan: KernelPlan) -> tuple[list[list[str]], list[str]]:
+    """:func:`plan_text`'s lines of each step of ``plan`` (in order), and its closing
+    per-loop-shape totals; values are named as :class:`MathPrinter` names them."""
     g = plan.graph
-    lines = [f"{label}: {len(plan.steps)} step(s)"]
+    per_step: list[list[str]] = []
     names = MathPrinter(g).names
     ref = lambda n: names.get(n, f"%{n}")
     totals: dict[str, list[int]] = {}         # loop shape -> [arrays, f32 B, f64 B]
     seen: set[int] = set()                     # nodes of earlier kernels
     for k, step in enumerate(plan.steps):
+        lines: list[str] = []
+        per_step.append(lines)
         if isinstance(step, ReduceKernel):
             lines += _reduce_kernel_text(g, step, k, ref, totals)
             seen.update(step.nodes)
@@ -118,10 +127,8 @@ def plan_text(plan: KernelPlan, label: str) -> list[str]:
             node = g.node(step.node)
             lines.append(f"  [{k}] {PRIMITIVES[node.op].kind} call: {node.op} "
                          f"(a kernel boundary, run by NumPy)")
-    for shape, (n, f32, f64) in totals.items():
-        lines.append(f"  all kernels over {shape}: {n} array(s) per element "
-                     f"{_bytes_text(f32, f64)}")
-    return lines
+    return per_step, [f"  all kernels over {shape}: {n} array(s) per element "
+                      f"{_bytes_text(f32, f64)}" for shape, (n, f32, f64) in totals.items()]
 
 
 def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals) -> list[str]:

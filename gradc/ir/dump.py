@@ -34,13 +34,19 @@ def _head(node) -> str:
     return f"{node.op}({args}{', ' if args and attrs else ''}{attrs})"
 
 
+def node_fields(graph: Graph, node) -> tuple[str, str, str, str]:
+    """A node's ``%id``, ``op(args)``, ``dtype shape`` and ``file:line`` ('' without a
+    span), as :func:`dump` prints them."""
+    where = f"{os.path.basename(node.span.file)}:{node.span.line}" if node.span else ""
+    return f"%{node.id}", _head(node), f"{node.dtype} {shape_text(graph, node.shape)}", where
+
+
 def dump(graph: Graph, indent: str = "") -> str:
     """The graph as aligned lines ``%id = op(args)  dtype shape  # file:line``."""
     rows = []
     for node in graph:
-        where = f"# {os.path.basename(node.span.file)}:{node.span.line}" if node.span else ""
-        rows.append((f"%{node.id}", _head(node),
-                     f"{node.dtype} {shape_text(graph, node.shape)}", where))
+        nid, head, type_, where = node_fields(graph, node)
+        rows.append((nid, head, type_, f"# {where}" if where else ""))
     w_id = max((len(r[0]) for r in rows), default=0)
     w_head = max((len(r[1]) for r in rows), default=0)
     w_type = max((len(r[2]) for r in rows), default=0)
