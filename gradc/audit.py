@@ -30,11 +30,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gradc.errors import GradcWarning, Span
+from gradc.errors import GradcWarning, NotSupportedError, Span
 from gradc.gradcheck import fitting_inputs, sample_inputs
-from gradc.ir.graph import Graph
+from gradc.ir.canonical import clip_bounds, proportion, reads_params
 from gradc.ir.interpret import interpret
-from gradc.passes.fuse import value_args
 from gradc.pipeline import CompiledOp, build_op
 
 N_RANDOM = 12                      # random points (each at two cotangents)
@@ -149,8 +148,12 @@ def audit_op(op, ops, consts, *, seed: int = 0) -> AuditResult:
     """Audit one op (an ``ast.OpDef`` with a grad block) of a checked program."""
     block = op.grad
     result = AuditResult(op.name, block.span, block.surrogate, block.upstreams)
-    custom = build_op(op, ops, consts)
-    true = build_op(op, ops, consts, custom=False)
+    try:
+        custom = build_op(op, ops, consts)
+        true = build_op(op, ops, consts, custom=False)
+    except NotSupportedError as exc:         # as gradc compile: the op is left out
+        result.note = exc.message
+        return result
     cg, tg = custom.methods["vjp"].graph, true.methods["vjp"].graph
     samples = _samples(custom, true, np.random.default_rng(seed))
     if not samples:
@@ -161,137 +164,14 @@ def audit_op(op, ops, consts, *, seed: int = 0) -> AuditResult:
     diff = [p.name for p in custom.params if p.differentiable]
     for j, (name, param) in enumerate(zip(block.outputs, diff)):
         c, t = cg.outputs[j], tg.outputs[j]
-        sym = _symbolic(cg, c, tg, t)
-        unit = _symbolic(cg, c, tg, t, unit=set(block.upstreams))
-        if unit is not None and _reads_params(cg, c, set(block.upstreams)):
+        sym = proportion(cg, c, tg, t)
+        unit = proportion(cg, c, tg, t, unit=frozenset(block.upstreams))
+        if unit is not None and reads_params(cg, c, set(block.upstreams)):
             unit = None                   # the rule depends on the cotangent
         result.gradients.append(_classify(j, name, param, block.upstreams, samples, sym, unit,
-                                          _clip_bounds(cg, c)))
+                                          clip_bounds(cg, c)))
     result.elements = sum(int(np.size(s.c[j])) for s in samples for j in range(len(diff)))
     return result
-
-
-# --- symbolic: a canonical form of a graph value ----------------------------------
-
-_ONE = ("1",)
-_COMMUTATIVE = frozenset("maximum minimum eq ne".split())
-
-
-def _r(c: float) -> float:
-    return float(f"{c:.12g}")
-
-
-def _canon(g: Graph, nid: int, memo: dict, unit: set = frozenset()) -> tuple[float, object]:
-    """``(c, key)`` with value ``c * key``: equal keys are equal expressions (the
-    parameters named in ``unit`` taken as 1)."""
-    if nid in memo:
-        return memo[nid]
-    node = g.node(nid)
-    op = node.op
-    args = [_canon(g, a, memo, unit) for a in node.args] if op != "const" else []
-    if op == "const" or (op == "param" and node.attr("name") in unit):
-        out = (float(node.value) if op == "const" else 1.0, _ONE)
-    elif op == "full_like" and g.node(node.args[1]).op == "const":
-        out = args[1]
-    elif op == "param":
-        out = (1.0, ("param", node.attr("name")))
-    elif op in ("neg", "identity"):
-        out = ((-1.0 if op == "neg" else 1.0) * args[0][0], args[0][1])
-    elif op in ("mul", "square"):
-        out = _product(args if op == "mul" else args * 2)
-    elif op == "div" and args[1][1] == _ONE and args[1][0] != 0:
-        out = (args[0][0] / args[1][0], args[0][1])
-    elif op in ("add", "sub"):
-        b = args[1] if op == "add" else (-args[1][0], args[1][1])
-        out = _sum([args[0], b])
-    elif op == "where" and _is_nan_mask(g, node):
-        out = args[2]        # where(g == 0 and ct is NaN, 0, ct): ct, up to NaN
-    else:
-        keys = [(_r(c), k) for c, k in args]
-        if op in _COMMUTATIVE:
-            keys.sort(key=repr)
-        out = (1.0, (op, node.attrs, tuple(keys)))
-    if out[0] == 0:
-        out = (0.0, _ONE)
-    memo[nid] = out
-    return out
-
-
-def _product(terms) -> tuple[float, object]:
-    c, factors = 1.0, []
-    for tc, key in terms:
-        c *= tc
-        if key != _ONE:
-            factors += list(key[1]) if key[0] == "mul" else [key]
-    if c == 0 or not factors:
-        return (c, _ONE)
-    return (c, factors[0] if len(factors) == 1 else ("mul", tuple(sorted(factors, key=repr))))
-
-
-def _sum(terms) -> tuple[float, object]:
-    coef: dict = {}
-    for tc, key in terms:
-        parts = [(tc * c, k) for k, c in key[1]] if key[0] == "add" else [(tc, key)]
-        for c, k in parts:
-            coef[k] = coef.get(k, 0.0) + c
-    items = sorted(((k, c) for k, c in coef.items() if c != 0), key=lambda kc: repr(kc[0]))
-    if not items:
-        return (0.0, _ONE)
-    if len(items) == 1:
-        return (items[0][1], items[0][0])
-    lead = items[0][1]
-    return (lead, ("add", tuple((k, _r(c / lead)) for k, c in items)))
-
-
-def _is_nan_mask(g: Graph, node) -> bool:
-    """``where(mul(eq(g, 0), ne(ct, ct)), 0, ct)``: reverse mode's zero-cotangent mask."""
-    cond, zero, ct = (g.node(a) for a in node.args)
-    if cond.op != "mul" or zero.op != "const" or zero.value != 0:
-        return False
-    ops = sorted(g.node(a).op for a in cond.args)
-    ne = next((g.node(a) for a in cond.args if g.node(a).op == "ne"), None)
-    return ops == ["eq", "ne"] and ne.args == (ct.id, ct.id)
-
-
-def _symbolic(cg: Graph, c: int, tg: Graph, t: int, unit: set = frozenset()
-              ) -> tuple[str, float] | None:
-    """``("zero", 0)`` when the derivative is identically 0, ``("scaled", k)`` when the
-    rule is ``k`` times it (``k = 1``: equal), else None (undecided); with the
-    cotangents named in ``unit`` set to 1."""
-    cc, ck = _canon(cg, c, {}, unit)
-    tc, tk = _canon(tg, t, {}, unit)
-    if tc == 0:
-        return ("zero", 0.0) if cc != 0 else ("scaled", 1.0)
-    if ck == tk:
-        return ("scaled", cc / tc)
-    return None
-
-
-def _reads_params(g: Graph, nid: int, names: set) -> bool:
-    """Whether the value ``nid`` depends on the values (not only the shape) of a
-    parameter named in ``names``."""
-    todo, seen = [nid], set()
-    while todo:
-        n = todo.pop()
-        node = g.node(n)
-        if node.op == "param" and node.attr("name") in names:
-            return True
-        new = [a for a in value_args(g, n) if a not in seen]
-        seen.update(new)
-        todo += new
-    return False
-
-
-def _clip_bounds(g: Graph, out: int) -> list[tuple[float, float]]:
-    """The constant bounds of every ``clip`` the value ``out`` depends on."""
-    found = []
-    for nid in sorted(g.ancestors([out]) | {out}):
-        node = g.node(nid)
-        if node.op == "clip":
-            lo, hi = (g.node(a) for a in node.args[1:])
-            if lo.op == hi.op == "const" and lo.value < hi.value:
-                found.append((float(lo.value), float(hi.value)))
-    return found
 
 
 # --- numeric: the two VJPs at sample points -----------------------------------------
@@ -304,8 +184,8 @@ class _Sample:
     edge: bool
     c: list                    # the rule's gradients
     band: list                 # per gradient: (derivative, at x - h, at x + h)
-    true: CompiledOp = None
-    diff: tuple = ()
+    true: CompiledOp           # the op without grad blocks (re-run at clipped cotangents)
+    diff: tuple[int, ...]      # positions of the differentiable inputs
 
 
 def _shift(xs: list, diff: list[int], h: float) -> list:
