@@ -102,13 +102,13 @@ class AuditResult:
             return f"symbolically after simplification; confirmed numerically {num}"
         return f"numerically {num}"
 
-    def lines(self) -> list[str]:
-        """``audit: <summary>`` and how it was decided, for ``gradc check``."""
+    def lines(self, head: str = "audit of the custom rule: ") -> list[str]:
+        """``<head><summary>`` and how it was decided (for ``gradc check``, ``explain``)."""
         mark = ""
         if self.marked_surrogate:
             mark = (" (marked surrogate, though it equals the derivative)"
                     if self.kind == "exact" else " (marked surrogate: intended)")
-        out = [f"audit of the custom rule: {self.summary}{mark}"]
+        out = [f"{head}{self.summary}{mark}"]
         if self.gradients:
             out.append(f"  decided {self.how()}")
         return out
