@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,12 @@ def test_clipping_the_cotangent_is_clipped():
     assert a.warning is not None
 
 
+def test_a_clip_written_with_min_and_max_is_clipped_too():
+    a = audit("op f(x) -> y {\n    y = max(x, 0)\n} grad(dy) -> dx {\n"
+              "    dx = min(max(dy * (x > 0), -1), 1)\n}\n")
+    assert (a.kind, a.gradients[0].bounds) == ("clipped", (-1.0, 1.0))
+
+
 def test_a_clip_that_is_not_the_derivative_clipped_is_a_surrogate():
     a = audit("op f(x) -> y {\n    y = x * x\n} grad(dy) -> dx {\n"
               "    dx = clip(dy * x, -1, 1)\n}\n")
@@ -198,3 +205,43 @@ def test_gradc_check_prints_the_audit_of_seed_grad(capsys):
     for op in ("custom_linear", "sign_ste", "scaled_tanh"):
         assert f"the custom gradient of '{op}' is" in err
     assert "clipped_relu" not in err
+
+
+ROOT = EXAMPLES.parent
+
+
+def _fenced(text: str) -> list[str]:
+    """The fenced code blocks of a Markdown text."""
+    parts = text.split("```")
+    return [p.split("\n", 1)[1] for p in parts[1::2]]
+
+
+def _masked(lines: list[str]) -> list[str]:
+    """Finite-difference errors depend on the platform's math library: not compared."""
+    return [re.sub(r"rel\. error \d\.\de[+-]\d\d", "rel. error ?", line) for line in lines]
+
+
+def test_the_readme_section_shows_the_real_output(monkeypatch, capsys):
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Auditing custom gradients")[1].split("\n## ")[0]
+    run, warning = _fenced(section)[:2]
+    monkeypatch.chdir(ROOT)
+    assert main(["check", "examples/seed.grad"]) == 0
+    captured = capsys.readouterr()
+    out = iter(_masked(captured.out.splitlines()))
+    lines = run.splitlines()
+    assert lines[0] == "$ gradc check examples/seed.grad"
+    for line in _masked([l for l in lines[1:] if l != "..."]):
+        assert line in out                    # in order, each somewhere after the last
+    assert warning in captured.err
+
+
+def test_the_docs_example_is_the_real_output(tmp_path, monkeypatch, capsys):
+    blocks = _fenced((ROOT / "docs" / "audit.md").read_text(encoding="utf-8"))
+    spec = next(b for b in blocks if b.startswith("op my_tanh"))
+    shown = next(b for b in blocks if b.startswith("my_ops.grad: parsed"))
+    (tmp_path / "my_ops.grad").write_text(spec, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "my_ops.grad"]) == 0
+    captured = capsys.readouterr()
+    assert _masked((captured.out + captured.err).splitlines()) == _masked(shown.splitlines())

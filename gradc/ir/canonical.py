@@ -129,12 +129,33 @@ def reads_params(g: Graph, nid: int, names: set) -> bool:
 
 
 def clip_bounds(g: Graph, out: int) -> list[tuple[float, float]]:
-    """The constant bounds of every ``clip`` the value ``out`` depends on."""
+    """The constant bounds of every clip the value ``out`` depends on: ``clip(_, lo,
+    hi)``, or ``min(max(_, lo), hi)`` and ``max(min(_, hi), lo)`` written out."""
     found = []
     for nid in sorted(g.ancestors([out]) | {out}):
         node = g.node(nid)
         if node.op == "clip":
             lo, hi = (g.node(a) for a in node.args[1:])
-            if lo.op == hi.op == "const" and lo.value < hi.value:
-                found.append((float(lo.value), float(hi.value)))
+            bounds = (lo.value, hi.value) if lo.op == hi.op == "const" else None
+        else:
+            bounds = _nested_bounds(g, node)
+        if bounds is not None and bounds[0] < bounds[1]:
+            found.append((float(bounds[0]), float(bounds[1])))
     return found
+
+
+def _nested_bounds(g: Graph, node) -> tuple[float, float] | None:
+    """(lo, hi) of ``minimum(maximum(_, lo), hi)`` or ``maximum(minimum(_, hi), lo)``
+    with constant bounds, in either operand order."""
+    inner_op = {"minimum": "maximum", "maximum": "minimum"}.get(node.op)
+    if inner_op is None:
+        return None
+    args = [g.node(a) for a in node.args]
+    outer = next((a.value for a in args if a.op == "const"), None)
+    inner = next((a for a in args if a.op == inner_op), None)
+    if outer is None or inner is None:
+        return None
+    bound = next((g.node(a).value for a in inner.args if g.node(a).op == "const"), None)
+    if bound is None:
+        return None
+    return (bound, outer) if node.op == "minimum" else (outer, bound)

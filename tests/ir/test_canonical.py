@@ -49,4 +49,6 @@ def test_reads_params_ignores_shape_only_operands():
 def test_clip_bounds_are_the_constant_bounds_of_clips_upstream():
     g, n = forward("clip(x * w, -1, 2) + clip(x, w, 3)")
     assert clip_bounds(g, n) == [(-1.0, 2.0)]
+    assert clip_bounds(*forward("min(max(x, -1), 2) * max(3, min(w, 4))")) == [(-1.0, 2.0),
+                                                                            (3.0, 4.0)]
     assert canonical(g, n) == canonical(*forward("clip(w * x, -1, 2) + clip(x, w, 3)"))
