@@ -298,7 +298,8 @@ def _classify(j, name, param, ups, samples, sym, unit, bounds) -> GradientAudit:
     units = [s for s in samples if s.unit]
     ignores = _ignores_cotangent(samples, j)
     ru = _factor(units, j)
-    if not zero and ignores and ru and _holds(units, j, lambda s: tuple(ru * b for b in s.band[j])):
+    if not zero and ignores and ru and abs(ru - 1) > 1e-9 and \
+            _holds(units, j, lambda s: tuple(ru * b for b in s.band[j])):
         ru = unit[1] if unit and unit[0] == "scaled" and abs(unit[1] - ru) < 1e-9 * abs(ru) \
             else ru
         return ga("scaled", f"differs from {d} by a constant factor {ru:.6g} at the unit "
@@ -375,7 +376,8 @@ def _surrogate(samples, j, name, param, ups, up, ga, zero, sym, ignores) -> Grad
     frac = differ / max(n, 1)
     _, s, k, cv, tv = worst
     where = _point_text(s, k, np.shape(s.c[j]), ups) if s is not None else ""
-    passes = all(len(x.vs) == 1 and _holds([x], j, lambda q: (q.vs[0],) * 3) for x in samples)
+    passes = all(len(x.vs) == 1 and np.shape(x.vs[0]) == np.shape(x.c[j])
+                 and _holds([x], j, lambda q: (q.vs[0],) * 3) for x in samples)
     nothing = all(not np.any(np.nan_to_num(x.c[j])) for x in samples)
     if zero:
         how = ("identically 0 after simplification" if sym and sym[0] == "zero"
@@ -389,7 +391,11 @@ def _surrogate(samples, j, name, param, ups, up, ga, zero, sym, ignores) -> Grad
         text = (f"differs from the derivative at {frac:.0%} of sampled elements, by "
                 f"{(num / den) ** 0.5:.3g} relative in norm, at most {max_rel:.3g} relative "
                 f"elementwise (at {where}: rule {cv:.6g}, derivative {tv:.6g})")
-        if ignores:
+        units = [x for x in samples if x.unit]
+        if ignores and _holds(units, j, lambda x: x.band[j]):
+            text = (f"equals the derivative at the unit cotangent {up} = 1, and only there: "
+                    f"the rule ignores {up} (d/d{param} scales with {up})")
+        elif ignores:
             text += f"; the rule ignores {up}"
     return ga("surrogate", text, symbolic=bool(zero and sym and sym[0] == "zero"),
               ignores_cotangent=ignores, max_rel_diff=None if zero else max_rel,

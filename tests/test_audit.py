@@ -245,3 +245,11 @@ def test_the_docs_example_is_the_real_output(tmp_path, monkeypatch, capsys):
     assert main(["check", "my_ops.grad"]) == 0
     captured = capsys.readouterr()
     assert _masked((captured.out + captured.err).splitlines()) == _masked(shown.splitlines())
+
+
+def test_a_rule_equal_to_the_derivative_only_at_the_unit_cotangent_is_a_surrogate():
+    a = audit("op f(x: f32[b, n]) -> y {\n    y = sum(exp(x), axis=1)\n} grad(dy) -> dx {\n"
+              "    dx = exp(x)\n}\n")
+    assert a.kind == "surrogate" and a.gradients[0].ignores_cotangent
+    assert a.summary == ("surrogate: equals the derivative at the unit cotangent dy = 1, and "
+                         "only there: the rule ignores dy (d/dx scales with dy)")
