@@ -19,8 +19,8 @@ compares the two VJPs, one gradient (block output) at a time:
 
 Each gradient is then ``exact``, ``scaled`` (a constant factor, everywhere, or
 only at the unit cotangent when the rule ignores the cotangent), ``clipped``
-(``clip(derivative, lo, hi)``, or the derivative of a clipped cotangent, with a
-``clip`` of constant bounds in the rule) or ``surrogate`` (anything else, with
+(``clip(derivative, lo, hi)``, or the derivative at a clipped cotangent, with a
+clip of constant bounds in the rule) or ``surrogate`` (anything else, with
 where and by how much).  An op not marked ``surrogate`` whose rule is not exact
 gets warning W410 at its grad block (docs/audit.md).
 """
@@ -286,27 +286,26 @@ def _classify(j, name, param, ups, samples, sym, unit, bounds) -> GradientAudit:
     exact = lambda s: s.band[j]
     ga = lambda kind, summary, **kw: GradientAudit(name, param, kind, summary, **kw)
     if _holds(samples, j, exact):
-        return ga("exact", "the rule equals the derivative",
-                  symbolic=sym is not None and sym[0] == "scaled" and abs(sym[1] - 1) < 1e-12)
+        return ga("exact", "the rule equals the derivative", symbolic=_agrees(sym, 1.0))
     zero = all(not np.any(np.asarray(b[0])[np.isfinite(b[0])]) for s in samples
                for b in [s.band[j]])
     r = _factor(samples, j)
     if not zero and r and _holds(samples, j, lambda s: tuple(r * b for b in s.band[j])):
-        r = sym[1] if sym and sym[0] == "scaled" and abs(sym[1] - r) < 1e-9 * abs(r) else r
+        agreed = _agrees(sym, r)
+        r = sym[1] if agreed else r
         return ga("scaled", f"differs from {d} by a factor {r:.6g} everywhere",
-                  symbolic=sym is not None and sym[0] == "scaled", factor=r)
+                  symbolic=agreed, factor=r)
     units = [s for s in samples if s.unit]
     ignores = _ignores_cotangent(samples, j)
     ru = _factor(units, j)
     if not zero and ignores and ru and abs(ru - 1) > 1e-9 and \
             _holds(units, j, lambda s: tuple(ru * b for b in s.band[j])):
-        ru = unit[1] if unit and unit[0] == "scaled" and abs(unit[1] - ru) < 1e-9 * abs(ru) \
-            else ru
+        agreed = _agrees(unit, ru)
+        ru = unit[1] if agreed else ru
         return ga("scaled", f"differs from {d} by a constant factor {ru:.6g} at the unit "
                   f"cotangent {up} = 1, and only there: the rule ignores {up} ({d} scales "
                   f"with {up})",
-                  factor=ru, ignores_cotangent=True,
-                  symbolic=unit is not None and unit[0] == "scaled")
+                  factor=ru, ignores_cotangent=True, symbolic=agreed)
     for lo, hi in bounds:
         clipped = _clipped(samples, j, lo, hi, up)
         if clipped is not None:
@@ -316,6 +315,11 @@ def _classify(j, name, param, ups, samples, sym, unit, bounds) -> GradientAudit:
             return ga("clipped", f"equals the derivative {region}, {rest} elsewhere",
                       bounds=(lo, hi), clips=how)
     return _surrogate(samples, j, name, param, ups, up, ga, zero, sym, ignores)
+
+
+def _agrees(sym: tuple[str, float] | None, factor: float) -> bool:
+    """The symbolic verdict is ``rule = factor * derivative``."""
+    return sym is not None and sym[0] == "scaled" and abs(sym[1] - factor) <= 1e-9 * abs(factor)
 
 
 def _ignores_cotangent(samples, j: int) -> bool:
