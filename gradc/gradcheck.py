@@ -65,16 +65,15 @@ class CheckResult:
                 text += (f"; custom gradient differs from the true derivative "
                          f"(relative difference {self.custom_rel_diff:.3g})")
         text += f" [{self.note}]" if self.note else ""
-        if self.audit is not None:
-            text += "".join(f"\n       {line}" for line in self.audit.lines())
+        audit = "".join(f"\n       {line}" for line in self.audit.lines()) if self.audit else ""
         if self.error != self.error:           # NaN: nothing was computed
-            return text
+            return text + audit
         if self.jvp_error is not None:
             jvp = f"jvp vs vjp (adjoint identity) rel. error {self.jvp_error:.1e}"
         else:
             jvp = f"no jvp: {self.jvp_missing}"
         return (text + f"\n       {jvp}; second order (jvp of vjp vs finite differences "
-                f"of vjp) rel. error {self.second_error:.1e}")
+                f"of vjp) rel. error {self.second_error:.1e}" + audit)
 
 
 # Shapes tried, in order, for parameters without a declared shape: the first at
