@@ -38,12 +38,17 @@ def _cmd_compile(args) -> int:
 
 def _cmd_check(args) -> int:
     from gradc.frontend.check import load_program
+    from gradc.audit import audit_program
     from gradc.gradcheck import check_program
     program = load_program(args.spec)
     print(f"{args.spec}: parsed and checked, {len(program.main_ops)} ops")
     results = check_program(program, seed=args.seed)
+    audits = {a.op: a for a in audit_program(program, seed=args.seed)}
     for r in results:
+        r.audit = audits.get(r.op)
         print(r.line())
+        if r.audit is not None and r.audit.warning is not None:
+            warnings.warn(r.audit.warning)
     failed = [r.op for r in results if not r.passed]
     if failed:
         print(f"gradient check failed for: {', '.join(failed)}", file=sys.stderr)

@@ -10,7 +10,7 @@ from gradc.ir.dump import dump, shape_text
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import INFIX, PRIMITIVES
 from gradc.codegen.cpu_reduce import input_slots, schedule
-from gradc.passes.fuse import Kernel, KernelPlan
+from gradc.passes.fuse import Kernel, KernelPlan, reading_steps, why_stored
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, is_reduction
 from gradc.pipeline import build_op
 
@@ -98,16 +98,15 @@ def step_texts(plan: KernelPlan) -> tuple[list[list[str]], list[str]]:
         if isinstance(step, ReduceKernel):
             lines += _reduce_kernel_text(g, step, k, ref, totals)
             seen.update(step.nodes)
+            lines += _stored_text(plan, k, ref)
         elif isinstance(step, Kernel):
             ops = Counter(g.node(n).op for n in step.nodes)
             fused = ", ".join(f"{op}×{c}" if c > 1 else op for op, c in sorted(ops.items()))
             shape = shape_text(g, step.shape)
             lines.append(f"  [{k}] kernel over {shape}: fuses {len(step.nodes)} "
                          f"primitive(s) ({fused})")
-            again = [n for n in step.nodes if n in seen and n not in step.inputs]
-            if again:
-                lines.append(f"      recomputes {', '.join(ref(n) for n in again)} "
-                             f"(cheaper than storing and reading it back)")
+            lines += _recompute_text(g, step, [n for n in step.nodes
+                                               if n in seen and n not in step.inputs], ref)
             rows = row_inputs(g, step)          # read once per row, not per element
             once = {i for i in step.inputs if is_scalar_input(g, i)}   # once per kernel
             reads = [ref(i) + (" (per row)" if i in rows else " (scalar)" if i in once else "")
@@ -123,12 +122,44 @@ def step_texts(plan: KernelPlan) -> tuple[list[list[str]], list[str]]:
             t[1] += f32
             t[2] += f64
             seen.update(step.nodes)
+            lines += _stored_text(plan, k, ref)
         else:
             node = g.node(step.node)
             lines.append(f"  [{k}] {PRIMITIVES[node.op].kind} call: {node.op} "
                          f"(a kernel boundary, run by NumPy)")
     return per_step, [f"  all kernels over {shape}: {n} array(s) per element "
                       f"{_bytes_text(f32, f64)}" for shape, (n, f32, f64) in totals.items()]
+
+
+def _recompute_text(g: Graph, step: Kernel, again: list[int], ref) -> list[str]:
+    """What a loop recomputes of earlier loops' values (:func:`recompute_residuals`),
+    and why: its cost against the store and read back it saves."""
+    if not again:
+        return []
+    tops = [n for n in again if any(u in step.nodes and u not in again for u in g.users(n))]
+    ops = Counter(g.node(n).op for n in again)
+    f32, f64 = _traffic(g, tops)
+    return [f"      recomputes {', '.join(ref(n) for n in again)} from values it reads anyway "
+            f"({len(again)} primitive(s): {', '.join(f'{o}×{c}' if c > 1 else o for o, c in sorted(ops.items()))}): "
+            f"cheaper than storing {', '.join(ref(n) for n in tops)} and reading it back, "
+            f"{2 * f32} B per element at float32 ({2 * f64} B at float64)"]
+
+
+def _stored_text(plan: KernelPlan, k: int, ref) -> list[str]:
+    """Per value kernel ``k`` stores only for later steps (a residual of the fused
+    plan): which steps read it and why they do not recompute it."""
+    if not plan.fused:
+        return []
+    g, steps = plan.graph, plan.steps
+    out = []
+    for v in steps[k].outputs:
+        readers = reading_steps(g, steps, k, v)
+        if v in g.outputs or not readers:
+            continue
+        why = why_stored(plan, k, v, ref)
+        out.append(f"      stores {ref(v)} for {', '.join(f'[{q}]' for q in readers)}"
+                   + (f" ({why})" if why else ""))
+    return out
 
 
 def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals) -> list[str]:
@@ -191,6 +222,12 @@ def explain(path: str, op_name: str) -> str:
         out += ["", "the true derivative, for comparison (grad block ignored):"]
         out += [f"  {d}" for d in tp.definitions()]
         out += [f"  {n} = {tp.text(o, top=True)}" for n, o in zip(true.output_names, true.outputs)]
+        from gradc.audit import audit_op
+        audit = audit_op(op, program.ops, program.consts)
+        out += ["", "audit of the custom rule against the true derivative (as gradc check):"]
+        out += [f"  {line}" for line in audit.lines(head="")]
+        if audit.warning is not None:
+            out.append(f"  not marked surrogate: gradc check warns ({audit.warning.code})")
     if cop.diagnostics:
         out += ["", "diagnostics of the gradient:"]
         out += [f"  {line}" for d in cop.diagnostics for line in d.render().splitlines()]

@@ -45,6 +45,7 @@ class CheckResult:
     jvp_error: float | None = None      # adjoint identity, relative; None: no jvp
     jvp_missing: str = ""               # why the op has no jvp (E405's first line)
     second_error: float = 0.0           # d/dt vjp by forward mode vs differences
+    audit: object = None                # gradc.audit.AuditResult of the op's own grad block
 
     @property
     def passed(self) -> bool:
@@ -55,7 +56,7 @@ class CheckResult:
     def line(self) -> str:
         mark = "ok  " if self.passed else "FAIL"
         text = f"{mark} {self.op}: derivative vs finite differences, rel. error {self.error:.1e}"
-        if self.custom:
+        if self.custom and self.audit is None:
             if self.custom_rel_diff == float("inf"):
                 text += "; the true derivative is 0 where the custom gradient is not"
             elif self.custom_rel_diff < 1e-6:
@@ -64,14 +65,15 @@ class CheckResult:
                 text += (f"; custom gradient differs from the true derivative "
                          f"(relative difference {self.custom_rel_diff:.3g})")
         text += f" [{self.note}]" if self.note else ""
+        audit = "".join(f"\n       {line}" for line in self.audit.lines()) if self.audit else ""
         if self.error != self.error:           # NaN: nothing was computed
-            return text
+            return text + audit
         if self.jvp_error is not None:
             jvp = f"jvp vs vjp (adjoint identity) rel. error {self.jvp_error:.1e}"
         else:
             jvp = f"no jvp: {self.jvp_missing}"
         return (text + f"\n       {jvp}; second order (jvp of vjp vs finite differences "
-                f"of vjp) rel. error {self.second_error:.1e}")
+                f"of vjp) rel. error {self.second_error:.1e}" + audit)
 
 
 # Shapes tried, in order, for parameters without a declared shape: the first at
@@ -104,6 +106,20 @@ def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = Fa
     return out
 
 
+def fitting_inputs(cop: CompiledOp, rng: np.random.Generator):
+    """``(xs, ys, generic)``: :func:`sample_inputs` at the first of ``GENERIC_SHAPES`` for
+    parameters without a declared shape at which the forward pass runs, and its
+    outputs ``ys``; None when none fits."""
+    for generic in GENERIC_SHAPES:
+        xs = sample_inputs(cop, rng, generic=generic)
+        try:
+            with np.errstate(all="ignore"):
+                return xs, interpret(cop.methods["forward"].graph, xs), generic
+        except (ValueError, IndexError):      # shapes that do not fit the op
+            continue
+    return None
+
+
 def _vjp_dot(cop: CompiledOp, xs: list, vs: list, us: list) -> float:
     grads = interpret(cop.methods["vjp"].graph, xs + vs)
     return float(sum(np.vdot(g, u) for g, u in zip(grads, us)))
@@ -115,19 +131,13 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
     cop = build_op(op, ops, consts)
     true = build_op(op, ops, consts, custom=False)
     custom = bool(cop.primal.regions)
-    for generic in GENERIC_SHAPES:
-        xs = sample_inputs(true, rng, generic=generic)
-        try:
-            with np.errstate(all="ignore"):
-                ys = interpret(true.methods["forward"].graph, xs)
-            break
-        except (ValueError, IndexError):      # shapes that do not fit the op
-            continue
-    else:
+    fit = fitting_inputs(true, rng)
+    if fit is None:
         return CheckResult(op.name, False, float("nan"), custom,
                            note=f"no input shapes tried fit the op (parameters without a "
                                 f"declared shape were tried as {', '.join(map(str, GENERIC_SHAPES))}"
                                 f"): declare their shapes")
+    xs, ys, generic = fit
     if not all(np.all(np.isfinite(y)) for y in ys):
         xs = sample_inputs(true, rng, positive=True, generic=generic)
         ys = interpret(true.methods["forward"].graph, xs)

@@ -57,7 +57,11 @@ def test_check_reports_every_op_and_custom_rules(capsys):
                "softmax_xent", "gradient_penalty"):
         assert f"ok   {op}:" in out
     assert "scaled_tanh: derivative vs finite differences" in out
-    assert "custom gradient differs from the true derivative (relative difference 0.5)" in out
+    # Ops with a grad block of their own get the audit (tests/test_audit.py); an op that
+    # only calls one (mlp) is compared with its true derivative as a whole.
+    assert "audit of the custom rule: scaled: differs from d/dx by a factor 0.5 everywhere" in out
+    assert "mlp: derivative vs finite differences, rel. error" in out
+    assert "custom gradient differs from the true derivative (relative difference 0.432)" in out
 
 
 def test_check_fails_on_a_wrong_derivative(tmp_path, monkeypatch, capsys):
@@ -84,6 +88,76 @@ def test_explain_shows_gradient_and_plan(capsys):
     out = capsys.readouterr().out
     assert "warning[W405]: op 'clipped_relu' has no forward mode" in out
     assert "jvp: not available" in out
+
+
+def test_explain_shows_the_audit_under_the_two_gradients(capsys):
+    assert main(["explain", str(EXAMPLES / "seed.grad"), "scaled_tanh"]) == 0
+    out = capsys.readouterr().out
+    true = out.index("the true derivative, for comparison")
+    audit = out.index("\naudit of the custom rule against the true derivative (as gradc check):\n"
+                      "  scaled: differs from d/dx by a factor 0.5 everywhere\n"
+                      "    decided symbolically after simplification; confirmed numerically at 18 "
+                      "points (6 of them edge points) x 2 cotangents, 180 elements\n"
+                      "  not marked surrogate: gradc check warns (W410)\n")
+    assert true < audit < out.index("kernel plan of forward")
+    assert main(["explain", str(EXAMPLES / "seed.grad"), "clipped_relu"]) == 0
+    out = capsys.readouterr().out
+    assert "  clipped: equals the derivative where |dy| <= 1, the derivative clipped to " \
+           "[-1, 1] elsewhere (marked surrogate: intended)\n" in out
+    assert "gradc check warns" not in out
+    assert main(["explain", str(EXAMPLES / "seed.grad"), "mlp"]) == 0   # no grad block
+    assert "audit of the custom rule" not in capsys.readouterr().out
+
+
+RESIDUALS = """op costly(x: f32[n, n], w: f32[n, n]) -> y {
+    v = exp(sin(cos(x)))
+    m = (v * 2) @ w
+    y = m * v + x
+}
+op cheap(x: f32[n, n], w: f32[n, n]) -> y {
+    v = exp(sin(x))
+    m = (v * 2) @ w
+    y = m * v + x
+}
+op newread(x: f32[n, n], w: f32[n, n]) -> y {
+    v = exp(x)
+    m = (v * 2) @ w
+    y = m * v
+}
+"""
+
+
+def _forward_plan(out: str) -> list[str]:
+    return out.split("kernel plan of forward (fused, CPU)")[1].split("\n\n")[0].splitlines()
+
+
+def test_explain_says_which_residuals_are_stored_and_recomputed_and_why(tmp_path, capsys):
+    """v is stored by loop [0] for the matmul [1] (v * 2) and for loop [2]: loop [2]
+    recomputes it when that is cheap and it reads x anyway (recompute_residuals)."""
+    spec = tmp_path / "residuals.grad"
+    spec.write_text(RESIDUALS)
+    assert main(["explain", str(spec), "costly"]) == 0
+    plan = _forward_plan(capsys.readouterr().out)
+    assert "      stores t1 for [2] (too costly to recompute in [2]: 3 primitive(s), 3 of them " \
+           "costly (transcendental, division...); at most 8, 2 costly)" in plan
+    assert "      stores %6 for [1] ([1] is a library call (matmul), which reads it stored)" in plan
+    assert main(["explain", str(spec), "cheap"]) == 0
+    plan = _forward_plan(capsys.readouterr().out)
+    assert "      recomputes %2, t1 from values it reads anyway (2 primitive(s): exp, sin): " \
+           "cheaper than storing t1 and reading it back, 8 B per element at float32 (16 B at " \
+           "float64)" in plan
+    assert "      reads x; stores %5; 2 array(s) per element (8 B at float32, 16 B at float64)" \
+        in plan                                   # loop [0] no longer stores v
+    assert main(["explain", str(spec), "newread"]) == 0
+    plan = _forward_plan(capsys.readouterr().out)
+    assert "      stores t1 for [2] (recomputing it in [2] would read x, which [2] does not)" \
+        in plan
+    assert main(["explain", str(EXAMPLES / "seed.grad"), "mlp"]) == 0
+    plan = _forward_plan(capsys.readouterr().out)
+    assert "      stores %7 for [2] ([2] is a library call (matmul), which reads it stored)" in plan
+    assert main(["explain", str(EXAMPLES / "seed.grad"), "scaled_tanh"]) == 0
+    out = capsys.readouterr().out
+    assert " for [" not in out.split("kernel plan of fwd_bwd (unfused)")[1]   # all stored
 
 
 

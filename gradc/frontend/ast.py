@@ -139,7 +139,7 @@ class GradBlock:
     outputs: tuple[str, ...]
     body: tuple[Assign, ...]
     span: Span               # the 'grad' keyword
-    surrogate: bool = False  # reserved for the custom-gradient audit
+    surrogate: bool = False  # not meant to be the derivative: no W401/W410 (docs/audit.md)
 
 
 @dataclass(frozen=True)

@@ -353,16 +353,59 @@ def recompute_residuals(plan: KernelPlan) -> KernelPlan:
 
 
 def _recompute_in_readers(g: Graph, steps: list, s: int, v: int) -> list | None:
+    found = _recompute_cones(g, steps, s, v)
+    if isinstance(found, str):
+        return None
+    cones, scalars = found
+    producer = steps[s]
+    order = {n: k for k, n in enumerate(g.topo_order())}
+    steps = list(steps)
+    for q, cone in cones.items():
+        h = steps[q]
+        nodes = sorted(set(h.nodes) | cone, key=order.__getitem__)
+        ins = tuple(sorted({i for i in h.inputs if i not in cone} | scalars[q]))
+        steps[q] = Kernel(tuple(nodes), ins, h.outputs, h.shape)
+    still_read = any(_reads(g, st, v) for q, st in enumerate(steps) if q != s)
+    if not still_read:
+        steps[s] = replace(producer, outputs=tuple(o for o in producer.outputs if o != v))
+    return steps
+
+
+def why_stored(plan: KernelPlan, s: int, v: int, ref=lambda n: f"%{n}") -> str:
+    """Why step ``s`` of ``plan`` (after :func:`recompute_residuals`) stores ``v`` for
+    the steps that read it instead of each of them recomputing it, in words
+    (values named by ``ref``, steps as ``[k]``); "" when nothing stops it."""
+    found = _recompute_cones(plan.graph, list(plan.steps), s, v, ref)
+    return found if isinstance(found, str) else ""
+
+
+def reading_steps(graph: Graph, steps, s: int, v: int) -> list[int]:
+    """The positions of the steps other than ``s`` that read ``v``."""
+    return [q for q, st in enumerate(steps) if q != s and _reads(graph, st, v)]
+
+
+def _recompute_cones(g: Graph, steps: list, s: int, v: int, ref=lambda n: f"%{n}"
+                     ) -> tuple[dict, dict] | str:
+    """For each step H that reads ``v`` (stored by step ``s``): the nodes H would
+    recompute and the scalars it would read in addition; or why ``v`` must stay
+    stored (an output, a reader that is not a loop over the same shape, a value
+    H does not read, or too costly)."""
     producer = steps[s]
     if v in g.outputs:
-        return None
+        return "an output of the method: always stored"
     if g.node(v).op == "broadcast_in" and not g.node(g.node(v).args[0]).shape.is_scalar:
-        return None
-    readers = [q for q, st in enumerate(steps) if q != s and _reads(g, st, v)]
-    if not readers or any(type(steps[q]) is not Kernel or steps[q].shape != producer.shape
-                          or any(v in g.node(n).shape.dyn for n in steps[q].nodes)
-                          for q in readers):
-        return None
+        return "a broadcast of an array: loops read the array itself"
+    readers = reading_steps(g, steps, s, v)
+    for q in readers:
+        st = steps[q]
+        if type(st) is not Kernel:
+            what = (f"a library call ({g.node(st.node).op})" if isinstance(st, LibraryCall)
+                    else "a kernel over rows" if hasattr(st, "levels") else "a matmul kernel")
+            return f"[{q}] is {what}, which reads it stored"
+        if st.shape != producer.shape:
+            return f"[{q}] loops over another shape"
+        if any(v in g.node(n).shape.dyn for n in st.nodes):
+            return f"[{q}] takes a shape from it"
     levels = dict(getattr(producer, "levels", ()))
     inside = {n for n in producer.nodes if levels.get(n, "E") == "E"}
     cones, scalars = {}, {}
@@ -388,22 +431,16 @@ def _recompute_in_readers(g: Graph, steps: list, s: int, v: int) -> list | None:
                     continue
                 if a not in inside or (g.node(a).op == "broadcast_in" and
                                        not g.node(g.node(a).args[0]).shape.is_scalar):
-                    return None                   # H would read a new array
+                    return f"recomputing it in [{q}] would read {ref(a)}, which [{q}] does not"
                 cone.add(a)
                 todo.append(a)
         scalars[q] = extra
-        costly = sum(1 for n in cone if g.node(n).op not in _CHEAP)
-        if len(cone) > RECOMPUTE_MAX_NODES or costly > RECOMPUTE_MAX_TRANSCENDENTAL:
-            return None
+        size, costly = len(cone), sum(1 for n in cone if g.node(n).op not in _CHEAP)
+        if size > RECOMPUTE_MAX_NODES or costly > RECOMPUTE_MAX_TRANSCENDENTAL:
+            return (f"too costly to recompute in [{q}]: {size} primitive(s), {costly} of "
+                    f"them costly (transcendental, division...); at most "
+                    f"{RECOMPUTE_MAX_NODES}, {RECOMPUTE_MAX_TRANSCENDENTAL} costly")
         cones[q] = cone
-    order = {n: k for k, n in enumerate(g.topo_order())}
-    steps = list(steps)
-    for q, cone in cones.items():
-        h = steps[q]
-        nodes = sorted(set(h.nodes) | cone, key=order.__getitem__)
-        ins = tuple(sorted({i for i in h.inputs if i not in cone} | scalars[q]))
-        steps[q] = Kernel(tuple(nodes), ins, h.outputs, h.shape)
-    still_read = any(_reads(g, st, v) for q, st in enumerate(steps) if q != s)
-    if not still_read:
-        steps[s] = replace(producer, outputs=tuple(o for o in producer.outputs if o != v))
-    return steps
+    if not readers:
+        return "no later step reads it"
+    return cones, scalars

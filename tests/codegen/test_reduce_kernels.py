@@ -16,7 +16,7 @@ import pytest
 import gradc
 from gradc.frontend.check import check_source
 from gradc.passes.fuse import LibraryCall
-from gradc.passes.fuse import Kernel, recompute_residuals
+from gradc.passes.fuse import Kernel, recompute_residuals, why_stored
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, fuse_reductions
 from gradc.pipeline import build_op
 
@@ -324,6 +324,11 @@ def test_costly_residuals_are_stored() -> None:
     g = p.graph
     (last,) = [s for s in p.steps if type(s) is Kernel]
     assert "exp" not in [g.node(n).op for n in last.nodes]
+    # why_stored (gradc explain) gives the reason: the cone of exp, sin and cos
+    (s_node,) = [n for n in g.topo_order() if g.node(n).op == "exp"]
+    (k,) = [k for k, st in enumerate(p.steps) if s_node in getattr(st, "outputs", ())]
+    assert why_stored(p, k, s_node).startswith("too costly to recompute in [")
+    assert "3 primitive(s), 3 of them costly" in why_stored(p, k, s_node)
 
 
 def test_empty_axis_tuple_reduces_nothing(import_module_text) -> None:

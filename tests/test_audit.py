@@ -1,0 +1,257 @@
+"""The custom-gradient audit (gradc/audit.py): each grad block against the derivative."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gradc.audit import audit_program
+from gradc.cli import main
+from gradc.frontend.check import check_source, load_program
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return {a.op: a for a in audit_program(load_program(str(EXAMPLES / "seed.grad")))}
+
+
+def audit(text: str, file: str = "audit_case.grad"):
+    results = audit_program(check_source(text, file))
+    assert len(results) == 1
+    return results[0]
+
+
+def test_seed_audits_exactly_the_ops_with_a_grad_block(seed):
+    assert list(seed) == ["custom_linear", "sign_ste", "clipped_relu", "scaled_tanh"]
+
+
+def test_custom_linear_differs_by_a_constant_factor_at_the_unit_cotangent(seed):
+    a = seed["custom_linear"]
+    g, = a.gradients
+    assert (a.kind, g.factor, g.ignores_cotangent, g.symbolic) == ("scaled", 0.5, True, True)
+    assert a.summary == ("scaled: differs from d/dx by a constant factor 0.5 at the unit "
+                         "cotangent dy = 1, and only there: the rule ignores dy (d/dx scales "
+                         "with dy)")
+
+
+def test_sign_ste_is_a_straight_through_surrogate(seed):
+    a = seed["sign_ste"]
+    assert a.kind == "surrogate" and a.gradients[0].symbolic
+    assert a.summary == ("surrogate: straight-through (dx = dy); the derivative is 0 almost "
+                         "everywhere (identically 0 after simplification)")
+    assert a.gradients[0].differs_fraction > 0.9      # every element with dy != 0
+
+
+def test_clipped_relu_equals_the_derivative_where_dy_is_at_most_1(seed):
+    a = seed["clipped_relu"]
+    g, = a.gradients
+    assert (a.kind, g.bounds, g.clips) == ("clipped", (-1.0, 1.0), "gradient")
+    assert a.summary == ("clipped: equals the derivative where |dy| <= 1, the derivative "
+                         "clipped to [-1, 1] elsewhere")
+    assert a.marked_surrogate and a.warning is None        # grad(dy) -> dx surrogate
+
+
+def test_scaled_tanh_is_scaled_by_one_half_everywhere(seed):
+    a = seed["scaled_tanh"]
+    assert (a.kind, a.gradients[0].factor, a.gradients[0].symbolic) == ("scaled", 0.5, True)
+    assert a.summary == "scaled: differs from d/dx by a factor 0.5 everywhere"
+    assert a.how().startswith("symbolically after simplification; confirmed numerically at "
+                              "18 points (6 of them edge points) x 2 cotangents")
+
+
+def test_unmarked_inexact_rules_get_w410_at_their_grad_block(seed):
+    w = seed["scaled_tanh"].warning
+    assert w.code == "W410" and str(w.span) == f"{EXAMPLES / 'seed.grad'}:35:3"
+    assert w.render().splitlines()[:3] == [
+        f"{EXAMPLES / 'seed.grad'}:35:3: warning[W410]: the custom gradient of 'scaled_tanh' "
+        "is scaled, not exact: differs from d/dx by a factor 0.5 everywhere",
+        "    35 | } grad(dy) -> dx {",
+        "       |   ^^^^"]
+    assert "write 'grad(dy) -> dx surrogate {' to say so" in w.render()
+    assert seed["custom_linear"].warning.code == seed["sign_ste"].warning.code == "W410"
+
+
+@pytest.mark.parametrize("name", ["activations.grad", "wgan_gp.grad"])
+def test_ops_without_grad_blocks_are_not_audited(name):
+    assert audit_program(load_program(str(EXAMPLES / name))) == []
+
+
+TANH_NO_SQUARE = """op my_tanh(x) -> y {
+    y = tanh(x)
+} grad(dy) -> dx {
+    dx = dy * (1 - y)
+}
+"""
+
+
+def test_a_tanh_rule_missing_the_square_is_a_surrogate_with_a_warning():
+    a = audit(TANH_NO_SQUARE)
+    assert a.kind == "surrogate"
+    g = a.gradients[0]
+    assert g.differs_fraction > 0.5 and g.max_rel_diff > 1 and g.sample.startswith("x = ")
+    assert a.summary.startswith("surrogate: differs from the derivative at ")
+    assert "relative in norm" in a.summary and ": rule " in a.summary
+    w = a.warning
+    assert (w.code, w.span.line, w.span.column) == ("W410", 3, 3)
+    assert w.message.startswith("the custom gradient of 'my_tanh' is a surrogate, not exact")
+
+
+def test_a_sigmoid_rule_with_a_sign_error_is_scaled_by_minus_one_with_a_warning():
+    a = audit("op sig(x) -> y {\n    y = sigmoid(x)\n} grad(dy) -> dx {\n"
+              "    dx = dy * y * (y - 1)\n}\n")
+    assert (a.kind, a.gradients[0].factor) == ("scaled", -1.0)
+    assert a.warning is not None and a.warning.code == "W410"
+
+
+@pytest.mark.parametrize("body, symbolic", [
+    ("y = sigmoid(x)\n} grad(dy) -> dx {\n    dx = dy * y * (1 - y)", True),
+    ("y = tanh(x)\n} grad(dy) -> dx {\n    dx = dy / cosh(x)^2", False),     # numerically
+    ("y = max(x, 0)\n} grad(dy) -> dx {\n    dx = dy * (x > 0)", False),     # kink at 0
+    ("y = max(x, 0)\n} grad(dy) -> dx {\n    dx = dy * (x >= 0)", False),
+    ("y = sqrt(x)\n} grad(dy) -> dx {\n    dx = dy * 0.5 / y", True),        # NaN mask dropped
+    ("y = x * x\n} grad(dy) -> dx {\n    dx = (dy + dy) * x", True),
+], ids=["sigmoid", "tanh-cosh", "relu-gt", "relu-ge", "sqrt", "square"])
+def test_a_correct_custom_rule_is_exact_and_gets_no_warning(body, symbolic):
+    a = audit(f"op f(x) -> y {{\n    {body}\n}}\n")
+    assert a.kind == "exact" and a.summary == "exact: the rule equals the derivative"
+    assert a.gradients[0].symbolic == symbolic
+    assert a.warning is None
+
+
+def test_several_outputs_and_gradients_are_audited_each():
+    a = audit("op f(x, w) -> (a, b) {\n    a = sin(x) * w\n    b = 3 * x\n} "
+              "grad(da, db) -> (dx, dw) {\n    dx = da * cos(x) * w + db * 3\n"
+              "    dw = da * sin(x) * 0.25\n}\n")
+    assert [(g.name, g.param, g.kind, g.factor) for g in a.gradients] == [
+        ("dx", "x", "exact", None), ("dw", "w", "scaled", 0.25)]
+    assert a.summary == "scaled: dx exact; dw scaled (differs from d/dw by a factor 0.25 " \
+                        "everywhere)"
+    assert a.warning.message.startswith("the custom gradient of 'f' is scaled, not exact: dx exact;")
+
+
+def test_a_broadcast_parameter_gradient_is_compared_after_summing():
+    a = audit("op f(x: f32[n, k], b: f32[k]) -> y {\n    y = tanh(x + b)\n} "
+              "grad(dy) -> (dx, db) {\n    dx = dy * (1 - y^2)\n"
+              "    db = sum(dy, axis=0)\n}\n")
+    assert [g.kind for g in a.gradients] == ["exact", "surrogate"]
+
+
+def test_clipping_the_cotangent_is_clipped():
+    a = audit("op f(x) -> y {\n    y = x * x\n} grad(dy) -> dx {\n"
+              "    dx = clip(dy, -1, 1) * 2 * x\n}\n")
+    g = a.gradients[0]
+    assert (a.kind, g.clips) == ("clipped", "cotangent")
+    assert a.summary == ("clipped: equals the derivative where |dy| <= 1, the derivative at "
+                         "dy clipped to [-1, 1] elsewhere")
+    assert a.warning is not None
+
+
+def test_a_clip_written_with_min_and_max_is_clipped_too():
+    a = audit("op f(x) -> y {\n    y = max(x, 0)\n} grad(dy) -> dx {\n"
+              "    dx = min(max(dy * (x > 0), -1), 1)\n}\n")
+    assert (a.kind, a.gradients[0].bounds) == ("clipped", (-1.0, 1.0))
+
+
+def test_a_clip_that_is_not_the_derivative_clipped_is_a_surrogate():
+    a = audit("op f(x) -> y {\n    y = x * x\n} grad(dy) -> dx {\n"
+              "    dx = clip(dy * x, -1, 1)\n}\n")
+    assert a.kind == "surrogate"
+
+
+def test_a_marked_surrogate_gets_no_warning():
+    a = audit("op ste(x) -> y {\n    y = round(x)\n} grad(dy) -> dx surrogate {\n"
+              "    dx = dy\n}\n")
+    assert a.kind == "surrogate" and a.marked_surrogate and a.warning is None
+    assert a.lines()[0].endswith("(marked surrogate: intended)")
+    b = audit("op f(x) -> y {\n    y = x * 3\n} grad(dy) -> dx surrogate {\n    dx = 3 * dy\n}\n")
+    assert b.kind == "exact" and b.warning is None
+    assert b.lines()[0].endswith("(marked surrogate, though it equals the derivative)")
+
+
+def test_a_rule_of_zero_is_a_surrogate():
+    a = audit("op f(x) -> y {\n    y = exp(x)\n} grad(dy) -> dx {\n    dx = 0 * dy\n}\n")
+    assert a.summary == "surrogate: the rule is 0 (no gradient flows), the derivative is not"
+
+
+def test_to_dict_is_json():
+    a = audit(TANH_NO_SQUARE)
+    d = json.loads(json.dumps(a.to_dict()))
+    assert d["op"] == "my_tanh" and d["kind"] == "surrogate" and d["span"].endswith(":3:3")
+    assert d["gradients"][0]["name"] == "dx" and d["points"] == 18
+
+
+def test_gradc_check_prints_the_audit_of_seed_grad(capsys):
+    assert main(["check", str(EXAMPLES / "seed.grad")]) == 0
+    captured = capsys.readouterr()
+    out = captured.out.splitlines()
+    for op, text in [
+            ("custom_linear", "scaled: differs from d/dx by a constant factor 0.5 at the unit "
+                              "cotangent dy = 1, and only there"),
+            ("sign_ste", "surrogate: straight-through (dx = dy); the derivative is 0 almost "
+                         "everywhere"),
+            ("clipped_relu", "clipped: equals the derivative where |dy| <= 1, the derivative "
+                             "clipped to [-1, 1] elsewhere (marked surrogate: intended)"),
+            ("scaled_tanh", "scaled: differs from d/dx by a factor 0.5 everywhere")]:
+        k = next(i for i, line in enumerate(out) if line.startswith(f"ok   {op}:"))
+        # after the finite-difference line and the forward-mode line
+        assert out[k + 1].startswith(("       jvp vs vjp", "       no jvp: "))
+        assert out[k + 2].startswith(f"       audit of the custom rule: {text}")
+        assert out[k + 3].startswith("         decided ")
+    assert not any("audit" in line for line in out if "mlp" in line or "softmax" in line)
+    err = captured.err
+    assert err.count("warning[W410]") == 3       # clipped_relu is marked surrogate
+    for op in ("custom_linear", "sign_ste", "scaled_tanh"):
+        assert f"the custom gradient of '{op}' is" in err
+    assert "clipped_relu" not in err
+
+
+ROOT = EXAMPLES.parent
+
+
+def _fenced(text: str) -> list[str]:
+    """The fenced code blocks of a Markdown text."""
+    parts = text.split("```")
+    return [p.split("\n", 1)[1] for p in parts[1::2]]
+
+
+def _masked(lines: list[str]) -> list[str]:
+    """Finite-difference errors depend on the platform's math library: not compared."""
+    return [re.sub(r"rel\. error \d\.\de[+-]\d\d", "rel. error ?", line) for line in lines]
+
+
+def test_the_readme_section_shows_the_real_output(monkeypatch, capsys):
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Auditing custom gradients")[1].split("\n## ")[0]
+    run, warning = _fenced(section)[:2]
+    monkeypatch.chdir(ROOT)
+    assert main(["check", "examples/seed.grad"]) == 0
+    captured = capsys.readouterr()
+    out = iter(_masked(captured.out.splitlines()))
+    lines = run.splitlines()
+    assert lines[0] == "$ gradc check examples/seed.grad"
+    for line in _masked([l for l in lines[1:] if l != "..."]):
+        assert line in out                    # in order, each somewhere after the last
+    assert warning in captured.err
+
+
+def test_the_docs_example_is_the_real_output(tmp_path, monkeypatch, capsys):
+    blocks = _fenced((ROOT / "docs" / "audit.md").read_text(encoding="utf-8"))
+    spec = next(b for b in blocks if b.startswith("op my_tanh"))
+    shown = next(b for b in blocks if b.startswith("my_ops.grad: parsed"))
+    (tmp_path / "my_ops.grad").write_text(spec, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "my_ops.grad"]) == 0
+    captured = capsys.readouterr()
+    assert _masked((captured.out + captured.err).splitlines()) == _masked(shown.splitlines())
+
+
+def test_a_rule_equal_to_the_derivative_only_at_the_unit_cotangent_is_a_surrogate():
+    a = audit("op f(x: f32[b, n]) -> y {\n    y = sum(exp(x), axis=1)\n} grad(dy) -> dx {\n"
+              "    dx = exp(x)\n}\n")
+    assert a.kind == "surrogate" and a.gradients[0].ignores_cotangent
+    assert a.summary == ("surrogate: equals the derivative at the unit cotangent dy = 1, and "
+                         "only there: the rule ignores dy (d/dx scales with dy)")
