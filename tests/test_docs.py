@@ -7,7 +7,11 @@ each depends on its info string (the words after the opening fence):
   reader would type them into one interpreter, with the repository root as the
   working directory.  (README.md's fragments use arrays they do not define:
   ``README_SETUP`` below defines them.)
-- ``console``: a shell session.  Each line starting ``$ `` is a command (a line
+- ``pycon``: an interactive session (``>>>`` prompts and what they print), run by
+  the standard library's ``doctest`` in the same namespace, in page order with
+  the python blocks; the output must be what is shown (``...`` elides, and runs
+  of whitespace are equal).
+- ``console``: a shell session, run in page order with the python blocks.  Each line starting ``$ `` is a command (a line
   ending in ``\\`` continues it); the lines after it, up to the next command, are
   its expected output (stdout and stderr together).  A line ``...`` stands for
   any number of lines, and ``...`` at the end of a line for the rest of it;
@@ -24,6 +28,7 @@ each depends on its info string (the words after the opening fence):
 """
 from __future__ import annotations
 
+import doctest
 import os
 import re
 import subprocess
@@ -85,22 +90,35 @@ def README_SETUP() -> dict:
             "w2": f(5, 2), "b2": f(2), "dlogits": f(4, 2)}
 
 
-PYTHON_PAGES = sorted({b.page for b in _run("python")})
+PAGES_RUN = sorted({b.page for b in _run("python") + _run("pycon") + _run("console")})
+DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
-@pytest.mark.parametrize("page", PYTHON_PAGES, ids=[str(p.relative_to(ROOT)) for p in
-                                                    PYTHON_PAGES])
-def test_python_blocks_run(page, monkeypatch):
+@pytest.mark.parametrize("page", PAGES_RUN, ids=[str(p.relative_to(ROOT)) for p in PAGES_RUN])
+def test_code_blocks_run(page, monkeypatch):
+    """The page's python, pycon and console blocks, in page order (a console block
+    may use a file a python block wrote, as a reader's shell would)."""
     monkeypatch.chdir(ROOT)
     monkeypatch.syspath_prepend(str(ROOT))
     namespace = {"__name__": "__docs__"}
     if page.name == "README.md":
         namespace.update(README_SETUP())
-    for b in _run("python"):
-        if b.page != page:
+    for b in ALL:
+        if b.page != page or "notest" in b.options:
             continue
-        code = compile("\n" * (b.line) + b.text, str(b.page), "exec")   # tracebacks: page lines
-        exec(code, namespace)
+        if b.lang == "python":
+            code = compile("\n" * b.line + b.text, str(b.page), "exec")   # tracebacks: page lines
+            exec(code, namespace)
+        elif b.lang == "pycon":
+            test = doctest.DocTestParser().get_doctest(b.text, namespace, b.where,
+                                                       str(b.page), b.line)
+            test.globs = namespace                   # DocTest copies; share the page's
+            runner = doctest.DocTestRunner(optionflags=DOCTEST_FLAGS)
+            out: list[str] = []
+            runner.run(test, out=out.append, clear_globs=False)
+            assert runner.failures == 0, "".join(out)
+        elif b.lang == "console":
+            run_session(b)
 
 
 # -- console ----------------------------------------------------------------------------
@@ -151,11 +169,7 @@ def run_command(command: str) -> list[str]:
     return [l.rstrip() for l in proc.stdout.rstrip("\n").splitlines()]
 
 
-CONSOLE = _run("console")
-
-
-@pytest.mark.parametrize("block", CONSOLE, ids=_ids(CONSOLE))
-def test_console_blocks_print_what_they_show(block):
+def run_session(block: Block) -> None:
     for command, expected in session(block.text):
         actual = run_command(command)
         assert matches(expected, actual), (
@@ -201,7 +215,7 @@ def test_every_page_has_tested_code():
     """Each new page carries code that runs (the older pages are prose and tables)."""
     for name in ("language", "tutorial", "generated-module", "performance"):
         page = ROOT / "docs" / f"{name}.md"
-        tested = [b for b in blocks(page) if b.lang in ("python", "console", "grad")
+        tested = [b for b in blocks(page) if b.lang in ("python", "pycon", "console", "grad")
                   and "notest" not in b.options]
         assert tested, f"{page.name} has no tested code block"
 
@@ -231,3 +245,14 @@ def test_language_reference_documents_every_builtin_operator_and_dtype():
     for name in ("op", "const", "import", "grad", "nograd", "surrogate", "axis=",
                  "keepdims="):
         assert f"`{name}" in text, name
+
+
+def test_relative_links_point_at_files():
+    """A link from a page to a file of the repository (``[text](path)``) finds it."""
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = (page.parent / target.split("#")[0]).resolve()
+            assert path.exists(), f"{page.relative_to(ROOT)}: broken link {target}"
