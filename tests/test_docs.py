@@ -256,3 +256,27 @@ def test_relative_links_point_at_files():
                 continue
             path = (page.parent / target.split("#")[0]).resolve()
             assert path.exists(), f"{page.relative_to(ROOT)}: broken link {target}"
+
+
+# README.md shows some output without its command (plain blocks): each excerpt must
+# still be what the command prints, line for line.
+README_EXCERPTS = {
+    "  fwd_bwd (9 nodes):": "gradc compile examples/seed.grad --emit ir --op scaled_tanh",
+    "kernel plan of fwd_bwd (fused, CPU): 1 step(s)":
+        "gradc explain examples/activations.grad leaky_relu",
+    "bad.grad:8:9: error[E201]: unknown function 'tanhh'":
+        "printf 'op f(x, z) -> y {\\n\\n\\n\\n\\n\\n\\n    y = tanhh(x) + z\\n}\\n' > /tmp/bad.grad"
+        " && cd /tmp && gradc check bad.grad",
+}
+
+
+@pytest.mark.parametrize("first", README_EXCERPTS)
+def test_readme_output_excerpts_are_what_gradc_prints(first):
+    readme = [b for b in blocks(ROOT / "README.md") if b.lang == ""]
+    (block,) = [b for b in readme if b.text.startswith(first)]
+    shown = [l.rstrip() for l in block.text.rstrip("\n").splitlines()]
+    printed = run_command(README_EXCERPTS[first])
+    starts = [i for i, l in enumerate(printed) if l == shown[0]]
+    assert any(printed[i:i + len(shown)] == shown for i in starts), (
+        f"{block.where}: no longer what '{README_EXCERPTS[first]}' prints:\n"
+        + "\n".join(printed))
