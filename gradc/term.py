@@ -7,8 +7,8 @@ Colour follows the common conventions: ``--color always`` and ``never`` decide;
 therefore carries no escape codes, and the text is the same either way apart
 from them (tables are aligned on the plain text).
 
-The styles are ANSI SGR sequences, which every terminal gradc runs in
-understands (Windows 10 and later included); one code path, no dependency.
+The styles are ANSI SGR sequences (bold and the basic colours), which
+terminal emulators understand; one code path, no dependency.
 """
 from __future__ import annotations
 
