@@ -404,10 +404,12 @@ def _progress(total: int, enabled: bool | None):
 
 def bench_file(path: str | Path, n: int | None = 10**7, repeat: int = 11,
                precise: bool = False, *, sizes: Sequence[int] | None = None,
-               variants: Sequence[str] = (*GRADC_VARIANTS, "numpy"), **kw) -> str:
+               variants: Sequence[str] = (*GRADC_VARIANTS, "numpy"),
+               progress: bool | None = False, color: bool = False, **kw) -> str:
     """The benchmark tables of ``path`` as text (gradc's variants and NumPy by
-    default; :func:`run_bench` for the rest)."""
+    default; :func:`run_bench` for the rest; ``progress`` as there; ``color``:
+    ANSI styles)."""
     from gradc.bench_report import format_report
     sizes = sizes or ([n] if n else DEFAULT_SIZES)
     return format_report(run_bench(path, sizes, repeat, variants=variants, precise=precise,
-                                   progress=False, **kw))
+                                   progress=progress, **kw), color=color)

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from gradc.runtime.cache import write_atomic
+from gradc.term import style, use_color, write_output
 
 _LEGEND = (
     ("fused+out", "gradc's fused fwd_bwd writing preallocated out= buffers"),
@@ -111,14 +111,17 @@ def _num(v: float) -> str:
 
 def _table(head: Sequence[str], rows: list[list[str]], bold: list[int | None],
            color: bool) -> list[str]:
-    """Columns right-aligned (the first left-aligned); ``bold[r]`` a column to stress."""
+    """Columns right-aligned (the first left-aligned); ``bold[r]`` a column to stress.
+    With ``color`` the heading is bold and the stressed cell bold green, styled
+    after padding so that the columns stay aligned."""
     widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
     fmt = lambda r, c: r[c].ljust(widths[c]) if c == 0 else r[c].rjust(widths[c])
-    lines = ["  " + "  ".join(fmt(head, c) for c in range(len(head))).rstrip()]
+    lines = ["  " + style("  ".join(fmt(head, c) for c in range(len(head))).rstrip(), "bold",
+                          on=color)]
     for r, b in zip(rows, bold):
         cells = [fmt(r, c) for c in range(len(head))]
-        if color and b is not None:
-            cells[b] = f"\033[1m{cells[b]}\033[0m"
+        if b is not None:
+            cells[b] = style(cells[b], "bold", "green", on=color)
         lines.append("  " + "  ".join(cells).rstrip())
     return lines
 
@@ -211,7 +214,8 @@ def _notes(report: dict) -> list[str]:
 
 
 def write_json(report: dict, path: str | Path) -> None:
-    """The report with every sample, strict JSON (inf and NaN as null)."""
+    """The report with every sample, strict JSON (inf and NaN as null), to ``path``
+    (written atomically) or to stdout when ``path`` is ``-``."""
     def clean(x):
         if isinstance(x, float) and not math.isfinite(x):
             return None
@@ -220,7 +224,7 @@ def write_json(report: dict, path: str | Path) -> None:
         if isinstance(x, (list, tuple)):
             return [clean(v) for v in x]
         return x
-    write_atomic(path, json.dumps(clean(report), indent=1, allow_nan=False) + "\n")
+    write_output(path, json.dumps(clean(report), indent=1, allow_nan=False) + "\n")
 
 
 def plot_report(report: dict, path: str | Path) -> None:
@@ -272,4 +276,5 @@ def plot_report(report: dict, path: str | Path) -> None:
 
 
 def stdout_is_tty() -> bool:
-    return sys.stdout.isatty() and os.environ.get("NO_COLOR") is None
+    """Whether stdout gets colour under ``--color auto`` (see :mod:`gradc.term`)."""
+    return use_color(sys.stdout)

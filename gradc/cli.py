@@ -37,18 +37,26 @@ def _cmd_compile(args) -> int:
 
 
 def _cmd_check(args) -> int:
+    from gradc.check_report import report_dict, write_report
     from gradc.frontend.check import load_program
     from gradc.audit import audit_program
     from gradc.gradcheck import check_program
+    from gradc.term import status, use_color
+    text = sys.stderr if args.json == "-" else sys.stdout     # stdout carries the JSON
+    color = use_color(text, args.color)
     program = load_program(args.spec)
-    print(f"{args.spec}: parsed and checked, {len(program.main_ops)} ops")
+    print(f"{args.spec}: parsed and checked, {len(program.main_ops)} ops", file=text)
     results = check_program(program, seed=args.seed)
     audits = {a.op: a for a in audit_program(program, seed=args.seed)}
     for r in results:
         r.audit = audits.get(r.op)
-        print(r.line())
+        print(status(r.line(), on=color), file=text)
         if r.audit is not None and r.audit.warning is not None:
             warnings.warn(r.audit.warning)
+    if args.json:
+        write_report(report_dict(args.spec, results, args.seed), args.json)
+        if args.json != "-":
+            print(f"wrote {args.json}", file=text)
     failed = [r.op for r in results if not r.passed]
     if failed:
         print(f"gradient check failed for: {', '.join(failed)}", file=sys.stderr)
@@ -64,7 +72,8 @@ def _cmd_explain(args) -> int:
 
 def _cmd_bench(args) -> int:
     from gradc.bench import VARIANTS, available_variants, run_bench
-    from gradc.bench_report import format_report, plot_report, stdout_is_tty, write_json
+    from gradc.bench_report import format_report, plot_report, write_json
+    from gradc.term import use_color
     unknown = [v for v in (args.variants or []) + args.skip if v not in VARIANTS]
     if unknown:
         print(f"error: unknown variant(s) {', '.join(unknown)} (choose from "
@@ -78,10 +87,12 @@ def _cmd_bench(args) -> int:
     sizes = [args.n] if args.n else args.sizes
     report = run_bench(args.spec, sizes, args.repeat, args.warmup, variants, args.ops,
                        args.precise, settle=args.settle)
-    print(format_report(report, color=stdout_is_tty()))
+    text = sys.stderr if args.json == "-" else sys.stdout     # stdout carries the JSON
+    print(format_report(report, color=use_color(text, args.color)), file=text)
     if args.json:
         write_json(report, args.json)
-        print(f"wrote {args.json}")
+        if args.json != "-":
+            print(f"wrote {args.json}", file=text)
     if args.plot:
         try:
             plot_report(report, args.plot)
@@ -119,11 +130,19 @@ def _cmd_graph(args) -> int:
 
 def _cmd_demo(args) -> int:
     from gradc.demo import run_demo
-    return run_demo(quick=args.quick)
+    from gradc.term import use_color
+    return run_demo(quick=args.quick, color=use_color(sys.stdout, args.color))
 
 
 _PRECISE = ("libm for every transcendental function instead of the vectorised math "
             "library (docs/mathlib.md)")
+
+
+def _color_option(parser: argparse.ArgumentParser) -> None:
+    from gradc.term import MODES
+    parser.add_argument("--color", choices=MODES, default="auto",
+                        help="colour tables and statuses: auto (default) when the output is "
+                             "a terminal and NO_COLOR is not set")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -150,9 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "differences; jvp against vjp; second order)")
     k.add_argument("spec")
     k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--json", metavar="FILE|-",
+                   help="also write the results as JSON (per op: each check's name, error, "
+                        "tolerance, passed); '-': JSON to stdout, the text to stderr")
     k.add_argument("--precise", action="store_true",
                    help="accepted as for compile and bench; check runs the IR interpreter, "
                         "which computes with NumPy's functions either way")
+    _color_option(k)
     k.set_defaults(fn=_cmd_check)
     b = sub.add_parser("bench", help="fused vs unfused vs NumPy, numexpr, JAX and PyTorch: "
                        "time and GB/s per op")
@@ -171,9 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--settle", type=float, default=0.01, metavar="S",
                    help="seconds slept before each timed call, so one library's spinning "
                         "threads stop before the next runs (default 0.01)")
-    b.add_argument("--json", metavar="FILE", help="write every measurement and machine info")
+    b.add_argument("--json", metavar="FILE|-", help="write every measurement and machine info; "
+                   "'-': JSON to stdout, the tables to stderr")
     b.add_argument("--plot", metavar="FILE.png", help="plot effective GB/s (matplotlib)")
     b.add_argument("--precise", action="store_true", help=_PRECISE)
+    _color_option(b)
     b.set_defaults(fn=_cmd_bench)
     e = sub.add_parser("explain", help="the derived gradient and the kernel plan of an op")
     e.add_argument("spec")
@@ -192,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.set_defaults(fn=_cmd_graph)
     d = sub.add_parser("demo", help="the main job on the bundled example")
     d.add_argument("--quick", action="store_true", help="fewer elements and epochs")
+    _color_option(d)
     d.set_defaults(fn=_cmd_demo)
     return p
 

@@ -69,30 +69,39 @@ def _train_module():
         return mod
 
 
-def run_demo(quick: bool = False) -> int:
+def run_demo(quick: bool = False, color: bool = False) -> int:
+    """Run the five steps, printing to stdout (``color``: ANSI styles for a
+    terminal); progress bars go to a terminal's stderr (benchmark) and stdout
+    (training) only.  Returns the exit status: 0, or 1 when a value or a
+    gradient check disagrees."""
     import gradc
     from gradc.bench import bench_file
     from gradc.frontend.check import load_program
     from gradc.gradcheck import check_program
+    from gradc.term import status, style
+
+    def head(text: str) -> None:
+        print(style(text, "bold", "cyan", on=color))
+
     seed = examples_dir() / "seed.grad"
-    print(f"== 1. compile {seed}")
+    head(f"== 1. compile {seed}")
     out = Path(tempfile.mkdtemp(prefix="gradc-demo-")) / "seed_gen.py"
     gradc.compile_file(seed, out)
     print(f"wrote {out} ({len(out.read_text().splitlines())} lines); importing "
           "(Numba compiles the kernels on first use and caches them on disk)")
     module = gradc.load(seed)
-    print("\n== 2. the guide's values beside gradc's (float32, fwd_bwd)")
+    head("\n== 2. the guide's values beside gradc's (float32, fwd_bwd)")
     table, ok = guide_table(module)
-    print(table)
-    print("\n== 3. gradient check (float64 finite differences)")
+    print("\n".join(status(line, on=color) for line in table.splitlines()))
+    head("\n== 3. gradient check (float64 finite differences)")
     results = check_program(load_program(seed))
     for r in results:
-        print(r.line())
+        print(status(r.line(), on=color))
     ok &= all(r.passed for r in results)
     n = 10**6 if quick else 10**7
-    print(f"\n== 4. fused vs unfused (fwd_bwd of the elementwise ops, n = {n:,})")
-    print(bench_file(seed, n=n, repeat=5 if quick else 9))
-    print("\n== 5. the guide's classifier on scikit-learn's handwritten digits")
+    head(f"\n== 4. fused vs unfused (fwd_bwd of the elementwise ops, n = {n:,})")
+    print(bench_file(seed, n=n, repeat=5 if quick else 9, progress=None, color=color))
+    head("\n== 5. the guide's classifier on scikit-learn's handwritten digits")
     result = _train_module().run(module, epochs=10 if quick else 30)
     print(f"held-out accuracy: {result['test_accuracy']:.2%}")
     return 0 if ok else 1
