@@ -8,7 +8,9 @@ over ``my_ops.grad``, and the hook costs nothing for imports that succeed withou
 it.  ``import pkg.my_ops`` looks for ``my_ops.grad`` in ``pkg.__path__`` (a regular or
 a namespace package).  The module is compiled through :func:`gradc.load`'s cache
 (:mod:`gradc.runtime.cache`) and registered in ``sys.modules`` under the imported
-name; its ``__file__`` is the .grad file.  ``importlib.reload`` compiles again when
+name; its ``__file__`` is the .grad file, its attributes (``OPS``, the ops) are those
+of the module :func:`gradc.load` returns for the file, which is also in
+``sys.modules`` under its own name, ``__gradc_module__``.  ``importlib.reload`` compiles again when
 the file (or a file it imports) changed.  An error in the file raises the
 :class:`gradc.GradcError` (``file:line:col`` with a caret), not an ImportError.
 """
@@ -23,6 +25,8 @@ from pathlib import Path
 from types import ModuleType
 
 SUFFIX = ".grad"
+_OWN = ("__name__", "__file__", "__spec__", "__loader__", "__package__", "__path__",
+        "__cached__", "__builtins__")
 
 
 class GradLoader(importlib.abc.Loader):
@@ -36,8 +40,15 @@ class GradLoader(importlib.abc.Loader):
         return None                      # the default module object
 
     def exec_module(self, module: ModuleType) -> None:
-        from gradc.runtime.loader import exec_cached
-        exec_cached(module, self.path, **self.options)
+        """Fill ``module`` with the attributes of ``gradc.load(path)``'s module (its
+        name, file, spec and loader stay the imported ones'): the kernels keep the
+        cache entry's module name, which Numba's on-disk cache records and imports."""
+        from gradc.runtime.loader import load
+        compiled = load(self.path, **self.options)
+        own = {k: module.__dict__[k] for k in _OWN if k in module.__dict__}
+        module.__dict__.update(compiled.__dict__)
+        module.__dict__.update(own)
+        module.__gradc_module__ = compiled.__name__
 
 
 class GradFinder(importlib.abc.MetaPathFinder):

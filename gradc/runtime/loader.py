@@ -1,20 +1,15 @@
 """``gradc.load(path)``: compile a .grad file through the cache and import it."""
 from __future__ import annotations
 
-import importlib.machinery
 import importlib.util
 import os
 import re
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import TypeVar
 
 from gradc.runtime.cache import (cache_dir, cache_key, discard_entry, entry_is_valid,
                                  write_entry, write_metadata)
-
-T = TypeVar("T")
 
 
 def load(path: str | os.PathLike, **options) -> ModuleType:
@@ -30,21 +25,7 @@ def load(path: str | os.PathLike, **options) -> ModuleType:
     name, sources, files = _resolve(path, options)
     if name in sys.modules:
         return sys.modules[name]
-    return _through_cache(path, name, sources, files, options, lambda t: _import(name, t))
-
-
-def exec_cached(module: ModuleType, path: str | os.PathLike, **options) -> None:
-    """Run the cached module compiled from ``path`` in ``module``'s namespace
-    (compiling first where the cache has no valid entry): the import hook's
-    ``exec_module``.  Raises as :func:`load`."""
-    path = _grad_file(path)
-    name, sources, files = _resolve(path, options)
-
-    def run(target: Path) -> None:
-        code = importlib.machinery.SourceFileLoader(name, str(target)).get_code(name)
-        exec(code, module.__dict__)        # the entry's code, with its bytecode cache
-
-    _through_cache(path, name, sources, files, options, run)
+    return _through_cache(path, name, sources, files, options)
 
 
 def entry_name(path: Path, options: dict) -> tuple[str, list[str]]:
@@ -71,10 +52,10 @@ def _resolve(path: Path, options: dict) -> tuple[str, list[str], list]:
     return f"gradc_{stem}_{key[:16]}", sources, list(program.files)
 
 
-def _through_cache(path: Path, name: str, sources: list[str], files: list, options: dict,
-                   use: Callable[[Path], T]) -> T:
-    """``use(entry)`` on the valid cache entry of ``name``, compiled first if it is
-    missing or damaged, and compiled again if ``use`` fails on it (damaged bytecode)."""
+def _through_cache(path: Path, name: str, sources: list[str], files: list,
+                   options: dict) -> ModuleType:
+    """Import the valid cache entry of ``name``, compiled first if it is missing or
+    damaged, and compiled again if importing it fails (damaged bytecode)."""
     from gradc import compile_source
     target = cache_dir() / f"{name}.py"
 
@@ -87,11 +68,11 @@ def _through_cache(path: Path, name: str, sources: list[str], files: list, optio
     if not entry_is_valid(target):           # missing, or damaged: (re)compile
         write()
     try:
-        return use(target)
+        return _import(name, target)
     except Exception:                        # damaged after all (its bytecode, say)
         discard_entry(target)
         write()
-        return use(target)
+        return _import(name, target)
 
 
 def _import(name: str, target: Path) -> ModuleType:

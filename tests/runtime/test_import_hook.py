@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -108,3 +110,23 @@ def test_find_spec_does_not_compile(site) -> None:
     spec = importlib.util.find_spec("hook_ops")
     assert spec.origin == str((site / "hook_ops.grad").resolve()) and not entries()
     assert importlib.util.find_spec("hook_no_such_module") is None
+
+
+def test_the_hook_and_gradc_load_share_numba_s_cache(site) -> None:
+    """Kernels compiled in a module imported by the hook are in Numba's on-disk cache
+    under the cache entry's module name, so another process loads them whether it
+    uses gradc.load or the hook (Numba imports the module its cache records)."""
+    src = site / "hook_ops.grad"
+    src.write_text("op f(x) -> y { y = 2 * x }\n")
+    gradc.install_import_hook()
+    import hook_ops
+    np.testing.assert_array_equal(hook_ops.f(np.ones(2, np.float32)), [2.0, 2.0])
+    loaded = gradc.load(src)
+    assert hook_ops.OPS is loaded.OPS and hook_ops.__gradc_module__ == loaded.__name__
+    assert list((site.parent / "cache" / "__pycache__").glob(f"{loaded.__name__}.*.nbi"))
+    for how in (f"gradc.load({str(src)!r})",
+                f"(gradc.install_import_hook(), __import__('hook_ops'))[1]"):
+        code = f"import gradc, numpy as np; print({how}.f(np.ones(2, np.float32)))"
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             cwd=site, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+        assert run.returncode == 0 and run.stdout == "[2. 2.]\n", run.stderr
