@@ -106,6 +106,13 @@ def _cmd_graph(args) -> int:
     return 2
 
 
+def _cmd_testgen(args) -> int:
+    from gradc.testgen import write_tests
+    out, n = write_tests(args.spec, args.output)
+    print(f"wrote {out}: {n} tests (run: python -m pytest {out})")
+    return 0
+
+
 def _cmd_demo(args) -> int:
     from gradc.demo import run_demo
     return run_demo(quick=args.quick)
@@ -173,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("op")
     g.add_argument("-o", "--output", required=True)
     g.set_defaults(fn=_cmd_graph)
+    t = sub.add_parser("testgen", help="write a pytest file that checks every op (gradients "
+                       "against finite differences, fused against unfused, jvp, dtypes)")
+    t.add_argument("spec")
+    t.add_argument("-o", "--output", required=True, metavar="TEST.py")
+    t.set_defaults(fn=_cmd_testgen)
     d = sub.add_parser("demo", help="the main job on the bundled example")
     d.add_argument("--quick", action="store_true", help="fewer elements and epochs")
     d.set_defaults(fn=_cmd_demo)

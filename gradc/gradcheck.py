@@ -109,28 +109,53 @@ def _vjp_dot(cop: CompiledOp, xs: list, vs: list, us: list) -> float:
     return float(sum(np.vdot(g, u) for g, u in zip(grads, us)))
 
 
+def fit_inputs(cop: CompiledOp, rng: np.random.Generator
+               ) -> tuple[list, list, tuple[int, ...], bool] | None:
+    """Random float64 inputs at which the forward pass of ``cop`` runs, and its
+    outputs: ``(xs, ys, generic, positive)``.  Parameters without a declared shape
+    are tried as each of :data:`GENERIC_SHAPES` in turn (``generic``: the first that
+    fits); where standard normal inputs give a non-finite output, inputs are drawn
+    uniformly from [0.5, 2] instead (``positive``).  None if no shape fits."""
+    for generic in GENERIC_SHAPES:
+        xs = sample_inputs(cop, rng, generic=generic)
+        try:
+            with np.errstate(all="ignore"):
+                ys = interpret(cop.methods["forward"].graph, xs)
+            break
+        except (ValueError, IndexError):      # shapes that do not fit the op
+            continue
+    else:
+        return None
+    if all(np.all(np.isfinite(y)) for y in ys):
+        return xs, ys, generic, False
+    xs = sample_inputs(cop, rng, positive=True, generic=generic)
+    return xs, interpret(cop.methods["forward"].graph, xs), generic, True
+
+
+def custom_difference(cop: CompiledOp, true: CompiledOp, xs: list, vs: list) -> float:
+    """``|custom - true| / |true|`` of the VJPs at ``xs`` for the cotangents ``vs``
+    (all gradients together, 2-norm); inf where the true derivative is 0 and the
+    custom gradient is not."""
+    g_custom = interpret(cop.methods["vjp"].graph, xs + vs)
+    g_true = interpret(true.methods["vjp"].graph, xs + vs)
+    num = sum(float(np.sum((a - b) ** 2)) for a, b in zip(g_custom, g_true)) ** 0.5
+    den = sum(float(np.sum(b ** 2)) for b in g_true) ** 0.5
+    return num / den if den > 1e-12 else (0.0 if num < 1e-12 else float("inf"))
+
+
 def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
     """Check one op (an ``ast.OpDef`` of a checked program)."""
     rng = np.random.default_rng(seed)
     cop = build_op(op, ops, consts)
     true = build_op(op, ops, consts, custom=False)
     custom = bool(cop.primal.regions)
-    for generic in GENERIC_SHAPES:
-        xs = sample_inputs(true, rng, generic=generic)
-        try:
-            with np.errstate(all="ignore"):
-                ys = interpret(true.methods["forward"].graph, xs)
-            break
-        except (ValueError, IndexError):      # shapes that do not fit the op
-            continue
-    else:
+    fitted = fit_inputs(true, rng)
+    if fitted is None:
         return CheckResult(op.name, False, float("nan"), custom,
                            note=f"no input shapes tried fit the op (parameters without a "
                                 f"declared shape were tried as {', '.join(map(str, GENERIC_SHAPES))}"
                                 f"): declare their shapes")
-    if not all(np.all(np.isfinite(y)) for y in ys):
-        xs = sample_inputs(true, rng, positive=True, generic=generic)
-        ys = interpret(true.methods["forward"].graph, xs)
+    xs, ys = fitted[:2]
     diff = [i for i, p in enumerate(true.params) if p.differentiable]
     us = [rng.standard_normal(np.shape(xs[i])) for i in diff]
     vs = [rng.standard_normal(np.shape(y)) for y in ys]
@@ -146,12 +171,7 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
     err = abs(fd - ad) / max(abs(fd), abs(ad), 1e-8)
     result = CheckResult(op.name, bool(err < TOL), err, custom)
     if custom:
-        g_custom = interpret(cop.methods["vjp"].graph, xs + vs)
-        g_true = interpret(true.methods["vjp"].graph, xs + vs)
-        num = sum(float(np.sum((a - b) ** 2)) for a, b in zip(g_custom, g_true)) ** 0.5
-        den = sum(float(np.sum(b ** 2)) for b in g_true) ** 0.5
-        result.custom_rel_diff = num / den if den > 1e-12 else (0.0 if num < 1e-12
-                                                                 else float("inf"))
+        result.custom_rel_diff = custom_difference(cop, true, xs, vs)
     if not np.isfinite(fd):
         result.ok, result.note = False, "non-finite values at the sampled point"
     if "jvp" in cop.methods:
