@@ -40,6 +40,11 @@ from gradc.ir.interpret import interpret
 from gradc.pipeline import CompiledOp, build_op
 
 EXACT = 1e-6         # a custom rule this close to the derivative is taken as exact
+SEEDS = 10           # seeds tried for a point where finite differences cross no kink
+# Per compute dtype: the finite-difference step, the relative tolerance of finite
+# differences, and that of identities that hold up to rounding (written into the file).
+TOLERANCES = {"float64": (1e-6, 1e-6, 1e-9), "float32": (3e-3, 5e-3, 1e-4),
+              "float16": (1e-1, 1e-1, 1e-2)}
 TEMPLATE = Path(__file__).with_name("testgen_template.py.txt")
 
 
@@ -55,6 +60,8 @@ class OpPlan:
     linear: bool = True                 # VJP linear in the cotangents (has a jvp)
     broadcast: list[tuple] = field(default_factory=list)     # (parameter, smaller shape)
     scalar: bool = False                # elementwise in its one parameter
+    seed: int = 0                       # of the inputs the tests draw
+    no_fd: str = ""                     # why a derived gradient is not checked by FD
 
 
 def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
@@ -77,6 +84,11 @@ def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
         if diff > EXACT:
             plan.custom = (f"relative difference to the derivative up to {diff:.3g}"
                            if np.isfinite(diff) else "the derivative is 0, the rule is not")
+    if not plan.custom:
+        plan.seed = next((k for k in range(SEEDS) if _differences_hold(cop, plan, k)), -1)
+        if plan.seed < 0:
+            plan.seed, plan.no_fd = 0, (f"finite differences crossed a kink at all "
+                                        f"{SEEDS} points tried")
     free = [i for i, p in enumerate(cop.params) if not p.has_default]
     for i in free:
         p = cop.params[i]
@@ -86,6 +98,57 @@ def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
     plan.scalar = (len(free) == 1 and cop.params[free[0]].shape is None
                    and cop.params[free[0]].dtype is None and _elementwise(cop, xs, ys, free[0], rng))
     return plan
+
+
+def drawn_inputs(cop: CompiledOp, plan: OpPlan, seed: int) -> list:
+    """The inputs the generated ``make_inputs`` draws at float64 (every parameter's:
+    those with a default take it), as float64 arrays."""
+    rng = np.random.default_rng([zlib.crc32(plan.name.encode()), seed])
+    shapes = {name: shape for name, shape, _, _ in plan.params}
+    xs = []
+    for p in cop.params:
+        if p.has_default:
+            xs.append(np.asarray(p.default, dtype=None if p.dtype and p.dtype[0] != "f"
+                                 else np.float64))
+        elif p.dtype in ("i32", "i64"):
+            xs.append(rng.integers(-3, 4, size=shapes[p.name]))
+        elif p.dtype == "bool":
+            xs.append(rng.random(shapes[p.name]) < 0.5)
+        else:
+            x = rng.uniform(0.5, 2.0, shapes[p.name]) if plan.positive else \
+                rng.standard_normal(shapes[p.name])
+            xs.append(np.asarray(x, dtype=_FLOATS.get(p.dtype, np.float64)).astype(np.float64))
+    return xs
+
+
+_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+
+
+def _differences_hold(cop: CompiledOp, plan: OpPlan, seed: int) -> bool:
+    """Whether the generated finite-difference test passes at ``seed`` in the IR
+    interpreter with a tenth of its tolerance: at the file's step no kink (``abs``,
+    ``max``, ``where``) lies between ``x - h u`` and ``x + h u``."""
+    xs = drawn_inputs(cop, plan, seed)
+    kinds = {p[2] for p in plan.params}
+    dtype = np.result_type(*[_FLOATS[k] for k in kinds if k in _FLOATS],
+                           *([np.float64] if "float" in kinds else [])).name
+    step, rtol, _ = TOLERANCES[dtype if dtype in TOLERANCES else "float64"]
+    diff = [i for i, p in enumerate(cop.params) if p.differentiable]
+    forward = cop.methods["forward"].graph
+    ys = interpret(forward, xs)
+    us = [np.random.default_rng(2).standard_normal(np.shape(xs[i])) for i in diff]
+    rng = np.random.default_rng(3)
+    vs = [rng.standard_normal(np.shape(y)) for y in ys]
+
+    def moved(sign: float) -> list:
+        x = list(xs)
+        for i, u in zip(diff, us):
+            x[i] = xs[i] + sign * step * u
+        return interpret(forward, x)
+
+    fd = sum(float(np.vdot(v, (a - b) / (2 * step))) for v, a, b in zip(vs, moved(1), moved(-1)))
+    ad = sum(float(np.vdot(g, u)) for g, u in zip(_grads(cop, xs, vs), us))
+    return bool(abs(fd - ad) <= rtol / 10 * max(abs(fd), abs(ad), 1e-8))
 
 
 def _smaller(shape: tuple) -> list[tuple]:
@@ -176,9 +239,9 @@ def render(plans: list[OpPlan], skipped: dict[str, str], spec_path: str, spec_ar
               for d in (("float32", "float64") if any(k == "float" for _, _, k, _ in p.params)
                         else ("declared",))]
     tables = {
-        "CASES": {p.name: {"params": p.params, "outputs": p.outputs, "positive": p.positive}
-                  for p in plans},
-        "FINITE_DIFFERENCES": [p.name for p in plans if not p.custom],
+        "CASES": {p.name: {"params": p.params, "outputs": p.outputs, "positive": p.positive,
+                           "seed": p.seed} for p in plans},
+        "FINITE_DIFFERENCES": [p.name for p in plans if not p.custom and not p.no_fd],
         "CUSTOM": {p.name: p.custom for p in plans if p.custom},
         "LINEAR_CUSTOM": [p.name for p in plans if p.custom and p.linear],
         "METHODS": methods,
@@ -190,6 +253,8 @@ def render(plans: list[OpPlan], skipped: dict[str, str], spec_path: str, spec_ar
     }
     body = {k: _literal(v) for k, v in tables.items()}
     left_out = "".join(f"\n#   {name}: {why}" for name, why in skipped.items())
+    left_out += "".join(f"\n#   {p.name}, from the finite-difference test: {p.no_fd}"
+                        for p in plans if p.no_fd)
     # The template's tests each follow a line '# @tests TABLE': left out where TABLE is
     # empty (pytest would report an empty parametrisation as a skipped test).
     head, *sections = re.split(r"^# @tests (\w+)\n", TEMPLATE.read_text(encoding="utf-8"),
@@ -198,21 +263,34 @@ def render(plans: list[OpPlan], skipped: dict[str, str], spec_path: str, spec_ar
                           if tables[table])
     return string.Template(text.rstrip("\n") + "\n").substitute(
         spec_name=Path(spec_arg).name, spec_arg=spec_arg, out_name=out_name,
-        version=gradc.__version__, left_out=left_out or " none", SPEC_PATH=repr(spec_path), **body)
+        version=gradc.__version__, left_out=left_out or " none", SPEC_PATH=repr(spec_path),
+        TOLERANCES=repr(TOLERANCES), **body)
 
 
 def _literal(value: dict | list, width: int = 88) -> str:
-    """A dict as one entry per line; a list packed into lines of at most ``width``."""
+    """A dict as one entry per line (CASES: its parameters packed below); a list
+    packed into lines of at most ``width``."""
     if isinstance(value, dict):
-        items = [f"    {k!r}: {v!r}," for k, v in value.items()]
+        items = [f"    {k!r}: {_case(v, width) if isinstance(v, dict) else repr(v)},"
+                 for k, v in value.items()]
         return "{\n" + "\n".join(items) + "\n}" if items else "{}"
+    return "[\n" + "\n".join(_packed(value, "    ", width)) + "\n]" if value else "[]"
+
+
+def _case(case: dict, width: int) -> str:
+    rest = ", ".join(f"{k!r}: {v!r}" for k, v in case.items() if k != "params")
+    return ("{" + rest + ", 'params': [\n" + "\n".join(_packed(case["params"], " " * 8, width))
+            + "\n    ]}")
+
+
+def _packed(items: list, indent: str, width: int) -> list[str]:
     lines: list[str] = []
-    for item in map(repr, value):
+    for item in map(repr, items):
         if lines and len(lines[-1]) + len(item) + 2 <= width:
             lines[-1] += f" {item},"
         else:
-            lines.append(f"    {item},")
-    return "[\n" + "\n".join(lines) + "\n]" if lines else "[]"
+            lines.append(f"{indent}{item},")
+    return lines
 
 
 def write_tests(spec: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, int]:
@@ -233,7 +311,7 @@ def write_tests(spec: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, 
 
 def count_tests(plans: list[OpPlan]) -> int:
     """How many tests the file of ``plans`` holds (what pytest collects)."""
-    per_op = lambda p: (1 + (not p.custom) + bool(p.custom and p.linear)    # vjp~fwd_bwd, FD
+    per_op = lambda p: (1 + (not p.custom and not p.no_fd) + bool(p.custom and p.linear)
                         + 3 + 2 * p.linear                                 # methods, adjoint
                         + len(p.broadcast) + p.scalar
                         + (2 if any(k == "float" for _, _, k, _ in p.params) else 1)
