@@ -88,6 +88,13 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _cmd_testgen(args) -> int:
+    from gradc.testgen import write_tests
+    out, n = write_tests(args.spec, args.output)
+    print(f"wrote {out}: {n} tests (run: python -m pytest {out})")
+    return 0
+
+
 def _size(text: str) -> int:
     """``1000000``, ``1e6``, ``10**6`` or ``10^6``."""
     try:
@@ -104,13 +111,6 @@ def _cmd_graph(args) -> int:
     print("gradc graph: not implemented yet in this version (use 'gradc compile "
           "--emit ir' for the IR as text, 'gradc explain' for the math and kernel plan)", file=sys.stderr)
     return 2
-
-
-def _cmd_testgen(args) -> int:
-    from gradc.testgen import write_tests
-    out, n = write_tests(args.spec, args.output)
-    print(f"wrote {out}: {n} tests (run: python -m pytest {out})")
-    return 0
 
 
 def _cmd_demo(args) -> int:

@@ -104,32 +104,23 @@ def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = Fa
     return out
 
 
-def _vjp_dot(cop: CompiledOp, xs: list, vs: list, us: list) -> float:
-    grads = interpret(cop.methods["vjp"].graph, xs + vs)
-    return float(sum(np.vdot(g, u) for g, u in zip(grads, us)))
-
-
-def fit_inputs(cop: CompiledOp, rng: np.random.Generator
-               ) -> tuple[list, list, tuple[int, ...], bool] | None:
-    """Random float64 inputs at which the forward pass of ``cop`` runs, and its
-    outputs: ``(xs, ys, generic, positive)``.  Parameters without a declared shape
-    are tried as each of :data:`GENERIC_SHAPES` in turn (``generic``: the first that
-    fits); where standard normal inputs give a non-finite output, inputs are drawn
-    uniformly from [0.5, 2] instead (``positive``).  None if no shape fits."""
+def fitting_inputs(cop: CompiledOp, rng: np.random.Generator):
+    """``(xs, ys, generic)``: :func:`sample_inputs` at the first of ``GENERIC_SHAPES`` for
+    parameters without a declared shape at which the forward pass runs, and its
+    outputs ``ys``; None when none fits."""
     for generic in GENERIC_SHAPES:
         xs = sample_inputs(cop, rng, generic=generic)
         try:
             with np.errstate(all="ignore"):
-                ys = interpret(cop.methods["forward"].graph, xs)
-            break
+                return xs, interpret(cop.methods["forward"].graph, xs), generic
         except (ValueError, IndexError):      # shapes that do not fit the op
             continue
-    else:
-        return None
-    if all(np.all(np.isfinite(y)) for y in ys):
-        return xs, ys, generic, False
-    xs = sample_inputs(cop, rng, positive=True, generic=generic)
-    return xs, interpret(cop.methods["forward"].graph, xs), generic, True
+    return None
+
+
+def _vjp_dot(cop: CompiledOp, xs: list, vs: list, us: list) -> float:
+    grads = interpret(cop.methods["vjp"].graph, xs + vs)
+    return float(sum(np.vdot(g, u) for g, u in zip(grads, us)))
 
 
 def custom_difference(cop: CompiledOp, true: CompiledOp, xs: list, vs: list) -> float:
@@ -149,13 +140,16 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
     cop = build_op(op, ops, consts)
     true = build_op(op, ops, consts, custom=False)
     custom = bool(cop.primal.regions)
-    fitted = fit_inputs(true, rng)
-    if fitted is None:
+    fit = fitting_inputs(true, rng)
+    if fit is None:
         return CheckResult(op.name, False, float("nan"), custom,
                            note=f"no input shapes tried fit the op (parameters without a "
                                 f"declared shape were tried as {', '.join(map(str, GENERIC_SHAPES))}"
                                 f"): declare their shapes")
-    xs, ys = fitted[:2]
+    xs, ys, generic = fit
+    if not all(np.all(np.isfinite(y)) for y in ys):
+        xs = sample_inputs(true, rng, positive=True, generic=generic)
+        ys = interpret(true.methods["forward"].graph, xs)
     diff = [i for i, p in enumerate(true.params) if p.differentiable]
     us = [rng.standard_normal(np.shape(xs[i])) for i in diff]
     vs = [rng.standard_normal(np.shape(y)) for y in ys]

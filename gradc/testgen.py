@@ -20,7 +20,7 @@ property with ids by op name:
   for annotated parameters; an integer array for a generic float parameter, or
   another float width for an annotated one, is a TypeError (README, *Arguments*).
 
-Shapes are chosen as ``gradc check`` chooses them (:func:`gradc.gradcheck.fit_inputs`)
+Shapes are chosen as ``gradc check`` chooses them (:func:`gradc.gradcheck.fitting_inputs`)
 and written into the file; values are drawn when the tests run, from a seed per op.
 The text depends only on the .grad files, the output path and gradc's version.
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gradc.gradcheck import custom_difference, fit_inputs
+from gradc.gradcheck import custom_difference, fitting_inputs, sample_inputs
 from gradc.ir.interpret import interpret
 from gradc.pipeline import CompiledOp, build_op
 
@@ -67,10 +67,14 @@ class OpPlan:
 def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
     """The plan of one op, or why it gets no tests."""
     rng = np.random.default_rng(zlib.crc32(cop.op.name.encode()))
-    fitted = fit_inputs(true, rng)
+    fitted = fitting_inputs(true, rng)            # shapes as gradc check chooses them
     if fitted is None:
         return "no input shapes tried fit it (declare the shapes of its parameters)"
-    xs, ys, _, positive = fitted
+    xs, ys, generic = fitted
+    positive = not all(np.all(np.isfinite(y)) for y in ys)
+    if positive:                                  # inputs in [0.5, 2], as gradc check
+        xs = sample_inputs(true, rng, positive=True, generic=generic)
+        ys = interpret(true.methods["forward"].graph, xs)
     inputs = [(p, x) for p, x in zip(cop.params, xs) if not p.has_default]
     plan = OpPlan(cop.op.name, [(p.name, np.shape(x), p.dtype or "float", p.differentiable)
                                 for p, x in inputs], len(ys), positive,
