@@ -92,6 +92,9 @@ def _cmd_testgen(args) -> int:
     from gradc.testgen import write_tests
     out, n = write_tests(args.spec, args.output)
     print(f"wrote {out}: {n} tests (run: python -m pytest {out})")
+    if not (out.name.startswith("test_") or out.stem.endswith("_test")):
+        print("note: pytest collects test_*.py and *_test.py files by default; name it so "
+              "to have it run with the rest of your tests")
     return 0
 
 

@@ -188,6 +188,10 @@ gradc.load = load
 def test_errors(tmp_path, capsys) -> None:
     bad = tmp_path / "bad.grad"
     bad.write_text("op f(x) -> y { y = q }\n")
+    assert main(["testgen", str(EXAMPLES / "activations.grad"), "-o", str(tmp_path / "ci.py")]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "note: pytest collects test_*.py and *_test.py files by default; name it so to have it "
+        "run with the rest of your tests")
     assert main(["testgen", str(bad), "-o", str(tmp_path / "t.py")]) == 1
     assert "bad.grad:1:20: error[E201]: undefined name 'q'" in capsys.readouterr().err
     assert not (tmp_path / "t.py").exists()
