@@ -4,7 +4,9 @@ Public API (SPEC §2):
 
 * :func:`compile_source` — .grad text to the text of a standalone Python module;
 * :func:`compile_file` — a .grad file to a module file;
-* :func:`load` — compile (cached on disk) and import a .grad file.
+* :func:`load` — compile (cached on disk) and import a .grad file;
+* :func:`install_import_hook`, :func:`uninstall_import_hook` — ``import NAME`` of a
+  ``NAME.grad`` on ``sys.path`` (:mod:`gradc.runtime.import_hook`).
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ __version__ = "0.1.0"
 
 from gradc.errors import GradcError, GradcErrors, GradcWarning  # noqa: E402
 
-__all__ = ["compile_source", "compile_file", "load", "GradcError", "GradcErrors", "GradcWarning",
+__all__ = ["compile_source", "compile_file", "load", "install_import_hook",
+           "uninstall_import_hook", "GradcError", "GradcErrors", "GradcWarning",
            "__version__"]
 
 
@@ -98,3 +101,18 @@ def load(path: str | os.PathLike, **options):
     options) and return the imported module."""
     from gradc.runtime.loader import load as _load
     return _load(path, **options)
+
+
+def install_import_hook(**options):
+    """Make ``import NAME`` compile and import ``NAME.grad`` found on ``sys.path``
+    (a ``NAME.py`` takes precedence), through :func:`load`'s cache; ``options`` as
+    for :func:`compile_source`.  Returns the finder, a context manager that
+    uninstalls it.  See :mod:`gradc.runtime.import_hook`."""
+    from gradc.runtime.import_hook import install_import_hook as _install
+    return _install(**options)
+
+
+def uninstall_import_hook() -> bool:
+    """Remove the hook of :func:`install_import_hook`; returns whether one was there."""
+    from gradc.runtime.import_hook import uninstall_import_hook as _uninstall
+    return _uninstall()

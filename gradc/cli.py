@@ -104,6 +104,16 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _cmd_testgen(args) -> int:
+    from gradc.testgen import write_tests
+    out, n = write_tests(args.spec, args.output)
+    print(f"wrote {out}: {n} tests (run: python -m pytest {out})")
+    if not (out.name.startswith("test_") or out.stem.endswith("_test")):
+        print("note: pytest collects test_*.py and *_test.py files by default; name it so "
+              "to have it run with the rest of your tests")
+    return 0
+
+
 def _size(text: str) -> int:
     """``1000000``, ``1e6``, ``10**6`` or ``10^6``."""
     try:
@@ -215,6 +225,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="forward, vjp, fwd_bwd (default: forward and backward in one graph), "
                         "jvp, or both (forward and vjp side by side); repeatable")
     g.set_defaults(fn=_cmd_graph)
+    t = sub.add_parser("testgen", help="write a pytest file that checks every op (gradients "
+                       "against finite differences, fused against unfused, jvp, dtypes)")
+    t.add_argument("spec")
+    t.add_argument("-o", "--output", required=True, metavar="TEST.py")
+    t.set_defaults(fn=_cmd_testgen)
     d = sub.add_parser("demo", help="the main job on the bundled example")
     d.add_argument("--quick", action="store_true", help="fewer elements and epochs")
     _color_option(d)

@@ -34,3 +34,6 @@ def test_wheel_installs_and_runs(tmp_path):
                        text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "ok   scaled_tanh" in r.stdout
+    r = subprocess.run([env / "bin" / "gradc", "testgen", str(seed), "-o", "test_seed.py"],
+                       capture_output=True, text=True, cwd=tmp_path)    # its template ships
+    assert r.returncode == 0 and "74 tests" in r.stdout, r.stderr

@@ -10,6 +10,11 @@ compiling the same file at once both get a complete module; there are no lock
 files, so none can be left stale.  An entry carries the SHA-256 of its text in
 its last line: a truncated, empty or overwritten entry (or a directory in its
 place, or a damaged Numba cache file beside it) is discarded and recompiled.
+
+Each entry ``gradc_<stem>_<key>.py`` has beside it ``gradc_<stem>_<key>.json`` (the
+source path, the files it imports, the options and versions: what ``python -m
+gradc.cache info`` shows) and, under ``__pycache__/``, Python's bytecode and Numba's
+index and data files of its kernels.
 """
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ import pickletools
 import secrets
 import shutil
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -163,3 +169,71 @@ def _remove_stale_temps(path: Path) -> None:
         with contextlib.suppress(OSError):
             if now - tmp.stat().st_mtime > _STALE_TEMP_S:
                 tmp.unlink()
+
+
+# ---- what is in the cache: metadata, listing, clearing ---------------------------------
+
+def write_metadata(entry: Path, source: Path, files: list, options: dict) -> None:
+    """Write ``<entry>.json`` beside the entry (atomically): the .grad file it was
+    compiled from, the files that one imports, the options and the versions."""
+    import numba
+    import numpy
+
+    import gradc
+    meta = {"source": str(source), "imports": [str(f) for f in files[1:]], "options": options,
+            "gradc": gradc.__version__, "numba": numba.__version__, "numpy": numpy.__version__}
+    write_atomic(entry.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One compiled module in the cache; ``meta`` is its ``.json`` (empty if missing
+    or unreadable), ``files`` everything of it on disk, ``size`` their bytes."""
+
+    path: Path
+    meta: dict
+    files: tuple[Path, ...]
+    size: int
+    mtime: float
+
+
+def entries(root: Path | None = None) -> list[Entry]:
+    """The entries of the cache directory ``root`` (default :func:`cache_dir`),
+    oldest first; none when it does not exist."""
+    root = cache_dir() if root is None else root
+    out = []
+    for path in sorted(root.glob("gradc_*.py")) if root.is_dir() else ():
+        files = [path, *(f for f in [path.with_suffix(".json")] if f.is_file()),
+                 *sorted((root / "__pycache__").glob(f"{path.stem}.*"))]
+        try:
+            meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            meta = {}
+        sizes = []
+        for f in files:
+            with contextlib.suppress(OSError):
+                sizes.append(f.stat().st_size)
+        with contextlib.suppress(OSError):
+            out.append(Entry(path, meta if isinstance(meta, dict) else {}, tuple(files),
+                             sum(sizes), path.stat().st_mtime))
+    return sorted(out, key=lambda e: (e.mtime, e.path.name))
+
+
+def clear(root: Path | None = None) -> int:
+    """Remove every entry of the cache directory (its module, metadata, bytecode and
+    Numba cache files) and the temporary files of crashed writers; return how many
+    entries were removed."""
+    found = entries(root)
+    for e in found:
+        for f in e.files:
+            with contextlib.suppress(OSError):
+                f.unlink()
+    root = cache_dir() if root is None else root
+    orphans = [m for m in root.glob("gradc_*.json") if not m.with_suffix(".py").exists()] \
+        if root.is_dir() else []
+    for f in orphans:
+        with contextlib.suppress(OSError):
+            f.unlink()
+    for entry in found:             # what a crashed writer of an entry left
+        _remove_stale_temps(entry.path)
+    return len(found)

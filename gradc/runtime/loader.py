@@ -9,47 +9,70 @@ from pathlib import Path
 from types import ModuleType
 
 from gradc.runtime.cache import (cache_dir, cache_key, discard_entry, entry_is_valid,
-                                 write_entry)
+                                 write_entry, write_metadata)
 
 
 def load(path: str | os.PathLike, **options) -> ModuleType:
     """Import the module compiled from the .grad file ``path``.
 
     Compiles only when the cache has no module for these sources, versions and
-    options, or a damaged one (see :mod:`gradc.runtime.cache`).  Raises
-    :class:`gradc.GradcError` for errors in the file and FileNotFoundError when
-    it does not exist.
+    options, or a damaged one (see :mod:`gradc.runtime.cache`).  The module is
+    registered in ``sys.modules`` as ``gradc_<stem>_<key>``, so loading the same
+    sources again returns the same module.  Raises :class:`gradc.GradcError` for
+    errors in the file and FileNotFoundError when it does not exist.
     """
-    from gradc import compile_source
-    path = Path(path).resolve()
-    if not path.is_file():
-        raise FileNotFoundError(f"no .grad file at '{path}'")
-    name, sources = entry_name(path, options)
+    path = _grad_file(path)
+    name, sources, files = _resolve(path, options)
     if name in sys.modules:
         return sys.modules[name]
-    target = cache_dir() / f"{name}.py"
-    if not entry_is_valid(target):           # missing, or damaged: (re)compile
-        text = compile_source(sources[0], file=str(path), **options)
-        discard_entry(target)
-        write_entry(target, text)
-    try:
-        return _import(name, target)
-    except Exception:                        # damaged after all (its bytecode, say)
-        discard_entry(target)
-        write_entry(target, compile_source(sources[0], file=str(path), **options))
-        return _import(name, target)
+    return _through_cache(path, name, sources, files, options)
 
 
 def entry_name(path: Path, options: dict) -> tuple[str, list[str]]:
     """The module name of the cache entry of the .grad file ``path`` (absolute),
     ``gradc_<stem>_<key>``, and the sources read for the key (the file's first)."""
+    return _resolve(path, options)[:2]
+
+
+def _grad_file(path: str | os.PathLike) -> Path:
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"no .grad file at '{path}'")
+    return path
+
+
+def _resolve(path: Path, options: dict) -> tuple[str, list[str], list]:
+    """The entry's module name, the sources read for its key and their files."""
     from gradc.frontend.check import load_program
     from gradc.frontend.parser import read_source
     program = load_program(path)          # parses imports too, for the key
     sources = [read_source(f) for f in program.files]
     key = cache_key([str(path), *sources], dict(sorted(options.items())))
     stem = re.sub(r"\W", "_", path.stem)
-    return f"gradc_{stem}_{key[:16]}", sources
+    return f"gradc_{stem}_{key[:16]}", sources, list(program.files)
+
+
+def _through_cache(path: Path, name: str, sources: list[str], files: list,
+                   options: dict) -> ModuleType:
+    """Import the valid cache entry of ``name``, compiled first if it is missing or
+    damaged, and compiled again if importing it fails (damaged bytecode)."""
+    from gradc import compile_source
+    target = cache_dir() / f"{name}.py"
+
+    def write() -> None:
+        text = compile_source(sources[0], file=str(path), **options)
+        discard_entry(target)
+        write_entry(target, text)
+        write_metadata(target, path, files, dict(sorted(options.items())))
+
+    if not entry_is_valid(target):           # missing, or damaged: (re)compile
+        write()
+    try:
+        return _import(name, target)
+    except Exception:                        # damaged after all (its bytecode, say)
+        discard_entry(target)
+        write()
+        return _import(name, target)
 
 
 def _import(name: str, target: Path) -> ModuleType:

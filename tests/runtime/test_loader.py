@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
 
 import gradc
-from gradc.runtime.cache import cache_dir
+from gradc.runtime.cache import cache_dir, entries, entry_is_valid
+from gradc.runtime.loader import entry_name
 
 
 @pytest.fixture
@@ -52,16 +54,30 @@ def test_changed_import_recompiles(tmp_path, cache):
 
 
 def test_concurrent_processes_both_get_a_module(tmp_path, cache):
+    """Two processes that start compiling the same file at the same moment (both wait
+    for a start file, after importing gradc) both import a correct module, and the
+    cache ends with one valid entry."""
     src = tmp_path / "ops.grad"
     src.write_text("op f(x) -> y { y = x * x }\n")
-    code = (f"import gradc, numpy as np; m = gradc.load({str(src)!r}); "
-            "print(float(m.f(np.float64(3.0))))")
+    go = tmp_path / "go"
+    code = ("import os, time, gradc, numpy as np\n"
+            f"open({str(tmp_path)!r} + '/ready-' + str(os.getpid()), 'w').close()\n"
+            f"while not os.path.exists({str(go)!r}): time.sleep(0.001)\n"
+            f"m = gradc.load({str(src)!r})\n"
+            "print(m.__file__, float(m.f(np.float64(3.0))))\n")
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
              for _ in range(2)]
-    outs = [p.communicate(timeout=300)[0].strip() for p in procs]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("ready-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    go.touch()
+    outs = [p.communicate(timeout=300)[0].split() for p in procs]
     assert [p.returncode for p in procs] == [0, 0]
-    assert outs == ["9.0", "9.0"]
-    assert not list(cache.glob("*.tmp"))
+    entry = cache / f"{entry_name(src.resolve(), {})[0]}.py"
+    assert outs == [[str(entry), "9.0"]] * 2
+    assert [e.path for e in entries()] == [entry] and entry_is_valid(entry)
+    assert entries()[0].meta["source"] == str(src.resolve())
+    assert not list(cache.glob(".*.tmp"))
 
 
 def test_load_errors(tmp_path, cache):
@@ -78,7 +94,6 @@ def test_target_and_cuda_unroll_are_part_of_the_key(tmp_path, cache, monkeypatch
     another cache entry (writing CUDA kernels needs no numba-cuda)."""
     src = tmp_path / "ops.grad"
     src.write_text("op f(x) -> y { y = 2 * x }\n")
-    from gradc.runtime.loader import entry_name
     names = {entry_name(src.resolve(), {})[0], entry_name(src.resolve(), {"target": "all"})[0]}
     monkeypatch.setenv("GRADC_CUDA_UNROLL", "4")
     names.add(entry_name(src.resolve(), {"target": "all"})[0])
