@@ -180,8 +180,8 @@ def method_dot(cop, method: str, prefix: str, rules) -> tuple[list[str], list[st
     """The heading lines and the DOT statements of one method of a compiled op:
     its nodes (ids ``<prefix>n<id>``), edges and kernel clusters
     (``cluster_<prefix>k<step>``); ``rules`` as :func:`_rule_lines` gives them."""
-    g = cop.methods[method].graph
     plan = cpu_plan(cop.methods[method].fused)
+    g = plan.graph          # the method's graph, with the nodes the CPU lowering adds
     texts, totals = step_texts(plan)
     if method == "jvp":
         of = [f"tangent of {p.name}" for p in cop.params if p.differentiable]
