@@ -307,6 +307,10 @@ def run_bench(path: str | Path, sizes: Sequence[int] = DEFAULT_SIZES, repeat: in
     load_before = _loadavg()
     variants = tuple(v for v in (variants or available_variants()) if v in VARIANTS)
     program = load_program(path)
+    unknown = [n for n in ops or () if n not in program.main_ops]
+    if unknown:
+        from gradc.explain import unknown_op_error
+        raise unknown_op_error(path, unknown, program.main_ops)
     module = gradc.load(path, **({"precise": True} if precise else {}))
     _set_threads(variants)
     rng = np.random.default_rng(0)

@@ -60,6 +60,11 @@ def _cmd_check(args) -> int:
     failed = [r.op for r in results if not r.passed]
     if failed:
         print(f"gradient check failed for: {', '.join(failed)}", file=sys.stderr)
+        unmarked = [r.op for r in results if r.unmarked_surrogate]
+        if unmarked:
+            print(f"  custom gradients that are not the derivative and not marked "
+                  f"'surrogate' (W410): {', '.join(unmarked)}; mark them "
+                  f"'grad(...) -> ... surrogate {{' if that is intended", file=sys.stderr)
         return 1
     return 0
 

@@ -36,6 +36,8 @@ class MathPrinter:
         node = self.graph.node(nid)
         if not top and nid in self.names:
             return self.names[nid]
+        if node.op == "param":              # a result that is a parameter (dx = dy)
+            return node.attr("name")
         if node.op == "const":
             v = node.value
             return repr(int(v)) if float(v).is_integer() and abs(v) < 1e15 else repr(v)
@@ -204,9 +206,7 @@ def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals) -> li
 def explain(path: str, op_name: str) -> str:
     program = load_program(path)
     if op_name not in program.ops:
-        from gradc.errors import NameResolutionError
-        raise NameResolutionError(f"no op '{op_name}' in {path} (ops: "
-                                  f"{', '.join(program.main_ops)})")
+        raise unknown_op_error(path, [op_name], program.main_ops)
     op = program.ops[op_name]
     cop = build_op(op, program.ops, program.consts)
     out = [f"op {op_name}{_sig(cop)}", ""]
@@ -227,7 +227,7 @@ def explain(path: str, op_name: str) -> str:
         out += ["", "audit of the custom rule against the true derivative (as gradc check):"]
         out += [f"  {line}" for line in audit.lines(head="")]
         if audit.warning is not None:
-            out.append(f"  not marked surrogate: gradc check warns ({audit.warning.code})")
+            out.append(f"  not marked surrogate: gradc check warns ({audit.warning.code}) and fails")
     if cop.diagnostics:
         out += ["", "diagnostics of the gradient:"]
         out += [f"  {line}" for d in cop.diagnostics for line in d.render().splitlines()]
@@ -241,6 +241,21 @@ def explain(path: str, op_name: str) -> str:
     return "\n".join(out)
 
 
+def unknown_op_error(path, unknown, ops):
+    """NameResolutionError for op names ``unknown`` that ``path`` does not define,
+    listing its ops and, for a near miss, the likely one (``Mish`` -> ``mish``)."""
+    import difflib
+
+    from gradc.errors import NameResolutionError
+    lower = {o.lower(): o for o in ops}
+    near = [m for n in unknown for m in (
+        [lower[n.lower()]] if n.lower() in lower else difflib.get_close_matches(n, ops, 1))]
+    return NameResolutionError(
+        f"no op{'s' if len(unknown) > 1 else ''} {', '.join(repr(n) for n in unknown)} in "
+        f"{path} (ops: {', '.join(ops)})",
+        notes=[f"did you mean {' or '.join(repr(m) for m in dict.fromkeys(near))}?"] if near else [])
+
+
 def _sig(cop) -> str:
     from gradc.codegen.module import _signature_text
     return _signature_text(cop)
@@ -251,16 +266,14 @@ def emit_ir(path: str, op_names: list[str] | None = None, *, check: bool = False
     fwd_bwd, jvp) of every op of ``path`` (or of ``op_names``), as codegen receives it:
     after simplification, CSE and DCE (:func:`gradc.ir.dump.dump`)."""
     from gradc import _warn
-    from gradc.errors import GradcError, NameResolutionError, NotSupportedError, raise_all
+    from gradc.errors import GradcError, NotSupportedError, raise_all
     from gradc.frontend.limits import out_of_stack
     from gradc.pipeline import METHODS
     try:
         program = load_program(path)
         unknown = [n for n in op_names or () if n not in program.ops]
         if unknown:
-            raise NameResolutionError(f"no op{'s' if len(unknown) > 1 else ''} "
-                                      f"{', '.join(repr(n) for n in unknown)} in {path} "
-                                      f"(ops: {', '.join(program.main_ops)})")
+            raise unknown_op_error(path, unknown, program.main_ops)
         out = [f"# gradc IR of {path}: each method's graph after simplification, CSE and DCE,",
                "# as code generation receives it; T is the op's float dtype (float32 or float64,",
                "# fixed by the call); shapes in the source's terms; # file:line of each node"]

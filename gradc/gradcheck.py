@@ -49,13 +49,22 @@ class CheckResult:
 
     @property
     def passed(self) -> bool:
-        """Every check passed: first order, forward vs reverse, second order."""
+        """Every check passed: first order, forward vs reverse, second order, and the
+        audit: a custom rule that is not the derivative must be marked ``surrogate``
+        (as ``torch.autograd.gradcheck`` fails a wrong custom backward)."""
         return self.ok and (self.jvp_error is None or self.jvp_error < TOL_ADJOINT) and \
-            self.second_error < TOL_SECOND
+            self.second_error < TOL_SECOND and not self.unmarked_surrogate
+
+    @property
+    def unmarked_surrogate(self) -> bool:
+        """The op's own grad block is not the derivative and not marked ``surrogate``
+        (the audit's warning W410)."""
+        return self.audit is not None and getattr(self.audit, "warning", None) is not None
 
     def line(self) -> str:
         mark = "ok  " if self.passed else "FAIL"
-        text = f"{mark} {self.op}: derivative vs finite differences, rel. error {self.error:.1e}"
+        what = "true derivative (grad blocks ignored)" if self.custom else "derivative"
+        text = f"{mark} {self.op}: {what} vs finite differences, rel. error {self.error:.1e}"
         if self.custom and self.audit is None:
             if self.custom_rel_diff == float("inf"):
                 text += "; the true derivative is 0 where the custom gradient is not"

@@ -6,10 +6,11 @@ computed here) and checks every op of the main file, one parametrized test per
 property with ids by op name:
 
 * the VJP against central finite differences, where the gradient is derived (or
-  the op's custom rules were found equal to the derivative here): a custom rule that
-  is meant to differ (scaled, clipped, a surrogate) is not the derivative, so finite
-  differences do not apply to it; such ops get the consistency checks below and,
-  where the rule is linear in the cotangents, a linearity check;
+  the op's custom rules were found equal to the derivative here, or differ without
+  being marked ``surrogate``: then that test fails, as ``gradc check`` does): a
+  custom rule marked ``surrogate`` (scaled, clipped, straight-through) is meant to
+  differ, so finite differences do not apply to it; such ops get the consistency
+  checks below and, where the rule is linear in the cotangents, a linearity check;
 * fused against unfused, every method; ``vjp`` against ``fwd_bwd``;
 * the adjoint identity ``<jvp(t), u> = <t, vjp(u)>`` where the op has a ``jvp``;
 * broadcasting: a generic parameter given as a Python float or with fewer dims,
@@ -57,6 +58,7 @@ class OpPlan:
     outputs: int
     positive: bool
     custom: str = ""                    # how a custom rule differs from the derivative
+    unmarked: str = ""                  # a differing rule not marked surrogate: FD fails
     linear: bool = True                 # VJP linear in the cotangents (has a jvp)
     broadcast: list[tuple] = field(default_factory=list)     # (parameter, smaller shape)
     scalar: bool = False                # elementwise in its one parameter
@@ -85,11 +87,22 @@ def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
         diff = max(custom_difference(cop, true, xs, [scale * rng.standard_normal(np.shape(y))
                                                      for y in ys])
                    for scale in (1.0, 10.0, 0.1, 100.0))
-        if diff > EXACT:
+        # Only a rule marked 'surrogate' is meant to differ: an unmarked one that
+        # differs gets the finite-difference test, which fails (as gradc check does,
+        # W410), so the user's CI says what the audit says.
+        marked = any(r.op.grad is not None and r.op.grad.surrogate
+                     for r in cop.primal.regions)
+        if diff > EXACT and marked:
             plan.custom = (f"relative difference to the derivative up to {diff:.3g}"
                            if np.isfinite(diff) else "the derivative is 0, the rule is not")
+        elif diff > EXACT:
+            plan.unmarked = (f"its custom gradient differs from the derivative (relative "
+                             f"difference up to {diff:.3g}) and is not marked 'surrogate'")
     if not plan.custom:
-        plan.seed = next((k for k in range(SEEDS) if _differences_hold(cop, plan, k)), -1)
+        # kinks are found with the derivative: an unmarked wrong rule never matches
+        # finite differences, and its test is meant to fail
+        probe = true if plan.unmarked else cop
+        plan.seed = next((k for k in range(SEEDS) if _differences_hold(probe, plan, k)), -1)
         if plan.seed < 0:
             plan.seed, plan.no_fd = 0, (f"finite differences crossed a kink at all "
                                         f"{SEEDS} points tried")
@@ -302,8 +315,20 @@ def write_tests(spec: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, 
     the number of tests it holds.  Raises :class:`gradc.GradcError` for errors in
     the file and OSError when it cannot be read or ``out`` written."""
     from gradc.runtime.cache import write_atomic
+    import warnings
+
+    from gradc.errors import GradcWarning
     spec, out = Path(spec), Path(out)
     plans, skipped = plan_program(spec)
+    for p in plans:
+        if p.unmarked:
+            warnings.warn(GradcWarning(
+                f"op '{p.name}': {p.unmarked}: its test_vjp_matches_finite_differences "
+                f"will fail", None, "W410",
+                ["if the rule is meant to differ (a straight-through estimator, a scaled or "
+                 "clipped gradient), mark its block 'grad(...) -> ... surrogate {' and "
+                 "generate the file again; gradc check reports the same (docs/audit.md)"]),
+                stacklevel=2)
     try:
         rel = Path(os.path.relpath(spec.resolve(), out.resolve().parent)).as_posix()
     except ValueError:                    # another drive (Windows): no relative path

@@ -63,16 +63,27 @@ def test_scaled_tanh_is_scaled_by_one_half_everywhere(seed):
                               "18 points (6 of them edge points) x 2 cotangents")
 
 
-def test_unmarked_inexact_rules_get_w410_at_their_grad_block(seed):
-    w = seed["scaled_tanh"].warning
-    assert w.code == "W410" and str(w.span) == f"{EXAMPLES / 'seed.grad'}:35:3"
+def test_unmarked_inexact_rules_get_w410_at_their_grad_block(tmp_path):
+    """examples/seed.grad marks its rules 'surrogate'; without the marks (as in the
+    spec's copy of the file) each one gets W410 at its grad block."""
+    text = (EXAMPLES / "seed.grad").read_text().replace("-> dx surrogate {", "-> dx {")
+    f = tmp_path / "seed.grad"
+    f.write_text(text)
+    unmarked = {a.op: a for a in audit_program(load_program(str(f)))}
+    w = unmarked["scaled_tanh"].warning
+    assert w.code == "W410" and str(w.span) == f"{f}:35:3"
     assert w.render().splitlines()[:3] == [
-        f"{EXAMPLES / 'seed.grad'}:35:3: warning[W410]: the custom gradient of 'scaled_tanh' "
+        f"{f}:35:3: warning[W410]: the custom gradient of 'scaled_tanh' "
         "is scaled, not exact: differs from d/dx by a factor 0.5 everywhere",
         "    35 | } grad(dy) -> dx {",
         "       |   ^^^^"]
     assert "write 'grad(dy) -> dx surrogate {' to say so" in w.render()
-    assert seed["custom_linear"].warning.code == seed["sign_ste"].warning.code == "W410"
+    assert {op: a.warning.code for op, a in unmarked.items() if a.warning} == {
+        "custom_linear": "W410", "sign_ste": "W410", "clipped_relu": "W410",
+        "scaled_tanh": "W410"}
+    assert all(a.marked_surrogate and a.warning is None for a in
+               audit_program(load_program(str(EXAMPLES / "seed.grad"))))
+    assert main(["check", str(f)]) == 1            # and gradc check fails for them
 
 
 @pytest.mark.parametrize("name", ["activations.grad", "wgan_gp.grad"])
@@ -201,12 +212,10 @@ def test_gradc_check_prints_the_audit_of_seed_grad(capsys):
         assert out[k + 1].startswith(("       jvp vs vjp", "       no jvp: "))
         assert out[k + 2].startswith(f"       audit of the custom rule: {text}")
         assert out[k + 3].startswith("         decided ")
+        assert out[k + 2].endswith("(marked surrogate: intended)")
     assert not any("audit" in line for line in out if "mlp" in line or "softmax" in line)
-    err = captured.err
-    assert err.count("warning[W410]") == 3       # clipped_relu is marked surrogate
-    for op in ("custom_linear", "sign_ste", "scaled_tanh"):
-        assert f"the custom gradient of '{op}' is" in err
-    assert "clipped_relu" not in err
+    # every rule of examples/seed.grad is marked surrogate: no W410, the check passes
+    assert "W410" not in captured.err
 
 
 ROOT = EXAMPLES.parent
@@ -223,7 +232,7 @@ def _masked(lines: list[str]) -> list[str]:
     return [re.sub(r"rel\. error \d\.\de[+-]\d\d", "rel. error ?", line) for line in lines]
 
 
-def test_the_readme_section_shows_the_real_output(monkeypatch, capsys):
+def test_the_readme_section_shows_the_real_output(tmp_path, monkeypatch, capsys):
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     section = text.split("## Auditing custom gradients")[1].split("\n## ")[0]
     run, warning = _fenced(section)[:2]
@@ -235,7 +244,13 @@ def test_the_readme_section_shows_the_real_output(monkeypatch, capsys):
     assert lines[0] == "$ gradc check examples/seed.grad"
     for line in _masked([l for l in lines[1:] if l != "..."]):
         assert line in out                    # in order, each somewhere after the last
-    assert warning in captured.err
+    # the W410 shown is that of docs/audit.md's my_ops.grad, and check fails for it
+    blocks = _fenced((ROOT / "docs" / "audit.md").read_text(encoding="utf-8"))
+    spec = next(b for b in blocks if b.startswith("op my_tanh"))
+    (tmp_path / "my_ops.grad").write_text(spec, encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "my_ops.grad"]) == 1
+    assert warning in capsys.readouterr().err
 
 
 def test_the_docs_example_is_the_real_output(tmp_path, monkeypatch, capsys):
@@ -244,7 +259,7 @@ def test_the_docs_example_is_the_real_output(tmp_path, monkeypatch, capsys):
     shown = next(b for b in blocks if b.startswith("my_ops.grad: parsed"))
     (tmp_path / "my_ops.grad").write_text(spec, encoding="utf-8")
     monkeypatch.chdir(tmp_path)
-    assert main(["check", "my_ops.grad"]) == 0
+    assert main(["check", "my_ops.grad"]) == 1       # my_tanh's rule is wrong, unmarked
     captured = capsys.readouterr()
     assert _masked((captured.out + captured.err).splitlines()) == _masked(shown.splitlines())
 

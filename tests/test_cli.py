@@ -56,11 +56,11 @@ def test_check_reports_every_op_and_custom_rules(capsys):
     for op in ("custom_linear", "sign_ste", "clipped_relu", "scaled_tanh", "mlp",
                "softmax_xent", "gradient_penalty"):
         assert f"ok   {op}:" in out
-    assert "scaled_tanh: derivative vs finite differences" in out
+    assert "scaled_tanh: true derivative (grad blocks ignored) vs finite differences" in out
     # Ops with a grad block of their own get the audit (tests/test_audit.py); an op that
     # only calls one (mlp) is compared with its true derivative as a whole.
     assert "audit of the custom rule: scaled: differs from d/dx by a factor 0.5 everywhere" in out
-    assert "mlp: derivative vs finite differences, rel. error" in out
+    assert "mlp: true derivative (grad blocks ignored) vs finite differences, rel. error" in out
     assert "custom gradient differs from the true derivative (relative difference 0.432)" in out
 
 
@@ -90,15 +90,17 @@ def test_explain_shows_gradient_and_plan(capsys):
     assert "jvp: not available" in out
 
 
-def test_explain_shows_the_audit_under_the_two_gradients(capsys):
-    assert main(["explain", str(EXAMPLES / "seed.grad"), "scaled_tanh"]) == 0
+def test_explain_shows_the_audit_under_the_two_gradients(capsys, tmp_path):
+    unmarked = tmp_path / "seed.grad"     # the spec's copy: no 'surrogate' marks
+    unmarked.write_text((EXAMPLES / "seed.grad").read_text().replace("dx surrogate {", "dx {"))
+    assert main(["explain", str(unmarked), "scaled_tanh"]) == 0
     out = capsys.readouterr().out
     true = out.index("the true derivative, for comparison")
     audit = out.index("\naudit of the custom rule against the true derivative (as gradc check):\n"
                       "  scaled: differs from d/dx by a factor 0.5 everywhere\n"
                       "    decided symbolically after simplification; confirmed numerically at 18 "
                       "points (6 of them edge points) x 2 cotangents, 180 elements\n"
-                      "  not marked surrogate: gradc check warns (W410)\n")
+                      "  not marked surrogate: gradc check warns (W410) and fails\n")
     assert true < audit < out.index("kernel plan of forward")
     assert main(["explain", str(EXAMPLES / "seed.grad"), "clipped_relu"]) == 0
     out = capsys.readouterr().out
@@ -309,3 +311,25 @@ def test_check_finds_shapes_for_undeclared_parameters(tmp_path, capsys):
     path.write_text("op s3(x) -> y { y = sum(x, axis=5) }\n")
     assert main(["check", str(path)]) == 1
     assert "no input shapes tried fit the op" in capsys.readouterr().out
+
+
+def test_unknown_op_names_are_errors_with_a_near_miss(capsys) -> None:
+    """explain, bench and --emit ir refuse an op the file does not define (bench used
+    to print an empty report and exit 0), naming the likely one."""
+    seed = str(EXAMPLES / "seed.grad")
+    for argv in (["explain", seed, "Scaled_Tanh"], ["bench", seed, "--ops", "scaled_tanhh",
+                                                     "--n", "100"],
+                 ["compile", seed, "--emit", "ir", "--op", "scaled_tanhh"]):
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert "error[E201]: no op" in err and "did you mean 'scaled_tanh'?" in err, err
+
+
+def test_explain_prints_a_passed_through_parameter_by_name(tmp_path, capsys) -> None:
+    f = tmp_path / "rev.grad"
+    f.write_text("op reverse(x) -> y {\n    y = x\n} grad(dy) -> dx surrogate {\n"
+                 "    dx = -dy\n}\n")
+    assert main(["explain", str(f), "reverse"]) == 0
+    out = capsys.readouterr().out
+    true = out.split("the true derivative, for comparison (grad block ignored):\n")[1]
+    assert true.splitlines()[0] == "  grad_x = dy"

@@ -132,6 +132,25 @@ def test_generated_tests_fail_on_a_broken_gradient(tmp_path) -> None:
                                   "test_vjp_matches_finite_differences[wave]"], log
 
 
+
+def test_an_unmarked_wrong_rule_gets_the_finite_difference_test(tmp_path) -> None:
+    """A custom rule that differs from the derivative is exempt from finite
+    differences only when its block is marked 'surrogate'; an unmarked one gets the
+    test (which then fails, as gradc check does) and a W410 warning when generated."""
+    from gradc.errors import GradcWarning
+    spec = tmp_path / "ops.grad"
+    wrong = MUTANT.replace("dx = dy * (1 - y^2)", "dx = 0.5 * dy * (1 - y^2)")
+    spec.write_text(wrong)
+    with pytest.warns(GradcWarning, match=r"op 'soft': its custom gradient differs .* "
+                                          r"not marked 'surrogate'"):
+        out, _ = write_tests(spec, tmp_path / "test_ops.py")
+    t = tables(out.read_text())
+    assert t["FINITE_DIFFERENCES"] == ["wave", "soft"] and not t["CUSTOM"]
+    spec.write_text(wrong.replace("grad(dy) -> dx {", "grad(dy) -> dx surrogate {"))
+    out, _ = write_tests(spec, tmp_path / "test_ops.py")
+    t = tables(out.read_text())
+    assert t["FINITE_DIFFERENCES"] == ["wave"] and list(t["CUSTOM"]) == ["soft"]
+
 @pytest.mark.slow
 def test_generated_tests_fail_on_a_broken_method(tmp_path) -> None:
     """A module whose jvp is off by 0.1 % and whose unfused forward is too (gradc.load
