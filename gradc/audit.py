@@ -16,9 +16,10 @@ compares the two VJPs, one gradient (block output) at a time:
    not fixed (a factor that differs between the two is not a constant: a forgotten
    ``1/n``) and at other values of its nograd float parameters with a default
    (where the rule differs is said: ``exact at d = 1 (the default), not at d = 2``),
-   each at the unit cotangent (all ones) and a random one.  At a kink of the derivative (it jumps between ``x - h`` and ``x + h``)
-   any value between the one-sided derivatives counts as equal: the value there
-   is a convention (``max(x, 0)`` has 0.5 at 0, ``dy * (x > 0)`` 0).
+   each at the unit cotangent (all ones) and a random one.  At a kink of the
+   derivative (it jumps between ``x - h`` and ``x + h``) any value between the
+   one-sided derivatives counts as equal: the value there is a convention
+   (``max(x, 0)`` has 0.5 at 0, ``dy * (x > 0)`` 0).
 
 Each gradient is then ``exact``, ``scaled`` (a constant factor, everywhere, or
 only at the unit cotangent when the rule ignores the cotangent; or a factor per
