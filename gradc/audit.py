@@ -12,13 +12,18 @@ compares the two VJPs, one gradient (block output) at a time:
    exactly.
 2. **Numerically**, in the IR interpreter (float64), at random points and at
    edge points (every differentiable input filled with 0, 1, -1, 10 or -10, and
-   a mix of those and 1e-3), each at the unit cotangent (all ones) and a random
-   one.  At a kink of the derivative (it jumps between ``x - h`` and ``x + h``)
-   any value between the one-sided derivatives counts as equal: the value there
-   is a convention (``max(x, 0)`` has 0.5 at 0, ``dy * (x > 0)`` 0).
+   a mix of those and 1e-3), at a second input shape where the op's shapes are
+   not fixed (a factor that differs between the two is not a constant: a forgotten
+   ``1/n``) and at other values of its nograd float parameters with a default
+   (where the rule differs is said: ``exact at d = 1 (the default), not at d = 2``),
+   each at the unit cotangent (all ones) and a random one.  At a kink of the
+   derivative (it jumps between ``x - h`` and ``x + h``) any value between the
+   one-sided derivatives counts as equal: the value there is a convention
+   (``max(x, 0)`` has 0.5 at 0, ``dy * (x > 0)`` 0).
 
 Each gradient is then ``exact``, ``scaled`` (a constant factor, everywhere, or
-only at the unit cotangent when the rule ignores the cotangent), ``clipped``
+only at the unit cotangent when the rule ignores the cotangent; or a factor per
+input shape or parameter setting, when it depends on them), ``clipped``
 (``clip(derivative, lo, hi)``, or the derivative at a clipped cotangent, with a
 clip of constant bounds in the rule) or ``surrogate`` (anything else, with
 where and by how much).  An op not marked ``surrogate`` whose rule is not exact
@@ -37,6 +42,9 @@ from gradc.ir.interpret import interpret
 from gradc.pipeline import CompiledOp, build_op
 
 N_RANDOM = 12                      # random points (each at two cotangents)
+N_OTHER_SHAPE = 4                  # random points at a second shape (generic, named dims)
+N_PER_VALUE = 3                    # random points (and an edge mix) per other setting of
+                                   # the nograd float parameters with a default
 EDGE_FILLS = (0.0, 1.0, -1.0, 10.0, -10.0)
 EDGE_MIX = np.array([-10.0, -1.0, -1e-3, 0.0, 1e-3, 1.0, 10.0])
 RTOL, ATOL = 1e-7, 1e-11           # equal: |a - b| <= RTOL max(|a|, |b|) + ATOL scale
@@ -57,6 +65,8 @@ class GradientAudit:
     ignores_cotangent: bool = False    # the rule does not depend on the cotangent
     bounds: tuple[float, float] | None = None   # clipped: the clip's bounds
     clips: str | None = None           # clipped: "gradient" or "cotangent"
+    factors: list | None = None        # scaled by a factor that is not one constant:
+                                       # (where, factor) per input shape / parameter value
     max_rel_diff: float | None = None  # surrogate: max |rule - d| / |d| where d != 0
     max_abs_diff: float | None = None  # surrogate: max |rule - d|
     differs_fraction: float | None = None   # of the compared elements
@@ -75,6 +85,9 @@ class AuditResult:
     points: int = 0                    # sample points compared (random and edge)
     edge_points: int = 0
     elements: int = 0                  # gradient elements compared in all
+    shapes: tuple[str, ...] = ()       # the input shapes sampled (of the differentiable ones)
+    values: dict = field(default_factory=dict)  # nograd float parameter with a default:
+                                                # its values sampled, the default first
     note: str = ""                     # why the op was not audited
 
     @property
@@ -96,8 +109,13 @@ class AuditResult:
             for g in self.gradients)
 
     def how(self) -> str:
-        num = (f"at {self.points} points ({self.edge_points} of them edge points) x 2 "
-               f"cotangents, {self.elements} elements")
+        where = f"; shapes {' and '.join(self.shapes)}" if len(self.shapes) > 1 else ""
+        for name, vs in self.values.items():
+            if len(vs) > 1:
+                where += f"; {name} = {vs[0]:g} (the default), " + ", ".join(
+                    f"{v:g}" for v in vs[1:])
+        num = (f"at {self.points} points ({self.edge_points} of them edge points{where}) "
+               f"x 2 cotangents, {self.elements} elements")
         if self.gradients and all(g.symbolic for g in self.gradients):
             return f"symbolically after simplification; confirmed numerically {num}"
         return f"numerically {num}"
@@ -171,6 +189,12 @@ def audit_op(op, ops, consts, *, seed: int = 0) -> AuditResult:
         result.gradients.append(_classify(j, name, param, block.upstreams, samples, sym, unit,
                                           clip_bounds(cg, c)))
     result.elements = sum(int(np.size(s.c[j])) for s in samples for j in range(len(diff)))
+    result.shapes = tuple(dict.fromkeys(s.shape for s in samples))
+    for s in samples:
+        for name, v in s.values:
+            result.values.setdefault(name, [])
+            if v not in result.values[name]:
+                result.values[name].append(v)
     return result
 
 
@@ -186,6 +210,9 @@ class _Sample:
     band: list                 # per gradient: (derivative, at x - h, at x + h)
     true: CompiledOp           # the op without grad blocks (re-run at clipped cotangents)
     diff: tuple[int, ...]      # positions of the differentiable inputs
+    shape: str = ""            # the shapes of the differentiable inputs: "(5,)", "x (2, 3), w (3,)"
+    values: tuple = ()         # ((name, value), ...) of the nograd float parameters with a default
+    default: bool = True       # those are at their defaults
 
 
 def _shift(xs: list, diff: list[int], h: float) -> list:
@@ -196,29 +223,105 @@ def _shift(xs: list, diff: list[int], h: float) -> list:
 
 
 def _points(true: CompiledOp, rng: np.random.Generator) -> list[tuple[list, bool]]:
+    """``(inputs, edge)`` of every sample point: random and edge points at the first
+    shape that fits (as ``gradc check`` chooses it) with parameters at their defaults,
+    random points at a second shape where one fits (larger generic shapes and named
+    dims), and random points and an edge mix at other values of the nograd float
+    parameters with a default (:func:`_other_values`)."""
     fit = fitting_inputs(true, rng)
     if fit is None:
         return []
     generic = fit[2]
+    points = _draw(true, rng, N_RANDOM, (*EDGE_FILLS, None), (), generic=generic)
+    second = _second_shape(true, rng, generic, points[0][0])
+    if second is not None:
+        points += _draw(true, rng, N_OTHER_SHAPE, (), (), generic=second[0],
+                        first_dim=second[1])
+    for values in _other_values(true, rng):
+        points += _draw(true, rng, N_PER_VALUE, (None,), values, generic=generic)
+    return points
+
+
+def _draw(true: CompiledOp, rng: np.random.Generator, n: int, fills: tuple, values: tuple,
+          **shape) -> list[tuple[list, bool]]:
+    """``n`` random points (differentiable inputs from N(0, 2^2), or U(0.5, 2) where the
+    forward pass is not finite), then one edge point per fill (None: ``EDGE_MIX``),
+    with the parameters at positions ``i`` of ``values`` (``(i, value)``) set."""
     diff = [i for i, p in enumerate(true.params) if p.differentiable]
     fwd = true.methods["forward"].graph
+
+    def fresh(**kw) -> list:
+        xs = sample_inputs(true, rng, **shape, **kw)
+        for i, v in values:
+            xs[i] = np.asarray(v, dtype=np.float64)
+        return xs
+
     points = []
-    for _ in range(N_RANDOM):
-        xs = sample_inputs(true, rng, generic=generic)
+    for _ in range(n):
+        xs = fresh()
         for i in diff:
             xs[i] = 2 * xs[i]
         if not all(np.all(np.isfinite(y)) for y in interpret(fwd, xs)):
-            xs = sample_inputs(true, rng, positive=True, generic=generic)
+            xs = fresh(positive=True)
         points.append((xs, False))
-    base = sample_inputs(true, rng, generic=generic)
-    for fill in (*EDGE_FILLS, None):
+    base = fresh() if fills else None
+    for fill in fills:
         xs = list(base)
         for i in diff:
-            shape = np.shape(base[i])
-            xs[i] = np.full(shape, fill) if fill is not None else \
-                EDGE_MIX[np.arange(int(np.prod(shape))) % len(EDGE_MIX)].reshape(shape)
+            size = np.shape(base[i])
+            xs[i] = np.full(size, fill) if fill is not None else \
+                EDGE_MIX[np.arange(int(np.prod(size))) % len(EDGE_MIX)].reshape(size)
         points.append((xs, True))
     return points
+
+
+def _second_shape(true: CompiledOp, rng: np.random.Generator, generic: tuple, first: list
+                  ) -> tuple[tuple, int] | None:
+    """``(generic, first_dim)`` of :func:`sample_inputs` for a second set of input shapes
+    at which the forward pass runs (generic shapes 2 larger in every axis, named dims 2
+    larger), None when the op's shapes are fixed or no larger one fits."""
+    fwd = true.methods["forward"].graph
+    larger = tuple(d + 2 for d in generic)
+    for gen, first_dim in ((larger, 4), (generic, 4), (larger, 2)):
+        xs = sample_inputs(true, rng, generic=gen, first_dim=first_dim)
+        if [np.shape(x) for x in xs] == [np.shape(x) for x in first]:
+            continue
+        try:
+            with np.errstate(all="ignore"):
+                interpret(fwd, xs)
+        except (ValueError, IndexError):      # shapes that do not fit the op
+            continue
+        return gen, first_dim
+    return None
+
+
+def _defaulted(cop: CompiledOp) -> list[int]:
+    """Positions of the nograd float parameters with a scalar default."""
+    return [i for i, p in enumerate(cop.params) if p.has_default and not p.differentiable
+            and (p.dtype is None or p.dtype.startswith("f")) and np.ndim(p.default) == 0]
+
+
+def _other_values(cop: CompiledOp, rng: np.random.Generator) -> list[tuple]:
+    """Settings ``((i, value), ...)`` of the parameters of :func:`_defaulted` besides their
+    defaults: all at twice the default (1 for a default of 0), then all at a random value
+    of the default's sign, 0.25 to 4 times its magnitude (1 for 0), to 3 digits.
+    Integer and bool parameters stay at their defaults."""
+    idx = _defaulted(cop)
+    if not idx:
+        return []
+    ds = [float(cop.params[i].default) for i in idx]
+    twice = [2 * d if d else 1.0 for d in ds]
+    other = [float(f"{np.copysign(rng.uniform(0.25, 4.0) * (abs(d) or 1.0), d):.3g}")
+             for d in ds]
+    return [tuple(zip(idx, twice)), tuple(zip(idx, other))]
+
+
+def _shape_text(cop: CompiledOp, xs: list, diff: list[int]) -> str:
+    """The shapes of the differentiable inputs: one when they share it."""
+    shapes = [tuple(np.shape(xs[i])) for i in diff]
+    if len(set(shapes)) <= 1:
+        return str(shapes[0]) if shapes else "()"
+    return ", ".join(f"{cop.params[i].name} {sh}" for i, sh in zip(diff, shapes))
 
 
 def _samples(custom: CompiledOp, true: CompiledOp, rng: np.random.Generator) -> list[_Sample]:
@@ -236,7 +339,11 @@ def _samples(custom: CompiledOp, true: CompiledOp, rng: np.random.Generator) -> 
                          (xs, _shift(xs, diff, -KINK_H), _shift(xs, diff, KINK_H)))
             if not any(np.any(np.isfinite(a) & np.isfinite(b)) for a, b in zip(c, t)):
                 continue                            # outside the op's domain
-            out.append(_Sample(xs, vs, unit, edge, c, list(zip(t, tm, tp)), true, tuple(diff)))
+            values = tuple((true.params[i].name, float(xs[i])) for i in _defaulted(true))
+            default = all(v == float(true.params[i].default)
+                          for i, (_, v) in zip(_defaulted(true), values))
+            out.append(_Sample(xs, vs, unit, edge, c, list(zip(t, tm, tp)), true, tuple(diff),
+                               _shape_text(true, xs, diff), values, default))
     return out
 
 
@@ -295,6 +402,11 @@ def _classify(j, name, param, ups, samples, sym, unit, bounds) -> GradientAudit:
         r = sym[1] if agreed else r
         return ga("scaled", f"differs from {d} by a factor {r:.6g} everywhere",
                   symbolic=agreed, factor=r)
+    groups = _groups(samples)
+    factors = None if zero else _group_factors(groups, j)
+    if factors is not None:
+        return ga("scaled", _depends_text(d, factors, groups),
+                  factors=[list(wf) for wf in _located(factors, groups)[0]])
     units = [s for s in samples if s.unit]
     ignores = _ignores_cotangent(samples, j)
     ru = _factor(units, j)
@@ -312,9 +424,99 @@ def _classify(j, name, param, ups, samples, sym, unit, bounds) -> GradientAudit:
             how, region = clipped
             rest = (f"the derivative clipped to [{lo:g}, {hi:g}]" if how == "gradient" else
                     f"the derivative at {up} clipped to [{lo:g}, {hi:g}]")
-            return ga("clipped", f"equals the derivative {region}, {rest} elsewhere",
-                      bounds=(lo, hi), clips=how)
-    return _surrogate(samples, j, name, param, ups, up, ga, zero, sym, ignores)
+            return _where_exact(ga("clipped", f"equals the derivative {region}, {rest} "
+                                              "elsewhere", bounds=(lo, hi), clips=how),
+                                groups, j)
+    return _where_exact(_surrogate(samples, j, name, param, ups, up, ga, zero, sym, ignores),
+                        groups, j)
+
+
+# --- where the rule differs: per input shape and value of the defaulted parameters --------
+
+def _groups(samples) -> dict[tuple, list]:
+    """The samples by setting: ``(shape, values)``, in the order sampled."""
+    out: dict[tuple, list] = {}
+    for s in samples:
+        out.setdefault((s.shape, s.values), []).append(s)
+    return out
+
+
+def _setting_text(key: tuple, part: str, groups: dict) -> str:
+    """Where a setting is, in words: by its shape, its parameter values, or both."""
+    shape, values = key
+    at_shape = f"shape {shape}" if shape.startswith("(") else shape
+    default = groups[key][0].default
+    at_values = ", ".join(f"{n} = {v:g}" for n, v in values) + (
+        (" (the default)" if len(values) == 1 else " (the defaults)") if default else "")
+    return {"shape": at_shape, "values": at_values, "both": f"{at_shape}, {at_values}"}[part]
+
+
+def _located(attr: dict, groups: dict) -> tuple[list[tuple[str, object]], str]:
+    """``([(where, value), ...], part)``: the value of ``attr`` (per setting) by what it
+    depends on: the input shape alone (``part`` "shape"), the parameter values alone
+    ("values"), or both."""
+    for part, k in (("shape", 0), ("values", 1)):
+        by: dict = {}
+        if all(by.setdefault(key[k], v) == v for key, v in attr.items()):
+            first = {}
+            for key, v in attr.items():
+                first.setdefault(key[k], (_setting_text(key, part, groups), v))
+            return list(first.values()), part
+    return [(_setting_text(key, "both", groups), v) for key, v in attr.items()], "both"
+
+
+def _group_factors(groups: dict, j: int) -> dict | None:
+    """``{setting: factor}`` when the rule is a constant times the derivative at each
+    setting but not the same constant at all; else None."""
+    out = {}
+    for key, group in groups.items():
+        r = _factor(group, j)
+        if not r or not _holds(group, j, lambda s: tuple(r * b for b in s.band[j])):
+            return None
+        out[key] = float(f"{r:.9g}")
+    return out if len(set(out.values())) > 1 else None
+
+
+def _sizes(s: _Sample) -> set[int]:
+    """The element counts of the inputs at a sample and of every subset of their axes."""
+    out = set()
+    for x in s.xs:
+        shape = np.shape(x)
+        for mask in range(1, 2 ** len(shape)):
+            out.add(int(np.prod([d for k, d in enumerate(shape) if mask >> k & 1])))
+    return out - {1}
+
+
+def _depends_text(d: str, factors: dict, groups: dict) -> str:
+    """``differs from d/dx by a factor that depends on ...``, with the factor per setting
+    and, for one that is the number of elements reduced (or its inverse), the likely
+    mistake."""
+    located, part = _located(factors, groups)
+    names = " and ".join(dict.fromkeys(n for key in factors for n, _ in key[1]))
+    what = {"shape": "the input size", "values": names,
+            "both": f"the input size and {names}"}[part]
+    text = (f"differs from {d} by a factor that depends on {what} ("
+            + ", ".join(f"{r:.6g} at {where}" for where, r in located) + ")")
+    if part == "shape":
+        near = lambda r, ns: any(abs(r - n) <= 1e-9 * abs(n) for n in ns)
+        sizes = {key: _sizes(groups[key][0]) for key in factors}
+        if all(near(r, sizes[key]) for key, r in factors.items()):
+            text += ": n times the derivative, n the number of elements: a missing 1/n (mean)?"
+        elif all(near(r, {1 / n for n in sizes[key]}) for key, r in factors.items()):
+            text += ": 1/n times the derivative, n the number of elements: an extra 1/n, " \
+                    "or a missing n (sum)?"
+    return text
+
+
+def _where_exact(ga: GradientAudit, groups: dict, j: int) -> GradientAudit:
+    """Says at which settings (shapes, parameter values) the rule is nonetheless exact."""
+    exact = {key: _holds(group, j, lambda s: s.band[j]) for key, group in groups.items()}
+    if any(exact.values()):
+        located, _ = _located(exact, groups)
+        yes = " and ".join(w for w, ok in located if ok)
+        no = " or ".join(w for w, ok in located if not ok)
+        ga.summary = f"exact at {yes}, not at {no}: {ga.summary}"
+    return ga
 
 
 def _agrees(sym: tuple[str, float] | None, factor: float) -> bool:

@@ -92,9 +92,10 @@ GENERIC_SHAPES = ((5,), (4, 5), (), (3, 4, 5))
 
 
 def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = False,
-                  generic: tuple[int, ...] = (5,)) -> list:
+                  generic: tuple[int, ...] = (5,), first_dim: int = 2) -> list:
     """Random float64 inputs for every parameter (defaults for those with one);
-    parameters without a declared shape get shape ``generic``."""
+    parameters without a declared shape get shape ``generic``, named dims the sizes
+    ``first_dim``, ``first_dim + 1``, ... in order of appearance."""
     dims: dict[str, int] = {}
     out = []
     for p in cop.params:
@@ -103,7 +104,8 @@ def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = Fa
                                   or p.dtype.startswith("f") else None))
             continue
         shape = generic if p.shape is None else tuple(
-            d if isinstance(d, int) else dims.setdefault(d, 2 + len(dims)) for d in p.shape)
+            d if isinstance(d, int) else dims.setdefault(d, first_dim + len(dims))
+            for d in p.shape)
         if p.dtype in ("i32", "i64"):
             out.append(rng.integers(-3, 4, size=shape))
         elif p.dtype == "bool":

@@ -60,7 +60,7 @@ def test_scaled_tanh_is_scaled_by_one_half_everywhere(seed):
     assert (a.kind, a.gradients[0].factor, a.gradients[0].symbolic) == ("scaled", 0.5, True)
     assert a.summary == "scaled: differs from d/dx by a factor 0.5 everywhere"
     assert a.how().startswith("symbolically after simplification; confirmed numerically at "
-                              "18 points (6 of them edge points) x 2 cotangents")
+                              "22 points (6 of them edge points; shapes (5,) and (7,)) x 2 cotangents")
 
 
 def test_unmarked_inexact_rules_get_w410_at_their_grad_block(tmp_path):
@@ -192,7 +192,7 @@ def test_to_dict_is_json():
     a = audit(TANH_NO_SQUARE)
     d = json.loads(json.dumps(a.to_dict()))
     assert d["op"] == "my_tanh" and d["kind"] == "surrogate" and d["span"].endswith(":3:3")
-    assert d["gradients"][0]["name"] == "dx" and d["points"] == 18
+    assert d["gradients"][0]["name"] == "dx" and d["points"] == 22
 
 
 def test_gradc_check_prints_the_audit_of_seed_grad(capsys):
@@ -270,3 +270,97 @@ def test_a_rule_equal_to_the_derivative_only_at_the_unit_cotangent_is_a_surrogat
     assert a.kind == "surrogate" and a.gradients[0].ignores_cotangent
     assert a.summary == ("surrogate: equals the derivative at the unit cotangent dy = 1, and "
                          "only there: the rule ignores dy (d/dx scales with dy)")
+
+
+MEAN_LOSS = """op bce_logits(z, t: nograd) -> loss {
+    loss = mean(softplus(z) - t * z)
+} grad(dl) -> dz {
+    dz = dl * (sigmoid(z) - t)
+}
+"""
+
+
+def test_a_mean_rule_missing_its_1_over_n_has_a_factor_that_depends_on_the_size(tmp_path):
+    """Sampled at two shapes, the factor is 5 at (5,) and 7 at (7,): not a constant."""
+    a = audit(MEAN_LOSS)
+    g, = a.gradients
+    assert (a.kind, g.factor, g.symbolic) == ("scaled", None, False)
+    assert g.factors == [["shape (5,)", 5.0], ["shape (7,)", 7.0]]
+    assert a.summary == ("scaled: differs from d/dz by a factor that depends on the input size "
+                         "(5 at shape (5,), 7 at shape (7,)): n times the derivative, n the "
+                         "number of elements: a missing 1/n (mean)?")
+    assert "everywhere" not in a.summary and a.shapes == ("(5,)", "(7,)")
+    assert a.how() == ("numerically at 22 points (6 of them edge points; shapes (5,) and "
+                       "(7,)) x 2 cotangents, 236 elements")
+    assert a.warning.code == "W410" and "depends on the input size" in a.warning.message
+    f = tmp_path / "mean_loss.grad"
+    f.write_text(MEAN_LOSS)
+    assert main(["check", str(f)]) == 1
+
+
+def test_named_dims_are_sampled_at_two_sizes_too():
+    a = audit("op m(x: f32[b, n]) -> y {\n    y = mean(x, axis=1, keepdims=true)\n} "
+              "grad(dy) -> dx {\n    dx = dy * ones_like(x)\n}\n")
+    assert a.gradients[0].factors == [["shape (2, 3)", 3.0], ["shape (4, 5)", 5.0]]
+    assert a.summary.endswith("(3 at shape (2, 3), 5 at shape (4, 5)): n times the "
+                              "derivative, n the number of elements: a missing 1/n (mean)?")
+
+
+def test_a_size_hard_coded_in_the_rule_is_exact_at_one_shape_only():
+    a = audit("op m(z) -> l {\n    l = mean(z * z)\n} grad(dl) -> dz {\n"
+              "    dz = dl * 2 * z / 5\n}\n")
+    assert a.summary == ("scaled: differs from d/dz by a factor that depends on the input size "
+                         "(1 at shape (5,), 1.4 at shape (7,))")
+    assert a.warning is not None
+
+
+def test_an_op_of_fixed_shape_is_sampled_at_that_shape_only():
+    """z: f32[5] has 5 elements at every call: the factor 5 is the op's constant."""
+    a = audit("op m(z: f32[5]) -> l {\n    l = mean(z * z)\n} grad(dl) -> dz {\n"
+              "    dz = dl * 2 * z\n}\n")
+    assert a.shapes == ("(5,)",) and a.points == 18
+    assert a.summary == "scaled: differs from d/dz by a factor 5 everywhere"
+
+
+HUBER = """op huber_c(x, d: nograd = 1.0) -> y {
+    a = abs(x)
+    y = where(a <= d, 0.5 * x^2, d * (a - 0.5 * d))
+} grad(dy) -> dx {
+    dx = dy * clip(x, -1, 1)
+}
+"""
+
+
+def test_a_rule_right_only_at_the_default_of_a_nograd_parameter_is_not_exact(tmp_path):
+    a = audit(HUBER)
+    assert a.kind == "surrogate"
+    assert re.fullmatch(r"surrogate: exact at d = 1 \(the default\), not at d = 2 or "
+                        r"d = (\d\.\d+): differs from the derivative at .*, d = \1, dy = .*",
+                        a.summary), a.summary
+    assert list(a.values) == ["d"] and a.values["d"][:2] == [1.0, 2.0] and \
+        len(a.values["d"]) == 3 and a.values["d"][2] > 0
+    assert re.search(r"at 30 points \(8 of them edge points; shapes \(5,\) and \(7,\); "
+                     r"d = 1 \(the default\), 2, \d\.\d+\) x 2 cotangents", a.how())
+    assert a.warning.code == "W410"
+    f = tmp_path / "huber.grad"
+    f.write_text(HUBER)
+    assert main(["check", str(f)]) == 1
+    right = audit(HUBER.replace("clip(x, -1, 1)", "clip(x, -d, d)"))
+    assert right.kind == "exact" and right.warning is None
+
+
+def test_a_factor_that_depends_on_a_nograd_parameter_is_located_by_its_values():
+    a = audit("op f(x, d: nograd = 1.0) -> y {\n    y = d * sin(x)\n} grad(dy) -> dx {\n"
+              "    dx = dy * cos(x)\n}\n")
+    g, = a.gradients
+    assert a.kind == "scaled" and g.factor is None
+    assert [w for w, _ in g.factors] == ["d = 1 (the default)", "d = 2", g.factors[2][0]]
+    assert [r for _, r in g.factors][:2] == [1.0, 0.5]
+    assert a.summary.startswith("scaled: differs from d/dx by a factor that depends on d "
+                                "(1 at d = 1 (the default), 0.5 at d = 2, ")
+
+
+def test_integer_parameters_with_a_default_stay_at_it():
+    a = audit("op f(x, k: i32 = 2) -> y {\n    y = x * k\n} grad(dy) -> dx {\n"
+              "    dx = dy * k\n}\n")
+    assert a.kind == "exact" and a.values == {} and a.points == 22

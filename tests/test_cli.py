@@ -98,8 +98,9 @@ def test_explain_shows_the_audit_under_the_two_gradients(capsys, tmp_path):
     true = out.index("the true derivative, for comparison")
     audit = out.index("\naudit of the custom rule against the true derivative (as gradc check):\n"
                       "  scaled: differs from d/dx by a factor 0.5 everywhere\n"
-                      "    decided symbolically after simplification; confirmed numerically at 18 "
-                      "points (6 of them edge points) x 2 cotangents, 180 elements\n"
+                      "    decided symbolically after simplification; confirmed numerically at 22 "
+                      "points (6 of them edge points; shapes (5,) and (7,)) x 2 cotangents, "
+                      "236 elements\n"
                       "  not marked surrogate: gradc check warns (W410) and fails\n")
     assert true < audit < out.index("kernel plan of forward")
     assert main(["explain", str(EXAMPLES / "seed.grad"), "clipped_relu"]) == 0

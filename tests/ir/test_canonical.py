@@ -52,3 +52,26 @@ def test_clip_bounds_are_the_constant_bounds_of_clips_upstream():
     assert clip_bounds(*forward("min(max(x, -1), 2) * max(3, min(w, 4))")) == [(-1.0, 2.0),
                                                                             (3.0, 4.0)]
     assert canonical(g, n) == canonical(*forward("clip(w * x, -1, 2) + clip(x, w, 3)"))
+
+
+def vjp(body: str, params: str = "x"):
+    program = check_source(f"op f({params}) -> y {{\n    y = {body}\n}}\n", "canon.grad")
+    g = build_op(program.ops["f"], program.ops, program.consts).methods["vjp"].graph
+    return g, g.outputs[0]
+
+
+def _has_op(key, op: str) -> bool:
+    return key == op or isinstance(key, tuple) and any(_has_op(k, op) for k in key)
+
+
+def test_a_shape_derived_factor_stays_in_the_key_never_in_the_constant():
+    """mean's 1/n is ``size_ratio(out, x)``, known only at run time: the canonical form
+    keys it (an opaque factor), so a constant factor between two forms comes from
+    literal constants only and holds whatever the input shapes (the audit may claim it
+    'everywhere')."""
+    gm, nm = vjp("mean(x)")
+    c, key = canonical(gm, nm)
+    assert c == 1.0 and _has_op(key, "size_ratio")
+    gs, ns = vjp("sum(x)")
+    assert proportion(gs, ns, gm, nm) is None             # n times mean's: not a constant
+    assert proportion(gm, nm, *vjp("mean(x)")) == ("scaled", 1.0)
