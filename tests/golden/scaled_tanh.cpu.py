@@ -1040,7 +1040,7 @@ def _gk_scaled_tanh_forward_0(_o0, _i0, _w):
         v0 = _g_tanh(a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_forward_0_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1064,7 +1064,7 @@ def _gk_scaled_tanh_vjp_0(_o0, _i0, _i1, _w):
         v4 = (v3 * _T(0.5))
         _o0[_i] = v4
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_vjp_0_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1094,7 +1094,7 @@ def _gk_scaled_tanh_fwd_bwd_0(_o0, _o1, _i0, _i1, _w):
         _o0[_i] = v0
         _o1[_i] = v4
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1129,7 +1129,7 @@ def _gk_scaled_tanh_jvp_0(_o0, _o1, _i0, _i1, _w):
         _o0[_i] = v0
         _o1[_i] = v8
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_jvp_0_serial(_o0, _o1, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1158,7 +1158,7 @@ def _gu_square(_o0, _i0, _w):
         v0 = (a0 * a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_square_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1177,7 +1177,7 @@ def _gu_sub(_o0, _i0, _w):
         v0 = (_T(1.0) - a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_sub_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1197,7 +1197,7 @@ def _gu_mul(_o0, _i0, _i1, _w):
         v0 = (a0 * a1)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_mul_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1217,7 +1217,7 @@ def _gk_scaled_tanh_vjp_4(_o0, _i0, _w):
         v0 = (a0 * _T(0.5))
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_vjp_4_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1236,7 +1236,7 @@ def _gu_eq(_o0, _i0, _w):
         v0 = _T(a0 == _T(0.0))
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_eq_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1256,7 +1256,7 @@ def _gu_mul_1(_o0, _i0, _i1, _w):
         v0 = (a1 * a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_mul_1_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1276,7 +1276,7 @@ def _gu_ne(_o0, _i0, _w):
         v0 = _T(a0 != a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_ne_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1296,7 +1296,7 @@ def _gk_scaled_tanh_jvp_8(_o0, _i0, _i1, _w):
         v0 = (_T(0.0) if a1 else a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_jvp_8_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1319,7 +1319,7 @@ def _gk_leaky_relu_forward_0(_o0, _i0, _i1, _w):
         v2 = (a0 if v0 else v1)
         _o0[_i] = v2
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_forward_0_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     a1 = _i1[0]
@@ -1351,7 +1351,7 @@ def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _w):
         v8 = (v1 + v7)
         _o0[_i] = v8
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _w):
     _T = _w.dtype.type
     a1 = _i1[0]
@@ -1393,7 +1393,7 @@ def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _w):
         _o0[_i] = v2
         _o1[_i] = v10
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
     _T = _w.dtype.type
     a1 = _i1[0]
@@ -1438,7 +1438,7 @@ def _gk_leaky_relu_jvp_0(_o0, _o1, _i0, _i1, _i2, _w):
         _o0[_i] = v2
         _o1[_i] = v10
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_jvp_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
     _T = _w.dtype.type
     a1 = _i1[0]
@@ -1470,7 +1470,7 @@ def _gu_gt(_o0, _i0, _w):
         v0 = _T(a0 > _T(0.0))
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_gt_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1490,7 +1490,7 @@ def _gu_mul_2(_o0, _i0, _i1, _w):
         v0 = (a1 * a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_mul_2_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     a1 = _i1[0]
@@ -1512,7 +1512,7 @@ def _gk_leaky_relu_forward_2(_o0, _i0, _i1, _i2, _w):
         v0 = (a0 if a1 else a2)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_forward_2_serial(_o0, _i0, _i1, _i2, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1534,7 +1534,7 @@ def _gu_where(_o0, _i0, _i1, _w):
         v0 = (a1 if a0 else _T(0.0))
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_where_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1555,7 +1555,7 @@ def _gu_where_1(_o0, _i0, _i1, _w):
         v0 = (_T(0.0) if a0 else a1)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_where_1_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1576,7 +1576,7 @@ def _gu_mul_3(_o0, _i0, _i1, _w):
         v0 = (a1 * a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_mul_3_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     a0 = _i0[0]
@@ -1597,7 +1597,7 @@ def _gk_leaky_relu_vjp_8(_o0, _i0, _i1, _w):
         v0 = (a0 + a1)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_8_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1618,7 +1618,7 @@ def _gu_mul_4(_o0, _i0, _i1, _w):
         v0 = (a0 * a1)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_mul_4_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     a0 = _i0[0]
