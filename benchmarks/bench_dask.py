@@ -8,7 +8,9 @@ exists whole), ``dy`` is ones, and the two results are reduced to their sums
 ``--dir``), so that only a few chunks are in memory at any time.  Each chunk is
 one task: generate ``x``, run the op's fused kernel, reduce or store.
 
-Reports the elapsed time of the compute, elements per second, the op's memory
+Reports the elapsed time of the compute beside that of the same graph without
+the op (generating and summing the inputs: on these machines most of the time is
+``x``'s random numbers), elements per second, the op's memory
 traffic in GB/s (x and dy read, y and dx written: 16 B per element; generating
 ``x`` is not counted), the peak resident memory of the process (``ru_maxrss``,
 which includes every scheduler thread) beside the size the four arrays would
@@ -65,8 +67,12 @@ def main(argv=None) -> int:
     y, dx = act.swish.fwd_bwd(x, dy)
     before = rss_mib()
     files = []
-    t0 = time.perf_counter()
     with dask.config.set(scheduler="threads", num_workers=args.workers):
+        dask.compute(y.blocks[0].sum(), dx.blocks[0].sum())    # warm the scheduler's threads
+        t0 = time.perf_counter()            # the same graph without the op: its inputs
+        dask.compute(x.sum(dtype=np.float64), dy.sum(dtype=np.float64))
+        alone = time.perf_counter() - t0
+        t0 = time.perf_counter()
         if args.sink == "sum":
             sums = dask.compute(y.sum(dtype=np.float64), dx.sum(dtype=np.float64))
         else:
@@ -76,7 +82,7 @@ def main(argv=None) -> int:
             for m in maps:
                 m.flush()
             sums = tuple(float(np.sum(m[:chunk], dtype=np.float64)) for m in maps)
-    elapsed = time.perf_counter() - t0
+        elapsed = time.perf_counter() - t0
     peak = rss_mib()
     worst = 0.0
     for b in {0, x.npartitions - 1}:            # the streamed chunks against the in-memory op
@@ -90,6 +96,8 @@ def main(argv=None) -> int:
           f"{chunk:,} ({args.workers} threads, sink: {args.sink})")
     print(f"elapsed {elapsed:.2f} s; elements/s: {n / elapsed:.3e}; "
           f"GB/s: {16 * n / elapsed / 1e9:.2f} (16 B per element: x, dy read, y, dx written)")
+    print(f"the inputs alone (generated and summed, no op): {alone:.2f} s; the op's share: "
+          f"{max(elapsed - alone, 0):.2f} s")
     print(f"peak RSS {peak:.1f} MiB ({before:.1f} MiB before the compute); x, dy, y and dx "
           f"whole would be {16 * n / 2 ** 20:,.0f} MiB")
     print(f"sums (float64): y {sums[0]:.6g}, dx {sums[1]:.6g}" +
