@@ -139,6 +139,8 @@ def test_one_task_per_chunk_and_nothing_computed_before_compute(modules):
     want_y, want_dx = act.swish.fwd_bwd(x.compute(), np.ones(x.shape))
     np.testing.assert_array_equal(y, want_y)
     np.testing.assert_array_equal(dx, want_dx)
+    serial = [getattr(act, n) for n in dir(act) if n.startswith("_gk_swish") and n.endswith("_serial")]
+    assert serial and all(k.targetoptions.get("nogil") for k in serial)   # threads run chunks at once
 
 
 def test_mixed_numpy_and_dask_arguments_and_keywords(modules):
