@@ -183,12 +183,13 @@ def _g_float_input(op, what, name, v, want=None):
             return np.asarray(float(v))
         except OverflowError:
             raise OverflowError(f"{op}: {what} '{name}' = {v} does not fit a float") from None
-    if hasattr(v, "__dask_graph__"):        # not np.asarray: that would compute it
-        raise _GradcDask(op)
     try:
-        a = np.asarray(v)
+        lazy = hasattr(v, "__dask_graph__")     # not np.asarray: that would compute it
+        a = None if lazy else np.asarray(v)
     except Exception as exc:
         raise TypeError(f"{op}: {what} '{name}' is not an array ({exc})") from None
+    if lazy:
+        raise _GradcDask(op)
     if a.dtype.char not in "efd":
         got = type(v).__name__ if isinstance(v, (bool, complex, str)) or v is None else a.dtype
         raise TypeError(f"{op}: {what} '{name}' must be a floating-point array "
@@ -206,12 +207,13 @@ def _g_int_input(op, name, v, want):
         if want.kind != "b" and not np.iinfo(want).min <= v <= np.iinfo(want).max:
             raise OverflowError(f"{op}: argument '{name}' = {v} does not fit {want.name}")
         return np.asarray(v, dtype=want)
-    if hasattr(v, "__dask_graph__"):
-        raise _GradcDask(op)
     try:
-        a = np.asarray(v)
+        lazy = hasattr(v, "__dask_graph__")
+        a = None if lazy else np.asarray(v)
     except Exception as exc:
         raise TypeError(f"{op}: argument '{name}' is not an array ({exc})") from None
+    if lazy:
+        raise _GradcDask(op)
     if a.dtype.type is not want.type:
         got = type(v).__name__ if isinstance(v, (bool, int, float, complex, str)) \
             or v is None else a.dtype
