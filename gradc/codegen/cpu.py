@@ -56,7 +56,8 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
     buf = IndentedBuffer()
     for c in comments:
         buf.line(f"# {comment(c)}")
-    for suffix, par in (("", "parallel=True, "), ("_serial", "")):
+    # The serial loop releases the GIL: Dask's threads run it on several chunks at once.
+    for suffix, par in (("", "parallel=True, "), ("_serial", "nogil=True, ")):
         print_loop(buf, f'@numba.njit({par}cache=True, error_model="numpy"{fm})',
                    f"def {name}{suffix}({params}):", hoisted, loop, body)
         buf.line()

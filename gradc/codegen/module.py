@@ -13,7 +13,7 @@ import hashlib
 import inspect
 from pathlib import Path
 
-from gradc.codegen import mathlib, prelude, runtime_src
+from gradc.codegen import mathlib, prelude, runtime_dask_src, runtime_src
 from gradc.codegen.cpu import is_scalar_input, render_kernel, row_inputs
 from gradc.codegen.cpu_reduce import PER_ROW, PER_COL, SCALAR, input_slots, render_reduce_kernel
 from gradc.codegen.printer import IndentedBuffer
@@ -418,26 +418,30 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
     CPU kernels (None: no CPU target), ``cuda_kernels`` the CUDA ones (None: no
     CUDA target); the CUDA wrappers live in the nested class ``cuda``."""
     from gradc.codegen.cuda_module import CudaWrapperPrinter
+    from gradc.codegen.dask_module import DaskWrapperPrinter
 
     name = py_name(cop.op.name)
     sig = tuple((p.name, p.dtype if p.dtype else None, p.shape) for p in cop.params)
     out = [f"_SIG_{name} = {sig!r}\n_SPEC_{name} = {cop.op.source!r}\n",
            f"class {name}:\n    \"\"\"The wrappers of op {cop.op.name}; the name is rebound "
            f"to the op below.\"\"\"\n"]
-    targets = [(k, printer, ns, depth) for k, printer, ns, depth in (
-        (kernels, WrapperPrinter, "", 1), (cuda_kernels, CudaWrapperPrinter, "cuda", 2))
+    targets = [(k, printer, ns, depth, variants) for k, printer, ns, depth, variants in (
+        (kernels, WrapperPrinter, "", 1, ("fused", "unfused")),
+        (kernels, DaskWrapperPrinter, "dask", 2, ("fused",)),     # kernels: the CPU ones
+        (cuda_kernels, CudaWrapperPrinter, "cuda", 2, ("fused", "unfused")))
         if k is not None]
-    for kset, printer, ns, depth in targets:
+    for kset, printer, ns, depth, variants in targets:
         if ns:
             out.append(f"    class {ns}:\n")
-        for variant in ("fused", "unfused"):
+        for variant in variants:
             if variant == "unfused":
                 out.append("    " * depth + "class unfused:\n")
             pad = "    " * (depth + (variant == "unfused"))
             for m in (m for m in METHODS if m in cop.methods):
                 method = cop.methods[m]
                 plan = method.fused if variant == "fused" else method.unfused
-                w = printer(cop, method, plan, kset, m, f"_g{ns[:1]}k_{name}_{m}")
+                base = f"_g{'' if ns == 'dask' else ns[:1]}k_{name}_{m}"
+                w = printer(cop, method, plan, kset, m, base)
                 out.append("".join(pad + line if line else line
                                    for line in w.render().splitlines(keepends=True)))
     methods = lambda ns: "{" + ", ".join(f"{m!r}: {ns}.{m}" for m in METHODS
@@ -449,6 +453,7 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
     kw = f", keywords={renamed!r}" if renamed else ""
     # Methods this op cannot have (jvp through a nonlinear grad block): the error.
     kw += f", missing={cop.missing!r}" if cop.missing else ""
+    dask = f", dask={methods(name + '.dask')}" if kernels is not None else ""
 
     def op(ns: str | None, extra: str = "") -> str:
         if ns is None:
@@ -456,7 +461,8 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
             return (f"_GradcOp({cop.op.name!r}, _SPEC_{name}, {sig_text!r}, {{}}{note},\n"
                     f"    unfused=_GradcOp({cop.op.name!r}, _SPEC_{name}, {sig_text!r}, "
                     f"{{}}{note}){extra})")
-        return (f"_GradcOp({cop.op.name!r}, _SPEC_{name}, {sig_text!r}, {methods(ns)}{kw},\n"
+        return (f"_GradcOp({cop.op.name!r}, _SPEC_{name}, {sig_text!r}, {methods(ns)}{kw}"
+                f"{dask if ns == name else ''},\n"
                 f"    unfused=_GradcOp({cop.op.name!r}, _SPEC_{name}, "
                 f"{sig_text!r}, {methods(ns + '.unfused')}{kw}){extra})")
 
@@ -520,7 +526,8 @@ _HELPERS = (prelude._g_sum_to, prelude._g_transpose, prelude._g_broadcast_in, pr
             runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream, runtime_src._g_tangent,
             runtime_src._g_tangent_broadcast,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
-            runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_result_shape, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcOp)
+            runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_result_shape, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcDask,
+            runtime_src._GradcOp, *(getattr(runtime_dask_src, n) for n in runtime_dask_src.HELPERS))
 _CONSTANTS = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"
               "_G_PARALLEL_MIN = int(os.environ.get('GRADC_PARALLEL_MIN', 1 << 17))\n"
               "_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"

@@ -14,9 +14,11 @@ def _g_sum_to(g, shape):
     """Sum ``g`` down to ``shape`` (NumPy's un-broadcast), or broadcast it up.
 
     The adjoint of ``np.broadcast_to(x, g.shape)``: leading dims are summed
-    away and dims where ``shape`` has 1 are summed with ``keepdims``.
+    away and dims where ``shape`` has 1 are summed with ``keepdims``.  A Dask
+    array stays one (its sums are Dask's tree reductions, nothing computed).
     """
-    g = np.asarray(g)
+    if not hasattr(g, "__dask_graph__"):
+        g = np.asarray(g)
     shape = tuple(shape)
     if g.shape == shape:
         return g

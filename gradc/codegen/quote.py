@@ -26,10 +26,10 @@ import numbers
 RESERVED = frozenset({
     "np", "numba", "math", "os", "OPS", "SOURCE_SHA256", "out",
     "cuda", "stream", "TARGET", "CUDA_KERNELS",
-    "AttributeError", "Exception", "NotImplementedError", "OverflowError", "TypeError",
-    "ValueError",
+    "AttributeError", "Exception", "NotImplementedError", "OverflowError", "RuntimeError",
+    "TypeError", "ValueError",
     "abs", "all", "any", "bool", "complex", "dict", "enumerate", "float", "getattr",
-    "hasattr", "id", "int", "isinstance", "iter", "len", "list", "map", "max", "min", "next",
+    "globals", "hasattr", "id", "int", "isinstance", "iter", "len", "list", "map", "max", "min", "next",
     "object",
     "property", "range", "repr", "reversed", "set", "sorted", "str", "sum", "super",
     "tuple", "type", "zip",

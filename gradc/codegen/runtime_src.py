@@ -100,9 +100,12 @@ def _g_float_input(op, what, name, v, want=None):
         except OverflowError:
             raise OverflowError(f"{op}: {what} '{name}' = {v} does not fit a float") from None
     try:
-        a = np.asarray(v)
+        lazy = hasattr(v, "__dask_graph__")     # not np.asarray: that would compute it
+        a = None if lazy else np.asarray(v)
     except Exception as exc:
         raise TypeError(f"{op}: {what} '{name}' is not an array ({exc})") from None
+    if lazy:
+        raise _GradcDask(op)
     if a.dtype.char not in "efd":
         got = type(v).__name__ if isinstance(v, (bool, complex, str)) or v is None else a.dtype
         raise TypeError(f"{op}: {what} '{name}' must be a floating-point array "
@@ -121,9 +124,12 @@ def _g_int_input(op, name, v, want):
             raise OverflowError(f"{op}: argument '{name}' = {v} does not fit {want.name}")
         return np.asarray(v, dtype=want)
     try:
-        a = np.asarray(v)
+        lazy = hasattr(v, "__dask_graph__")
+        a = None if lazy else np.asarray(v)
     except Exception as exc:
         raise TypeError(f"{op}: argument '{name}' is not an array ({exc})") from None
+    if lazy:
+        raise _GradcDask(op)
     if a.dtype.type is not want.type:
         got = type(v).__name__ if isinstance(v, (bool, int, float, complex, str)) \
             or v is None else a.dtype
@@ -375,6 +381,11 @@ class _GradcMissing(NotImplementedError, AttributeError):
     that is also an AttributeError, so ``hasattr(op, "cuda")`` is False."""
 
 
+class _GradcDask(Exception):
+    """Raised by the in-memory argument checks, before any work, on a Dask array
+    argument: ``_GradcOp`` then runs the op's Dask wrapper (``NAME.dask``)."""
+
+
 class _GradcOp:
     """A compiled op: call it for the forward pass; ``vjp``, ``fwd_bwd``, ``jvp``,
     ``unfused`` and ``cuda`` as in SPEC §2; ``spec`` is its source text and
@@ -382,11 +393,13 @@ class _GradcOp:
     parameters whose Python name in the wrappers differs (``lambda`` is
     ``lambda_`` there) to that name; ``missing`` maps a method the op cannot
     have (``jvp`` through a grad block that is not linear) to the compiler's
-    error, which calling it raises as a NotImplementedError."""
+    error, which calling it raises as a NotImplementedError.  ``dask`` maps methods
+    to their Dask wrappers, run when an argument is a Dask array (docs/dask.md)."""
 
     def __init__(self, name, spec, signature, methods, unfused=None, note=None, keywords=None,
-                 cuda=None, missing=None):
+                 cuda=None, missing=None, dask=None):
         self.__name__ = name
+        self._dask = dask or {}
         self._cuda = cuda
         self.spec = spec
         self.signature = signature
@@ -438,6 +451,8 @@ class _GradcOp:
         except ValueError as exc:
             self._relabel("forward", exc)
             raise
+        except _GradcDask:
+            return self._run_dask("forward", args, kwargs)
 
     def vjp(self, /, *args, **kwargs):
         try:
@@ -445,6 +460,8 @@ class _GradcOp:
         except ValueError as exc:
             self._relabel("vjp", exc)
             raise
+        except _GradcDask:
+            return self._run_dask("vjp", args, kwargs)
 
     def fwd_bwd(self, /, *args, **kwargs):
         try:
@@ -452,12 +469,31 @@ class _GradcOp:
         except ValueError as exc:
             self._relabel("fwd_bwd", exc)
             raise
+        except _GradcDask:
+            return self._run_dask("fwd_bwd", args, kwargs)
 
     def jvp(self, /, *args, **kwargs):
         try:
             return self._jvp(*args, **kwargs)
         except ValueError as exc:
             self._relabel("jvp", exc)
+            raise
+        except _GradcDask:
+            return self._run_dask("jvp", args, kwargs)
+
+    def _run_dask(self, method, args, kwargs):
+        """``method`` on arguments of which some are Dask arrays: lazy results."""
+        fn = self._dask.get(method)
+        if fn is None:
+            raise TypeError(f"{self.__name__}.{method}: Dask arrays are not supported here "
+                            "(the unfused and CUDA methods take in-memory arrays); "
+                            "call the fused method")
+        if self._keywords:
+            kwargs = self._rename(method, kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as exc:
+            self._relabel(method, exc)
             raise
 
     @property

@@ -33,9 +33,11 @@ def _g_sum_to(g, shape):
     """Sum ``g`` down to ``shape`` (NumPy's un-broadcast), or broadcast it up.
 
     The adjoint of ``np.broadcast_to(x, g.shape)``: leading dims are summed
-    away and dims where ``shape`` has 1 are summed with ``keepdims``.
+    away and dims where ``shape`` has 1 are summed with ``keepdims``.  A Dask
+    array stays one (its sums are Dask's tree reductions, nothing computed).
     """
-    g = np.asarray(g)
+    if not hasattr(g, "__dask_graph__"):
+        g = np.asarray(g)
     shape = tuple(shape)
     if g.shape == shape:
         return g
@@ -182,9 +184,12 @@ def _g_float_input(op, what, name, v, want=None):
         except OverflowError:
             raise OverflowError(f"{op}: {what} '{name}' = {v} does not fit a float") from None
     try:
-        a = np.asarray(v)
+        lazy = hasattr(v, "__dask_graph__")     # not np.asarray: that would compute it
+        a = None if lazy else np.asarray(v)
     except Exception as exc:
         raise TypeError(f"{op}: {what} '{name}' is not an array ({exc})") from None
+    if lazy:
+        raise _GradcDask(op)
     if a.dtype.char not in "efd":
         got = type(v).__name__ if isinstance(v, (bool, complex, str)) or v is None else a.dtype
         raise TypeError(f"{op}: {what} '{name}' must be a floating-point array "
@@ -203,9 +208,12 @@ def _g_int_input(op, name, v, want):
             raise OverflowError(f"{op}: argument '{name}' = {v} does not fit {want.name}")
         return np.asarray(v, dtype=want)
     try:
-        a = np.asarray(v)
+        lazy = hasattr(v, "__dask_graph__")
+        a = None if lazy else np.asarray(v)
     except Exception as exc:
         raise TypeError(f"{op}: argument '{name}' is not an array ({exc})") from None
+    if lazy:
+        raise _GradcDask(op)
     if a.dtype.type is not want.type:
         got = type(v).__name__ if isinstance(v, (bool, int, float, complex, str)) \
             or v is None else a.dtype
@@ -492,6 +500,11 @@ class _GradcMissing(NotImplementedError, AttributeError):
     that is also an AttributeError, so ``hasattr(op, "cuda")`` is False."""
 
 
+class _GradcDask(Exception):
+    """Raised by the in-memory argument checks, before any work, on a Dask array
+    argument: ``_GradcOp`` then runs the op's Dask wrapper (``NAME.dask``)."""
+
+
 class _GradcOp:
     """A compiled op: call it for the forward pass; ``vjp``, ``fwd_bwd``, ``jvp``,
     ``unfused`` and ``cuda`` as in SPEC §2; ``spec`` is its source text and
@@ -499,11 +512,13 @@ class _GradcOp:
     parameters whose Python name in the wrappers differs (``lambda`` is
     ``lambda_`` there) to that name; ``missing`` maps a method the op cannot
     have (``jvp`` through a grad block that is not linear) to the compiler's
-    error, which calling it raises as a NotImplementedError."""
+    error, which calling it raises as a NotImplementedError.  ``dask`` maps methods
+    to their Dask wrappers, run when an argument is a Dask array (docs/dask.md)."""
 
     def __init__(self, name, spec, signature, methods, unfused=None, note=None, keywords=None,
-                 cuda=None, missing=None):
+                 cuda=None, missing=None, dask=None):
         self.__name__ = name
+        self._dask = dask or {}
         self._cuda = cuda
         self.spec = spec
         self.signature = signature
@@ -555,6 +570,8 @@ class _GradcOp:
         except ValueError as exc:
             self._relabel("forward", exc)
             raise
+        except _GradcDask:
+            return self._run_dask("forward", args, kwargs)
 
     def vjp(self, /, *args, **kwargs):
         try:
@@ -562,6 +579,8 @@ class _GradcOp:
         except ValueError as exc:
             self._relabel("vjp", exc)
             raise
+        except _GradcDask:
+            return self._run_dask("vjp", args, kwargs)
 
     def fwd_bwd(self, /, *args, **kwargs):
         try:
@@ -569,12 +588,31 @@ class _GradcOp:
         except ValueError as exc:
             self._relabel("fwd_bwd", exc)
             raise
+        except _GradcDask:
+            return self._run_dask("fwd_bwd", args, kwargs)
 
     def jvp(self, /, *args, **kwargs):
         try:
             return self._jvp(*args, **kwargs)
         except ValueError as exc:
             self._relabel("jvp", exc)
+            raise
+        except _GradcDask:
+            return self._run_dask("jvp", args, kwargs)
+
+    def _run_dask(self, method, args, kwargs):
+        """``method`` on arguments of which some are Dask arrays: lazy results."""
+        fn = self._dask.get(method)
+        if fn is None:
+            raise TypeError(f"{self.__name__}.{method}: Dask arrays are not supported here "
+                            "(the unfused and CUDA methods take in-memory arrays); "
+                            "call the fused method")
+        if self._keywords:
+            kwargs = self._rename(method, kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except ValueError as exc:
+            self._relabel(method, exc)
             raise
 
     @property
@@ -588,6 +626,216 @@ class _GradcOp:
 
     def __repr__(self):
         return f"<gradc op {self.__name__}{self.signature}>"
+
+
+def _gd_is_dask(v):
+    """Whether ``v`` is a Dask collection (duck typing: no import of dask)."""
+    return hasattr(v, "__dask_graph__")
+
+
+def _gd_probe(op, v):
+    """A 0-d NumPy stand-in of Dask array ``v``'s dtype and its shape, checked known."""
+    shape = tuple(v.shape)
+    if any(d != d for d in shape):              # NaN: chunk sizes unknown
+        raise ValueError(f"{op}: a Dask argument has unknown chunk sizes (shape {shape}); "
+                         "call .compute_chunk_sizes() on it first")
+    return np.zeros((), dtype=v.dtype), shape
+
+
+def _gd_inputs(op, sig, values):
+    """``_g_inputs`` for arguments of which some are Dask arrays: the same checks
+    and errors (dtype, shape, named dims) on stand-ins that hold no data, then
+    Dask arrays cast lazily to the compute dtype ``T`` (NumPy arrays of any rank
+    become one-chunk Dask arrays, 0-d values stay NumPy).  Returns
+    ``(arrays, T, RT, dims)``."""
+    import dask.array as da
+
+    def read(name, dt, v):
+        if not _gd_is_dask(v):
+            return (_g_int_input(op, name, v, np.dtype(_G_INTS[dt])) if dt in _G_INTS
+                    else _g_float_input(op, "argument", name, v, _G_FLOATS.get(dt)))
+        probe, shape = _gd_probe(op, v)
+        if dt in _G_INTS:
+            _g_int_input(op, name, probe, np.dtype(_G_INTS[dt]))
+        else:
+            _g_float_input(op, "argument", name, probe, _G_FLOATS.get(dt))
+        return np.broadcast_to(probe, shape)    # a view of one zero: shapes bound on it
+
+    checked, rt, dims = _g_resolve(op, sig, values, read)
+    t = np.float32 if rt == np.float16 else rt.type
+    arrays = []
+    for (name, dt, shape), v, a in zip(sig, values, checked):
+        want = np.dtype(_G_INTS[dt]) if dt in _G_INTS else np.dtype(t)
+        if _gd_is_dask(v):
+            arrays.append(v.astype(want))
+        else:
+            a = np.asarray(a, dtype=want)
+            arrays.append(da.from_array(a) if a.ndim else a)
+    return arrays, t, rt, dims
+
+
+def _gd_upstream(op, name, v, shape, t):
+    """A cotangent, checked as ``_g_upstream`` does; a Dask array in dtype ``t``
+    (or a 0-d NumPy value)."""
+    import dask.array as da
+    if not _gd_is_dask(v):
+        a = _g_upstream(op, name, v, shape, t)
+        return da.from_array(a) if a.ndim else a
+    probe, got = _gd_probe(op, v)
+    _g_float_input(op, "upstream", name, probe)
+    if got != tuple(shape):
+        raise ValueError(f"{op}: upstream '{name}' must have the output's shape "
+                         f"{tuple(shape)}, got {got}")
+    return v.astype(t)
+
+
+def _gd_tangent(op, name, v, shape, t):
+    """A tangent of ``jvp``, checked as ``_g_tangent`` does and broadcast to its
+    parameter's shape (lazily)."""
+    import dask.array as da
+    if not _gd_is_dask(v):
+        a = _g_tangent(op, name, v, shape, t)
+        return da.from_array(a) if a.ndim else a
+    probe, got = _gd_probe(op, v)
+    _g_float_input(op, "tangent", name, probe)
+    shape = tuple(shape)
+    v = v.astype(t)
+    return da.broadcast_to(v, shape) if _g_tangent_broadcast(op, name, got, shape) else v
+
+
+def _gd_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
+    """``out=`` has no meaning for lazy results: a TypeError unless None."""
+    if out is not None:
+        raise TypeError(f"{op}: out= is not supported with Dask arrays (the results are "
+                        "lazy); write them with dask.array.store(results, targets)")
+    return None
+
+
+def _gd_index(s, v):
+    """Blockwise indices of ``v`` in a loop over ``s`` (NumPy's trailing alignment);
+    None for a value passed whole to every task (a 0-d NumPy value)."""
+    if not _gd_is_dask(v):
+        return None
+    return tuple(range(len(s)))[len(s) - v.ndim:]
+
+
+def _gd_template(s, values, likes):
+    """A Dask array of zeros (a view of one) over ``s`` when no value spans some
+    axis of the loop (a loop that reads only a shape, as ``ones_like(dy)``), so
+    that the loop's chunks exist; its chunks are those of a ``likes`` array of
+    shape ``s``.  None when the values span every axis."""
+    import dask.array as da
+    spanned = set()
+    for v in values:
+        if _gd_is_dask(v):
+            lead = len(s) - v.ndim
+            spanned.update(lead + i for i, d in enumerate(v.shape) if d == s[lead + i])
+    if len(spanned) == len(s):
+        return None
+    chunks = next((l.chunks for l in likes if _gd_is_dask(l) and tuple(l.shape) == tuple(s)),
+                  "auto")
+    return da.broadcast_to(np.zeros((), np.bool_), tuple(s), chunks=chunks)
+
+
+def _gd_kernel(op, name, s, values, rows, scalars, dtypes, t, likes=()):
+    """One ``blockwise`` task per chunk of the loop over ``s`` running kernel
+    ``name`` (its serial loop) on that chunk of ``values``: its results, one Dask
+    array per dtype in ``dtypes``.  ``rows[k]`` is the number of trailing dims of
+    a value the kernel reads once per row (0: elementwise), ``scalars[k]`` marks
+    one-element values."""
+    import operator
+    import dask.array as da
+    s = tuple(s)
+    values = list(values)
+    template = _gd_template(s, values, likes)
+    flags = list(zip(rows, scalars))
+    if template is not None:
+        values.append(template)
+        flags.append((-1, False))                   # read for its chunk's shape only
+    args = []
+    for v in values:
+        args += [v, _gd_index(s, v)]
+    multi = len(dtypes) > 1
+    meta = np.empty((0,) * len(s), dtype=dtypes[0])
+    res = da.blockwise(_gd_block, tuple(range(len(s))), *args, dtype=dtypes[0], meta=meta,
+                       token=f"gradc-{op.replace('.', '-')}", kname=name, flags=tuple(flags),
+                       dtypes=tuple(dtypes), t=t, multi=multi)
+    if not multi:
+        return (res,)
+    return tuple(res.map_blocks(operator.getitem, k, dtype=dt, meta=np.empty((0,) * len(s), dt))
+                 for k, dt in enumerate(dtypes))
+
+
+def _gd_block(*blocks, kname, flags, dtypes, t, multi):
+    """The task of one chunk: kernel ``kname`` over the chunk's loop shape (the
+    broadcast of the blocks' shapes), results in new arrays (a tuple if ``multi``)."""
+    s = np.broadcast_shapes(*(np.shape(b) for b, (r, sc) in zip(blocks, flags) if not sc))
+    outs = [np.empty(s, dtype=dt) for dt in dtypes]
+    ins = []
+    for b, (r, sc) in zip(blocks, flags):
+        if r < 0:
+            continue
+        if sc:
+            ins.append(_g_flat(b, ()))
+        elif r:             # read once per row: the row, from the first of its copies
+            lead = len(s) - r
+            ins.append(_g_flat(np.broadcast_to(b, s)[(0,) * lead], s[lead:]))
+        else:
+            ins.append(_g_flat(b, s))
+    kernel = globals().get(kname + "_serial")
+    if kernel is None:          # this function was pickled by value, without its module
+        raise RuntimeError(f"gradc: kernel {kname} not found: the worker could not import the "
+                           "generated module; ship it to the workers (docs/dask.md)")
+    kernel(*(o.reshape(-1) for o in outs), *ins, _G_WITNESS[t])
+    return tuple(outs) if multi else outs[0]
+
+
+def _gd_lib(op, t, x, y=None, axis=None, keepdims=False):
+    """Library step ``op`` with Dask's functions (tree reductions, blocked matmul)."""
+    import dask.array as da
+    if op == "size_ratio":
+        return t(math.prod(x.shape) / max(math.prod(y.shape), 1))
+    x = x if _gd_is_dask(x) else da.asarray(x)
+    if op == "matmul":
+        return da.matmul(x, y if _gd_is_dask(y) else da.asarray(y))
+    if op == "transpose":
+        return da.transpose(x)
+    if op == "sum_to":
+        return _g_sum_to(x, tuple(y.shape))
+    if op == "broadcast_in":
+        shape = tuple(y.shape)
+        if not keepdims:
+            for ax in range(len(shape)) if axis is None else sorted(a % len(shape) for a in axis):
+                x = da.expand_dims(x, ax)
+        return da.broadcast_to(x, shape)
+    if op == "logsumexp":
+        m = da.max(x, axis=axis, keepdims=True) if x.size else da.zeros((1,) * x.ndim, x.dtype)
+        shift = da.where(da.isfinite(m), m, 0).astype(x.dtype)
+        r = da.log(da.sum(da.exp(x - shift), axis=axis, keepdims=True)) + shift
+    elif op == "norm":
+        scale = da.max(abs(x), axis=axis, keepdims=True) if x.size else \
+            da.ones((1,) * x.ndim, x.dtype)
+        safe = da.where((scale > 0) & da.isfinite(scale), scale, 1).astype(x.dtype)
+        r = da.sqrt(da.sum((x / safe) ** 2, axis=axis, keepdims=True)) * safe
+        r = da.where(da.isinf(scale), scale, r)
+    else:                                       # sum mean prod max min
+        return getattr(da, op)(x, axis=axis, keepdims=keepdims).astype(x.dtype)
+    if keepdims:
+        return r
+    return da.squeeze(r, axis=axis) if axis is not None else r.reshape(())
+
+
+def _gd_finish(op, outs, results, shapes, rt, inputs):
+    """The results as Dask arrays of their output's shape in the result dtype ``rt``
+    (floats; others keep theirs), nothing computed."""
+    import dask.array as da
+    final = []
+    for r, shape in zip(results, shapes):
+        r = r if _gd_is_dask(r) else da.from_array(np.asarray(r))
+        if tuple(r.shape) != tuple(shape):
+            r = da.broadcast_to(r, tuple(shape))
+        final.append(r.astype(rt) if r.dtype.kind == "f" else r)
+    return tuple(final)
 
 
 # The math library (gradc.codegen.mathlib, docs/mathlib.md). Most float64 algorithms and
@@ -794,7 +1042,7 @@ def _gk_scaled_tanh_forward_0(_o0, _i0, _w):
         v0 = _g_tanh(a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_forward_0_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -818,7 +1066,7 @@ def _gk_scaled_tanh_vjp_0(_o0, _i0, _i1, _w):
         v4 = (v3 * _T(0.5))
         _o0[_i] = v4
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_vjp_0_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -848,7 +1096,7 @@ def _gk_scaled_tanh_fwd_bwd_0(_o0, _o1, _i0, _i1, _w):
         _o0[_i] = v0
         _o1[_i] = v4
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -883,7 +1131,7 @@ def _gk_scaled_tanh_jvp_0(_o0, _o1, _i0, _i1, _w):
         _o0[_i] = v0
         _o1[_i] = v8
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_jvp_0_serial(_o0, _o1, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -912,7 +1160,7 @@ def _gu_square(_o0, _i0, _w):
         v0 = (a0 * a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_square_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -931,7 +1179,7 @@ def _gu_sub(_o0, _i0, _w):
         v0 = (_T(1.0) - a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_sub_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -951,7 +1199,7 @@ def _gu_mul(_o0, _i0, _i1, _w):
         v0 = (a0 * a1)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_mul_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -971,7 +1219,7 @@ def _gk_scaled_tanh_vjp_4(_o0, _i0, _w):
         v0 = (a0 * _T(0.5))
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_vjp_4_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -990,7 +1238,7 @@ def _gu_eq(_o0, _i0, _w):
         v0 = _T(a0 == _T(0.0))
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_eq_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1010,7 +1258,7 @@ def _gu_mul_1(_o0, _i0, _i1, _w):
         v0 = (a1 * a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_mul_1_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1030,7 +1278,7 @@ def _gu_ne(_o0, _i0, _w):
         v0 = _T(a0 != a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_ne_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1050,7 +1298,7 @@ def _gk_scaled_tanh_jvp_8(_o0, _i0, _i1, _w):
         v0 = (_T(0.0) if a1 else a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_scaled_tanh_jvp_8_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1073,7 +1321,7 @@ def _gk_leaky_relu_forward_0(_o0, _i0, _i1, _w):
         v2 = (a0 if v0 else v1)
         _o0[_i] = v2
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_forward_0_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     a1 = _i1[0]
@@ -1105,7 +1353,7 @@ def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _w):
         v8 = (v1 + v7)
         _o0[_i] = v8
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _w):
     _T = _w.dtype.type
     a1 = _i1[0]
@@ -1147,7 +1395,7 @@ def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _w):
         _o0[_i] = v2
         _o1[_i] = v10
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
     _T = _w.dtype.type
     a1 = _i1[0]
@@ -1192,7 +1440,7 @@ def _gk_leaky_relu_jvp_0(_o0, _o1, _i0, _i1, _i2, _w):
         _o0[_i] = v2
         _o1[_i] = v10
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_jvp_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
     _T = _w.dtype.type
     a1 = _i1[0]
@@ -1224,7 +1472,7 @@ def _gu_gt(_o0, _i0, _w):
         v0 = _T(a0 > _T(0.0))
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_gt_serial(_o0, _i0, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1244,7 +1492,7 @@ def _gu_mul_2(_o0, _i0, _i1, _w):
         v0 = (a1 * a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_mul_2_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     a1 = _i1[0]
@@ -1266,7 +1514,7 @@ def _gk_leaky_relu_forward_2(_o0, _i0, _i1, _i2, _w):
         v0 = (a0 if a1 else a2)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_forward_2_serial(_o0, _i0, _i1, _i2, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1288,7 +1536,7 @@ def _gu_where(_o0, _i0, _i1, _w):
         v0 = (a1 if a0 else _T(0.0))
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_where_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1309,7 +1557,7 @@ def _gu_where_1(_o0, _i0, _i1, _w):
         v0 = (_T(0.0) if a0 else a1)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_where_1_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1330,7 +1578,7 @@ def _gu_mul_3(_o0, _i0, _i1, _w):
         v0 = (a1 * a0)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_mul_3_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     a0 = _i0[0]
@@ -1351,7 +1599,7 @@ def _gk_leaky_relu_vjp_8(_o0, _i0, _i1, _w):
         v0 = (a0 + a1)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_8_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
@@ -1372,7 +1620,7 @@ def _gu_mul_4(_o0, _i0, _i1, _w):
         v0 = (a0 * a1)
         _o0[_i] = v0
 
-@numba.njit(cache=True, error_model="numpy")
+@numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gu_mul_4_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     a0 = _i0[0]
@@ -1540,7 +1788,52 @@ class scaled_tanh:
             _r = _g_finish(_n, _out, (_v1, _v23), _S, _RT, ())
             return _r
 
-scaled_tanh = _GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': scaled_tanh.forward, 'vjp': scaled_tanh.vjp, 'fwd_bwd': scaled_tanh.fwd_bwd, 'jvp': scaled_tanh.jvp},
+    class dask:
+
+        def forward(x, /, *, out=None):
+            _n = 'scaled_tanh.forward'
+            (x,), _T, _RT, _d = _gd_inputs(_n, _SIG_scaled_tanh, (x,))
+            _S = (x.shape,)
+            _out = _gd_out_tuple(_n, out, _S, 'f', (x,), ('x',), ((0, 0),))
+            _s = x.shape
+            (_v1, ) = _gd_kernel(_n, '_gk_scaled_tanh_forward_0', _s, (x, ), (0,), (False,), (_T,), _T, (x, ))
+            _r = _gd_finish(_n, _out, (_v1,), _S, _RT, ())
+            return _r[0]
+
+        def vjp(x, dy, /, *, out=None):
+            _n = 'scaled_tanh.vjp'
+            (x,), _T, _RT, _d = _gd_inputs(_n, _SIG_scaled_tanh, (x,))
+            _S = (x.shape,)
+            _out = _gd_out_tuple(_n, out, _S, 'f', (x, dy), ('x', 'dy'), ((0, 0), (0, 1)))
+            dy = _gd_upstream(_n, 'dy', dy, x.shape, _T)
+            _s = x.shape
+            (_v9, ) = _gd_kernel(_n, '_gk_scaled_tanh_vjp_0', _s, (x, dy, ), (0, 0), (False, False), (_T,), _T, (x, ))
+            _r = _gd_finish(_n, _out, (_v9,), _S, _RT, ())
+            return _r
+
+        def fwd_bwd(x, dy, /, *, out=None):
+            _n = 'scaled_tanh.fwd_bwd'
+            (x,), _T, _RT, _d = _gd_inputs(_n, _SIG_scaled_tanh, (x,))
+            _S = (x.shape, x.shape)
+            _out = _gd_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1)))
+            dy = _gd_upstream(_n, 'dy', dy, x.shape, _T)
+            _s = x.shape
+            (_v1, _v9, ) = _gd_kernel(_n, '_gk_scaled_tanh_fwd_bwd_0', _s, (x, dy, ), (0, 0), (False, False), (_T, _T,), _T, (x, ))
+            _r = _gd_finish(_n, _out, (_v1, _v9), _S, _RT, ())
+            return _r
+
+        def jvp(x, x_t, /, *, out=None):
+            _n = 'scaled_tanh.jvp'
+            (x,), _T, _RT, _d = _gd_inputs(_n, _SIG_scaled_tanh, (x,))
+            _S = (x.shape, x.shape)
+            _out = _gd_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1)))
+            x_t = _gd_tangent(_n, 'x_t', x_t, x.shape, _T)
+            _s = x.shape
+            (_v1, _v23, ) = _gd_kernel(_n, '_gk_scaled_tanh_jvp_0', _s, (x, x_t, ), (0, 0), (False, False), (_T, _T,), _T, (x, ))
+            _r = _gd_finish(_n, _out, (_v1, _v23), _S, _RT, ())
+            return _r
+
+scaled_tanh = _GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': scaled_tanh.forward, 'vjp': scaled_tanh.vjp, 'fwd_bwd': scaled_tanh.fwd_bwd, 'jvp': scaled_tanh.jvp}, dask={'forward': scaled_tanh.dask.forward, 'vjp': scaled_tanh.dask.vjp, 'fwd_bwd': scaled_tanh.dask.fwd_bwd, 'jvp': scaled_tanh.dask.jvp},
     unfused=_GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': scaled_tanh.unfused.forward, 'vjp': scaled_tanh.unfused.vjp, 'fwd_bwd': scaled_tanh.unfused.fwd_bwd, 'jvp': scaled_tanh.unfused.jvp}))
 
 
@@ -1741,7 +2034,52 @@ class leaky_relu:
             _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
             return _r
 
-leaky_relu = _GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.forward, 'vjp': leaky_relu.vjp, 'fwd_bwd': leaky_relu.fwd_bwd, 'jvp': leaky_relu.jvp},
+    class dask:
+
+        def forward(x, /, *, alpha=0.01, out=None):
+            _n = 'leaky_relu.forward'
+            (x, alpha), _T, _RT, _d = _gd_inputs(_n, _SIG_leaky_relu, (x, alpha))
+            _S = (x.shape,)
+            _out = _gd_out_tuple(_n, out, _S, 'f', (x, alpha), ('x', 'alpha'), ((0, 0), (0, 1)))
+            _s = x.shape
+            (_v5, ) = _gd_kernel(_n, '_gk_leaky_relu_forward_0', _s, (x, alpha, ), (0, 0), (False, True), (_T,), _T, (x, ))
+            _r = _gd_finish(_n, _out, (_v5,), _S, _RT, ())
+            return _r[0]
+
+        def vjp(x, dy, /, *, alpha=0.01, out=None):
+            _n = 'leaky_relu.vjp'
+            (x, alpha), _T, _RT, _d = _gd_inputs(_n, _SIG_leaky_relu, (x, alpha))
+            _S = (x.shape,)
+            _out = _gd_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
+            dy = _gd_upstream(_n, 'dy', dy, x.shape, _T)
+            _s = x.shape
+            (_v17, ) = _gd_kernel(_n, '_gk_leaky_relu_vjp_0', _s, (x, alpha, dy, ), (0, 0, 0), (False, True, False), (_T,), _T, (x, ))
+            _r = _gd_finish(_n, _out, (_v17,), _S, _RT, ())
+            return _r
+
+        def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
+            _n = 'leaky_relu.fwd_bwd'
+            (x, alpha), _T, _RT, _d = _gd_inputs(_n, _SIG_leaky_relu, (x, alpha))
+            _S = (x.shape, x.shape)
+            _out = _gd_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
+            dy = _gd_upstream(_n, 'dy', dy, x.shape, _T)
+            _s = x.shape
+            (_v5, _v17, ) = _gd_kernel(_n, '_gk_leaky_relu_fwd_bwd_0', _s, (x, alpha, dy, ), (0, 0, 0), (False, True, False), (_T, _T,), _T, (x, ))
+            _r = _gd_finish(_n, _out, (_v5, _v17), _S, _RT, ())
+            return _r
+
+        def jvp(x, x_t, /, *, alpha=0.01, out=None):
+            _n = 'leaky_relu.jvp'
+            (x, alpha), _T, _RT, _d = _gd_inputs(_n, _SIG_leaky_relu, (x, alpha))
+            _S = (x.shape, x.shape)
+            _out = _gd_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
+            x_t = _gd_tangent(_n, 'x_t', x_t, x.shape, _T)
+            _s = x.shape
+            (_v5, _v17, ) = _gd_kernel(_n, '_gk_leaky_relu_jvp_0', _s, (x, alpha, x_t, ), (0, 0, 0), (False, True, False), (_T, _T,), _T, (x, ))
+            _r = _gd_finish(_n, _out, (_v5, _v17), _S, _RT, ())
+            return _r
+
+leaky_relu = _GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.forward, 'vjp': leaky_relu.vjp, 'fwd_bwd': leaky_relu.fwd_bwd, 'jvp': leaky_relu.jvp}, dask={'forward': leaky_relu.dask.forward, 'vjp': leaky_relu.dask.vjp, 'fwd_bwd': leaky_relu.dask.fwd_bwd, 'jvp': leaky_relu.dask.jvp},
     unfused=_GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.unfused.forward, 'vjp': leaky_relu.unfused.vjp, 'fwd_bwd': leaky_relu.unfused.fwd_bwd, 'jvp': leaky_relu.unfused.jvp}))
 
 
