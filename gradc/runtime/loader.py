@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import NamedTuple
 
 from gradc.runtime.cache import (cache_dir, cache_key, discard_entry, entry_is_valid,
                                  write_entry)
@@ -20,24 +21,56 @@ def load(path: str | os.PathLike, **options) -> ModuleType:
     :class:`gradc.GradcError` for errors in the file and FileNotFoundError when
     it does not exist.
     """
-    from gradc import compile_source
     path = Path(path).resolve()
     if not path.is_file():
         raise FileNotFoundError(f"no .grad file at '{path}'")
     name, sources = entry_name(path, options)
+    return _load_entry(name, Origin(str(path), sources[0], dict(options)))
+
+
+class Origin(NamedTuple):
+    """What a module was compiled from: the .grad file (for a text, the file it
+    stands for: imports resolve beside it), the text and the options.  Loaded
+    modules carry it as ``__gradc_origin__``; the framework adapters read it to
+    compile derived ops (:mod:`gradc.adapters.derived`)."""
+
+    file: str
+    text: str
+    options: dict
+
+
+def load_text(text: str, file: str | os.PathLike, **options) -> ModuleType:
+    """Import the module compiled from the .grad source ``text``, as if it were
+    the file ``file`` (which need not exist: imports resolve beside it, errors
+    name it), through the same cache as :func:`load`."""
+    from gradc.frontend.check import check_source
+    from gradc.frontend.parser import read_source
+    file = str(Path(file).resolve())
+    program = check_source(text, file)
+    key = cache_key([file, text, *(read_source(f) for f in program.files[1:])],
+                    dict(sorted(options.items())))
+    stem = re.sub(r"\W", "_", Path(file).stem)
+    return _load_entry(f"gradc_{stem}_{key[:16]}", Origin(file, text, dict(options)))
+
+
+def _load_entry(name: str, origin: Origin) -> ModuleType:
+    from gradc import compile_source
     if name in sys.modules:
         return sys.modules[name]
     target = cache_dir() / f"{name}.py"
+    compile_ = lambda: compile_source(origin.text, file=origin.file, **origin.options)
     if not entry_is_valid(target):           # missing, or damaged: (re)compile
-        text = compile_source(sources[0], file=str(path), **options)
+        text = compile_()
         discard_entry(target)
         write_entry(target, text)
     try:
-        return _import(name, target)
+        module = _import(name, target)
     except Exception:                        # damaged after all (its bytecode, say)
         discard_entry(target)
-        write_entry(target, compile_source(sources[0], file=str(path), **options))
-        return _import(name, target)
+        write_entry(target, compile_())
+        module = _import(name, target)
+    module.__gradc_origin__ = origin
+    return module
 
 
 def entry_name(path: Path, options: dict) -> tuple[str, list[str]]:
