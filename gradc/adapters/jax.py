@@ -92,8 +92,7 @@ class JaxOp:
     def __call__(self, *args, **keywords):
         import jax.numpy as jnp
         kw = self._keywords(keywords)
-        args = tuple(a if hasattr(a, "dtype") and hasattr(a, "shape") else jnp.asarray(a)
-                     for a in args)
+        args = tuple(jnp.asarray(a) for a in args)   # JAX's dtypes (float64 needs x64)
         _check_args(self.__name__, self._params, args)
         fn = self._fns.get(kw)
         if fn is None:
@@ -173,7 +172,7 @@ class _Fn:
     source: Callable[[], derived.Source]
     op: Callable[[], Any]
     keywords: dict
-    vmap: str                      # "expand_dims" (elementwise forward), "broadcast_all", "sequential"
+    vmap: str                      # "expand_dims", "broadcast_all" or "sequential"
     _made: dict = field(default_factory=dict)
 
     def __call__(self, args: tuple) -> tuple:

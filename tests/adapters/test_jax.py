@@ -183,7 +183,8 @@ def test_custom_rules_match_the_ops_methods_and_jax_semantics(name, seed64, x64)
 
 def test_second_derivative_of_scaled_tanh_is_the_rule_differentiated(seed, x64):
     """docs/second_order.md: d/dx [0.5 (1 - tanh(x)^2)] = -y (1 - y^2), as JAX's own
-    custom_vjp (fwd saving y) gives; in both modes."""
+    custom_vjp (fwd saving y) gives; in both modes (forward mode under jax.jit); the
+    third derivative too (a derived op of a derived op)."""
     x = jnp.asarray([0.7, -1.3, 0.0])
     y = np.tanh(np.asarray(x))
     want = -y * (1 - y ** 2)
@@ -192,9 +193,13 @@ def test_second_derivative_of_scaled_tanh_is_the_rule_differentiated(seed, x64):
     np.testing.assert_allclose(rev, want, rtol=1e-12)
     g = as_jax(seed.scaled_tanh, mode="fwd")
     one = jnp.ones(3)
-    fwd = jax.jvp(lambda x: jax.jvp(g, (x,), (one,))[1], (x,), (one,))[1]
+    tangent = lambda x: jax.jvp(g, (x,), (one,))[1]             # noqa: E731
+    fwd = jax.jit(lambda x: jax.jvp(tangent, (x,), (one,))[1])(x)
     np.testing.assert_allclose(fwd, want, rtol=1e-12)
     np.testing.assert_allclose(float(want[0]), -0.38362, atol=1e-5)
+    d2 = jax.grad(lambda x: jax.grad(lambda x: f(x).sum())(x).sum())
+    np.testing.assert_allclose(jax.grad(lambda x: d2(x).sum())(x),
+                               -(1 - y ** 2) * (1 - 3 * y ** 2), rtol=1e-10)
 
 
 def _mlp_args(dtype):
