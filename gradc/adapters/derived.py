@@ -112,9 +112,9 @@ def derive(src: Source, kind: str) -> Source:
     opdef = src.program.ops[src.name]
     if len(opdef.outputs) != 1:
         raise NotImplementedError(
-            f"{src.name}: no derivative of its {kind} (second order): the op has "
+            f"{src.name}: its {kind} cannot be differentiated: the op has "
             f"{len(opdef.outputs)} outputs, and an op with several outputs cannot be "
-            f"called inside an expression (E306), so its derived op cannot be written")
+            f"called inside an expression (E306), so its {kind} op cannot be written")
     params = src.params
     diff = [p.name for p in params if p.differentiable]
     if not diff:

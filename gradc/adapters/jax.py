@@ -69,7 +69,10 @@ class JaxOp:
     op's forward (JAX arrays, NumPy arrays, Python numbers), one output or a tuple."""
 
     def __init__(self, op, mode: str, src: derived.Source) -> None:
-        import jax  # noqa: F401  (the adapter needs JAX; fail here, not at the first call)
+        try:                        # fail here, not at the first call
+            import jax  # noqa: F401
+        except ImportError as exc:
+            raise ImportError("gradc.adapters.jax needs JAX: pip install 'gradc[jax]'") from exc
         from gradc.ir.lower import lower_op
         self.op, self.mode, self.__name__ = op, mode, op.__name__
         for method in ("forward", "vjp") + (("jvp",) if mode == "fwd" else ()):
@@ -187,20 +190,22 @@ class _Fn:
         tangent per differentiable argument)."""
         if kind in self._made:
             return self._made[kind]
-        n, kw, op = len(self.diff), self.keywords, self.op
+        # The op whose method computes the derivative, compiled now, while JAX traces
+        # (an error here is the caller's, not a callback's).
+        n, kw, op = len(self.diff), self.keywords, self.op()
         source = _once(lambda: derived.derive(self.source(), kind))
         if kind == "vjp":
             wrt = [i for i, d in enumerate(self.diff) if d]
             fn = _Fn(f"{self.name}.vjp", self.diff + (True,) * self.n_out, len(wrt),
-                     lambda *a: _tuple(op().vjp(*a, **kw)),
+                     lambda *a: _tuple(op.vjp(*a, **kw)),
                      lambda args: tuple(_struct(args[i]) for i in wrt), source,
                      _once(lambda: derived.compile_op(source())), kw, _derived_vmap(self.vmap))
         else:
-            why = _missing(op(), "jvp")
+            why = _missing(op, "jvp")
             if why:
                 raise NotImplementedError(f"{self.name}: no forward mode: {why}")
             fn = _Fn(f"{self.name}.jvp", self.diff + (True,) * sum(self.diff), self.n_out,
-                     lambda *a: _tuple(op().jvp(*a, **kw))[self.n_out:],
+                     lambda *a: _tuple(op.jvp(*a, **kw))[self.n_out:],
                      lambda args: self.specs(args[:n]), source,
                      _once(lambda: derived.compile_op(source())), kw, _derived_vmap(self.vmap))
         self._made[kind] = fn

@@ -289,6 +289,11 @@ def test_errors(seed, act):
         mlp(x, jnp.ones((5, 6), jnp.float32), *args[2:])
     with pytest.raises(TypeError, match=r"takes 5 positional argument\(s\)"):
         mlp(x)
+    # third order needs a derived op of mlp__vjp, which has 5 outputs: refused at trace
+    d2 = jax.grad(lambda w2: jax.grad(lambda w2: mlp(*args[:3], w2, args[4]).sum())(w2).sum())
+    with pytest.raises(NotImplementedError, match=r"mlp__vjp: its vjp cannot be differentiated: "
+                                                  r"the op has 5 outputs"):
+        jax.grad(lambda w2: d2(w2).sum())(args[3])
     leaky = as_jax(act.leaky_relu)
     with pytest.raises(TypeError, match=r"keyword parameter 'alpha' is static"):
         jax.jit(lambda a: leaky(jnp.ones(3), alpha=a))(0.3)
