@@ -26,10 +26,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import networkx as nx
-
 from gradc.autodiff.reverse import live_nodes, outermost_regions, vjp
 from gradc.ir.graph import CustomRegion, Graph
+from gradc.ir.primitives import PRIMITIVES
 
 
 def gradient(graph: Graph, f: int, wrt: int, seed: int) -> int | None:
@@ -56,7 +55,7 @@ def _detach(graph: Graph, wrt: int, since: int, applied: list[CustomRegion]) -> 
     backward = [n for n in graph.dg.nodes if n >= since]
     reads = {a for n in backward for a in graph.node(n).args if a < since}
     dissolved = frozenset().union(*(r.nodes for r in applied))
-    depends = nx.descendants(graph.dg, wrt) | dissolved
+    depends = _value_descendants(graph, wrt) | dissolved
     copied = {n for n in graph.ancestors(reads) if n in depends and n < since}
     mapping = _copy(graph, copied, dissolved, applied)
     for n in backward:
@@ -66,6 +65,24 @@ def _detach(graph: Graph, wrt: int, since: int, applied: list[CustomRegion]) -> 
     graph.regions = [_remap(r, mapping) if min(r.nodes, default=-1) >= since else r
                      for r in graph.regions]    # custom calls in grad blocks read the copy
     return mapping
+
+
+def _value_descendants(graph: Graph, wrt: int) -> set[int]:
+    """The nodes whose values depend on ``wrt``'s value: descendants along operands
+    whose values are read, not along those read only for their shape (a
+    ``zeros_like(y)`` does not depend on ``y``, so ``grad(..., dy)`` with
+    ``dy = zeros_like(y)`` differentiates the expression's own ``dy``)."""
+    out, stack = set(), [wrt]
+    while stack:
+        n = stack.pop()
+        for s in graph.dg.successors(n):
+            node = graph.node(s)
+            shape_only = PRIMITIVES[node.op].shape_only
+            if s not in out and any(a == n for i, a in enumerate(node.args)
+                                    if i not in shape_only):
+                out.add(s)
+                stack.append(s)
+    return out
 
 
 def residual_scope(graph: Graph, region: CustomRegion) -> dict[str, int]:

@@ -397,14 +397,17 @@ class WrapperPrinter:
         return self.vars[nid]
 
 
+def param_text(p) -> str:
+    """A parameter (a :class:`~gradc.ir.lower.ParamInfo`) as .grad source: ``x``,
+    ``w1: f32[i, h]``, ``alpha: nograd = 0.01``."""
+    t = (p.dtype or "") + (f"[{', '.join(map(str, p.shape))}]" if p.shape else "")
+    if not p.differentiable and p.dtype not in ("i32", "i64", "bool"):
+        t = ("nograd " + t).strip()
+    return p.name + (f": {t}" if t else "") + (f" = {p.default!r}" if p.has_default else "")
+
+
 def _signature_text(cop: CompiledOp) -> str:
-    parts = []
-    for p in cop.params:
-        t = (p.dtype or "") + (f"[{', '.join(map(str, p.shape))}]" if p.shape else "")
-        if not p.differentiable and p.dtype not in ("i32", "i64", "bool"):
-            t = ("nograd " + t).strip()
-        s = p.name + (f": {t}" if t else "") + (f" = {p.default!r}" if p.has_default else "")
-        parts.append(s)
+    parts = [param_text(p) for p in cop.params]
     outs = cop.op.outputs
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
     return f"({', '.join(parts)}) -> {ret}"

@@ -7,6 +7,7 @@ import re
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import NamedTuple
 
 from gradc.runtime.cache import (cache_dir, cache_key, discard_entry, entry_is_valid,
                                  write_entry, write_metadata)
@@ -26,6 +27,34 @@ def load(path: str | os.PathLike, **options) -> ModuleType:
     if name in sys.modules:
         return sys.modules[name]
     return _through_cache(path, name, sources, files, options)
+
+
+class Origin(NamedTuple):
+    """What a module was compiled from: the .grad file (for a text, the file it
+    stands for: imports resolve beside it), the text and the options.  Loaded
+    modules carry it as ``__gradc_origin__``; the framework adapters read it to
+    compile derived ops (:mod:`gradc.adapters.derived`)."""
+
+    file: str
+    text: str
+    options: dict
+
+
+def load_text(text: str, file: str | os.PathLike, **options) -> ModuleType:
+    """Import the module compiled from the .grad source ``text``, as if it were
+    the file ``file`` (which need not exist: imports resolve beside it, errors
+    name it), through the same cache as :func:`load`."""
+    from gradc.frontend.check import check_source
+    from gradc.frontend.parser import read_source
+    file = Path(file).resolve()
+    program = check_source(text, str(file))
+    sources = [text, *(read_source(f) for f in program.files[1:])]
+    key = cache_key([str(file), *sources], dict(sorted(options.items())))
+    stem = re.sub(r"\W", "_", file.stem)
+    name = f"gradc_{stem}_{key[:16]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    return _through_cache(file, name, sources, [file, *program.files[1:]], options)
 
 
 def entry_name(path: Path, options: dict) -> tuple[str, list[str]]:
@@ -68,11 +97,13 @@ def _through_cache(path: Path, name: str, sources: list[str], files: list,
     if not entry_is_valid(target):           # missing, or damaged: (re)compile
         write()
     try:
-        return _import(name, target)
+        module = _import(name, target)
     except Exception:                        # damaged after all (its bytecode, say)
         discard_entry(target)
         write()
-        return _import(name, target)
+        module = _import(name, target)
+    module.__gradc_origin__ = Origin(str(path), sources[0], dict(options))
+    return module
 
 
 def _import(name: str, target: Path) -> ModuleType:

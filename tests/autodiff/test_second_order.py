@@ -359,3 +359,24 @@ def test_gradient_penalty_edge_cases(seed64):
     # one row saturated: tanh' underflows to 0 there, so that row's gradient norm is 0
     big = np.array([[400.0, 0.0], [0.1, 0.2], [-0.3, 0.5]])
     _check_penalty(gp, big, big, alpha, np.array([1.0, 0.5]))
+
+
+def test_grad_with_respect_to_a_zeros_like_name(import_module_text) -> None:
+    """``J t`` as the gradient in ``dy`` of ``<J^T dy, t>`` with ``dy = zeros_like(y)``
+    (how gradc.adapters.derived writes an op's JVP): ``dy``'s value does not depend on
+    ``x`` (``zeros_like`` reads only ``y``'s shape), so grad() must not detach it into
+    a copy (it did, and the result was 0)."""
+    src = """
+op f(x) -> y {
+    y = sin(x) * x
+}
+op jt(x: f64[n], t: f64[n]) -> y_t {
+    y = f(x)
+    dy = zeros_like(y)
+    g = grad(sum(y * dy), x)
+    y_t = grad(sum(g * t), dy)
+}
+"""
+    mod = import_module_text(gradc.compile_source(src, file="jt.grad"), "second_order_jt")
+    x, t = rand(7), rand(7)
+    close(mod.jt(x, t), (np.cos(x) * x + np.sin(x)) * t, rtol=1e-14, atol=1e-15)

@@ -1,0 +1,1 @@
+"""Framework adapters: gradc ops inside the frameworks users train in."""

@@ -1,0 +1,168 @@
+"""Derived ops: an op's VJP and JVP written as ops of their own, for the adapters.
+
+A framework that differentiates a gradc op twice (``jax.grad`` of ``jax.grad``,
+``check_grads(order=2)``) needs the derivatives of the op's ``vjp`` and ``jvp``
+methods.  gradc compiles them from .grad source like any op.  The VJP of
+``f(x, w) -> y`` is
+
+    op f__vjp(x, w, dy) -> (grad_x, grad_w) {
+        y = f(x, w)
+        grad_x = grad(sum(y * dy), x)
+        grad_w = grad(sum(y * dy), w)
+    }
+
+whose own ``vjp`` is the VJP's VJP: with respect to ``x`` and ``w`` the second
+derivative through the custom rules as docs/second_order.md defines it (the rule
+differentiated as written, residuals through the forward body: JAX's semantics
+for a ``custom_vjp`` whose ``bwd`` is differentiable), with respect to ``dy``
+the JVP.  The JVP of ``f`` is ``J t``, written as the gradient in ``dy`` of
+``<J^T dy, t>``:
+
+    op f__jvp(x, w, x_t, w_t) -> y_t {
+        y = f(x, w)
+        dy = zeros_like(y)
+        grad_x = grad(sum(y * dy), x)
+        grad_w = grad(sum(y * dy), w)
+        y_t = grad(sum(grad_x * x_t) + sum(grad_w * w_t), dy)
+    }
+
+which does not depend on the value of ``dy`` because the VJP is linear in it:
+an op whose grad block is not linear in its upstream (E405) has no JVP op.  The
+text imports the op's own file, so every custom rule applies; it is compiled on
+first use, through the cache of :func:`gradc.runtime.loader.load_text`.  A
+derived op of a derived op (third order and up) extends the text.
+
+Limits: an op with several outputs cannot be called inside an expression
+(E306), so it has no derived ops (its first-order methods work as ever).
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+from gradc.codegen.module import param_text
+from gradc.frontend.check import Program, check_source
+from gradc.frontend.parser import read_source
+from gradc.ir.lower import ParamInfo, param_infos
+from gradc.pipeline import tangent_names, upstream_names
+
+KINDS = ("vjp", "jvp")
+
+
+@dataclass(frozen=True)
+class Source:
+    """The .grad source of one op: ``text`` as if it were the file ``file``
+    (imports resolve beside it), the op's ``name``, the module's ``options``,
+    and ``derived``: whether the text is gradc's (a derived op's) or the user's."""
+
+    text: str
+    file: str
+    name: str
+    options: tuple = ()
+    derived: bool = False
+
+    @cached_property
+    def program(self) -> Program:
+        return check_source(self.text, self.file)
+
+    @cached_property
+    def params(self) -> tuple[ParamInfo, ...]:
+        return param_infos(self.program.ops[self.name], self.program.consts)
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.program.ops[self.name].outputs
+
+
+def source_of(op, file: str | Path | None = None) -> Source:
+    """The source of ``op``, an op of a generated module: the module's
+    ``__gradc_origin__`` (``gradc.load`` records it) or the .grad ``file`` given.
+
+    Raises ValueError when neither is known, and when the source on disk is not
+    the one the module was compiled from (its ``SOURCE_SHA256``)."""
+    from gradc import _full_source
+    from gradc.codegen.module import source_sha256
+    name = op.__name__
+    module = sys.modules.get(type(op).__module__)
+    origin = getattr(module, "__gradc_origin__", None)
+    if file is not None:
+        text, path, options = read_source(Path(file)), str(Path(file).resolve()), {}
+    elif origin is not None:
+        text, path, options = origin.text, origin.file, origin.options
+    else:
+        raise ValueError(f"{name}: the .grad file this op was compiled from is not known "
+                         f"(modules from gradc.load record it); pass source='FILE.grad'")
+    src = Source(text, path, name, tuple(sorted(options.items())))
+    sha = getattr(module, "SOURCE_SHA256", None)
+    if sha is not None and sha != source_sha256(_full_source(src.program, text)):
+        raise ValueError(f"{name}: {path} (or a file it imports) is not the source this "
+                         f"module was compiled from; reload the module")
+    if name not in src.program.main_ops:
+        raise ValueError(f"{name}: no op of that name in {path}")
+    return src
+
+
+def derive(src: Source, kind: str) -> Source:
+    """The source of the VJP (``kind="vjp"``) or JVP (``"jvp"``) op of ``src``'s op.
+
+    Raises NotImplementedError for an op with several outputs (E306: it cannot
+    be called inside an expression) or without differentiable parameters."""
+    opdef = src.program.ops[src.name]
+    if len(opdef.outputs) != 1:
+        raise NotImplementedError(
+            f"{src.name}: its {kind} cannot be differentiated: the op has "
+            f"{len(opdef.outputs)} outputs, and an op with several outputs cannot be "
+            f"called inside an expression (E306), so its {kind} op cannot be written")
+    params = src.params
+    diff = [p.name for p in params if p.differentiable]
+    if not diff:
+        raise NotImplementedError(f"{src.name}: no differentiable parameter")
+    name = src.name + "__" + kind
+    while name in src.program.ops:
+        name += "_"
+    y, = opdef.outputs
+    u, = upstream_names(opdef)
+    taken = {p.name for p in params} | {y, u}
+    grads = [_fresh(f"grad_{p}", taken) for p in diff]
+    call = f"{src.name}(" + ", ".join(
+        f"{p.name}={p.name}" if p.has_default else p.name for p in params) + ")"
+    body = [f"{y} = {call}"]
+    if kind == "vjp":
+        outs = grads[0] if len(grads) == 1 else f"({', '.join(grads)})"
+        head = f"op {name}({_params(params, [u])}) -> {outs}"
+        body += [f"{g} = grad(sum({y} * {u}), {p})" for g, p in zip(grads, diff)]
+    else:
+        ts = list(tangent_names(opdef))
+        y_t = _fresh(f"{y}_t", taken | set(ts))
+        head = f"op {name}({_params(params, ts)}) -> {y_t}"
+        body += [f"{u} = zeros_like({y})"]
+        body += [f"{g} = grad(sum({y} * {u}), {p})" for g, p in zip(grads, diff)]
+        inner = " + ".join(f"sum({g} * {t})" for g, t in zip(grads, ts))
+        body += [f"{y_t} = grad({inner}, {u})"]
+    text = head + " {\n" + "".join(f"    {s}\n" for s in body) + "}\n"
+    if src.derived:
+        return Source(src.text + "\n" + text, src.file, name, src.options, True)
+    base = Path(src.file).name
+    if '"' in base:
+        raise NotImplementedError(f"{src.name}: cannot import {base!r} in a derived op")
+    pseudo = Path(src.file).with_name(f"{Path(src.file).stem}__derived.grad")
+    return Source(f'import "{base}"\n\n' + text, str(pseudo), name, src.options, True)
+
+
+def compile_op(src: Source):
+    """The op object of ``src``, compiled (or read from the cache) and imported."""
+    from gradc.runtime.loader import load_text
+    return load_text(src.text, src.file, **dict(src.options)).OPS[src.name]
+
+
+def _params(params: tuple[ParamInfo, ...], extra: list[str]) -> str:
+    return ", ".join([param_text(p) for p in params] + extra)
+
+
+def _fresh(name: str, taken: set[str]) -> str:
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name

@@ -1,0 +1,334 @@
+"""JAX adapter: a gradc op as a JAX function (``jax.custom_vjp`` or ``jax.custom_jvp``).
+
+``as_jax(m.scaled_tanh)`` is a function of JAX arrays that runs the op's kernels
+through ``jax.pure_callback`` (on the CPU: the kernels read and write host
+memory) and differentiates with the op's own methods:
+
+* ``mode="rev"`` (the default): a ``jax.custom_vjp``.  Its ``fwd`` calls the
+  op's forward and keeps the inputs as residuals; its ``bwd`` calls ``vjp``,
+  which recomputes what it needs from the inputs in one fused pass.
+  ``jax.grad``, ``jax.vjp`` and ``jax.jacrev`` work, to any order: ``bwd`` is
+  itself a ``custom_vjp`` whose ``bwd`` calls the ``vjp`` of the op's VJP,
+  compiled by gradc on first use (:mod:`gradc.adapters.derived`).  Forward
+  mode (``jax.jvp``) raises JAX's error for ``custom_vjp`` functions.
+* ``mode="fwd"``: a ``jax.custom_jvp`` whose rule calls the op's ``jvp``;
+  ``jax.jvp`` and ``jax.jacfwd`` work, to any order (the rule's tangent is a
+  ``custom_jvp`` over the op's JVP op).  Reverse mode does not: JAX would
+  transpose the rule, and a callback has no transpose.  An op without forward
+  mode (a grad block not linear in its upstream, E405) raises
+  NotImplementedError with the compiler's error.
+
+Shapes and dtypes of the results (``jax.ShapeDtypeStruct``) come from the op's
+IR, evaluated abstractly with ``jax.eval_shape``; the dtype rule is the
+module's (SPEC §1: float32 in, float32 out; float16 in, float16 out; float64
+needs ``jax_enable_x64``).  Arguments are checked when JAX traces the call, so
+a bad dtype or shape is a TypeError or ValueError there, never an error inside a
+callback.  Keyword parameters (defaults such as ``alpha``) are static: Python
+numbers, fixed when the function is traced.  ``nograd`` parameters are
+constants to JAX (their cotangent and tangent are zero), as are integer ones.
+
+Under ``jax.vmap``: an elementwise op (every node elementwise, no annotated
+shape) is called once for the whole batch, ``vmap_method="expand_dims"`` for
+its forward and ``"broadcast_all"`` for its derivatives (a gradient of an
+unbatched input must stay per-example, which a broadcast would sum); the
+callback aligns the ranks so that the batch dims do not broadcast against the
+op's own.  Any other op (reductions, matmuls, annotated ranks) is called once
+per example (``"sequential"``): its kernels see the shapes it was written for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, Callable
+
+import numpy as np
+
+from gradc.adapters import derived
+from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, SOURCE
+
+_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
+_INTS = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
+MODES = ("rev", "fwd")
+
+
+def as_jax(op, *, mode: str = "rev", source=None) -> "JaxOp":
+    """The gradc op ``op`` (``gradc.load(path).NAME``) as a JAX function.
+
+    ``mode``: "rev" (a ``jax.custom_vjp``) or "fwd" (a ``jax.custom_jvp``), see
+    the module docstring.  ``source``: the op's .grad file, for a module not
+    loaded by ``gradc.load`` (``gradc compile -o``).  Raises ValueError for an
+    unknown mode or source, NotImplementedError for ``mode="fwd"`` on an op
+    without forward mode (E405) and for an op its module could not compile."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be 'rev' or 'fwd', got {mode!r}")
+    return JaxOp(op, mode, derived.source_of(op, source))
+
+
+class JaxOp:
+    """A gradc op as a JAX function: ``f(*inputs, **keywords)``, inputs as for the
+    op's forward (JAX arrays, NumPy arrays, Python numbers), one output or a tuple."""
+
+    def __init__(self, op, mode: str, src: derived.Source) -> None:
+        try:                        # fail here, not at the first call
+            import jax  # noqa: F401
+        except ImportError as exc:
+            raise ImportError("gradc.adapters.jax needs JAX: pip install 'gradc[jax]'") from exc
+        from gradc.ir.lower import lower_op
+        self.op, self.mode, self.__name__ = op, mode, op.__name__
+        for method in ("forward", "vjp") + (("jvp",) if mode == "fwd" else ()):
+            why = _missing(op, method)
+            if why:
+                raise NotImplementedError(f"{op.__name__}: no {method} for mode={mode!r}: {why}")
+        self._src = src
+        self._params = [p for p in src.params if not p.has_default]
+        self._defaults = {p.name: p.default for p in src.params if p.has_default}
+        program = src.program
+        self._graph = lower_op(program.ops[src.name], program.ops, program.consts)
+        self._elementwise = all(p.shape is None for p in self._params) and all(
+            PRIMITIVES[n.op].kind in (ELEMENTWISE, SOURCE) for n in self._graph)
+        self._fns: dict[tuple, Callable] = {}
+        self._shapes: dict[tuple, tuple] = {}
+
+    def __repr__(self) -> str:
+        return f"<JAX ({self.mode}) gradc op {self.__name__}{self.op.signature}>"
+
+    def __call__(self, *args, **keywords):
+        import jax.numpy as jnp
+        kw = self._keywords(keywords)
+        args = tuple(jnp.asarray(a) for a in args)   # JAX's dtypes (float64 needs x64)
+        _check_args(self.__name__, self._params, args)
+        fn = self._fns.get(kw)
+        if fn is None:
+            fn = self._fns[kw] = self._function(dict(kw))
+        out = fn(*args)
+        return out[0] if len(out) == 1 else out
+
+    def _keywords(self, keywords: dict) -> tuple:
+        import jax
+        unknown = sorted(set(keywords) - set(self._defaults))
+        if unknown:
+            raise TypeError(f"{self.__name__}() got an unexpected keyword argument "
+                            f"{unknown[0]!r}")
+        out = dict(self._defaults)
+        for k, v in keywords.items():
+            if isinstance(v, jax.core.Tracer) or np.ndim(v) != 0:
+                raise TypeError(f"{self.__name__}: keyword parameter '{k}' is static in "
+                                f"the JAX adapter: pass a Python number, got {type(v).__name__}")
+            out[k] = np.asarray(v).item()
+        return tuple(sorted(out.items()))
+
+    def _function(self, kw: dict) -> Callable:
+        n_out = len(self._src.outputs)
+        fn = _Fn(self.__name__, tuple(p.differentiable for p in self._params), n_out,
+                 partial(_call_op, self.op, kw), partial(self._out_specs, kw),
+                 lambda: self._src, lambda: self.op, kw,
+                 "expand_dims" if self._elementwise else "sequential")
+        return fn.rev() if self.mode == "rev" else fn.fwd()
+
+    def _out_specs(self, kw: dict, args: tuple) -> tuple:
+        """The results' ShapeDtypeStructs: the IR's outputs evaluated abstractly."""
+        import jax
+        from gradc.ir.interpret_frameworks import jax_framework, lower_graph, want_dtype
+        key = (tuple(kw.items()), *((tuple(a.shape), np.dtype(a.dtype)) for a in args))
+        if key not in self._shapes:
+            floats = [np.dtype(a.dtype) for a, p in zip(args, self._params)
+                      if p.dtype not in _INTS]
+            rt = jax.dtypes.canonicalize_dtype(np.result_type(*floats) if floats else np.float64)
+            g = self._graph
+            run = lower_graph(g, g.params, g.outputs, jax_framework(), rt)
+            values = iter(args)
+            full = [kw[p.name] if p.has_default else next(values) for p in self._src.params]
+            arrays = [i for i, p in enumerate(self._src.params) if not p.has_default]
+
+            def forward(*xs):
+                vals = list(full)
+                for i, x in zip(arrays, xs):
+                    vals[i] = x
+                return run(*vals)
+
+            try:
+                outs = jax.eval_shape(forward, *(jax.ShapeDtypeStruct(a.shape, a.dtype)
+                                                 for a in args))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{self.__name__}: arguments of shapes "
+                                 f"{[tuple(a.shape) for a in args]} do not fit: {exc}") from None
+            self._shapes[key] = tuple(
+                jax.ShapeDtypeStruct(o.shape, want_dtype(g.node(nid).dtype, rt))
+                for o, nid in zip(outs, g.outputs))
+        return self._shapes[key]
+
+
+@dataclass(eq=False)
+class _Fn:
+    """A function of arrays that gradc kernels compute, and how to differentiate it.
+
+    ``run`` computes it on NumPy arrays (the results as a tuple); ``specs`` gives
+    the results' ShapeDtypeStructs for the arguments; ``source()`` is the gradc op
+    whose methods differentiate it and ``op()`` that op compiled (both made on
+    first use: a derivative's op is compiled only when it is differentiated)."""
+
+    name: str
+    diff: tuple[bool, ...]         # per argument: does it get a gradient / take a tangent
+    n_out: int
+    run: Callable[..., tuple]
+    specs: Callable[[tuple], tuple]
+    source: Callable[[], derived.Source]
+    op: Callable[[], Any]
+    keywords: dict
+    vmap: str                      # "expand_dims", "broadcast_all" or "sequential"
+    _made: dict = field(default_factory=dict)
+
+    def __call__(self, args: tuple) -> tuple:
+        import jax
+        specs = self.specs(args)
+        host = partial(_host, self.run, tuple(np.ndim(a) for a in args), specs)
+        return tuple(jax.pure_callback(host, specs, *args, vmap_method=self.vmap))
+
+    def derivative(self, kind: str) -> "_Fn":
+        """The function computing this one's VJP (``kind="vjp"``: of the arguments
+        and one cotangent per result) or JVP (``"jvp"``: of the arguments and one
+        tangent per differentiable argument)."""
+        if kind in self._made:
+            return self._made[kind]
+        # The op whose method computes the derivative, compiled now, while JAX traces
+        # (an error here is the caller's, not a callback's).
+        n, kw, op = len(self.diff), self.keywords, self.op()
+        source = _once(lambda: derived.derive(self.source(), kind))
+        if kind == "vjp":
+            wrt = [i for i, d in enumerate(self.diff) if d]
+            fn = _Fn(f"{self.name}.vjp", self.diff + (True,) * self.n_out, len(wrt),
+                     lambda *a: _tuple(op.vjp(*a, **kw)),
+                     lambda args: tuple(_struct(args[i]) for i in wrt), source,
+                     _once(lambda: derived.compile_op(source())), kw, _derived_vmap(self.vmap))
+        else:
+            why = _missing(op, "jvp")
+            if why:
+                raise NotImplementedError(f"{self.name}: no forward mode: {why}")
+            fn = _Fn(f"{self.name}.jvp", self.diff + (True,) * sum(self.diff), self.n_out,
+                     lambda *a: _tuple(op.jvp(*a, **kw))[self.n_out:],
+                     lambda args: self.specs(args[:n]), source,
+                     _once(lambda: derived.compile_op(source())), kw, _derived_vmap(self.vmap))
+        self._made[kind] = fn
+        return fn
+
+    def rev(self) -> Callable:
+        """This function as a ``jax.custom_vjp`` (made once)."""
+        if "rev" not in self._made:
+            import jax
+
+            @jax.custom_vjp
+            def f(*args):
+                return self(args)
+
+            def fwd(*args):         # f, not a bare callback: an outer derivative sees fwd
+                return f(*args), args
+
+            def bwd(args, cts):
+                if not any(self.diff):
+                    return (None,) * len(args)
+                grads = iter(self.derivative("vjp").rev()(*args, *cts))
+                return tuple(next(grads) if d else None for d in self.diff)
+
+            f.defvjp(fwd, bwd)
+            self._made["rev"] = f
+        return self._made["rev"]
+
+    def fwd(self) -> Callable:
+        """This function as a ``jax.custom_jvp`` (made once)."""
+        if "fwd" not in self._made:
+            import jax
+
+            @jax.custom_jvp
+            def f(*args):
+                return self(args)
+
+            def rule(primals, tangents):
+                out = f(*primals)
+                ts = [t for t, d in zip(tangents, self.diff) if d]
+                if not ts:
+                    import jax.numpy as jnp
+                    return out, tuple(jnp.zeros(o.shape, o.dtype) for o in out)
+                return out, self.derivative("jvp").fwd()(*primals, *ts)
+
+            f.defjvp(rule)
+            self._made["fwd"] = f
+        return self._made["fwd"]
+
+
+def _host(run: Callable, ranks: tuple, specs: tuple, *arrays) -> tuple:
+    """The callback: ``run`` on the host arrays, results in the promised dtypes.
+
+    Under ``vmap`` with "expand_dims" or "broadcast_all" (elementwise ops only)
+    every argument has the same number of leading batch dims; the op's own dims
+    are right-aligned with size-1 dims so the batch dims meet only batch dims."""
+    arrays = [np.asarray(a) for a in arrays]
+    k = arrays[0].ndim - ranks[0] if arrays else 0
+    batch: tuple = ()
+    if k:
+        top = max(ranks)
+        arrays = [a.reshape(a.shape[:k] + (1,) * (top - r) + a.shape[k:])
+                  for a, r in zip(arrays, ranks)]
+        batch = np.broadcast_shapes(*(a.shape[:k] for a in arrays))
+    outs = run(*arrays)
+    return tuple(np.asarray(o, dtype=s.dtype).reshape(batch + tuple(s.shape))
+                 for o, s in zip(outs, specs))
+
+
+def _call_op(op, kw: dict, *arrays) -> tuple:
+    return _tuple(op(*arrays, **kw))
+
+
+def _tuple(out) -> tuple:
+    return out if isinstance(out, tuple) else (out,)
+
+
+def _struct(a):
+    import jax
+    return jax.ShapeDtypeStruct(np.shape(a), a.dtype)
+
+
+def _derived_vmap(method: str) -> str:
+    return "broadcast_all" if method == "expand_dims" else method
+
+
+def _once(make: Callable) -> Callable:
+    """``make``, called on the first call only."""
+    box: list = []
+    return lambda: box[0] if box else box.append(make()) or box[0]
+
+
+def _missing(op, method: str) -> str | None:
+    """Why the generated op ``op`` has no ``method`` (None when it has one)."""
+    if method in op._methods:
+        return None
+    return op._missing.get(method) or op._note or "not available"
+
+
+def _check_args(name: str, params: list, args: tuple) -> None:
+    """The checks of the generated wrappers, at trace time: count, dtype, rank,
+    annotated and named dims (TypeError or ValueError naming the argument)."""
+    if len(args) != len(params):
+        raise TypeError(f"{name}() takes {len(params)} positional argument(s) "
+                        f"({', '.join(p.name for p in params)}), got {len(args)}")
+    dims: dict = {}
+    for p, a in zip(params, args):
+        dt, shape = np.dtype(a.dtype), tuple(a.shape)
+        want = _INTS.get(p.dtype) or _FLOATS.get(p.dtype)
+        if want is None and dt.char not in "efd":
+            raise TypeError(f"{name}: argument '{p.name}' must be a floating-point array "
+                            f"(float16, float32 or float64), got {dt}")
+        if want is not None and dt != want:
+            raise TypeError(f"{name}: argument '{p.name}' must be {np.dtype(want).name}, "
+                            f"got {dt}")
+        if p.shape is None:
+            continue
+        if len(shape) != len(p.shape):
+            raise ValueError(f"{name}: argument '{p.name}' must have {len(p.shape)} dim(s) "
+                             f"[{', '.join(map(str, p.shape))}], got shape {shape}")
+        for d, size in zip(p.shape, shape):
+            first = dims.setdefault(d, (size, p.name)) if isinstance(d, str) else (d, None)
+            if first[0] != size:
+                where = f"dim '{d}' is {first[0]} in argument '{first[1]}'" if first[1] \
+                    else f"dim {d} is fixed"
+                raise ValueError(f"{name}: {where} but {size} in argument '{p.name}' "
+                                 f"(shape {shape})")

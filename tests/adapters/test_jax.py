@@ -1,0 +1,342 @@
+"""The JAX adapter (gradc.adapters.jax): every op of the spec examples through
+``jax.test_util.check_grads``, orders 1 and 2, reverse mode (``custom_vjp``) and
+forward mode (``custom_jvp``) where the op has one; under ``jax.jit`` and
+``jax.vmap``; float32 and float64.
+
+Ops whose custom rule is not the derivative (custom_linear, sign_ste,
+clipped_relu, scaled_tanh, and mlp, whose hidden layer is scaled_tanh) fail
+``check_grads`` of the op by design.  For them: the adapter's VJP and JVP equal
+the op's own ``vjp`` and ``jvp``, and ``check_grads`` of those derivative
+functions (order 1) checks their derivatives, the second order, against finite
+differences of the rule itself.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import jax
+import jax.numpy as jnp
+from jax.test_util import check_grads
+
+import gradc
+from gradc.adapters.jax import as_jax
+from gradc.frontend.check import check_source
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+RNG = np.random.default_rng(8)
+
+
+@pytest.fixture(scope="module")
+def seed():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gradc.GradcWarning)   # W405 of two ops
+        return gradc.load(EXAMPLES / "seed.grad")
+
+
+def _float64_twin(tmp_path_factory, file):
+    """The example with its f32 annotations as f64: check_grads's finite
+    differences need float64."""
+    path = tmp_path_factory.mktemp("twin") / file.replace(".grad", "64.grad")
+    path.write_text((EXAMPLES / file).read_text().replace("f32", "f64"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gradc.GradcWarning)
+        return gradc.load(path)
+
+
+@pytest.fixture(scope="module")
+def seed64(tmp_path_factory):
+    return _float64_twin(tmp_path_factory, "seed.grad")
+
+
+@pytest.fixture(scope="module")
+def act64(tmp_path_factory):
+    return _float64_twin(tmp_path_factory, "activations.grad")
+
+
+@pytest.fixture(scope="module")
+def act():
+    return gradc.load(EXAMPLES / "activations.grad")
+
+
+@pytest.fixture
+def x64():
+    with jax.enable_x64(True):
+        yield
+
+
+def away(shape, lo=0.2, hi=1.8):
+    """Random values with |x| in [lo, hi]: away from the kinks at 0 and 1 (huber, relu)."""
+    mag = RNG.uniform(lo, hi, shape)
+    mag = np.where(np.abs(mag - 1) < 0.1, mag + 0.25, mag)
+    return mag * RNG.choice([-1.0, 1.0], shape)
+
+
+def onehot(b, o):
+    return np.eye(o)[RNG.integers(0, o, b)]
+
+
+# op -> (positional arguments: a shape, or a constant array closed over; keywords)
+TRUE_DERIVATIVE = {
+    "softplus_stable": ([(5,)], {}),
+    "gelu_tanh": ([(5,)], {}),
+    "swish": ([(5,)], {}),
+    "huber": ([(5,)], {"delta": 1.0}),
+    "log_sigmoid": ([(5,)], {}),
+    "leaky_relu": ([(5,)], {"alpha": 0.2}),
+    "add_bias": ([(3, 4), (4,)], {}),
+    "softmax_xent": ([(3, 4), onehot(3, 4)], {}),        # onehot: nograd
+    "critic": ([(3, 4), (4,)], {}),
+    "gradient_penalty": ([(3, 4), (3, 4), RNG.uniform(0, 1, (3, 1)), (4,)], {}),  # alpha
+}
+
+
+def _of_differentiable(f, spec, kw):
+    """``f`` of its shaped arguments only, the constant ones closed over."""
+    def g(*xs):
+        it = iter(xs)
+        return f(*(next(it) if isinstance(a, tuple) else jnp.asarray(a) for a in spec), **kw)
+    return g
+
+
+@pytest.mark.parametrize("name", sorted(TRUE_DERIVATIVE))
+def test_check_grads_true_derivatives(name, seed64, act64, x64):
+    op = seed64.OPS.get(name) or act64.OPS[name]
+    spec, kw = TRUE_DERIVATIVE[name]
+    xs = [jnp.asarray(away(s)) for s in spec if isinstance(s, tuple)]
+    check_grads(_of_differentiable(as_jax(op), spec, kw), xs, order=2, modes=["rev"])
+    check_grads(_of_differentiable(as_jax(op, mode="fwd"), spec, kw), xs, order=2,
+                modes=["fwd"])
+
+
+CUSTOM = {"custom_linear": [(5,)], "sign_ste": [(5,)], "clipped_relu": [(5,)],
+          "scaled_tanh": [(5,)], "mlp": [(3, 4), (4, 6), (6,), (6, 2), (2,)]}
+
+
+def jax_reference(module, name):
+    """The op written in JAX from gradc's IR, each custom rule a jax.custom_vjp
+    (gradc.bench_frameworks): JAX's own semantics for the second order."""
+    from gradc.bench_frameworks import forward_function
+    from gradc.ir.interpret_frameworks import jax_framework
+    from gradc.pipeline import build_op
+    program = check_source(module.__gradc_origin__.text, module.__gradc_origin__.file)
+    cop = build_op(program.ops[name], program.ops, program.consts)
+    f = forward_function(cop, jax_framework(), np.float64)
+    return lambda *xs: f(*xs)[0]
+
+
+def per_argument_vjp(f, k, args):
+    """The VJP of ``f`` with respect to its ``k``-th argument alone, at ``args[:-1]``
+    and the cotangent ``args[-1]`` (what ``jax.grad(f, argnums=k)`` differentiates)."""
+    xs, u = args[:-1], args[-1]
+    fk = lambda xk: f(*xs[:k], xk, *xs[k + 1:])     # noqa: E731
+    return jax.vjp(fk, xs[k])[1](u)[0]
+
+
+def _dot(a, b):
+    return sum(jnp.vdot(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("name", sorted(CUSTOM))
+def test_custom_rules_match_the_ops_methods_and_jax_semantics(name, seed64, x64):
+    op = seed64.OPS[name]
+    xs = tuple(jnp.asarray(away(s)) for s in CUSTOM[name])
+    f = as_jax(op)
+    y, pull = jax.vjp(f, *xs)
+    u = jnp.asarray(RNG.standard_normal(np.shape(y)))
+    np.testing.assert_allclose(y, op(*map(np.asarray, xs)), rtol=1e-12)
+    for got, want in zip(pull(u), op.vjp(*map(np.asarray, xs), np.asarray(u))):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    # second order, reverse over reverse: as JAX differentiates its own custom_vjp
+    # when each parameter's gradient is taken on its own (gradc's grad() semantics)
+    ref = jax_reference(seed64, name)
+    ws = tuple(jnp.asarray(RNG.standard_normal(x.shape)) for x in xs)
+    adapter_vjp = lambda *a: jax.vjp(f, *a[:-1])[1](a[-1])         # noqa: E731
+    got = jax.vjp(adapter_vjp, *xs, u)[1](ws)
+    for k in range(len(xs)):
+        want = jax.vjp(lambda *a: per_argument_vjp(ref, k, a), *xs, u)[1](ws[k])
+        got = tuple(g - w for g, w in zip(got, want))
+    for residue in got:
+        np.testing.assert_allclose(residue, 0, atol=1e-10)
+    if name in ("custom_linear", "clipped_relu"):        # rules not linear in dy: no jvp
+        with pytest.raises(NotImplementedError, match=r"E405.*no forward mode"):
+            as_jax(op, mode="fwd")
+        return
+    g = as_jax(op, mode="fwd")
+    ts = tuple(jnp.asarray(RNG.standard_normal(x.shape)) for x in xs)
+    y_t = jax.jvp(g, xs, ts)[1]
+    np.testing.assert_allclose(y_t, op.jvp(*map(np.asarray, xs + ts))[1], rtol=1e-12,
+                               atol=1e-15)
+    # forward over forward, against reverse over reverse of JAX's own:
+    # <u, d/ds J(x + s r) t> = <d/dx <J(x)^T u, t>, r>
+    r = tuple(jnp.asarray(RNG.standard_normal(x.shape)) for x in xs)
+    fwd2 = jax.jvp(lambda *a: jax.jvp(g, a, ts)[1], xs, r)[1]
+    rev2 = sum(_dot(jax.grad(lambda *a: jnp.vdot(per_argument_vjp(ref, k, (*a, u)), ts[k]),
+                             argnums=tuple(range(len(xs))))(*xs), r) for k in range(len(xs)))
+    np.testing.assert_allclose(jnp.vdot(u, fwd2), rev2, rtol=1e-10)
+
+
+def test_second_derivative_of_scaled_tanh_is_the_rule_differentiated(seed, x64):
+    """docs/second_order.md: d/dx [0.5 (1 - tanh(x)^2)] = -y (1 - y^2), as JAX's own
+    custom_vjp (fwd saving y) gives; in both modes (forward mode under jax.jit); the
+    third derivative too (a derived op of a derived op)."""
+    x = jnp.asarray([0.7, -1.3, 0.0])
+    y = np.tanh(np.asarray(x))
+    want = -y * (1 - y ** 2)
+    f = as_jax(seed.scaled_tanh)
+    rev = jax.grad(lambda x: jax.grad(lambda x: f(x).sum())(x).sum())(x)
+    np.testing.assert_allclose(rev, want, rtol=1e-12)
+    g = as_jax(seed.scaled_tanh, mode="fwd")
+    one = jnp.ones(3)
+    tangent = lambda x: jax.jvp(g, (x,), (one,))[1]             # noqa: E731
+    fwd = jax.jit(lambda x: jax.jvp(tangent, (x,), (one,))[1])(x)
+    np.testing.assert_allclose(fwd, want, rtol=1e-12)
+    np.testing.assert_allclose(float(want[0]), -0.38362, atol=1e-5)
+    d2 = jax.grad(lambda x: jax.grad(lambda x: f(x).sum())(x).sum())
+    np.testing.assert_allclose(jax.grad(lambda x: d2(x).sum())(x),
+                               -(1 - y ** 2) * (1 - 3 * y ** 2), rtol=1e-10)
+
+
+def _mlp_args(dtype):
+    shapes = [(8, 4), (4, 6), (6,), (6, 3), (3,)]
+    return [jnp.asarray(RNG.standard_normal(s), dtype) for s in shapes]
+
+
+def test_jit_float32(seed):
+    """A loss of softmax_xent(mlp(...)) under jax.jit: values and gradients are the
+    module's own (float32 in, float32 out)."""
+    mlp, xent = as_jax(seed.mlp), as_jax(seed.softmax_xent)
+    args = _mlp_args(jnp.float32)
+    oh = jnp.asarray(onehot(8, 3), jnp.float32)
+
+    def loss(w1, b1, w2, b2):
+        return xent(mlp(args[0], w1, b1, w2, b2), oh)
+
+    value, grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))(*args[1:])
+    assert value.dtype == jnp.float32 and all(g.dtype == jnp.float32 for g in grads)
+    np_args = [np.asarray(a) for a in args]
+    logits = seed.mlp(*np_args)
+    assert float(value) == pytest.approx(float(seed.softmax_xent(logits, np.asarray(oh))),
+                                         rel=1e-6)
+    (dlogits,) = seed.softmax_xent.vjp(logits, np.asarray(oh), 1.0)
+    want = seed.mlp.vjp(*np_args, dlogits)[1:]
+    for g, w in zip(grads, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_float16_and_float64_dtypes(act, x64):
+    f = as_jax(act.swish)
+    for dt in (jnp.float16, jnp.float32, jnp.float64):
+        x = jnp.asarray([-1.0, 0.5, 2.0], dt)
+        y, dx = jax.jit(jax.value_and_grad(lambda x: f(x).sum()))(x)
+        assert y.dtype == dt and dx.dtype == dt
+        np.testing.assert_allclose(dx, act.swish.vjp(np.asarray(x), np.ones(3, dt))[0],
+                                   rtol=1e-3 if dt == jnp.float16 else 1e-6)
+
+
+def test_vmap_elementwise_aligns_ranks_and_keeps_gradients_per_example(tmp_path):
+    """An elementwise op runs once for the batch; a gradient of an unbatched input
+    stays per example (not summed over the batch); an (n,) input meets an (m, n)
+    one as NumPy broadcasting says, not against the batch dim."""
+    path = tmp_path / "ew.grad"
+    path.write_text("op mul_add(x, y) -> z {\n    z = x * y + sin(x)\n}\n")
+    m = gradc.load(path)
+    f = as_jax(m.mul_add)
+    xs = jnp.asarray(RNG.standard_normal((5, 3)), jnp.float32)     # batch of (3,)
+    y = jnp.asarray(RNG.standard_normal((2, 3)), jnp.float32)      # one (2, 3), unbatched
+    out = jax.vmap(f, in_axes=(0, None))(xs, y)
+    assert out.shape == (5, 2, 3)
+    for k in range(5):
+        np.testing.assert_allclose(out[k], m.mul_add(np.asarray(xs[k]), np.asarray(y)),
+                                   rtol=1e-6)
+    gy = jax.vmap(jax.grad(lambda x, y: f(x, y).sum(), argnums=1), in_axes=(0, None))(xs, y)
+    assert gy.shape == (5, 2, 3)
+    for k in range(5):
+        np.testing.assert_allclose(gy[k], np.broadcast_to(np.asarray(xs[k]), (2, 3)), rtol=1e-6)
+    gx = jax.vmap(jax.grad(lambda x, y: f(x, y).sum()), in_axes=(0, None))(xs, y)
+    want = np.asarray(y).sum(axis=0) + 2 * np.cos(np.asarray(xs))
+    np.testing.assert_allclose(gx, want, rtol=1e-5)
+
+
+def test_vmap_of_an_op_with_annotated_shapes_is_sequential(seed):
+    mlp = as_jax(seed.mlp)
+    args = _mlp_args(jnp.float32)
+    batch = jnp.stack([args[0], 2 * args[0]])
+    out = jax.jit(jax.vmap(mlp, in_axes=(0, None, None, None, None)))(batch, *args[1:])
+    np_args = [np.asarray(a) for a in args]
+    np.testing.assert_allclose(out[1], seed.mlp(2 * np_args[0], *np_args[1:]), rtol=1e-6)
+    grads = jax.vmap(jax.grad(lambda x, *w: mlp(x, *w).sum(), argnums=1),
+                     in_axes=(0, None, None, None, None))(batch, *args[1:])
+    assert grads.shape == (2, 4, 6)
+    dl = np.ones((8, 3), np.float32)
+    np.testing.assert_allclose(grads[1], seed.mlp.vjp(2 * np_args[0], *np_args[1:], dl)[1],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_errors(seed, act):
+    x = jnp.ones((8, 4), jnp.float32)
+    mlp = as_jax(seed.mlp)
+    args = _mlp_args(jnp.float32)
+    with pytest.raises(TypeError, match=r"mlp: argument 'x' must be float32, got int32"):
+        mlp(jnp.ones((8, 4), jnp.int32), *args[1:])
+    with pytest.raises(ValueError, match=r"mlp: dim 'i' is 4 in argument 'x' but 5 in "
+                                         r"argument 'w1' \(shape \(5, 6\)\)"):
+        mlp(x, jnp.ones((5, 6), jnp.float32), *args[2:])
+    with pytest.raises(TypeError, match=r"takes 5 positional argument\(s\)"):
+        mlp(x)
+    # third order needs a derived op of mlp__vjp, which has 5 outputs: refused at trace
+    d2 = jax.grad(lambda w2: jax.grad(lambda w2: mlp(*args[:3], w2, args[4]).sum())(w2).sum())
+    with pytest.raises(NotImplementedError, match=r"mlp__vjp: its vjp cannot be differentiated: "
+                                                  r"the op has 5 outputs"):
+        jax.grad(lambda w2: d2(w2).sum())(args[3])
+    leaky = as_jax(act.leaky_relu)
+    with pytest.raises(TypeError, match=r"keyword parameter 'alpha' is static"):
+        jax.jit(lambda a: leaky(jnp.ones(3), alpha=a))(0.3)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'beta'"):
+        leaky(jnp.ones(3), beta=1.0)
+    with pytest.raises(ValueError, match=r"mode must be"):
+        as_jax(act.swish, mode="both")
+    with pytest.raises(ValueError, match=r"add_bias: dim 'k' is 3 in argument 'x' but 4"):
+        as_jax(act.add_bias)(jnp.ones((2, 3), jnp.float32), jnp.ones(4, jnp.float32))
+    # the keyword is static: a different alpha traces a different function
+    g = jax.grad(lambda x: leaky(x, alpha=0.25).sum())(-jnp.ones(3))
+    np.testing.assert_allclose(g, 0.25)
+
+
+def test_a_module_compiled_with_gradc_compile_needs_its_source(tmp_path):
+    """``gradc compile -o`` modules do not know their .grad file: ``source=`` names it,
+    and a source that is not the module's is refused."""
+    out = tmp_path / "act_gen.py"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        gradc.compile_file(EXAMPLES / "activations.grad", out)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import act_gen
+    finally:
+        sys.path.remove(str(tmp_path))
+    with pytest.raises(ValueError, match=r"pass source="):
+        as_jax(act_gen.swish)
+    f = as_jax(act_gen.swish, source=EXAMPLES / "activations.grad")
+    x = jnp.asarray([0.5, -1.0])
+    np.testing.assert_allclose(jax.grad(lambda x: f(x).sum())(x),
+                               act_gen.swish.vjp(np.asarray(x), np.ones(2, np.float32))[0])
+    with pytest.raises(ValueError, match=r"not the source this module was compiled from"):
+        as_jax(act_gen.swish, source=EXAMPLES / "seed.grad")
+
+
+def test_generated_module_stays_standalone_without_jax(tmp_path):
+    """The module imports neither jax nor gradc: it runs where both are missing."""
+    out = tmp_path / "act_gen2.py"
+    gradc.compile_file(EXAMPLES / "activations.grad", out)
+    script = ("import sys; sys.modules['jax'] = None; sys.modules['gradc'] = None\n"
+              f"sys.path.insert(0, {str(tmp_path)!r}); import numpy as np, act_gen2\n"
+              "print(float(act_gen2.swish(np.float32(1.0))))\n")
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           check=True).stdout
+    assert shown.startswith("0.731058")
