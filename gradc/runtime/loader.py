@@ -16,7 +16,10 @@ def load(path: str | os.PathLike, **options) -> ModuleType:
     """Import the module compiled from the .grad file ``path``.
 
     Compiles only when the cache has no module for these sources, versions and
-    options, or a damaged one (see :mod:`gradc.runtime.cache`).  Raises
+    options, or a damaged one (see :mod:`gradc.runtime.cache`).  The module gets
+    ``__gradc_source__`` (``path``, absolute) and ``__gradc_options__`` (the
+    options), which the framework adapters read to compile derived ops from
+    the same source (:mod:`gradc.adapters.higher_order`).  Raises
     :class:`gradc.GradcError` for errors in the file and FileNotFoundError when
     it does not exist.
     """
@@ -33,11 +36,13 @@ def load(path: str | os.PathLike, **options) -> ModuleType:
         discard_entry(target)
         write_entry(target, text)
     try:
-        return _import(name, target)
+        module = _import(name, target)
     except Exception:                        # damaged after all (its bytecode, say)
         discard_entry(target)
         write_entry(target, compile_source(sources[0], file=str(path), **options))
-        return _import(name, target)
+        module = _import(name, target)
+    module.__gradc_source__, module.__gradc_options__ = str(path), dict(options)
+    return module
 
 
 def entry_name(path: Path, options: dict) -> tuple[str, list[str]]:
