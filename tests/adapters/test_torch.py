@@ -270,3 +270,32 @@ def test_several_outputs_and_their_double_backward_error():
                                                   "inside another op .E306., so gradc cannot "
                                                   "differentiate the VJP of 'split'"):
         g.sum().backward()
+
+
+def test_torch_digits_example_trains_the_same_model_three_ways(capsys):
+    """examples/torch_digits.py for a few steps: the gradc variants and plain PyTorch
+    start from the same weights, see the same batches and compute the same
+    gradients, so they end with the same weights (to float32 rounding)."""
+    pytest.importorskip("sklearn")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("torch_digits", EXAMPLES / "torch_digits.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    results, models = example.main(["--steps", "8", "--hidden", "16", "--quiet"])
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].startswith("model") and "PyTorch" in table
+    reference = dict(models["PyTorch"].named_parameters())
+    for name in ("gradc scaled_tanh", "gradc mlp"):
+        assert results[name][0] > 0
+        for key, p in models[name].named_parameters():
+            torch.testing.assert_close(p, reference[key], rtol=1e-4, atol=1e-5)
+    # Adam does not see a constant factor in a gradient: compare the gradients too
+    x, y = torch.rand(32, 64), torch.arange(32) % 10
+    grads = {}
+    for name, model in models.items():
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        grads[name] = [p.grad for p in model.parameters()]
+    for name in ("gradc scaled_tanh", "gradc mlp"):
+        for g, e in zip(grads[name], grads["PyTorch"]):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
