@@ -21,10 +21,10 @@ directory; it is compiled with the options of the op's module.
 from __future__ import annotations
 
 import hashlib
-import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class OpInfo:
 
 
 _INFO: dict[int, OpInfo] = {}
-_VJP_OPS: dict[int, object] = {}
+_VJP_OPS: dict[int | str, object] = {}   # by id(op), and module names tried
 
 
 def op_info(op) -> OpInfo:
@@ -105,9 +105,16 @@ def _split_params(signature: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def module_of(op):
-    """The generated module that defines ``op``."""
-    return sys.modules[type(op).__module__]
+def module_of(op) -> SimpleNamespace:
+    """What the adapters read of the generated module that defines ``op``: its
+    ``__name__``, ``OPS``, and the ``__gradc_source__`` and ``__gradc_options__``
+    that :func:`gradc.load` records (None and ``{}`` otherwise).  Read from the
+    globals of the module's own ``_GradcOp`` class, so it works for a module that
+    was imported without a ``sys.modules`` entry too."""
+    g = type(op).__init__.__globals__
+    return SimpleNamespace(__name__=g["__name__"], OPS=g["OPS"],
+                           __gradc_source__=g.get("__gradc_source__"),
+                           __gradc_options__=g.get("__gradc_options__", {}))
 
 
 def vjp_op(op):
@@ -125,8 +132,8 @@ def vjp_op(op):
     aux = _VJP_OPS.get(id(op))
     if aux is None:
         module = module_of(op)
-        if id(module) not in _VJP_OPS:          # once per module: all its ops together
-            _VJP_OPS[id(module)] = module
+        if module.__name__ not in _VJP_OPS:     # once per module: all its ops together
+            _VJP_OPS[module.__name__] = module
             ops = [o for o in module.OPS.values() if len(op_info(o).outputs) == 1]
             try:
                 for o, a in zip(ops, _compile_vjp_ops(ops, module)):
@@ -144,7 +151,7 @@ def _compile_vjp_ops(ops, module) -> list:
     from gradc.runtime.cache import cache_dir, write_atomic
     names = ", ".join(f"'{op_info(op).name}'" for op in ops)
     what = f"the VJP of gradc op {names} as a differentiable op (double backward)"
-    source = getattr(module, "__gradc_source__", None)
+    source = module.__gradc_source__
     if source is None:
         raise NotImplementedError(
             f"{what} needs the op's .grad source: load the module with gradc.load(path) "
@@ -164,7 +171,7 @@ def _compile_vjp_ops(ops, module) -> list:
     try:
         with warnings.catch_warnings():     # the source's own warnings, seen already
             warnings.simplefilter("ignore", gradc.GradcWarning)
-            aux = gradc.load(path, **getattr(module, "__gradc_options__", {}))
+            aux = gradc.load(path, **module.__gradc_options__)
     except gradc.GradcError as exc:
         raise RuntimeError(f"{what}: gradc could not compile it:\n{exc}") from exc
     return [aux.OPS[name] for name, _ in parts]

@@ -68,10 +68,19 @@ class TorchOp:
 
     def __call__(self, *args, **kwargs):
         level = self._level
-        flat = level.bind(args, kwargs)
+        if not kwargs and level.tensors_only(args):
+            flat = args                 # the usual call: nothing to convert
+        else:
+            flat = level.bind(args, kwargs)
         if torch.compiler.is_compiling():
             return level.custom_op()(*flat)
-        return level.function().apply(*flat)
+        function = level.function()
+        if torch._C._are_functorch_transforms_active():
+            return function.apply(*flat)
+        # What Function.apply does outside torch.func transforms, without its
+        # inspect.signature binding of the arguments (about 100 us a call; forward
+        # takes *flat, so binding changes nothing).
+        return super(torch.autograd.Function, function).apply(*flat)
 
     def __repr__(self):
         return f"<gradc op {self.__name__} for PyTorch>"
@@ -88,8 +97,14 @@ class _Level:
         self.info, self.call_op, self.method, self.self_op = info, call_op, method, self_op
         self.module, self.order = module, order
         self._next = self._function = self._jvp_function = self._custom_op = None
-        self.n_pos = len(info.positional)
+        self.n_pos, self.n_kw = len(info.positional), len(info.keywords)
         self.gradient_of = None     # after order 0: the arguments whose gradients it computes
+
+    def tensors_only(self, args) -> bool:
+        """Whether ``args`` is one tensor per positional parameter and the op has no
+        keyword parameters (a call :meth:`bind` would leave as it is)."""
+        return (not self.n_kw and len(args) == self.n_pos
+                and all(type(a) is torch.Tensor or isinstance(a, torch.Tensor) for a in args))
 
     # ---- arguments ----------------------------------------------------------
 
