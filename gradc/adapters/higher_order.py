@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import warnings
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -48,15 +49,15 @@ class OpInfo:
     outputs: tuple[str, ...]
     custom: bool
 
-    @property
+    @cached_property
     def positional(self) -> tuple[ParamInfo, ...]:
         return tuple(p for p in self.params if not p.keyword)
 
-    @property
+    @cached_property
     def keywords(self) -> tuple[ParamInfo, ...]:
         return tuple(p for p in self.params if p.keyword)
 
-    @property
+    @cached_property
     def differentiable(self) -> tuple[ParamInfo, ...]:
         return tuple(p for p in self.params if p.differentiable)
 
@@ -134,7 +135,8 @@ def vjp_op(op):
         module = module_of(op)
         if module.__name__ not in _VJP_OPS:     # once per module: all its ops together
             _VJP_OPS[module.__name__] = module
-            ops = [o for o in module.OPS.values() if len(op_info(o).outputs) == 1]
+            ops = [o for o in module.OPS.values()
+                   if len(op_info(o).outputs) == 1 and op_info(o).differentiable]
             try:
                 for o, a in zip(ops, _compile_vjp_ops(ops, module)):
                     _VJP_OPS[id(o)] = a

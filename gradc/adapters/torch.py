@@ -181,7 +181,7 @@ class _Level:
     def gradients(self, flat, grads, needs, apply) -> tuple:
         """The backward pass: one gradient (or None) per flat argument, from
         ``apply(*flat_of_next_order)``."""
-        if not any(needs[:self.n_pos]):
+        if not any(n and p.differentiable for n, p in zip(needs, self.info.positional)):
             return (None,) * len(flat)
         pos = flat[:self.n_pos]
         values = apply(*pos, *grads, *flat[self.n_pos:])

@@ -299,3 +299,39 @@ def test_torch_digits_example_trains_the_same_model_three_ways(capsys):
     for name in ("gradc scaled_tanh", "gradc mlp"):
         for g, e in zip(grads[name], grads["PyTorch"]):
             torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+
+
+def test_a_module_gradc_did_not_load(import_module_text):
+    """A module written by gradc compile and imported by hand: first order works,
+    double backward says what it needs (the recorded source of gradc.load)."""
+    text = gradc.compile_source("op cube(x) -> y {\n    y = x^3\n}\n", file="cube.grad")
+    cube = as_torch(import_module_text(text, "gradc_test_torch_cube").cube)
+    x = torch.tensor([2.0], dtype=F64, requires_grad=True)
+    (g,) = torch.autograd.grad(cube(x).sum(), x, create_graph=True)
+    assert g.item() == 12.0
+    with pytest.raises(NotImplementedError, match=r"'cube' as a differentiable op \(double "
+                                                  r"backward\) needs the op's .grad source: "
+                                                  r"load the module with gradc.load\(path\)"):
+        g.backward()
+
+
+def test_emit_torch_writes_a_module_of_torch_functions(tmp_path, capsys):
+    """gradc compile --emit torch -o OUT.py: OUT.py loads the .grad file by its path
+    relative to OUT.py and exposes as_torch of every op."""
+    import importlib.util
+    from gradc.cli import main
+    out = tmp_path / "pkg" / "act_torch.py"
+    out.parent.mkdir()
+    assert main(["compile", str(EXAMPLES / "activations.grad"), "--emit", "torch",
+                 "-o", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    text = out.read_text()
+    assert "SOURCE = Path(__file__).resolve().parent / '../../" in text
+    spec = importlib.util.spec_from_file_location("act_torch", out)
+    act_torch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(act_torch)
+    assert sorted(act_torch.OPS) == sorted(act_torch.__all__[1:]) == [
+        "add_bias", "gelu_tanh", "huber", "leaky_relu", "log_sigmoid", "softplus_stable", "swish"]
+    x = torch.tensor([-2.0, 3.0], dtype=F64, requires_grad=True)
+    act_torch.leaky_relu(x, alpha=0.1).sum().backward()
+    assert x.grad.tolist() == [0.1, 1.0]
