@@ -35,7 +35,12 @@ from __future__ import annotations
 import re
 
 import numpy as np
-import torch
+
+try:
+    import torch
+except ImportError as exc:          # the optional extra
+    raise ImportError("gradc.adapters.torch needs PyTorch: pip install \"gradc[torch]\" "
+                      "(or the CPU build, pip install \"torch==2.13.0+cpu\")") from exc
 
 from gradc.adapters.higher_order import OpInfo, ParamInfo, module_of, op_info, vjp_op
 
@@ -344,8 +349,8 @@ def _fake(level: _Level, flat):
                           if p.dtype not in _INT_DTYPES])
         res = [torch.empty(pos[i].shape, dtype=dtype, device=device) for i in level.gradient_of]
     else:
-        proxies = [np.broadcast_to(np.zeros((), _numpy_dtype(a.dtype)), tuple(int(s) for s in a.shape))
-                   for a in pos]
+        proxies = [np.broadcast_to(np.zeros((), _numpy_dtype(a.dtype)),
+                                   tuple(int(s) for s in a.shape)) for a in pos]
         _, kw = level.split(flat)
         got = level.call_op()(*proxies, **kw)
         got = got if isinstance(got, tuple) else (got,)

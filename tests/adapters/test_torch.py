@@ -203,7 +203,8 @@ def test_layouts_dtypes_and_partial_requires_grad(modules):
     np.testing.assert_allclose(y.detach().numpy(), act.swish(np.ascontiguousarray(x.numpy())))
     y.sum().backward()
     assert xr.grad.dtype == torch.float32
-    np.testing.assert_allclose(xr.grad.numpy(), act.swish.vjp(x.numpy(), np.ones((4, 6), np.float32))[0])
+    (expected,) = act.swish.vjp(x.numpy(), np.ones((4, 6), np.float32))
+    np.testing.assert_allclose(xr.grad.numpy(), expected)
     ab = as_torch(act.add_bias)                 # f32[n, k] + f32[k]: the bias broadcast
     xa = torch.randn(3, 4, requires_grad=True)
     bias = torch.randn(4)                       # no gradient wanted for it
@@ -260,7 +261,8 @@ def test_cuda_tensors_need_a_cuda_module(modules):
 def test_several_outputs_and_their_double_backward_error():
     path = cache_dir() / "tests" / "split.grad"
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(path, "op split(x) -> (pos, neg) {\n    pos = max(x, 0)\n    neg = min(x, 0) * x\n}\n")
+    write_atomic(path, "op split(x) -> (pos, neg) {\n    pos = max(x, 0)\n"
+                       "    neg = min(x, 0) * x\n}\n")
     split = as_torch(_load(path).split)
     x = torch.randn(6, dtype=F64, requires_grad=True)
     assert torch.autograd.gradcheck(split, (x,), check_forward_ad=True)
