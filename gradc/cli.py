@@ -29,9 +29,29 @@ def _cmd_compile(args) -> int:
         print("error: --op selects ops for --emit ir only (a module has every op)",
               file=sys.stderr)
         return 2
+    if args.emit == "torch":
+        return _emit_torch(args)
     from gradc import compile_file
     out = compile_file(args.spec, args.output, target=args.target, fuse=not args.no_fuse,
                        fast_math=args.fast_math, precise=args.precise, check=args.debug)
+    print(f"wrote {out}")
+    return 0
+
+
+def _emit_torch(args) -> int:
+    """--emit torch: compile (into the cache, so errors and warnings show now) and
+    write a module of PyTorch functions that loads it (gradc.adapters.emit)."""
+    from gradc import load
+    from gradc.adapters.emit import torch_module_text
+    from gradc.runtime.cache import write_atomic
+    options = {k: v for k, v, default in (("target", args.target, "cpu"),
+                                          ("fuse", not args.no_fuse, True),
+                                          ("fast_math", args.fast_math, False),
+                                          ("precise", args.precise, False)) if v != default}
+    module = load(args.spec, **options)
+    spec = Path(args.spec)
+    out = Path(args.output) if args.output else spec.with_name(f"{spec.stem}_torch.py")
+    write_atomic(out, torch_module_text(spec, out, list(module.OPS), options))
     print(f"wrote {out}")
     return 0
 
@@ -173,10 +193,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--fast-math", action="store_true",
                    help="Numba fast-math flags that keep NaN/inf semantics")
     c.add_argument("--precise", action="store_true", help=_PRECISE)
-    c.add_argument("--emit", choices=("module", "ir"), default="module",
+    c.add_argument("--emit", choices=("module", "ir", "torch"), default="module",
                    help="module: write the Python module (default); ir: print each op's "
                         "optimised IR (forward, vjp, fwd_bwd, jvp graphs after simplification, "
-                        "CSE and DCE) to stdout and write nothing")
+                        "CSE and DCE) to stdout and write nothing; torch: write a module of "
+                        "PyTorch functions (default <stem>_torch.py; needs gradc and torch "
+                        "where it runs: docs/frameworks.md)")
     c.add_argument("--op", action="append", metavar="NAME",
                    help="with --emit ir: only this op (repeatable)")
     c.set_defaults(fn=_cmd_compile)

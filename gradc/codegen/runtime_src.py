@@ -88,9 +88,11 @@ def _g_float_input(op, what, name, v, want=None):
     """A float argument as an array (not yet converted to the compute dtype).
 
     Accepted: Python ``int`` and ``float`` (weak scalars), and arrays or array-likes
-    (lists, NumPy scalars, ``__array__`` objects) whose NumPy dtype is float16,
+    (what ``np.asarray`` reads: sequences, NumPy scalars, ``__array__``,
+    ``__array_interface__`` and buffer objects) whose NumPy dtype is float16,
     float32 or float64, in either byte order; ``want`` demands one of them.
-    Integer, bool, complex, longdouble, object and string data is a TypeError.
+    Integer, bool, complex, longdouble, object and string data is a TypeError, and
+    so is a masked array (``np.asarray`` would drop its mask, which ufuncs honour).
     """
     if type(v) is float:
         return np.asarray(v)
@@ -99,6 +101,9 @@ def _g_float_input(op, what, name, v, want=None):
             return np.asarray(float(v))
         except OverflowError:
             raise OverflowError(f"{op}: {what} '{name}' = {v} does not fit a float") from None
+    if isinstance(v, np.ma.MaskedArray):
+        raise TypeError(f"{op}: {what} '{name}' is a masked array; the kernels would ignore "
+                        "its mask (pass v.filled(fill_value) or v.data)")
     try:
         lazy = hasattr(v, "__dask_graph__")     # not np.asarray: that would compute it
         a = None if lazy else np.asarray(v)

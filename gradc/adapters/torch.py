@@ -1,0 +1,449 @@
+"""PyTorch adapter: the ops of a generated module as differentiable PyTorch functions.
+
+``as_torch(op)`` turns an op of a generated module (``gradc.load(path).NAME``) into a
+function of tensors whose forward pass, backward pass (VJP), forward mode (JVP) and
+double backward are the module's fused kernels:
+
+* CPU tensors reach the kernels zero-copy through NumPy (``tensor.detach().numpy()``;
+  non-contiguous tensors are copied by the module's wrappers, as any NumPy input) and
+  come back through ``torch.from_numpy``; CUDA tensors go through
+  ``__cuda_array_interface__`` to the op's ``.cuda`` methods (modules compiled with
+  ``target="cuda"`` or ``"all"``), on the current PyTorch stream.
+* In eager mode (and under ``torch.func``) the function is a
+  ``torch.autograd.Function`` in the ``setup_context`` style, with ``jvp`` (the op's
+  ``.jvp``) and ``vmap`` (one call per batch element).  Its ``backward`` is another such
+  Function, whose forward is the op's ``.vjp`` and whose own backward is the VJP of the
+  auxiliary op ``NAME__vjp`` that :mod:`gradc.adapters.higher_order` compiles from the
+  op's source on first use: double backward (and higher) from generated kernels.
+* Under ``torch.compile`` the same levels are ``torch.library.custom_op`` operators
+  (``gradc::...``) with ``register_autograd`` and ``register_fake``, so Dynamo traces
+  through them without a graph break (PyTorch refuses to trace an autograd.Function
+  that defines ``jvp``).
+
+Arguments: one per parameter without a default, in order (tensors; Python numbers
+are made tensors of the float dtype of the tensor arguments, or of an integer
+parameter's dtype), then the keyword-only parameters by name (Python numbers or
+0-d tensors).  Results are tensors of the module's dtypes (SPEC §1: float32 in,
+float32 out), one or a tuple, on the inputs' device.  Errors are the module's
+(``TypeError``, ``ValueError`` naming the argument), ``NotImplementedError`` for
+forward mode of an op without a JVP (E405) and for double backward of an op that
+gradc cannot differentiate again (several outputs, or a module imported without
+its recorded source).  See docs/frameworks.md.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+try:
+    import torch
+except ImportError as exc:          # the optional extra
+    raise ImportError("gradc.adapters.torch needs PyTorch: pip install \"gradc[torch]\" "
+                      "(or the CPU build, pip install \"torch==2.13.0+cpu\")") from exc
+
+from gradc.adapters.higher_order import OpInfo, ParamInfo, module_of, op_info, vjp_op
+
+__all__ = ["as_torch", "TorchOp"]
+
+_INT_DTYPES = {"i32": torch.int32, "i64": torch.int64, "bool": torch.bool}
+_LEVELS: dict[int, "_Level"] = {}
+
+
+def as_torch(op) -> "TorchOp":
+    """The PyTorch function of ``op``, an op of a generated module (one per op:
+    calling this twice returns functions that share their Functions and custom
+    operators)."""
+    level = _LEVELS.get(id(op))
+    if level is None:
+        level = _LEVELS[id(op)] = _Level(op_info(op), lambda: op, "forward", lambda: op,
+                                         module_of(op).__name__, 0)
+        level.custom_op()        # now: Dynamo cannot trace the registration
+    return TorchOp(level)
+
+
+class TorchOp:
+    """A gradc op as a PyTorch function: ``f(*tensors, **keywords)``; see the module
+    docstring for arguments, results, errors and what each transform runs."""
+
+    def __init__(self, level: "_Level"):
+        self._level = level
+        self.__name__ = level.info.name
+        self.__doc__ = f"gradc op {level.info.name} for PyTorch (gradc.adapters.torch)"
+
+    def __call__(self, *args, **kwargs):
+        level = self._level
+        if not kwargs and level.tensors_only(args):
+            flat = args                 # the usual call: nothing to convert
+        else:
+            flat = level.bind(args, kwargs)
+        if torch.compiler.is_compiling():
+            return level.custom_op()(*flat)
+        function = level.function()
+        if torch._C._are_functorch_transforms_active():
+            return function.apply(*flat)
+        # What Function.apply does outside torch.func transforms, without its
+        # inspect.signature binding of the arguments (about 100 us a call; forward
+        # takes *flat, so binding changes nothing).
+        return super(torch.autograd.Function, function).apply(*flat)
+
+    def __repr__(self):
+        return f"<gradc op {self.__name__} for PyTorch>"
+
+
+class _Level:
+    """One order of an op: its values are ``call_op().<method>(...)`` (the op's
+    forward at order 0, the previous order's ``vjp`` after), ``self_op()`` is a gradc
+    op whose forward equals them (its ``jvp`` is this order's JVP; the op itself at
+    order 0, ``NAME__vjp`` after, compiled on first use) and ``next()`` is the order
+    that computes this one's VJP."""
+
+    def __init__(self, info: OpInfo, call_op, method: str, self_op, module: str, order: int):
+        self.info, self.call_op, self.method, self.self_op = info, call_op, method, self_op
+        self.module, self.order = module, order
+        self._next = self._function = self._jvp_function = self._custom_op = None
+        self.n_pos, self.n_kw = len(info.positional), len(info.keywords)
+        self.gradient_of = None     # after order 0: the arguments whose gradients it computes
+
+    def tensors_only(self, args) -> bool:
+        """Whether ``args`` is one tensor per positional parameter and the op has no
+        keyword parameters (a call :meth:`bind` would leave as it is)."""
+        return (not self.n_kw and len(args) == self.n_pos
+                and all(type(a) is torch.Tensor or isinstance(a, torch.Tensor) for a in args))
+
+    # ---- arguments ----------------------------------------------------------
+
+    def bind(self, args, kwargs) -> list:
+        """``args`` and ``kwargs`` as the flat list the Function and custom op take:
+        positional tensors, then each keyword's value (None where not given)."""
+        info = self.info
+        if len(args) != self.n_pos:
+            names = ", ".join(p.name for p in info.positional)
+            raise TypeError(f"{info.name}() takes {self.n_pos} positional argument(s) "
+                            f"({names}), got {len(args)}")
+        names = {p.name for p in info.keywords}
+        for key in kwargs:
+            if key not in names:
+                raise TypeError(f"{info.name}() got an unexpected keyword argument {key!r}")
+        floats = [a.dtype for a, p in zip(args, info.positional)
+                  if isinstance(a, torch.Tensor) and p.dtype not in _INT_DTYPES]
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        dtype = _promote(floats) if floats else torch.get_default_dtype()
+        flat = [a if isinstance(a, torch.Tensor) else
+                torch.tensor(a, dtype=_INT_DTYPES.get(p.dtype, dtype), device=device)
+                for a, p in zip(args, info.positional)]
+        for p in info.keywords:
+            v = kwargs.get(p.name)
+            flat.append(v.item() if isinstance(v, torch.Tensor) else v)
+        return flat
+
+    def split(self, flat):
+        """The flat arguments as (positional tensors, keyword dict of those given)."""
+        kw = {p.name: v for p, v in zip(self.info.keywords, flat[self.n_pos:]) if v is not None}
+        return list(flat[:self.n_pos]), kw
+
+    # ---- kernels ------------------------------------------------------------
+
+    def run(self, flat) -> tuple:
+        """This order's values (a tuple of tensors) from the generated kernels."""
+        pos, kw = self.split(flat)
+        return _invoke(self.call_op(), self.method, pos, kw, self.info.name)
+
+    def run_jvp(self, flat, tangents) -> tuple:
+        """This order's output tangents, from ``self_op().jvp``; ``tangents`` has one
+        entry (a tensor or None) per positional argument."""
+        pos, kw = self.split(flat)
+        ts = [t if t is not None else 0.0
+              for t, p in zip(tangents, self.info.positional) if p.differentiable]
+        try:
+            gop = self.self_op()
+        except NotImplementedError as exc:
+            raise NotImplementedError(f"forward mode over the VJP: {exc}") from exc
+        try:
+            values = _invoke(gop, "jvp", pos + ts, kw, self.info.name)
+        except NotImplementedError as exc:
+            raise NotImplementedError(
+                f"gradc op '{self.info.name}' has no forward mode (torch.autograd.forward_ad, "
+                f"torch.func.jvp); reverse mode (backward, torch.func.grad/vjp) works.\n{exc}"
+            ) from None
+        return values[len(self.info.outputs):]
+
+    def next(self) -> "_Level":
+        """The order that computes this one's VJP (its arguments: the positional
+        ones, one cotangent per output, then the keywords)."""
+        if self._next is None:
+            info = self.info
+            cts = tuple(ParamInfo(f"ct_{o}", f"ct_{o}", True, None, False) for o in info.outputs)
+            grads = tuple(f"d_{p.name}" for p in info.differentiable)
+            nxt = OpInfo(info.name, info.positional + cts + info.keywords, grads, False)
+            parent = self.self_op
+            self._next = _Level(nxt, parent, "vjp", _cached(lambda: vjp_op(parent())),
+                                self.module, self.order + 1)
+            self._next.gradient_of = [i for i, p in enumerate(info.positional)
+                                      if p.differentiable]
+        return self._next
+
+    def gradients(self, flat, grads, needs, apply) -> tuple:
+        """The backward pass: one gradient (or None) per flat argument, from
+        ``apply(*flat_of_next_order)``."""
+        if not any(n and p.differentiable for n, p in zip(needs, self.info.positional)):
+            return (None,) * len(flat)
+        pos = flat[:self.n_pos]
+        values = apply(*pos, *grads, *flat[self.n_pos:])
+        values = iter(values if isinstance(values, tuple) else (values,))
+        out = []
+        for p, a, need in zip(self.info.positional, pos, needs):
+            g = next(values) if p.differentiable else None
+            out.append(_like(g, a) if need and g is not None else None)
+        return (*out, *([None] * (len(flat) - self.n_pos)))
+
+    # ---- eager: torch.autograd.Function -------------------------------------
+
+    def function(self):
+        if self._function is None:
+            self._function = _make_function(self)
+        return self._function
+
+    def jvp_function(self):
+        if self._jvp_function is None:
+            self._jvp_function = _make_jvp_function(self)
+        return self._jvp_function
+
+    # ---- torch.compile: torch.library.custom_op -----------------------------
+
+    def custom_op(self):
+        if self._custom_op is None:
+            self._custom_op = _make_custom_op(self)
+        return self._custom_op
+
+
+def _make_function(level: _Level):
+    n_out = len(level.info.outputs)
+
+    def forward(*flat):
+        values = level.run(flat)
+        return values[0] if n_out == 1 else values
+
+    def setup_context(ctx, inputs, output):
+        _save(ctx, inputs, for_forward=True)
+
+    def backward(ctx, *grads):
+        return level.gradients(_restore(ctx), grads, ctx.needs_input_grad,
+                               level.next().function().apply)
+
+    def jvp(ctx, *tangents):            # through a Function: torch.func wraps ctx's tensors
+        return level.jvp_function().apply(*_restore(ctx), *tangents[:level.n_pos])
+
+    return _function_class(f"{level.info.name}_order{level.order}", n_out, forward,
+                           setup_context, backward, jvp)
+
+
+def _make_jvp_function(level: _Level):
+    """The Function ``(args..., tangents...) -> output tangents`` of ``level``: its
+    backward is linear algebra on the next orders.  For cotangents ``u`` of the
+    output tangents ``J(x) t``: ``J(x)^T u``, the VJP, for ``t``; ``d/dx <t, J(x)^T
+    u>``, the next order's VJP at cotangent ``t``, for ``x``."""
+    n_out, n_pos = len(level.info.outputs), level.n_pos
+    diff = [i for i, p in enumerate(level.info.positional) if p.differentiable]
+
+    def forward(*flat):
+        values = level.run_jvp(flat[:-n_pos], flat[-n_pos:])
+        return values[0] if n_out == 1 else values
+
+    def setup_context(ctx, inputs, output):
+        _save(ctx, inputs)
+
+    def backward(ctx, *us):
+        flat = _restore(ctx)
+        args, ts = flat[:-n_pos], flat[-n_pos:]
+        pos, kw = args[:n_pos], args[n_pos:]
+        d_t = _tuple(level.next().function().apply(*pos, *us, *kw))
+        t_diff = [ts[i] if ts[i] is not None else torch.zeros_like(pos[i]) for i in diff]
+        d_x = _tuple(level.next().next().function().apply(*pos, *us, *t_diff, *kw))
+        grads = [None] * len(flat)
+        for k, i in enumerate(diff):
+            grads[i], grads[len(args) + i] = _like(d_x[k], pos[i]), _like(d_t[k], pos[i])
+        return tuple(g if need else None for g, need in zip(grads, ctx.needs_input_grad))
+
+    def jvp(ctx, *tangents):
+        raise NotImplementedError(f"gradc op '{level.info.name}': forward mode over forward "
+                                  "mode is not supported (use reverse mode over forward mode)")
+
+    return _function_class(f"{level.info.name}_jvp{level.order}", n_out, forward,
+                           setup_context, backward, jvp)
+
+
+def _save(ctx, inputs, for_forward: bool = False) -> None:
+    """Save a Function's inputs: tensors through ``save_for_backward`` (and
+    ``save_for_forward``, for its ``jvp``), the other arguments on ``ctx``."""
+    tensors = [a for a in inputs if isinstance(a, torch.Tensor)]
+    ctx.others = [None if isinstance(a, torch.Tensor) else (a,) for a in inputs]
+    ctx.save_for_backward(*tensors)
+    if for_forward:
+        ctx.save_for_forward(*tensors)
+
+
+def _restore(ctx) -> list:
+    """The inputs :func:`_save` saved."""
+    saved = iter(ctx.saved_tensors)
+    return [next(saved) if a is None else a[0] for a in ctx.others]
+
+
+def _tuple(v) -> tuple:
+    return v if isinstance(v, tuple) else (v,)
+
+
+def _function_class(name, n_out, forward, setup_context, backward, jvp):
+    """A ``torch.autograd.Function`` subclass of these static methods, with a ``vmap``
+    that calls it once per batch element and stacks the results."""
+    def vmap(info, in_dims, *flat):
+        rows = []
+        for b in range(info.batch_size):
+            args = [a.select(d, b) if d is not None else a for a, d in zip(flat, in_dims)]
+            rows.append(_tuple(function.apply(*args)))
+        stacked = tuple(torch.stack(col) for col in zip(*rows))
+        return (stacked[0], 0) if n_out == 1 else (stacked, (0,) * n_out)
+
+    function = type(re.sub(r"\W", "_", name), (torch.autograd.Function,), {
+        "forward": staticmethod(forward), "setup_context": staticmethod(setup_context),
+        "backward": staticmethod(backward), "jvp": staticmethod(jvp),
+        "vmap": staticmethod(vmap), "__doc__": f"gradc op {name} (gradc.adapters.torch)"})
+    return function
+
+
+def _make_custom_op(level: _Level):
+    info, n_out = level.info, len(level.info.outputs)
+    qualname = "gradc::" + re.sub(r"\W", "_", f"{level.module}__{info.name}__{level.order}")
+    args = [f"Tensor a{i}" for i in range(level.n_pos)]
+    args += [f"Scalar? k{i}=None" for i in range(len(info.keywords))]
+    outs = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
+    schema = f"({', '.join(args)}) -> {outs}"
+
+    def impl(*flat):
+        values = level.run(flat)
+        return values[0] if n_out == 1 else values
+
+    lib_op = torch.library.custom_op(qualname, impl, mutates_args=(), schema=schema)
+    lib_op.register_fake(lambda *flat: _fake(level, flat))
+
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs[:level.n_pos])
+        ctx.keywords = inputs[level.n_pos:]
+
+    def backward(ctx, *grads):
+        flat = [*ctx.saved_tensors, *ctx.keywords]
+        return level.gradients(flat, grads, ctx.needs_input_grad, level.next().custom_op())
+
+    lib_op.register_autograd(backward, setup_context=setup_context)
+    return lib_op
+
+
+def _fake(level: _Level, flat):
+    """Empty tensors of the shapes and dtypes of this order's results (for
+    ``torch.compile``): a gradient has its parameter's shape; the forward's shapes
+    come from one run of the kernels on zero-stride arrays of the inputs' shapes."""
+    pos = flat[:level.n_pos]
+    device = pos[0].device if pos else torch.device("cpu")
+    if level.gradient_of is not None:
+        dtype = _promote([a.dtype for a, p in zip(pos, level.info.positional)
+                          if p.dtype not in _INT_DTYPES])
+        res = [torch.empty(pos[i].shape, dtype=dtype, device=device) for i in level.gradient_of]
+    else:
+        proxies = [np.broadcast_to(np.zeros((), _numpy_dtype(a.dtype)),
+                                   tuple(int(s) for s in a.shape)) for a in pos]
+        _, kw = level.split(flat)
+        got = level.call_op()(*proxies, **kw)
+        got = got if isinstance(got, tuple) else (got,)
+        res = [torch.empty(np.shape(g), dtype=_torch_dtype(np.asarray(g).dtype), device=device)
+               for g in got]
+    return res[0] if len(res) == 1 else tuple(res)
+
+
+def _invoke(gop, method: str, args, kwargs, name: str) -> tuple:
+    """``gop.<method>(*args, **kwargs)`` on CPU tensors through NumPy, or on CUDA
+    tensors through the op's ``.cuda`` methods; the results as a tuple of tensors."""
+    device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+    if device.type == "cuda":
+        return _invoke_cuda(gop, method, args, kwargs, name, device)
+    if device.type != "cpu":
+        raise TypeError(f"{name}: tensors on {device.type} are not supported (CPU or CUDA)")
+    arrays = [_to_numpy(a, name) if isinstance(a, torch.Tensor) else a for a in args]
+    fn = gop if method == "forward" else getattr(gop, method)
+    got = fn(*arrays, **kwargs)
+    got = got if isinstance(got, tuple) else (got,)
+    inputs = [a for a in arrays if isinstance(a, np.ndarray)]
+    return tuple(_from_numpy(g, inputs) for g in got)
+
+
+def _invoke_cuda(gop, method, args, kwargs, name, device):
+    from numba import cuda
+    try:
+        target = gop.cuda
+    except (AttributeError, NotImplementedError) as exc:
+        raise TypeError(f"{name}: CUDA tensors need a module compiled with target='cuda' "
+                        f"or 'all' (gradc.load(path, target='all')): {exc}") from None
+    fn = target if method == "forward" else getattr(target, method)
+    stream = cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
+    arrays = [a.detach().contiguous() if isinstance(a, torch.Tensor) else a for a in args]
+    got = fn(*arrays, stream=stream, **kwargs)
+    got = got if isinstance(got, tuple) else (got,)
+    return tuple(torch.as_tensor(g, device=device) for g in got)
+
+
+def _to_numpy(t: torch.Tensor, name: str) -> np.ndarray:
+    t = t.detach().resolve_conj().resolve_neg()
+    try:
+        return t.numpy()
+    except TypeError:
+        raise TypeError(f"{name}: a {t.dtype} tensor has no NumPy dtype; use float16, "
+                        "float32 or float64 (or an integer/bool dtype for such parameters)"
+                        ) from None
+
+
+def _from_numpy(a, inputs) -> torch.Tensor:
+    """A result as a tensor sharing its memory; a copy where it is an input's memory
+    (PyTorch operators must not return views of their inputs) or read-only."""
+    a = np.asarray(a)
+    if not a.flags.writeable or any(np.may_share_memory(a, i) for i in inputs):
+        a = a.copy()
+    return torch.from_numpy(a)
+
+
+def _like(g: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """A gradient in its input's dtype (the kernels compute in the common dtype)."""
+    return g if g.dtype == a.dtype or not a.is_floating_point() else g.to(a.dtype)
+
+
+def _promote(dtypes) -> torch.dtype:
+    out = dtypes[0]
+    for d in dtypes[1:]:
+        out = torch.promote_types(out, d)
+    return out
+
+
+_DTYPES = {torch.float16: np.float16, torch.float32: np.float32, torch.float64: np.float64,
+           torch.int32: np.int32, torch.int64: np.int64, torch.bool: np.bool_}
+
+
+def _numpy_dtype(dtype: torch.dtype):
+    """The NumPy dtype of a torch dtype (a table: no tensor is made, so it works
+    under fake tensors too)."""
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise TypeError(f"a {dtype} tensor has no gradc dtype; use float16, float32 or "
+                        "float64 (or int32, int64, bool for such parameters)") from None
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype:
+    return next(t for t, n in _DTYPES.items() if np.dtype(n) == dtype)
+
+
+def _cached(thunk):
+    box = []
+
+    def get():
+        if not box:
+            box.append(thunk())
+        return box[0]
+    return get

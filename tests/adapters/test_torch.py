@@ -1,0 +1,339 @@
+"""The PyTorch adapter (gradc.adapters.torch) against PyTorch's own checks.
+
+Every op of examples/seed.grad and examples/activations.grad goes through
+``torch.autograd.gradcheck`` (reverse and, where the op has a JVP, forward mode) and
+``gradgradcheck`` in float64.  Ops whose shapes are annotated ``f32[...]`` are
+checked in a float64 copy of their source (``f32[`` written ``f64[``).  gradcheck
+compares against finite differences of the forward, so an op whose gradient is a
+custom rule that is not the derivative (custom_linear, sign_ste, clipped_relu,
+scaled_tanh, and mlp, which calls scaled_tanh) fails it by design: for those the
+adapter's gradient and JVP are compared with the op's own ``.vjp`` and ``.jvp``
+instead.  gradgradcheck differentiates the backward pass, whatever rule it is,
+against finite differences of that backward pass, and holds for every op but mlp:
+its VJP reads scaled_tanh's forward value (``d_w2 = h1^T dlogits``), and gradc
+differentiates that value by scaled_tanh's rule (docs/second_order.md, rule 3, as
+JAX does), half the derivative; mlp's double backward is compared with gradc's own
+second order (the VJP of ``mlp__vjp``) instead.
+
+torch is an optional extra: without it these tests skip, unless GRADC_REQUIRE_TORCH=1
+(set by .ci/run), which makes a missing torch a failure.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+if os.environ.get("GRADC_REQUIRE_TORCH") == "1":
+    import torch
+else:
+    torch = pytest.importorskip("torch")
+
+import gradc  # noqa: E402
+from gradc.adapters.higher_order import vjp_op  # noqa: E402
+from gradc.adapters.torch import as_torch  # noqa: E402
+from gradc.runtime.cache import cache_dir, write_atomic  # noqa: E402
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+F64 = torch.float64
+
+# op: (module, shapes of the positional arguments, keywords, nograd positions, kind)
+# kind "exact": the gradient is the derivative; "custom": a rule that is not.
+CASES = {
+    "softplus_stable": ("act", [(7,)], {}, (), "exact"),
+    "gelu_tanh": ("act", [(7,)], {}, (), "exact"),
+    "swish": ("act", [(7,)], {}, (), "exact"),
+    "huber": ("act", [(7,)], {"delta": 0.8}, (), "exact"),
+    "log_sigmoid": ("act", [(7,)], {}, (), "exact"),
+    "leaky_relu": ("act", [(7,)], {"alpha": 0.2}, (), "exact"),
+    "add_bias": ("seed64", [(3, 4), (4,)], {}, (), "exact"),
+    "critic": ("seed64", [(3, 2), (2,)], {}, (), "exact"),
+    "softmax_xent": ("seed64", [(3, 4), (3, 4)], {}, (1,), "exact"),
+    "gradient_penalty": ("seed64", [(3, 2), (3, 2), (3, 1), (2,)], {}, (2,), "exact"),
+    "custom_linear": ("seed", [(7,)], {}, (), "custom"),
+    "sign_ste": ("seed", [(7,)], {}, (), "custom"),
+    "clipped_relu": ("seed", [(7,)], {}, (), "custom"),
+    "scaled_tanh": ("seed", [(7,)], {}, (), "custom"),
+    "mlp": ("seed64", [(3, 4), (4, 5), (5,), (5, 2), (2,)], {}, (), "custom"),
+}
+NO_JVP = {"custom_linear", "clipped_relu"}     # grad blocks not linear in dy: E405
+
+
+def _load(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gradc.GradcWarning)
+        return gradc.load(path)
+
+
+@pytest.fixture(scope="module")
+def modules():
+    """The example modules, and a float64 copy of seed.grad with add_bias appended
+    (its ops' annotated shapes demand float32), written into the cache directory:
+    a fixed path, so that its kernels (and its auxiliary ops') are compiled once."""
+    text = (EXAMPLES / "seed.grad").read_text() + "\n" + (
+        "op add_bias(x: f32[n, k], b: f32[k]) -> y {\n    y = x + b\n}\n")
+    path = cache_dir() / "tests" / "seed64.grad"
+    text = text.replace("f32[", "f64[")
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text)
+    return {"seed": _load(EXAMPLES / "seed.grad"), "act": _load(EXAMPLES / "activations.grad"),
+            "seed64": _load(path)}
+
+
+def _case(modules, name, seed=0, dtype=F64):
+    """The gradc op, its torch function (keywords bound) and random inputs (the
+    differentiable ones requiring grad; softmax_xent's onehot one-hot)."""
+    mod, shapes, kw, nograd, _ = CASES[name]
+    op = modules[mod].OPS[name]
+    gen = torch.Generator().manual_seed(seed)
+    args = [torch.randn(s, generator=gen, dtype=dtype) for s in shapes]
+    if name == "softmax_xent":
+        args[1] = torch.nn.functional.one_hot(torch.arange(3) % 4, 4).to(dtype)
+    if name == "gradient_penalty":
+        args[2] = torch.rand(shapes[2], generator=gen, dtype=dtype)
+    for i, a in enumerate(args):
+        a.requires_grad_(i not in nograd)
+    return op, functools.partial(as_torch(op), **kw), args
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c[4] == "exact"])
+def test_gradcheck_derived_ops(modules, name):
+    _, f, args = _case(modules, name)
+    assert torch.autograd.gradcheck(f, args, check_forward_ad=True, check_batched_grad=False)
+
+
+@pytest.mark.parametrize("name", [n for n in CASES if n != "mlp"])
+def test_gradgradcheck(modules, name):
+    _, f, args = _case(modules, name, seed=1)
+    assert torch.autograd.gradgradcheck(f, args, check_batched_grad=False)
+
+
+def test_mlp_double_backward_is_gradcs_second_order(modules):
+    op, f, args = _case(modules, "mlp", seed=1)
+    y = f(*args)
+    ct = torch.randn_like(y, requires_grad=True)
+    grads = torch.autograd.grad(y, args, ct, create_graph=True)
+    us = [torch.randn_like(g) for g in grads]
+    second = torch.autograd.grad(grads, [*args, ct], us)
+    expected = vjp_op(op).vjp(*(a.detach().numpy() for a in [*args, ct]),
+                              *(u.numpy() for u in us))
+    for got, want in zip(second, expected):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", [n for n, c in CASES.items() if c[4] == "custom"])
+def test_custom_rules_equal_the_ops_own_vjp_and_jvp(modules, name):
+    op, f, args = _case(modules, name, seed=2)
+    y = f(*args)
+    ct = torch.randn_like(y)
+    grads = torch.autograd.grad(y, args, ct)
+    expected = op.vjp(*(a.detach().numpy() for a in args), ct.numpy())
+    for g, e in zip(grads, expected):
+        np.testing.assert_allclose(g.numpy(), e, rtol=1e-12, atol=1e-14)
+    tangents = [torch.randn_like(a) for a in args]
+    if name in NO_JVP:
+        return
+    _, y_t = torch.func.jvp(f, tuple(a.detach() for a in args), tuple(tangents))
+    expected = op.jvp(*(a.detach().numpy() for a in args), *(t.numpy() for t in tangents))
+    np.testing.assert_allclose(y_t.numpy(), expected[-1], rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", sorted(NO_JVP))
+def test_forward_mode_without_jvp_names_the_op_and_E405(modules, name):
+    _, f, args = _case(modules, name)
+    x = args[0].detach()
+    with pytest.raises(NotImplementedError, match=rf"gradc op '{name}' has no forward mode"
+                       r"(.|\n)*E405"):
+        torch.func.jvp(f, (x,), (torch.ones_like(x),))
+    with torch.autograd.forward_ad.dual_level(), pytest.raises(NotImplementedError, match="E405"):
+        f(torch.autograd.forward_ad.make_dual(x, torch.ones_like(x)))
+    f(args[0]).sum().backward()          # reverse mode still works
+    assert args[0].grad is not None
+
+
+def test_second_derivative_differentiates_the_rule_as_written(modules):
+    """d^2/dx^2 of sum(scaled_tanh(x)) is -y (1 - y^2) (docs/second_order.md), by
+    torch.func.grad twice, backward with create_graph, and forward over reverse."""
+    st = as_torch(modules["seed"].scaled_tanh)
+    x = torch.tensor([0.7], dtype=F64)
+    y = np.tanh(0.7)
+    want = -y * (1 - y * y)
+    assert torch.func.grad(torch.func.grad(lambda x: st(x).sum()))(x[0]).item() == \
+        pytest.approx(want, rel=1e-12)
+    xr = x.clone().requires_grad_()
+    (g,) = torch.autograd.grad(st(xr).sum(), xr, create_graph=True)
+    (h,) = torch.autograd.grad(g.sum(), xr)
+    assert h.item() == pytest.approx(want, rel=1e-12)
+    fwd_over_rev = torch.func.jacfwd(torch.func.grad(lambda x: st(x).sum()))(x[0])
+    assert fwd_over_rev.item() == pytest.approx(want, rel=1e-12)
+
+
+def test_torch_func_transforms(modules):
+    act = modules["act"]
+    sp, ab = as_torch(act.softplus_stable), as_torch(modules["seed64"].add_bias)
+    x = torch.randn(5, 4, dtype=F64)
+    b = torch.randn(4, dtype=F64)
+    g = torch.func.grad(lambda x: sp(x).sum())(x)
+    np.testing.assert_allclose(g.numpy(), act.softplus_stable.vjp(x.numpy(), np.ones((5, 4)))[0])
+    y, vjp_fn = torch.func.vjp(ab, x, b)
+    dx, db = vjp_fn(torch.ones_like(y))
+    assert torch.equal(db, torch.full((4,), 5.0, dtype=F64)) and torch.equal(dx, torch.ones_like(x))
+    _, y_t = torch.func.jvp(sp, (x,), (torch.ones_like(x),))
+    np.testing.assert_allclose(y_t.numpy(), act.softplus_stable.jvp(x.numpy(), 1.0)[1])
+    batched = torch.func.vmap(ab, in_dims=(0, None))(torch.randn(3, 5, 4, dtype=F64), b)
+    assert batched.shape == (3, 5, 4)
+    per_row = torch.func.vmap(torch.func.grad(lambda r: sp(r).sum()))(x)
+    np.testing.assert_allclose(per_row.numpy(), g.numpy())
+
+
+def test_layouts_dtypes_and_partial_requires_grad(modules):
+    act = modules["act"]
+    sw = as_torch(act.swish)
+    base = torch.randn(6, 8)
+    x = base[:, ::2].t()                        # non-contiguous float32
+    assert not x.is_contiguous()
+    xr = x.clone().requires_grad_()             # clone keeps the strides
+    y = sw(xr)
+    assert y.dtype == torch.float32 and y.shape == x.shape
+    np.testing.assert_allclose(y.detach().numpy(), act.swish(np.ascontiguousarray(x.numpy())))
+    y.sum().backward()
+    assert xr.grad.dtype == torch.float32
+    (expected,) = act.swish.vjp(x.numpy(), np.ones((4, 6), np.float32))
+    np.testing.assert_allclose(xr.grad.numpy(), expected)
+    ab = as_torch(act.add_bias)                 # f32[n, k] + f32[k]: the bias broadcast
+    xa = torch.randn(3, 4, requires_grad=True)
+    bias = torch.randn(4)                       # no gradient wanted for it
+    out = ab(xa, bias)
+    assert torch.equal(out, xa.detach() + bias)
+    out.backward(torch.ones(3, 4))
+    assert torch.equal(xa.grad, torch.ones(3, 4)) and bias.grad is None
+    with pytest.raises(TypeError, match="add_bias.forward: argument 'x' must be float32"):
+        ab(xa.detach().double(), bias.double())
+    with pytest.raises(TypeError, match=r"takes 2 positional argument\(s\) \(x, b\), got 1"):
+        ab(xa)
+
+
+def test_results_never_alias_inputs(modules):
+    """sign_ste's rule is dx = dy: the gradient must be new memory (PyTorch)."""
+    ste = as_torch(modules["seed"].sign_ste)
+    x = torch.randn(5, requires_grad=True)
+    dy = torch.randn(5)
+    (dx,) = torch.autograd.grad(ste(x), x, dy)
+    assert torch.equal(dx, dy) and dx.data_ptr() != dy.data_ptr()
+
+
+def test_torch_compile_fullgraph(modules):
+    """A model with a gradc op compiles without a graph break (fullgraph=True), and
+    its forward and gradients equal eager mode's."""
+    st = as_torch(modules["seed"].scaled_tanh)
+    lin = torch.nn.Linear(8, 4)
+
+    def model(x):
+        return st(lin(x)).square().mean()
+
+    x = torch.randn(16, 8)
+    # aot_eager: Dynamo and AOTAutograd (where graph breaks and the custom ops'
+    # fake and autograd registrations matter) without Inductor's C++ build.
+    compiled = torch.compile(model, fullgraph=True, dynamic=False, backend="aot_eager")
+    loss = compiled(x)
+    grads = torch.autograd.grad(loss, list(lin.parameters()))
+    eager = model(x)
+    expected = torch.autograd.grad(eager, list(lin.parameters()))
+    torch.testing.assert_close(loss, eager)
+    for g, e in zip(grads, expected):
+        torch.testing.assert_close(g, e)
+
+
+def test_cuda_tensors_need_a_cuda_module(modules):
+    """No GPU here: the CUDA path's refusal of a CPU-only module is what can run."""
+    from gradc.adapters.torch import _invoke_cuda
+    with pytest.raises(TypeError, match="CUDA tensors need a module compiled with "
+                                        "target='cuda' or 'all'"):
+        _invoke_cuda(modules["seed"].scaled_tanh, "forward", [], {}, "scaled_tanh",
+                     torch.device("cuda"))
+
+
+def test_several_outputs_and_their_double_backward_error():
+    path = cache_dir() / "tests" / "split.grad"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, "op split(x) -> (pos, neg) {\n    pos = max(x, 0)\n"
+                       "    neg = min(x, 0) * x\n}\n")
+    split = as_torch(_load(path).split)
+    x = torch.randn(6, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(split, (x,), check_forward_ad=True)
+    pos, neg = split(x)
+    (g,) = torch.autograd.grad(pos.sum() + neg.sum(), x, create_graph=True)
+    with pytest.raises(NotImplementedError, match="ops with several outputs cannot be called "
+                                                  "inside another op .E306., so gradc cannot "
+                                                  "differentiate the VJP of 'split'"):
+        g.sum().backward()
+
+
+def test_torch_digits_example_trains_the_same_model_three_ways(capsys):
+    """examples/torch_digits.py for a few steps: the gradc variants and plain PyTorch
+    start from the same weights, see the same batches and compute the same
+    gradients, so they end with the same weights (to float32 rounding)."""
+    pytest.importorskip("sklearn")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("torch_digits", EXAMPLES / "torch_digits.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    results, models = example.main(["--steps", "8", "--hidden", "16", "--quiet"])
+    table = capsys.readouterr().out
+    assert table.splitlines()[0].startswith("model") and "PyTorch" in table
+    reference = dict(models["PyTorch"].named_parameters())
+    for name in ("gradc scaled_tanh", "gradc mlp"):
+        assert results[name][0] > 0
+        for key, p in models[name].named_parameters():
+            torch.testing.assert_close(p, reference[key], rtol=1e-4, atol=1e-5)
+    # Adam does not see a constant factor in a gradient: compare the gradients too
+    x, y = torch.rand(32, 64), torch.arange(32) % 10
+    grads = {}
+    for name, model in models.items():
+        model.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        grads[name] = [p.grad for p in model.parameters()]
+    for name in ("gradc scaled_tanh", "gradc mlp"):
+        for g, e in zip(grads[name], grads["PyTorch"]):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+
+
+def test_a_module_gradc_did_not_load(import_module_text):
+    """A module written by gradc compile and imported by hand: first order works,
+    double backward says what it needs (the recorded source of gradc.load)."""
+    text = gradc.compile_source("op cube(x) -> y {\n    y = x^3\n}\n", file="cube.grad")
+    cube = as_torch(import_module_text(text, "gradc_test_torch_cube").cube)
+    x = torch.tensor([2.0], dtype=F64, requires_grad=True)
+    (g,) = torch.autograd.grad(cube(x).sum(), x, create_graph=True)
+    assert g.item() == 12.0
+    with pytest.raises(NotImplementedError, match=r"'cube' as a differentiable op \(double "
+                                                  r"backward\) needs the op's .grad source: "
+                                                  r"load the module with gradc.load\(path\)"):
+        g.backward()
+
+
+def test_emit_torch_writes_a_module_of_torch_functions(tmp_path, capsys):
+    """gradc compile --emit torch -o OUT.py: OUT.py loads the .grad file by its path
+    relative to OUT.py and exposes as_torch of every op."""
+    import importlib.util
+    from gradc.cli import main
+    out = tmp_path / "pkg" / "act_torch.py"
+    out.parent.mkdir()
+    assert main(["compile", str(EXAMPLES / "activations.grad"), "--emit", "torch",
+                 "-o", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out}\n"
+    text = out.read_text()
+    assert "SOURCE = Path(__file__).resolve().parent / '../../" in text
+    spec = importlib.util.spec_from_file_location("act_torch", out)
+    act_torch = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(act_torch)
+    assert sorted(act_torch.OPS) == sorted(act_torch.__all__[1:]) == [
+        "add_bias", "gelu_tanh", "huber", "leaky_relu", "log_sigmoid", "softplus_stable", "swish"]
+    x = torch.tensor([-2.0, 3.0], dtype=F64, requires_grad=True)
+    act_torch.leaky_relu(x, alpha=0.1).sum().backward()
+    assert x.grad.tolist() == [0.1, 1.0]
