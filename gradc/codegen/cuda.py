@@ -30,7 +30,7 @@ from gradc.passes.fuse import Kernel, MatmulEpilogue
 TEMPLATES = {
     "pow": "math.pow({x}, {y})",
     "atan2": "math.atan2({y}, {x})",
-    "sign": "(_T(1) if {x} > _T(0) else (_T(-1) if {x} < _T(0) else {x}))",
+    "sign": "(_T(1) if {x} > _T(0) else (_T(-1) if {x} < _T(0) else ({x} if {x} != {x} else _T(0))))",
     "floor": "math.floor({x})",
     "ceil": "math.ceil({x})",
     # NumPy's rint (half to even), sign of zero kept: x - floor(x) is exact, so is the

@@ -206,7 +206,11 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
            differentiable=False, linear=(0,)),
     # --- elementwise math ----------------------------------------------------
     _unary("abs", np.abs, "g * sign(x)", "abs({x})", float_only=False, dtype="same"),
-    _unary("sign", np.sign, None, "np.sign({x})", float_only=False, dtype="same",
+    # Selects, not np.sign: Numba's np.sign gives -0.0 for -0.0 (NumPy: 0.0) and its
+    # loop vectorises worse (sign_ste's fwd_bwd: 13.2 ms vs 11.3 at 10^7 float32)
+    _unary("sign", np.sign, None,
+           "({dt}(1) if {x} > {dt}(0) else ({dt}(-1) if {x} < {dt}(0) else "
+           "({x} if {x} != {x} else {dt}(0))))", float_only=False, dtype="same",
            differentiable=False),
     _unary("floor", np.floor, None, "np.floor({x})", differentiable=False),
     _unary("ceil", np.ceil, None, "np.ceil({x})", differentiable=False),
