@@ -29,6 +29,7 @@ each depends on its info string (the words after the opening fence):
 from __future__ import annotations
 
 import doctest
+import linecache
 import os
 import re
 import subprocess
@@ -107,8 +108,13 @@ def test_code_blocks_run(page, monkeypatch):
         if b.page != page or "notest" in b.options:
             continue
         if b.lang == "python":
-            code = compile("\n" * b.line + b.text, str(b.page), "exec")   # tracebacks: page lines
-            exec(code, namespace)
+            # tracebacks: page lines; the source registered with linecache under its own
+            # name, so that inspect (and torch.compile's Dynamo, which reads a function's
+            # source) sees Python, not the Markdown page around the block
+            name = f"<{b.page.relative_to(ROOT)}:{b.line}>"
+            source = "\n" * b.line + b.text
+            linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+            exec(compile(source, name, "exec"), namespace)
         elif b.lang == "pycon":
             test = doctest.DocTestParser().get_doctest(b.text, namespace, b.where,
                                                        str(b.page), b.line)
