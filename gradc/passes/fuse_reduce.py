@@ -314,7 +314,9 @@ def fuse_reductions(plan: KernelPlan) -> KernelPlan:
         if grp is None or all(lv == ELEMENT for lv in grp.level.values()):
             steps.append(step)       # no reduction joined: the loop stays as it was
         elif grp.gid == u:
-            steps.append(_make_kernel(g, grp, sorted(members[u], key=order.__getitem__)))
+            kernel = _make_kernel(g, grp, sorted(members[u], key=order.__getitem__))
+            if kernel is not None:
+                steps.append(kernel)
     return KernelPlan(g, tuple(order_steps(g, steps)), plan.fused)
 
 
@@ -374,16 +376,29 @@ def order_steps(g: Graph, steps: list[Step]) -> list[Step]:
     return [steps[s] for s in nx.lexicographical_topological_sort(q)]
 
 
-def _make_kernel(g: Graph, grp: _Group, nodes: list[int]) -> Step:
+def _make_kernel(g: Graph, grp: _Group, nodes: list[int]) -> Step | None:
+    """The loop computing ``nodes``, less those whose values no later step and no result
+    reads (a reduction read only for its shape, as in ``zeros_like(sum(x))``); None
+    when nothing is left to store."""
     inside = set(nodes)
     outs = set(g.outputs)
-    level = {n: grp.level[n] for n in nodes}
-    ins = sorted({a for n in nodes for a in value_args(g, n) if a not in inside})
     used_outside = {n for n in nodes if n in outs or any(
         u not in inside and a == n and i not in PRIMITIVES[g.node(u).op].shape_only
         for u in g.users(n) for i, a in enumerate(g.node(u).args))}
-    if all(lv == ELEMENT for lv in level.values()):
-        stored = [n for n in nodes if n in outs or any(u not in inside for u in g.users(n))]
+    reads = nx.DiGraph()                  # n -> what n's value or run-time shape needs
+    reads.add_nodes_from(nodes)
+    reads.add_edges_from((n, a) for n in nodes
+                         for a in (*value_args(g, n), *g.node(n).shape.dyn) if a in inside)
+    live = set(used_outside).union(*(nx.descendants(reads, n) for n in used_outside))
+    if not live:
+        return None
+    group, nodes = inside, [n for n in nodes if n in live]
+    inside = live
+    level = {n: grp.level[n] for n in nodes}
+    ins = sorted({a for n in nodes for a in value_args(g, n) if a not in inside})
+    if all(lv == ELEMENT for lv in level.values()) and all(
+            PRIMITIVES[g.node(n).op].kind == ELEMENTWISE for n in nodes):
+        stored = [n for n in nodes if n in outs or any(u not in group for u in g.users(n))]
         return Kernel(tuple(nodes), tuple(ins), tuple(stored), grp.loop)
     partials = tuple(n for n in nodes if level[n] == CHUNK and n in used_outside)
     stored = tuple(n for n in nodes if level[n] != CHUNK and n in used_outside)

@@ -40,14 +40,35 @@ def cache_dir() -> Path:
     return (Path(xdg) if xdg else Path.home() / ".cache") / "gradc"
 
 
-@lru_cache(maxsize=None)
-def compiler_fingerprint() -> str:
-    """SHA-256 of gradc's own sources and grammar, so a changed compiler recompiles
-    even where its version number did not change (development installs)."""
+# The parts of gradc that decide a module's text: the front end, the IR, the
+# differentiation, the passes, the code generators, and the runtime that loads modules.
+# The CLI, the adapters (their derived ops are hashed as sources), bench, audit, explain,
+# graph and testgen are left out, so editing them keeps the cache.
+_COMPILER_PARTS = ("frontend", "ir", "autodiff", "passes", "codegen", "runtime",
+                   "__init__.py", "pipeline.py", "errors.py")
+
+
+def compiler_sources() -> list[Path]:
+    """The files :func:`compiler_fingerprint` hashes: ``_COMPILER_PARTS`` and the grammar."""
     from gradc.frontend.parser import grammar_path
     root = Path(__file__).resolve().parent.parent
+    files = []
+    for part in _COMPILER_PARTS:
+        path = root / part
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return files + [grammar_path()]
+
+
+@lru_cache(maxsize=None)
+def compiler_fingerprint() -> str:
+    """SHA-256 of the compiler's own sources (:func:`compiler_sources`), so a changed
+    compiler recompiles even where its version number did not change (development
+    installs)."""
+    root = Path(__file__).resolve().parent.parent
     h = hashlib.sha256()
-    for f in sorted(root.rglob("*.py")) + [grammar_path()]:
+    for f in compiler_sources():
+        h.update(f.relative_to(root.parent).as_posix().encode() if f.is_relative_to(root.parent)
+                 else f.name.encode())
         h.update(f.read_bytes())
     return h.hexdigest()
 

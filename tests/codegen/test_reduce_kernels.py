@@ -340,6 +340,24 @@ def test_empty_axis_tuple_reduces_nothing(import_module_text) -> None:
     np.testing.assert_array_equal(m.a(x), 2 * x)
 
 
+def test_reductions_read_only_for_their_shape_make_no_loop(import_module_text) -> None:
+    """A reduction whose value is read only for its shape (``zeros_like(s)``) is dead:
+    the fused plan drops its loop (it once gave an empty ``for`` body, a SyntaxError)."""
+    src = ("op z(x: f32[b, o]) -> y { s = mean(logsumexp(x, axis=1) - sum(x, axis=1))\n"
+           "  y = full_like(zeros_like(s), 0) }")
+    program = check_source(src, "shape_only.grad")
+    cop = build_op(program.ops["z"], program.ops, program.consts)
+    for method in ("forward", "fwd_bwd"):
+        steps = cpu_plan(cop.methods[method].fused).steps
+        assert not any(isinstance(s, ReduceKernel) for s in steps)
+    m = import_module_text(gradc.compile_source(src, file="shape_only.grad"), "shape_only")
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    for f in (m.z, m.z.unfused):
+        assert f(x) == 0 and f(x).dtype == np.float32
+    y, dx = m.z.fwd_bwd(x, np.float32(1))
+    np.testing.assert_array_equal(dx, np.zeros_like(x))
+
+
 @pytest.mark.parametrize("fast_math", [False, True])
 def test_norm_of_subnormal_rows(import_module_text, fast_math) -> None:
     """The row norm's scale is at least the smallest normal number, so its reciprocal

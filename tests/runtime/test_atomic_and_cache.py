@@ -237,3 +237,21 @@ def test_the_cache_key_does_not_depend_on_the_dictionary_order(tmp_path) -> None
     a = cache.cache_key(["x"], {"fuse": True, "fast_math": False})
     b = cache.cache_key(["x"], {"fast_math": False, "fuse": True})
     assert a == b and a != cache.cache_key(["y"], {"fuse": True, "fast_math": False})
+
+
+def test_the_fingerprint_covers_every_module_a_compile_imports() -> None:
+    """Every gradc module that compiling a file imports is hashed into the cache key, and
+    the CLI and the adapters are not (editing them keeps the cache). Run in a fresh
+    interpreter, so nothing imported by other tests counts."""
+    import subprocess
+    code = ("import sys, gradc\n"
+            "gradc.compile_source('op a(x) -> y { y = tanh(sum(x * x, axis=0)) }', file='a.grad')\n"
+            "print('\\n'.join(m.__file__ for n, m in list(sys.modules.items())\n"
+            "                 if n.startswith('gradc') and getattr(m, '__file__', None)))\n")
+    imported = {Path(f).resolve() for f in subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()}
+    hashed = {f.resolve() for f in cache.compiler_sources()}
+    assert imported and imported <= hashed, sorted(imported - hashed)
+    root = Path(gradc.__file__).resolve().parent
+    assert root / "cli.py" not in hashed and root / "adapters" / "torch.py" not in hashed
+    assert root / "passes" / "fuse.py" in hashed
