@@ -31,13 +31,16 @@ def _gradc_cache_dir(tmp_path_factory: pytest.TempPathFactory):
 
 
 # CI runs hypothesis derandomised (the same examples every run), so that a
-# landing never depends on luck; locally it explores new examples each run.
+# landing never depends on luck; locally it explores new examples each run.  Neither
+# has hypothesis's timing checks (its deadline and the too_slow health check): timing
+# never decides a test, and the machines are shared (a draw once took 10 s under load).
 try:
-    from hypothesis import settings
+    from hypothesis import HealthCheck, settings
 
-    settings.register_profile("ci", derandomize=True, database=None)
-    if os.environ.get("CI"):
-        settings.load_profile("ci")
+    untimed = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.register_profile("gradc", **untimed)
+    settings.register_profile("ci", derandomize=True, database=None, **untimed)
+    settings.load_profile("ci" if os.environ.get("CI") else "gradc")
 except ImportError:          # hypothesis is in the test extra
     pass
 
