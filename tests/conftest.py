@@ -12,6 +12,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "comparing against them")
 
 
+# pytest-xdist (``-n 2 --dist loadgroup``): the tests of one file run in one worker, so
+# a module-scoped fixture (a compiled module, every kernel's PTX) is built once, not once
+# per worker; the framework adapters' files share a worker, so the float64 examples and
+# their derived second-order ops are compiled once for PyTorch and JAX together.  Files
+# with ``slow`` tests are handed out first: the long ones do not start last, while the
+# other worker idles.
+_SHARED_WORKER = {"tests/adapters/": "adapters"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+    slow = {file_of(i) for i in items if i.get_closest_marker("slow")}
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = next((g for prefix, g in _SHARED_WORKER.items()
+                          if file_of(item).startswith(prefix)), file_of(item))
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda i: file_of(i) not in slow)      # stable: files keep their order
+
+
 @pytest.fixture(scope="session")
 def update_golden(request: pytest.FixtureRequest) -> bool:
     """True when the run should rewrite golden files (``pytest --update-golden``)."""

@@ -276,6 +276,7 @@ def _classifier(rng, b=6, i=5, h=4, o=3):
     return x, params, onehot
 
 
+@pytest.mark.slow
 def test_hvp_of_softmax_xent_of_mlp_matches_differences_of_the_compiled_gradient(seed64):
     seed, ops = seed64
     for k in range(3):

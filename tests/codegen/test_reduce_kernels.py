@@ -145,6 +145,7 @@ def check_methods(m, op: str, args: list, dtype) -> None:
 # float32 on the parallel and one-row shapes only: compiling is the cost.
 @pytest.mark.parametrize("dt,shape", [("f64", s) for s in sorted(SHAPES)]
                          + [("f32", "parallel"), ("f32", "one-row")])
+@pytest.mark.slow
 @pytest.mark.parametrize("op", sorted(ARGS))
 def test_fused_unfused_and_numpy_agree(modules, op, dt, shape) -> None:
     m, dt = modules(dt)

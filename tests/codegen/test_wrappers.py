@@ -287,6 +287,7 @@ def test_empty_arrays(m) -> None:
     assert dx.shape == (0, 3)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_large_arrays_fused_and_unfused_agree(m, dtype) -> None:
     # above the size from which kernels run threaded (their serial twins below it)

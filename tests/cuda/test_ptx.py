@@ -31,6 +31,7 @@ def ptx_sm90(module):
     return module_ptx(module, (9, 0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cc", [(8, 0), (9, 0)])
 def test_every_kernel_compiles_to_ptx(module, ptx_sm90, cc) -> None:
     # sm_80 in float32 only: the float64 kernels differ from sm_90's in no way the
@@ -91,6 +92,7 @@ op every(x, y, i: i32, b: bool) -> (u, v, w) {
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fast_math", [False, True])
 def test_every_primitive_compiles_to_ptx(cuda_toolchain, import_module_text, fast_math):
     text = gradc.compile_source(EVERY_PRIMITIVE, file="every.grad", target="cuda",

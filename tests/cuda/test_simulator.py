@@ -26,6 +26,7 @@ def _simulator_env(tmp_path: Path) -> dict:
     return env
 
 
+@pytest.mark.slow
 def test_simulator_suite(tmp_path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
@@ -35,6 +36,7 @@ def test_simulator_suite(tmp_path) -> None:
     assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
 
 
+@pytest.mark.slow
 def test_gpu_check_runs_end_to_end_in_the_simulator(tmp_path) -> None:
     """Every op of the examples through every CUDA method against the CPU, the
     bandwidth table and the math table, on tiny sizes: on a GPU it only has to

@@ -478,6 +478,7 @@ _F64_CASES = [c for c in DIFF_CASES if not ("f32" in c.dtypes and "f64" not in c
 @pytest.mark.parametrize("case", _F64_CASES, ids=attrgetter("name"))
 @settings(max_examples=25, deadline=None,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@pytest.mark.slow
 @given(data=st.data())
 def test_derivative_matches_central_differences(case, mode, data) -> None:
     """Reverse mode (``vjp``) and forward mode (``jvp``) of every primitive."""

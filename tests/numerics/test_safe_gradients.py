@@ -190,6 +190,7 @@ def unselected(import_module_text):
                               "gradc_test_unselected").unselected
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_unselected_branch_never_leaks_for_any_primitive(unselected, dtype):
     """``where(never, f(x), 0)`` has value 0 and gradient 0 at every non-NaN x,

@@ -820,6 +820,7 @@ def test_boundscheck_is_on(m) -> None:
         m._gk_affine_forward_0_serial(np.empty(8), np.ones(4), np.empty(0))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("NUMBA_BOUNDSCHECK") == "1", reason="already inside")
 def test_under_numba_boundscheck(tmp_path) -> None:
     """A subset of this file with NUMBA_BOUNDSCHECK=1 and fresh Numba and gradc caches
