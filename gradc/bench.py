@@ -259,7 +259,20 @@ def bench_case(module, cop, args: list, variants: Sequence[str], fns: dict, why:
     for k, traffic in (("copy 2r/2w", 4), ("np.copyto", 2)):
         res["references"][k] = {"median_s": med[k], "samples_s": samples[k],
                                 "gbs": traffic * ca[0].nbytes / med[k] / 1e9}
+    res["traffic"] = plan_traffic(cop)
     return res
+
+
+def plan_traffic(cop) -> dict:
+    """Bytes per element (float32) that ``fwd_bwd``'s fused CPU plan and its unfused
+    plan move over the op's largest loop shape (:func:`gradc.explain.element_traffic`):
+    their ratio bounds how much faster fusion can make a memory-bound op."""
+    from gradc.explain import element_traffic
+    from gradc.passes.fuse_reduce import cpu_plan
+    method = cop.methods["fwd_bwd"]
+    fused, unfused = element_traffic(cpu_plan(method.fused)), element_traffic(method.unfused)
+    shape = max(unfused, key=lambda s: (len(s.static) + bool(s.dyn), unfused[s]))
+    return {"shape": str(shape), "fused_B": fused.get(shape, 0), "unfused_B": unfused[shape]}
 
 
 def _first_calls(calls: dict, ref: Sequence, unavailable: dict) -> tuple[dict, dict]:

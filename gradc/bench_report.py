@@ -26,6 +26,9 @@ _LEGEND = (
     ("GB/s", "each input and upstream read once and each result written once, over the "
              "median time; %: of the bandwidth of the numba 2-read/2-write kernel timed in "
              "the same repeats"),
+    ("unfused / fused+out", "time: unfused's median over fused+out's; bytes per element: "
+                            "what each plan moves over the largest loop (float32), the most "
+                            "fusion can gain where both are memory-bound"),
 )
 
 
@@ -33,7 +36,9 @@ def _legend(numpy: str, variants: Sequence[str]) -> list[str]:
     """The meaning of each column shown."""
     import textwrap
     return [textwrap.fill(f"{term}: {text.format(numpy=numpy)}", 92, subsequent_indent="    ")
-            for term, text in _LEGEND if term in variants or term in ("best other", "GB/s")]
+            for term, text in _LEGEND
+            if term in variants or term in ("best other", "GB/s")
+            or term == "unfused / fused+out" and {"unfused", "fused+out"} <= set(variants)]
 
 
 _ENV = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
@@ -179,6 +184,13 @@ def _size_block(n: int, cases: list[dict], order: Sequence[str], color: bool) ->
     out += _table(["median ms", *cols, "best other"], ms_rows, bold, color)
     out += [""] + _table(["GB/s (% copy)", *cols], gb_rows, [None] * len(cases), color)
     out += [""] + _table(["max rel err", *cols[1:]], err_rows, [None] * len(cases), color)
+    fusion = [[c["op"], f"{vs['unfused']['median_s'] / vs['fused+out']['median_s']:.1f}x",
+               f"{t['unfused_B']} / {t['fused_B']} B = {t['unfused_B'] / t['fused_B']:.1f}x"]
+              for c in cases for vs, t in [(c["variants"], c.get("traffic"))]
+              if t and t["fused_B"] and {"unfused", "fused+out"} <= vs.keys()]
+    if fusion:
+        out += [""] + _table(["unfused / fused+out", "time", "bytes per element"], fusion,
+                             [None] * len(fusion), color)
     return out
 
 

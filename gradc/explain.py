@@ -10,7 +10,9 @@ from gradc.ir.dump import dump, shape_text
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import INFIX, PRIMITIVES
 from gradc.codegen.cpu_reduce import input_slots, schedule
-from gradc.passes.fuse import Kernel, KernelPlan, reading_steps, why_stored
+from gradc.ir.shapes import Shape
+from gradc.passes.fuse import (Kernel, KernelPlan, reading_steps, value_args, value_used,
+                               why_stored)
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, is_reduction
 from gradc.pipeline import build_op
 
@@ -72,6 +74,41 @@ def _traffic(g: Graph, values) -> tuple[int, int]:
     return sum(s[0] for s in sizes), sum(s[1] for s in sizes)
 
 
+def moved_per_element(g: Graph, step: Kernel) -> list[int]:
+    """The values kernel ``step`` reads or stores once per element of its loop: its array
+    inputs (not those read once per row, per column or per kernel) and its element-level
+    results."""
+    if isinstance(step, ReduceKernel):
+        lv = dict(step.levels)
+        return [x for x, how in input_slots(g, step) if how == "element"] + \
+            [o for o in step.outputs if lv[o] == "E"]
+    rows = row_inputs(g, step)
+    once = {i for i in step.inputs if is_scalar_input(g, i)}
+    return [i for i in step.inputs if i not in rows and i not in once] + list(step.outputs)
+
+
+def element_traffic(plan: KernelPlan) -> dict[Shape, int]:
+    """Bytes per element, at float32, that ``plan``'s steps move over each shape: each
+    kernel's :func:`moved_per_element` values over its loop's shape, each NumPy call
+    reading its array operands and writing its result once, and each parameter that is
+    a result read and written once (the copy after the loops), each over its own shape.
+    The bound on a memory-bound plan: two plans over the same arrays can differ in time
+    by at most the ratio of their bytes (``gradc bench`` prints fused against unfused)."""
+    g = plan.graph
+    out: Counter = Counter()
+    for step in plan.steps:
+        if isinstance(step, Kernel):
+            out[step.shape] += _traffic(g, moved_per_element(g, step))[0]
+        elif value_used(g, step.node):
+            for v in (*value_args(g, step.node), step.node):
+                if not g.node(v).shape.is_scalar:
+                    out[g.node(v).shape] += _traffic(g, [v])[0]
+    for o in g.outputs:         # a parameter returned as a result: copied after the loops
+        if g.node(o).op == "param" and not g.node(o).shape.is_scalar:
+            out[g.node(o).shape] += 2 * _traffic(g, [o])[0]
+    return dict(out)
+
+
 def _bytes_text(f32: int, f64: int) -> str:
     return f"({f32} B at float32, {f64} B at float64)"
 
@@ -113,8 +150,7 @@ def step_texts(plan: KernelPlan) -> tuple[list[list[str]], list[str]]:
             once = {i for i in step.inputs if is_scalar_input(g, i)}   # once per kernel
             reads = [ref(i) + (" (per row)" if i in rows else " (scalar)" if i in once else "")
                      for i in step.inputs]
-            moved = [i for i in step.inputs if i not in rows and i not in once] + \
-                list(step.outputs)
+            moved = moved_per_element(g, step)
             f32, f64 = _traffic(g, moved)
             lines.append(f"      reads {', '.join(reads) or '-'}; "
                          f"stores {', '.join(ref(o) for o in step.outputs)}; "
@@ -189,8 +225,7 @@ def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals) -> li
     slots = input_slots(g, step)
     label = {"scalar": " (scalar)", "row": " (per row)", "col": " (per column)", "element": ""}
     reads = [ref(x) + label[how] for x, how in slots]
-    moved = [x for x, how in slots if how == "element"] + \
-        [o for o in step.outputs if lv[o] == "E"]
+    moved = moved_per_element(g, step)
     f32, f64 = _traffic(g, moved)
     stores = [ref(o) + ("" if lv[o] == "E" else " (per row)") for o in step.outputs]
     stores += [ref(o) + " (partials)" for o in step.partials]

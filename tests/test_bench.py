@@ -88,6 +88,26 @@ def test_cli_bench_numpy_only_writes_table_and_json(tiny, tmp_path, capsys):
                     "max_rel_err"} <= set(v)
             assert len(v["samples_s"]) == 2 and v["max_rel_err"] < TOL
     assert report["results"][-1]["shapes"] == {"x": [1, 1000], "b": [1000]}
+    assert "unfused / fused+out" in text and "bytes per element" in text
+    assert all(r["traffic"]["fused_B"] > 0 for r in report["results"])
+
+
+# Bytes per element (float32) of fwd_bwd over the largest loop, fused CPU plan and
+# unfused plan, counted by hand: custom_linear reads x and writes y and dx either way;
+# sign_ste reads x, dy and writes y, dx (unfused: sign, then dx copied from dy);
+# clipped_relu unfused: max (x -> y), gt (x -> m), mul (dy, m -> t), clip (t -> dx);
+# add_bias unfused: add (x -> y; b per row), dx copied from dy, sum_to reads dy.
+TRAFFIC = {"custom_linear": (12, 12), "sign_ste": (16, 16), "clipped_relu": (16, 36),
+           "scaled_tanh": (16, 44), "add_bias": (16, 20)}
+
+
+@pytest.mark.parametrize("name", sorted(TRAFFIC))
+def test_plan_traffic_counts_the_bytes_each_plan_moves(name):
+    from gradc.bench import plan_traffic
+    file = EXAMPLES / ("activations.grad" if name == "add_bias" else "seed.grad")
+    program = load_program(file)
+    t = plan_traffic(build_op(program.ops[name], program.ops, program.consts))
+    assert (t["fused_B"], t["unfused_B"]) == TRAFFIC[name]
 
 
 def test_cli_rejects_unknown_variant(tiny, capsys):
