@@ -194,16 +194,35 @@ def _remove_stale_temps(path: Path) -> None:
 
 # ---- what is in the cache: metadata, listing, clearing ---------------------------------
 
-def write_metadata(entry: Path, source: Path, files: list, options: dict) -> None:
+def write_metadata(entry: Path, source: Path, files: list, options: dict,
+                   warnings: list = ()) -> None:
     """Write ``<entry>.json`` beside the entry (atomically): the .grad file it was
-    compiled from, the files that one imports, the options and the versions."""
+    compiled from, the files that one imports, the options, the versions and the
+    compiler's warnings (:class:`gradc.GradcWarning` s, shown again when the entry is
+    imported from the cache: :func:`read_warnings`)."""
     import numba
     import numpy
 
     import gradc
     meta = {"source": str(source), "imports": [str(f) for f in files[1:]], "options": options,
-            "gradc": gradc.__version__, "numba": numba.__version__, "numpy": numpy.__version__}
+            "gradc": gradc.__version__, "numba": numba.__version__, "numpy": numpy.__version__,
+            "warnings": [{"message": w.message, "code": w.code, "notes": list(w.notes),
+                          "span": None if w.span is None else
+                          [w.span.file, w.span.line, w.span.column, w.span.end_line,
+                           w.span.end_column]} for w in warnings]}
     write_atomic(entry.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True) + "\n")
+
+
+def read_warnings(entry: Path) -> list:
+    """The compiler warnings recorded beside ``entry`` by :func:`write_metadata`
+    (none when its ``.json`` is missing or unreadable)."""
+    from gradc.errors import GradcWarning, Span
+    try:
+        meta = json.loads(entry.with_suffix(".json").read_text(encoding="utf-8"))
+        return [GradcWarning(w["message"], None if w["span"] is None else Span(*w["span"]),
+                             w["code"], w["notes"]) for w in meta.get("warnings", ())]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
 
 
 @dataclass(frozen=True)

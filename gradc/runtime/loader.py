@@ -5,12 +5,13 @@ import importlib.util
 import os
 import re
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
 from gradc.runtime.cache import (cache_dir, cache_key, discard_entry, entry_is_valid,
-                                 write_entry, write_metadata)
+                                 read_warnings, write_entry, write_metadata)
 
 
 def load(path: str | os.PathLike, **options) -> ModuleType:
@@ -85,17 +86,27 @@ def _through_cache(path: Path, name: str, sources: list[str], files: list,
                    options: dict) -> ModuleType:
     """Import the valid cache entry of ``name``, compiled first if it is missing or
     damaged, and compiled again if importing it fails (damaged bytecode)."""
-    from gradc import compile_source
+    from gradc import GradcWarning, compile_source
     target = cache_dir() / f"{name}.py"
 
     def write() -> None:
-        text = compile_source(sources[0], file=str(path), **options)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", GradcWarning)
+            text = compile_source(sources[0], file=str(path), **options)
+        for w in caught:                 # others as they came; the compiler's below
+            if not isinstance(w.message, GradcWarning):
+                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         discard_entry(target)
         write_entry(target, text)
-        write_metadata(target, path, files, dict(sorted(options.items())))
+        write_metadata(target, path, files, dict(sorted(options.items())),
+                       [w.message for w in caught if isinstance(w.message, GradcWarning)])
 
     if not entry_is_valid(target):           # missing, or damaged: (re)compile
         write()
+    # The compiler's warnings, whether compiled now or long ago (recorded beside the
+    # entry), attributed to the first caller outside gradc.
+    for w in read_warnings(target):
+        warnings.warn(w, stacklevel=_caller_level())
     try:
         module = _import(name, target)
     except Exception:                        # damaged after all (its bytecode, say)
@@ -106,6 +117,16 @@ def _through_cache(path: Path, name: str, sources: list[str], files: list,
     # what gradc.adapters.higher_order reads (the .grad file and the options)
     module.__gradc_source__, module.__gradc_options__ = str(path), dict(options)
     return module
+
+
+def _caller_level() -> int:
+    """``warnings.warn``'s stacklevel, called from the caller of this function, that
+    names the first frame outside the gradc package (the user's ``gradc.load``)."""
+    root = str(Path(__file__).resolve().parent.parent) + os.sep
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_code.co_filename.startswith(root):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _import(name: str, target: Path) -> ModuleType:
