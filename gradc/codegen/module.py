@@ -445,6 +445,7 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
                 plan = method.fused if variant == "fused" else method.unfused
                 base = f"_g{'' if ns == 'dask' else ns[:1]}k_{name}_{m}"
                 w = printer(cop, method, plan, kset, m, base)
+                w.label += ".unfused" if variant == "unfused" else ""   # in its errors
                 out.append("".join(pad + line if line else line
                                    for line in w.render().splitlines(keepends=True)))
     methods = lambda ns: "{" + ", ".join(f"{m!r}: {ns}.{m}" for m in METHODS

@@ -435,6 +435,28 @@ class _GradcOp:
             kwargs = self._rename(method, kwargs)
         return fn(*args, **kwargs)
 
+    def _failed(self, method, exc):
+        """Raise ``exc`` of a call of ``method`` again, clearer, where it can be: a
+        ValueError named after the op (:meth:`_relabel`), and Python's TypeError for too
+        many positional arguments (raised binding them, before the wrapper ran) naming
+        the keyword-only parameters; return to let it propagate as it is."""
+        if isinstance(exc, ValueError):
+            self._relabel(method, exc)
+            return
+        fn = self._methods.get(method)
+        if exc.__traceback__.tb_next is not None or fn is None or \
+                "positional argument" not in str(exc) or "given" not in str(exc):
+            return
+        code, back = fn.__code__, {v: k for k, v in self._keywords.items()}
+        names = [back.get(n, n) for n in
+                 code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+                 if n not in ("out", "stream")]
+        if names:
+            call = fn.__qualname__.removesuffix(".forward")     # op[.unfused][.vjp]
+            raise TypeError(f"{exc}: {', '.join(names)} {'is' if len(names) == 1 else 'are'} "
+                            f"keyword-only, as every parameter with a default: "
+                            f"{call}(..., {names[0]}=...)") from None
+
     def _relabel(self, method, exc):
         """Raise NumPy's own ValueErrors (AxisError...) again with the op's name;
         return if ``exc`` has it (ours do)."""
@@ -453,8 +475,8 @@ class _GradcOp:
     def __call__(self, /, *args, **kwargs):
         try:
             return self._forward(*args, **kwargs)
-        except ValueError as exc:
-            self._relabel("forward", exc)
+        except (ValueError, TypeError) as exc:
+            self._failed("forward", exc)
             raise
         except _GradcDask:
             return self._run_dask("forward", args, kwargs)
@@ -462,8 +484,8 @@ class _GradcOp:
     def vjp(self, /, *args, **kwargs):
         try:
             return self._vjp(*args, **kwargs)
-        except ValueError as exc:
-            self._relabel("vjp", exc)
+        except (ValueError, TypeError) as exc:
+            self._failed("vjp", exc)
             raise
         except _GradcDask:
             return self._run_dask("vjp", args, kwargs)
@@ -471,8 +493,8 @@ class _GradcOp:
     def fwd_bwd(self, /, *args, **kwargs):
         try:
             return self._fwd_bwd(*args, **kwargs)
-        except ValueError as exc:
-            self._relabel("fwd_bwd", exc)
+        except (ValueError, TypeError) as exc:
+            self._failed("fwd_bwd", exc)
             raise
         except _GradcDask:
             return self._run_dask("fwd_bwd", args, kwargs)
@@ -480,8 +502,8 @@ class _GradcOp:
     def jvp(self, /, *args, **kwargs):
         try:
             return self._jvp(*args, **kwargs)
-        except ValueError as exc:
-            self._relabel("jvp", exc)
+        except (ValueError, TypeError) as exc:
+            self._failed("jvp", exc)
             raise
         except _GradcDask:
             return self._run_dask("jvp", args, kwargs)

@@ -71,6 +71,25 @@ def test_wrong_argument_count_is_a_type_error(m, call) -> None:
         call(m)
 
 
+@pytest.mark.parametrize("call, text", [
+    (lambda m: m.lr(ones(3), 0.1), "lr.forward() takes 1 positional argument but 2 were given: "
+                                   "alpha is keyword-only, as every parameter with a default: "
+                                   "lr(..., alpha=...)"),
+    (lambda m: m.lr.unfused.vjp(ones(3), ones(3), 0.1), "lr.unfused.vjp(..., alpha=...)"),
+])
+def test_a_default_passed_by_position_names_the_keyword(m, call, text) -> None:
+    with pytest.raises(TypeError) as info:
+        call(m)
+    assert text in str(info.value)
+
+
+def test_errors_of_unfused_methods_name_them(m) -> None:
+    with pytest.raises(ValueError, match=r"^f\.unfused\.forward: out\[0\] must have shape"):
+        m.f.unfused(ones(3), ones(3), out=np.empty(4))
+    with pytest.raises(TypeError, match=r"^f\.unfused\.vjp\(\) missing 1 required"):
+        m.f.unfused.vjp(ones(3), ones(3))
+
+
 def test_f32_param_rejects_float64(m) -> None:
     with pytest.raises(TypeError, match=r"'x' must be float32, got float64"):
         m.g(ones(2, 3), ones(3, dtype=np.float32))

@@ -554,6 +554,28 @@ class _GradcOp:
             kwargs = self._rename(method, kwargs)
         return fn(*args, **kwargs)
 
+    def _failed(self, method, exc):
+        """Raise ``exc`` of a call of ``method`` again, clearer, where it can be: a
+        ValueError named after the op (:meth:`_relabel`), and Python's TypeError for too
+        many positional arguments (raised binding them, before the wrapper ran) naming
+        the keyword-only parameters; return to let it propagate as it is."""
+        if isinstance(exc, ValueError):
+            self._relabel(method, exc)
+            return
+        fn = self._methods.get(method)
+        if exc.__traceback__.tb_next is not None or fn is None or \
+                "positional argument" not in str(exc) or "given" not in str(exc):
+            return
+        code, back = fn.__code__, {v: k for k, v in self._keywords.items()}
+        names = [back.get(n, n) for n in
+                 code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
+                 if n not in ("out", "stream")]
+        if names:
+            call = fn.__qualname__.removesuffix(".forward")     # op[.unfused][.vjp]
+            raise TypeError(f"{exc}: {', '.join(names)} {'is' if len(names) == 1 else 'are'} "
+                            f"keyword-only, as every parameter with a default: "
+                            f"{call}(..., {names[0]}=...)") from None
+
     def _relabel(self, method, exc):
         """Raise NumPy's own ValueErrors (AxisError...) again with the op's name;
         return if ``exc`` has it (ours do)."""
@@ -572,8 +594,8 @@ class _GradcOp:
     def __call__(self, /, *args, **kwargs):
         try:
             return self._forward(*args, **kwargs)
-        except ValueError as exc:
-            self._relabel("forward", exc)
+        except (ValueError, TypeError) as exc:
+            self._failed("forward", exc)
             raise
         except _GradcDask:
             return self._run_dask("forward", args, kwargs)
@@ -581,8 +603,8 @@ class _GradcOp:
     def vjp(self, /, *args, **kwargs):
         try:
             return self._vjp(*args, **kwargs)
-        except ValueError as exc:
-            self._relabel("vjp", exc)
+        except (ValueError, TypeError) as exc:
+            self._failed("vjp", exc)
             raise
         except _GradcDask:
             return self._run_dask("vjp", args, kwargs)
@@ -590,8 +612,8 @@ class _GradcOp:
     def fwd_bwd(self, /, *args, **kwargs):
         try:
             return self._fwd_bwd(*args, **kwargs)
-        except ValueError as exc:
-            self._relabel("fwd_bwd", exc)
+        except (ValueError, TypeError) as exc:
+            self._failed("fwd_bwd", exc)
             raise
         except _GradcDask:
             return self._run_dask("fwd_bwd", args, kwargs)
@@ -599,8 +621,8 @@ class _GradcOp:
     def jvp(self, /, *args, **kwargs):
         try:
             return self._jvp(*args, **kwargs)
-        except ValueError as exc:
-            self._relabel("jvp", exc)
+        except (ValueError, TypeError) as exc:
+            self._failed("jvp", exc)
             raise
         except _GradcDask:
             return self._run_dask("jvp", args, kwargs)
@@ -1699,7 +1721,7 @@ class scaled_tanh:
     class unfused:
 
         def forward(x, /, *, out=None):
-            _n = 'scaled_tanh.forward'
+            _n = 'scaled_tanh.unfused.forward'
             (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
             _S = (x.shape,)
             _out = _g_out_tuple(_n, out, _S, 'f', (x,), ('x',), ((0, 0),))
@@ -1710,7 +1732,7 @@ class scaled_tanh:
             return _r[0]
 
         def vjp(x, dy, /, *, out=None):
-            _n = 'scaled_tanh.vjp'
+            _n = 'scaled_tanh.unfused.vjp'
             (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
             _S = (x.shape,)
             _out = _g_out_tuple(_n, out, _S, 'f', (x, dy), ('x', 'dy'), ((0, 0), (0, 1)))
@@ -1734,7 +1756,7 @@ class scaled_tanh:
             return _r
 
         def fwd_bwd(x, dy, /, *, out=None):
-            _n = 'scaled_tanh.fwd_bwd'
+            _n = 'scaled_tanh.unfused.fwd_bwd'
             (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
             _S = (x.shape, x.shape)
             _out = _g_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (1, 1)))
@@ -1758,7 +1780,7 @@ class scaled_tanh:
             return _r
 
         def jvp(x, x_t, /, *, out=None):
-            _n = 'scaled_tanh.jvp'
+            _n = 'scaled_tanh.unfused.jvp'
             (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
             _S = (x.shape, x.shape)
             _out = _g_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (1, 1)))
@@ -1903,7 +1925,7 @@ class leaky_relu:
     class unfused:
 
         def forward(x, /, *, alpha=0.01, out=None):
-            _n = 'leaky_relu.forward'
+            _n = 'leaky_relu.unfused.forward'
             (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
             _S = (x.shape,)
             _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha), ('x', 'alpha'), ((0, 0), (0, 1)))
@@ -1920,7 +1942,7 @@ class leaky_relu:
             return _r[0]
 
         def vjp(x, dy, /, *, alpha=0.01, out=None):
-            _n = 'leaky_relu.vjp'
+            _n = 'leaky_relu.unfused.vjp'
             (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
             _S = (x.shape,)
             _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
@@ -1956,7 +1978,7 @@ class leaky_relu:
             return _r
 
         def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
-            _n = 'leaky_relu.fwd_bwd'
+            _n = 'leaky_relu.unfused.fwd_bwd'
             (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
             _S = (x.shape, x.shape)
             _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (1, 1), (1, 2)))
@@ -1998,7 +2020,7 @@ class leaky_relu:
             return _r
 
         def jvp(x, x_t, /, *, alpha=0.01, out=None):
-            _n = 'leaky_relu.jvp'
+            _n = 'leaky_relu.unfused.jvp'
             (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
             _S = (x.shape, x.shape)
             _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (1, 1), (1, 2)))
