@@ -23,7 +23,7 @@ from gradc.autodiff.linearity import classify, describe_upstreams
 from gradc.errors import GradcWarning, GradientError
 from gradc.frontend import ast
 from gradc.ir.builder import Builder
-from gradc.ir.graph import CustomRegion, Graph, Node
+from gradc.ir.graph import CustomRegion, Graph, Node, outermost_regions, unit_order
 from gradc.ir.primitives import COMPOSITE, INFIX, PRIMITIVES
 from gradc.ir.shapes import BroadcastError, broadcast
 
@@ -74,29 +74,7 @@ def live_nodes(graph: Graph, roots: Sequence[int], wrt: Sequence[int]) -> set[in
 
 def _unit_order(graph: Graph, live: set[int]) -> list[int | CustomRegion]:
     """Live nodes in topological order, each outermost custom region as one unit."""
-    owner: dict[int, int] = {}
-    outer = outermost_regions(graph)
-    for k, region in enumerate(outer):
-        for n in region.nodes:
-            owner[n] = -1 - k
-    q = nx.DiGraph()
-    for n in live:
-        q.add_node(owner.get(n, n))
-    for a, b in graph.dg.subgraph(live).edges:
-        ua, ub = owner.get(a, a), owner.get(b, b)
-        if ua != ub:
-            q.add_edge(ua, ub)
-    order = nx.lexicographical_topological_sort(q, key=lambda u: (u < 0, abs(u)))
-    return [outer[-1 - u] if u < 0 else u for u in order]
-
-
-def outermost_regions(graph: Graph) -> list[CustomRegion]:
-    """The custom regions not nested in another one, whose rules are the ones used
-    (of two with the same nodes, an op whose body is one call, the later: the op's)."""
-    regions = graph.regions
-    return [r for k, r in enumerate(regions)
-            if not any(r.nodes < o.nodes for o in regions)
-            and not any(r.nodes == o.nodes for o in regions[k + 1:])]
+    return unit_order(graph, live, outermost_regions(graph))
 
 
 def _total(graph: Graph, parts: list[int]) -> int | None:

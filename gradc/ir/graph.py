@@ -157,3 +157,30 @@ class Graph:
 
     def remove(self, nids: Iterable[int]) -> None:
         self.dg.remove_nodes_from(list(nids))
+
+
+def outermost_regions(graph: Graph) -> list[CustomRegion]:
+    """The custom regions not nested in another one, whose rules are the ones used
+    (of two with the same nodes, an op whose body is one call, the later: the op's)."""
+    regions = graph.regions
+    return [r for k, r in enumerate(regions)
+            if not any(r.nodes < o.nodes for o in regions)
+            and not any(r.nodes == o.nodes for o in regions[k + 1:])]
+
+
+def unit_order(graph: Graph, nodes: set[int], regions: list[CustomRegion]) -> list:
+    """``nodes`` in topological order, each of ``regions`` (disjoint: the outermost
+    ones) met as one unit after its inputs; ties broken by node id, regions after
+    nodes, so the order is deterministic."""
+    owner = {n: -1 - k for k, r in enumerate(regions) for n in r.nodes if n in nodes}
+    q = nx.DiGraph()
+    q.add_nodes_from(owner.get(n, n) for n in nodes)
+    for k, r in enumerate(regions):
+        if -1 - k in q:
+            q.add_edges_from((i, -1 - k) for i in r.inputs if i in nodes)
+    for a, b in graph.dg.subgraph(nodes).edges:
+        ua, ub = owner.get(a, a), owner.get(b, b)
+        if ua != ub:
+            q.add_edge(ua, ub)
+    order = nx.lexicographical_topological_sort(q, key=lambda u: (u < 0, abs(u)))
+    return [regions[-1 - u] if u < 0 else u for u in order]

@@ -22,7 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 import networkx as nx
 import numpy as np
 
-from gradc.ir.graph import FLOAT, CustomRegion, Graph
+from gradc.ir.graph import FLOAT, CustomRegion, Graph, outermost_regions, unit_order
 from gradc.ir.primitives import PRIMITIVES, REDUCTION
 
 _NP_DTYPES = {"i32": np.dtype(np.int32), "i64": np.dtype(np.int64), "bool": np.dtype(np.bool_)}
@@ -67,10 +67,10 @@ def lower_graph(graph: Graph, inputs: Sequence[int], targets: Sequence[int], fw:
     framework calls that ``jax.jit`` and ``torch.compile`` can trace."""
     seeds = set(inputs)
     needed = _needed(graph, seeds, targets)
-    regions = _outermost(graph.regions) if make_region else []
+    regions = outermost_regions(graph) if make_region else []
     spec = lambda nid: (nid, fw.dtype(want_dtype(graph.node(nid).dtype, dtype)))
     steps: list[tuple] = []
-    for unit in _unit_order(graph, needed - seeds, regions):
+    for unit in unit_order(graph, needed - seeds, regions):
         if isinstance(unit, CustomRegion):
             steps.append(("region", tuple(unit.outputs), make_region(unit),
                           tuple(spec(i) for i in unit.inputs), {}))
@@ -125,26 +125,6 @@ def _needed(graph: Graph, seeds: Mapping[int, Any], targets: Sequence[int]) -> s
         if n not in seeds:
             stack.extend(graph.node(n).args)
     return out
-
-
-def _outermost(regions: Sequence[CustomRegion]) -> list[CustomRegion]:
-    return [r for r in regions if not any(r is not o and r.nodes < o.nodes for o in regions)]
-
-
-def _unit_order(graph: Graph, nodes: set[int], regions: Sequence[CustomRegion]) -> list:
-    """``nodes`` in topological order, each region met as one unit (its outputs)."""
-    owner = {n: -1 - k for k, r in enumerate(regions) for n in r.nodes if n in nodes}
-    q = nx.DiGraph()
-    q.add_nodes_from(owner.get(n, n) for n in nodes)
-    for k, r in enumerate(regions):
-        if -1 - k in q:
-            q.add_edges_from((i, -1 - k) for i in r.inputs if i in nodes)
-    for a, b in graph.dg.subgraph(nodes).edges:
-        ua, ub = owner.get(a, a), owner.get(b, b)
-        if ua != ub:
-            q.add_edge(ua, ub)
-    order = nx.lexicographical_topological_sort(q, key=lambda u: (u < 0, abs(u)))
-    return [regions[-1 - u] if u < 0 else u for u in order]
 
 
 # -- JAX ------------------------------------------------------------------------
