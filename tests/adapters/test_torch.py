@@ -13,7 +13,7 @@ against finite differences of that backward pass, and holds for every op but mlp
 its VJP reads scaled_tanh's forward value (``d_w2 = h1^T dlogits``), and gradc
 differentiates that value by scaled_tanh's rule (docs/second_order.md, rule 3, as
 JAX does), half the derivative; mlp's double backward is compared with gradc's own
-second order (the VJP of ``mlp__vjp``) instead.
+second order (the VJP of the derived op ``mlp__vjp``) instead.
 
 torch is an optional extra: without it these tests skip, unless GRADC_REQUIRE_TORCH=1
 (set by .ci/run), which makes a missing torch a failure.
@@ -34,7 +34,7 @@ else:
     torch = pytest.importorskip("torch")
 
 import gradc  # noqa: E402
-from gradc.adapters.higher_order import vjp_op  # noqa: E402
+from gradc.adapters import derived  # noqa: E402
 from gradc.adapters.torch import as_torch  # noqa: E402
 from gradc.runtime.cache import cache_dir, write_atomic  # noqa: E402
 
@@ -120,8 +120,9 @@ def test_mlp_double_backward_is_gradcs_second_order(modules):
     grads = torch.autograd.grad(y, args, ct, create_graph=True)
     us = [torch.randn_like(g) for g in grads]
     second = torch.autograd.grad(grads, [*args, ct], us)
-    expected = vjp_op(op).vjp(*(a.detach().numpy() for a in [*args, ct]),
-                              *(u.numpy() for u in us))
+    mlp_vjp = derived.compile_op(derived.derive(derived.source_of(op), "vjp"))
+    expected = mlp_vjp.vjp(*(a.detach().numpy() for a in [*args, ct]),
+                           *(u.numpy() for u in us))
     for got, want in zip(second, expected):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-14)
 
