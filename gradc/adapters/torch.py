@@ -4,7 +4,8 @@
 function of tensors whose forward pass, backward pass (VJP), forward mode (JVP) and
 double backward are the module's fused kernels:
 
-* CPU tensors reach the kernels zero-copy through NumPy (``tensor.detach().numpy()``;
+* CPU tensors reach the kernels zero-copy through NumPy (``tensor.detach().numpy()``,
+  marked read-only, as JAX's arrays are: one compile of a kernel serves both adapters;
   non-contiguous tensors are copied by the module's wrappers, as any NumPy input) and
   come back through ``torch.from_numpy``; CUDA tensors go through
   ``__cuda_array_interface__`` to the op's ``.cuda`` methods (modules compiled with
@@ -453,13 +454,18 @@ def _invoke_cuda(gop, method, args, kwargs, name, device):
 
 
 def _to_numpy(t: torch.Tensor, name: str) -> np.ndarray:
+    """The tensor's memory as a read-only NumPy array: the kernels only read their
+    inputs, and JAX hands them read-only arrays too, so that one compile of a kernel
+    (Numba's types tell read-only arrays apart) serves both adapters."""
     t = t.detach().resolve_conj().resolve_neg()
     try:
-        return t.numpy()
+        a = t.numpy()
     except TypeError:
         raise TypeError(f"{name}: a {t.dtype} tensor has no NumPy dtype; use float16, "
                         "float32 or float64 (or an integer/bool dtype for such parameters)"
                         ) from None
+    a.flags.writeable = False           # a new array object: the tensor stays writable
+    return a
 
 
 def _from_numpy(a, inputs) -> torch.Tensor:
