@@ -3,7 +3,7 @@ frameworks) with their gradients, forward mode and higher orders (docs/framework
 
 Each adapter is an optional extra (``pip install "gradc[torch]"``) and is imported
 only by its own module (``gradc.adapters.torch``); generated modules never import
-them.  :mod:`gradc.adapters.higher_order` compiles, from an op's source, the
-auxiliary op whose forward is the op's VJP, which gives every adapter its
-double backward.
+them.  :mod:`gradc.adapters.derived` writes and compiles, from an op's source,
+the derived ops whose forwards are the op's VJP and JVP, which give every adapter
+its second (and higher) derivatives.
 """

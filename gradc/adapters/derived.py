@@ -32,6 +32,12 @@ text imports the op's own file, so every custom rule applies; it is compiled on
 first use, through the cache of :func:`gradc.runtime.loader.load_text`.  A
 derived op of a derived op (third order and up) extends the text.
 
+The positional arguments of a derived op are the op's parameters without a
+default, in order, then the upstream (VJP) or the tangents (JVP); the ones with
+a default stay keyword-only.  :func:`signature_of` reads an op's parameters
+from the signature its module records, for an adapter that needs them without
+the source (first order).
+
 Limits: an op with several outputs cannot be called inside an expression
 (E306), so it has no derived ops (its first-order methods work as ever).
 """
@@ -86,7 +92,7 @@ def source_of(op, file: str | Path | None = None) -> Source:
     from gradc.codegen.module import source_sha256
     name = op.__name__
     module = sys.modules.get(type(op).__module__)
-    origin = getattr(module, "__gradc_origin__", None)
+    origin = origin_of(op)
     if file is not None:
         text, path, options = read_source(Path(file)), str(Path(file).resolve()), {}
     elif origin is not None:
@@ -104,6 +110,24 @@ def source_of(op, file: str | Path | None = None) -> Source:
     return src
 
 
+def origin_of(op):
+    """The :class:`gradc.runtime.loader.Origin` (file, text, options) that
+    ``gradc.load`` records on the module of ``op``; None for a module it did not
+    load (``gradc compile -o``, imported by hand)."""
+    return getattr(sys.modules.get(type(op).__module__), "__gradc_origin__", None)
+
+
+def signature_of(op) -> tuple[tuple[ParamInfo, ...], tuple[str, ...]]:
+    """The parameters and the outputs of ``op``, an op of a generated module, read
+    from the signature the module records (``op.signature``): no source needed."""
+    from gradc.frontend import ast
+    from gradc.frontend.parser import parse
+    text = f"op {op.__name__}{op.signature} {{\n}}\n"
+    (opdef,) = [d for d in parse(text, file=f"<signature of {op.__name__}>").items
+                if isinstance(d, ast.OpDef)]
+    return param_infos(opdef, {}), opdef.outputs     # defaults: numbers in the signature
+
+
 def derive(src: Source, kind: str) -> Source:
     """The source of the VJP (``kind="vjp"``) or JVP (``"jvp"``) op of ``src``'s op.
 
@@ -113,8 +137,9 @@ def derive(src: Source, kind: str) -> Source:
     if len(opdef.outputs) != 1:
         raise NotImplementedError(
             f"{src.name}: its {kind} cannot be differentiated: the op has "
-            f"{len(opdef.outputs)} outputs, and an op with several outputs cannot be "
-            f"called inside an expression (E306), so its {kind} op cannot be written")
+            f"{len(opdef.outputs)} outputs, and ops with several outputs cannot be "
+            f"called inside another op (E306), so gradc cannot differentiate the "
+            f"{kind.upper()} of '{src.name}'")
     params = src.params
     diff = [p.name for p in params if p.differentiable]
     if not diff:
@@ -152,9 +177,15 @@ def derive(src: Source, kind: str) -> Source:
 
 
 def compile_op(src: Source):
-    """The op object of ``src``, compiled (or read from the cache) and imported."""
+    """The op object of ``src``, compiled (or read from the cache) and imported.
+    Raises :class:`gradc.GradcError` where gradc cannot compile it."""
+    import warnings
+
+    from gradc.errors import GradcWarning
     from gradc.runtime.loader import load_text
-    return load_text(src.text, src.file, **dict(src.options)).OPS[src.name]
+    with warnings.catch_warnings():     # the imported file's, seen when it was loaded
+        warnings.simplefilter("ignore", GradcWarning)
+        return load_text(src.text, src.file, **dict(src.options)).OPS[src.name]
 
 
 def _params(params: tuple[ParamInfo, ...], extra: list[str]) -> str:

@@ -4,7 +4,8 @@
 function of tensors whose forward pass, backward pass (VJP), forward mode (JVP) and
 double backward are the module's fused kernels:
 
-* CPU tensors reach the kernels zero-copy through NumPy (``tensor.detach().numpy()``;
+* CPU tensors reach the kernels zero-copy through NumPy (``tensor.detach().numpy()``,
+  marked read-only, as JAX's arrays are: one compile of a kernel serves both adapters;
   non-contiguous tensors are copied by the module's wrappers, as any NumPy input) and
   come back through ``torch.from_numpy``; CUDA tensors go through
   ``__cuda_array_interface__`` to the op's ``.cuda`` methods (modules compiled with
@@ -13,8 +14,9 @@ double backward are the module's fused kernels:
   ``torch.autograd.Function`` in the ``setup_context`` style, with ``jvp`` (the op's
   ``.jvp``) and ``vmap`` (one call per batch element).  Its ``backward`` is another such
   Function, whose forward is the op's ``.vjp`` and whose own backward is the VJP of the
-  auxiliary op ``NAME__vjp`` that :mod:`gradc.adapters.higher_order` compiles from the
-  op's source on first use: double backward (and higher) from generated kernels.
+  derived op ``NAME__vjp`` that :mod:`gradc.adapters.derived` compiles from the op's
+  source on first use (the JAX adapter's): double backward (and higher) from
+  generated kernels.
 * Under ``torch.compile`` the same levels are ``torch.library.custom_op`` operators
   (``gradc::...``) with ``register_autograd`` and ``register_fake``, so Dynamo traces
   through them without a graph break (PyTorch refuses to trace an autograd.Function
@@ -28,11 +30,14 @@ float32 out), one or a tuple, on the inputs' device.  Errors are the module's
 (``TypeError``, ``ValueError`` naming the argument), ``NotImplementedError`` for
 forward mode of an op without a JVP (E405) and for double backward of an op that
 gradc cannot differentiate again (several outputs, or a module imported without
-its recorded source).  See docs/frameworks.md.
+its recorded source), ``RuntimeError`` where gradc cannot compile the derived op
+(the compiler's error attached).  See docs/frameworks.md.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -42,7 +47,8 @@ except ImportError as exc:          # the optional extra
     raise ImportError("gradc.adapters.torch needs PyTorch: pip install \"gradc[torch]\" "
                       "(or the CPU build, pip install \"torch==2.13.0+cpu\")") from exc
 
-from gradc.adapters.higher_order import OpInfo, ParamInfo, module_of, op_info, vjp_op
+from gradc.adapters import derived
+from gradc.ir.lower import ParamInfo
 
 __all__ = ["as_torch", "TorchOp"]
 
@@ -56,10 +62,62 @@ def as_torch(op) -> "TorchOp":
     operators)."""
     level = _LEVELS.get(id(op))
     if level is None:
-        level = _LEVELS[id(op)] = _Level(op_info(op), lambda: op, "forward", lambda: op,
-                                         module_of(op).__name__, 0)
+        params, outputs = derived.signature_of(op)
+        level = _LEVELS[id(op)] = _Level(_Signature(op.__name__, params, outputs), lambda: op,
+                                         "forward", lambda: op, _cached(lambda: _source(op)),
+                                         type(op).__module__, 0)
         level.custom_op()        # now: Dynamo cannot trace the registration
     return TorchOp(level)
+
+
+@dataclass(frozen=True)
+class _Signature:
+    """What an order takes and gives: the op's name, the parameters of its flat
+    arguments (:class:`gradc.ir.lower.ParamInfo`; those with a default are the
+    keywords) and its outputs."""
+    name: str
+    params: tuple[ParamInfo, ...]
+    outputs: tuple[str, ...]
+
+    @cached_property
+    def positional(self) -> tuple[ParamInfo, ...]:
+        return tuple(p for p in self.params if not p.has_default)
+
+    @cached_property
+    def keywords(self) -> tuple[ParamInfo, ...]:
+        return tuple(p for p in self.params if p.has_default)
+
+    @cached_property
+    def differentiable(self) -> tuple[ParamInfo, ...]:
+        return tuple(p for p in self.params if p.differentiable)
+
+
+def _what(name: str) -> str:
+    return f"the VJP of gradc op '{name}' as a differentiable op (double backward)"
+
+
+def _source(op) -> derived.Source:
+    """The source of ``op`` (:func:`gradc.adapters.derived.source_of`), for its
+    derived ops; NotImplementedError where it is not known."""
+    if derived.origin_of(op) is None:
+        raise NotImplementedError(
+            f"{_what(op.__name__)} needs the op's .grad source: load the module with "
+            f"gradc.load(path) (module {type(op).__module__} was imported from a file "
+            f"gradc did not record)")
+    try:
+        return derived.source_of(op)
+    except ValueError as exc:
+        raise NotImplementedError(f"{_what(op.__name__)}: {exc}") from None
+
+
+def _compile(src: derived.Source):
+    """The derived op of ``src``, compiled; RuntimeError with the compiler's error."""
+    from gradc.errors import GradcError
+    try:
+        return derived.compile_op(src)
+    except GradcError as exc:
+        raise RuntimeError(f"gradc could not compile the derived op '{src.name}' (double "
+                           f"backward):\n{exc}") from exc
 
 
 class TorchOp:
@@ -95,12 +153,14 @@ class _Level:
     """One order of an op: its values are ``call_op().<method>(...)`` (the op's
     forward at order 0, the previous order's ``vjp`` after), ``self_op()`` is a gradc
     op whose forward equals them (its ``jvp`` is this order's JVP; the op itself at
-    order 0, ``NAME__vjp`` after, compiled on first use) and ``next()`` is the order
-    that computes this one's VJP."""
+    order 0, the derived ``NAME__vjp`` after, compiled on first use), ``source()``
+    that op's source (:mod:`gradc.adapters.derived`) and ``next()`` is the order that
+    computes this one's VJP."""
 
-    def __init__(self, info: OpInfo, call_op, method: str, self_op, module: str, order: int):
+    def __init__(self, info: _Signature, call_op, method: str, self_op, source, module: str,
+                 order: int):
         self.info, self.call_op, self.method, self.self_op = info, call_op, method, self_op
-        self.module, self.order = module, order
+        self.source, self.module, self.order = source, module, order
         self._next = self._function = self._jvp_function = self._custom_op = None
         self.n_pos, self.n_kw = len(info.positional), len(info.keywords)
         self.gradient_of = None     # after order 0: the arguments whose gradients it computes
@@ -170,15 +230,18 @@ class _Level:
 
     def next(self) -> "_Level":
         """The order that computes this one's VJP (its arguments: the positional
-        ones, one cotangent per output, then the keywords)."""
+        ones, one cotangent per output, then the keywords: the positional order of
+        the derived VJP op)."""
         if self._next is None:
             info = self.info
-            cts = tuple(ParamInfo(f"ct_{o}", f"ct_{o}", True, None, False) for o in info.outputs)
+            cts = tuple(ParamInfo(f"ct_{o}", None, None, None, False, True)
+                        for o in info.outputs)
             grads = tuple(f"d_{p.name}" for p in info.differentiable)
-            nxt = OpInfo(info.name, info.positional + cts + info.keywords, grads, False)
-            parent = self.self_op
-            self._next = _Level(nxt, parent, "vjp", _cached(lambda: vjp_op(parent())),
-                                self.module, self.order + 1)
+            nxt = _Signature(info.name, info.positional + cts + info.keywords, grads)
+            parent = self.source
+            source = _cached(lambda: derived.derive(parent(), "vjp"))
+            self._next = _Level(nxt, self.self_op, "vjp", _cached(lambda: _compile(source())),
+                                source, self.module, self.order + 1)
             self._next.gradient_of = [i for i, p in enumerate(info.positional)
                                       if p.differentiable]
         return self._next
@@ -391,13 +454,18 @@ def _invoke_cuda(gop, method, args, kwargs, name, device):
 
 
 def _to_numpy(t: torch.Tensor, name: str) -> np.ndarray:
+    """The tensor's memory as a read-only NumPy array: the kernels only read their
+    inputs, and JAX hands them read-only arrays too, so that one compile of a kernel
+    (Numba's types tell read-only arrays apart) serves both adapters."""
     t = t.detach().resolve_conj().resolve_neg()
     try:
-        return t.numpy()
+        a = t.numpy()
     except TypeError:
         raise TypeError(f"{name}: a {t.dtype} tensor has no NumPy dtype; use float16, "
                         "float32 or float64 (or an integer/bool dtype for such parameters)"
                         ) from None
+    a.flags.writeable = False           # a new array object: the tensor stays writable
+    return a
 
 
 def _from_numpy(a, inputs) -> torch.Tensor:

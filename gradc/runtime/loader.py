@@ -113,9 +113,8 @@ def _through_cache(path: Path, name: str, sources: list[str], files: list,
         discard_entry(target)
         write()
         module = _import(name, target)
+    # what gradc.adapters.derived reads to compile an op's derived ops
     module.__gradc_origin__ = Origin(str(path), sources[0], dict(options))
-    # what gradc.adapters.higher_order reads (the .grad file and the options)
-    module.__gradc_source__, module.__gradc_options__ = str(path), dict(options)
     return module
 
 

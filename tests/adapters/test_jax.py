@@ -39,24 +39,7 @@ def seed():
         return gradc.load(EXAMPLES / "seed.grad")
 
 
-def _float64_twin(tmp_path_factory, file):
-    """The example with its f32 annotations as f64: check_grads's finite
-    differences need float64."""
-    path = tmp_path_factory.mktemp("twin") / file.replace(".grad", "64.grad")
-    path.write_text((EXAMPLES / file).read_text().replace("f32", "f64"))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", gradc.GradcWarning)
-        return gradc.load(path)
-
-
-@pytest.fixture(scope="module")
-def seed64(tmp_path_factory):
-    return _float64_twin(tmp_path_factory, "seed.grad")
-
-
-@pytest.fixture(scope="module")
-def act64(tmp_path_factory):
-    return _float64_twin(tmp_path_factory, "activations.grad")
+# seed64, act64: the float64 twins of the examples (tests/adapters/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -2,8 +2,10 @@
 
 Every op of examples/seed.grad and examples/activations.grad goes through
 ``torch.autograd.gradcheck`` (reverse and, where the op has a JVP, forward mode) and
-``gradgradcheck`` in float64.  Ops whose shapes are annotated ``f32[...]`` are
-checked in a float64 copy of their source (``f32[`` written ``f64[``).  gradcheck
+``gradgradcheck`` in float64, in the float64 twins of the two files that
+tests/adapters/conftest.py shares with the JAX adapter's tests (``f32`` written
+``f64``: the ops annotated ``f32[...]`` demand float32; the others are the same
+ops, and their derived ops are the JAX tests' too).  gradcheck
 compares against finite differences of the forward, so an op whose gradient is a
 custom rule that is not the derivative (custom_linear, sign_ste, clipped_relu,
 scaled_tanh, and mlp, which calls scaled_tanh) fails it by design: for those the
@@ -13,7 +15,7 @@ against finite differences of that backward pass, and holds for every op but mlp
 its VJP reads scaled_tanh's forward value (``d_w2 = h1^T dlogits``), and gradc
 differentiates that value by scaled_tanh's rule (docs/second_order.md, rule 3, as
 JAX does), half the derivative; mlp's double backward is compared with gradc's own
-second order (the VJP of ``mlp__vjp``) instead.
+second order (the VJP of the derived op ``mlp__vjp``) instead.
 
 torch is an optional extra: without it these tests skip, unless GRADC_REQUIRE_TORCH=1
 (set by .ci/run), which makes a missing torch a failure.
@@ -34,7 +36,7 @@ else:
     torch = pytest.importorskip("torch")
 
 import gradc  # noqa: E402
-from gradc.adapters.higher_order import vjp_op  # noqa: E402
+from gradc.adapters import derived  # noqa: E402
 from gradc.adapters.torch import as_torch  # noqa: E402
 from gradc.runtime.cache import cache_dir, write_atomic  # noqa: E402
 
@@ -44,20 +46,20 @@ F64 = torch.float64
 # op: (module, shapes of the positional arguments, keywords, nograd positions, kind)
 # kind "exact": the gradient is the derivative; "custom": a rule that is not.
 CASES = {
-    "softplus_stable": ("act", [(7,)], {}, (), "exact"),
-    "gelu_tanh": ("act", [(7,)], {}, (), "exact"),
-    "swish": ("act", [(7,)], {}, (), "exact"),
-    "huber": ("act", [(7,)], {"delta": 0.8}, (), "exact"),
-    "log_sigmoid": ("act", [(7,)], {}, (), "exact"),
-    "leaky_relu": ("act", [(7,)], {"alpha": 0.2}, (), "exact"),
-    "add_bias": ("seed64", [(3, 4), (4,)], {}, (), "exact"),
+    "softplus_stable": ("act64", [(7,)], {}, (), "exact"),
+    "gelu_tanh": ("act64", [(7,)], {}, (), "exact"),
+    "swish": ("act64", [(7,)], {}, (), "exact"),
+    "huber": ("act64", [(7,)], {"delta": 0.8}, (), "exact"),
+    "log_sigmoid": ("act64", [(7,)], {}, (), "exact"),
+    "leaky_relu": ("act64", [(7,)], {"alpha": 0.2}, (), "exact"),
+    "add_bias": ("act64", [(3, 4), (4,)], {}, (), "exact"),
     "critic": ("seed64", [(3, 2), (2,)], {}, (), "exact"),
     "softmax_xent": ("seed64", [(3, 4), (3, 4)], {}, (1,), "exact"),
     "gradient_penalty": ("seed64", [(3, 2), (3, 2), (3, 1), (2,)], {}, (2,), "exact"),
-    "custom_linear": ("seed", [(7,)], {}, (), "custom"),
-    "sign_ste": ("seed", [(7,)], {}, (), "custom"),
-    "clipped_relu": ("seed", [(7,)], {}, (), "custom"),
-    "scaled_tanh": ("seed", [(7,)], {}, (), "custom"),
+    "custom_linear": ("seed64", [(7,)], {}, (), "custom"),
+    "sign_ste": ("seed64", [(7,)], {}, (), "custom"),
+    "clipped_relu": ("seed64", [(7,)], {}, (), "custom"),
+    "scaled_tanh": ("seed64", [(7,)], {}, (), "custom"),
     "mlp": ("seed64", [(3, 4), (4, 5), (5,), (5, 2), (2,)], {}, (), "custom"),
 }
 NO_JVP = {"custom_linear", "clipped_relu"}     # grad blocks not linear in dy: E405
@@ -70,19 +72,11 @@ def _load(path):
 
 
 @pytest.fixture(scope="module")
-def modules():
-    """The example modules, and a float64 copy of seed.grad with add_bias appended
-    (its ops' annotated shapes demand float32), written into the cache directory:
-    a fixed path, so that its kernels (and its auxiliary ops') are compiled once."""
-    text = (EXAMPLES / "seed.grad").read_text() + "\n" + (
-        "op add_bias(x: f32[n, k], b: f32[k]) -> y {\n    y = x + b\n}\n")
-    path = cache_dir() / "tests" / "seed64.grad"
-    text = text.replace("f32[", "f64[")
-    if not path.is_file() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, text)
+def modules(seed64, act64):
+    """The example modules, and their float64 twins (the ops' annotated shapes
+    demand float32; tests/adapters/conftest.py)."""
     return {"seed": _load(EXAMPLES / "seed.grad"), "act": _load(EXAMPLES / "activations.grad"),
-            "seed64": _load(path)}
+            "seed64": seed64, "act64": act64}
 
 
 def _case(modules, name, seed=0, dtype=F64):
@@ -120,8 +114,9 @@ def test_mlp_double_backward_is_gradcs_second_order(modules):
     grads = torch.autograd.grad(y, args, ct, create_graph=True)
     us = [torch.randn_like(g) for g in grads]
     second = torch.autograd.grad(grads, [*args, ct], us)
-    expected = vjp_op(op).vjp(*(a.detach().numpy() for a in [*args, ct]),
-                              *(u.numpy() for u in us))
+    mlp_vjp = derived.compile_op(derived.derive(derived.source_of(op), "vjp"))
+    expected = mlp_vjp.vjp(*(a.detach().numpy() for a in [*args, ct]),
+                           *(u.numpy() for u in us))
     for got, want in zip(second, expected):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-14)
 
@@ -175,7 +170,7 @@ def test_second_derivative_differentiates_the_rule_as_written(modules):
 
 def test_torch_func_transforms(modules):
     act = modules["act"]
-    sp, ab = as_torch(act.softplus_stable), as_torch(modules["seed64"].add_bias)
+    sp, ab = as_torch(act.softplus_stable), as_torch(modules["act64"].add_bias)
     x = torch.randn(5, 4, dtype=F64)
     b = torch.randn(4, dtype=F64)
     g = torch.func.grad(lambda x: sp(x).sum())(x)
