@@ -12,12 +12,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                           "comparing against them")
 
 
-# pytest-xdist (``-n 2 --dist loadgroup``): the tests of one file run in one worker, so
-# a module-scoped fixture (a compiled module, every kernel's PTX) is built once, not once
-# per worker; the framework adapters' files share a worker, so the float64 examples and
-# their derived second-order ops are compiled once for PyTorch and JAX together.  Files
-# with ``slow`` tests are handed out first: the long ones do not start last, while the
-# other worker idles.
+# pytest-xdist (``-n 2 --dist loadgroup --no-loadscope-reorder``): the tests of one file
+# run in one worker, so a module-scoped fixture (a compiled module, every kernel's PTX) is
+# built once, not once per worker; the framework adapters' files share a worker, so the
+# float64 examples and their derived second-order ops are compiled once for PyTorch and
+# JAX together.  Files with ``slow`` tests are handed out first (and xdist keeps this
+# order instead of sorting groups by their test count), so the long ones do not start
+# last while the other worker idles.
 _SHARED_WORKER = {"tests/adapters/": "adapters"}
 
 

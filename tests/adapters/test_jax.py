@@ -87,6 +87,7 @@ def _of_differentiable(f, spec, kw):
     return g
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TRUE_DERIVATIVE))
 def test_check_grads_true_derivatives(name, seed64, act64, x64):
     op = seed64.OPS.get(name) or act64.OPS[name]

@@ -101,6 +101,7 @@ def test_gradcheck_derived_ops(modules, name):
     assert torch.autograd.gradcheck(f, args, check_forward_ad=True, check_batched_grad=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in CASES if n != "mlp"])
 def test_gradgradcheck(modules, name):
     _, f, args = _case(modules, name, seed=1)
