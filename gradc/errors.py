@@ -98,7 +98,9 @@ def render_diagnostic(severity: str, code: str, message: str, span: Span | None,
             col -= start - (3 if start else 0)
             width = min(width, _SHOWN)
         out.append(f"    {num} | {_shown(text)}")
-        out.append(f"    {pad} | {' ' * (col - 1)}{'^' * width}")
+        # the caret line repeats the source line's tabs, so a terminal aligns both alike
+        lead = "".join("\t" if c == "\t" else " " for c in _shown(text)[:col - 1])
+        out.append(f"    {pad} | {lead}{' ' * (col - 1 - len(lead))}{'^' * width}")
     out.extend(f"    = note: {n}" for n in notes)
     return "\n".join(out)
 

@@ -134,6 +134,15 @@ def test_unknown_function_suggests_a_builtin() -> None:
         "    = note: did you mean 'tanh'?")
 
 
+def test_the_caret_line_keeps_the_tabs_of_the_source_line() -> None:
+    """A tab before the span is repeated under it, so a terminal (tab stops of any
+    width) puts the caret under the name."""
+    with pytest.raises(GradcError) as info:
+        check_source("op f(x) -> y {\n\ty = tanhh(x)\n}\n", "tab.grad")
+    assert str(info.value).splitlines()[1:3] == ["    2 | \ty = tanhh(x)",
+                                                 "      | \t    ^^^^^"]
+
+
 def test_undefined_name() -> None:
     assert rendered('''
         op f(x, weight) -> y {
