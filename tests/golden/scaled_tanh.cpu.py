@@ -577,10 +577,12 @@ class _GradcOp:
                             f"{call}(..., {names[0]}=...)") from None
 
     def _relabel(self, method, exc):
-        """Raise NumPy's own ValueErrors (AxisError...) again with the op's name;
-        return if ``exc`` has it (ours do)."""
+        """Raise NumPy's own ValueErrors (AxisError...) again with the method's name
+        (``op.unfused.vjp`` for an unfused one); return if ``exc`` has it (ours do)."""
         if not str(exc).startswith(f"{self.__name__}."):
-            raise ValueError(f"{self.__name__}.{method}: {exc}") from exc
+            fn = self._methods.get(method)
+            name = getattr(fn, "__qualname__", f"{self.__name__}.{method}")
+            raise ValueError(f"{name}: {exc}") from exc
 
     def _rename(self, method, kwargs):
         out = {}
