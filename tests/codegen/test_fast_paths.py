@@ -257,7 +257,7 @@ def test_numpy_errors_name_the_op_and_method(import_module_text) -> None:
                                                 file="axis.grad"), "gradc_test_fast_axis")
     for call, label in [(lambda: m.f(np.ones(3)), "f.forward"),
                         (lambda: m.f.vjp(np.ones(3), 1.0), "f.vjp"),
-                        (lambda: m.f.unfused.fwd_bwd(np.ones(3), 1.0), "f.fwd_bwd")]:
+                        (lambda: m.f.unfused.fwd_bwd(np.ones(3), 1.0), "f.unfused.fwd_bwd")]:
         with pytest.raises(ValueError) as info:
             call()
         assert str(info.value).startswith(f"{label}: axis 1 is out of bounds")
