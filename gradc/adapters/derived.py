@@ -43,6 +43,7 @@ Limits: an op with several outputs cannot be called inside an expression
 """
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 from functools import cached_property
@@ -167,6 +168,12 @@ def derive(src: Source, kind: str) -> Source:
         inner = " + ".join(f"sum({g} * {t})" for g, t in zip(grads, ts))
         body += [f"{y_t} = grad({inner}, {u})"]
     text = head + " {\n" + "".join(f"    {s}\n" for s in body) + "}\n"
+    return _beside(src, text, name)
+
+
+def _beside(src: Source, text: str, name: str) -> Source:
+    """The Source of op ``name`` defined by ``text`` in a file that sees every op of
+    ``src``'s: after a derived op's text, or importing the user's file."""
     if src.derived:
         return Source(src.text + "\n" + text, src.file, name, src.options, True)
     base = Path(src.file).name
@@ -174,6 +181,30 @@ def derive(src: Source, kind: str) -> Source:
         raise NotImplementedError(f"{src.name}: cannot import {base!r} in a derived op")
     pseudo = Path(src.file).with_name(f"{Path(src.file).stem}__derived.grad")
     return Source(f'import "{base}"\n\n' + text, str(pseudo), name, src.options, True)
+
+
+def primal(src: Source) -> Source | None:
+    """The source of ``src``'s op without its grad block (None when it has none):
+    the forward body alone, named ``NAME__primal``, whose derivatives are those of
+    the body (inner ops keep their custom rules).
+
+    This is what JAX differentiates for the primal output of a ``custom_vjp``'s
+    ``fwd`` at second order: ``jax.grad(jax.grad(lambda x: sum(f(x) ** 2)))``
+    takes the derivative of ``f(x)`` inside ``rule(x, dy = 2 f(x))`` through the
+    forward body, not through the rule again."""
+    if src.derived:                        # gradc's ops have no grad block
+        return None
+    opdef = src.program.ops[src.name]
+    if opdef.grad is None:
+        return None
+    name = src.name + "__primal"
+    while name in src.program.ops:
+        name += "_"
+    head = re.match(r"op\b(?:\s|#[^\n]*)*" + re.escape(src.name) + r"\b", opdef.primal_source)
+    if head is None:                       # the text of an OpDef starts "op NAME"
+        raise AssertionError(f"{src.name}: unexpected op text {opdef.primal_source[:40]!r}")
+    text = f"op {name}" + opdef.primal_source[head.end():].rstrip() + "\n"
+    return _beside(src, text, name)
 
 
 def compile_op(src: Source):

@@ -9,8 +9,12 @@ memory) and differentiates with the op's own methods:
   which recomputes what it needs from the inputs in one fused pass.
   ``jax.grad``, ``jax.vjp`` and ``jax.jacrev`` work, to any order: ``bwd`` is
   itself a ``custom_vjp`` whose ``bwd`` calls the ``vjp`` of the op's VJP,
-  compiled by gradc on first use (:mod:`gradc.adapters.derived`).  Forward
-  mode (``jax.jvp``) raises JAX's error for ``custom_vjp`` functions.
+  compiled by gradc on first use (:mod:`gradc.adapters.derived`).  As JAX
+  differentiates its own ``custom_vjp``, ``fwd``'s primal output is
+  differentiated through the forward body at second order (a ``custom_vjp``
+  over the op without its grad block, :func:`gradc.adapters.derived.primal`),
+  not through the rule again.  Forward mode (``jax.jvp``) raises JAX's error
+  for ``custom_vjp`` functions.
 * ``mode="fwd"``: a ``jax.custom_jvp`` whose rule calls the op's ``jvp``;
   ``jax.jvp`` and ``jax.jacfwd`` work, to any order (the rule's tangent is a
   ``custom_jvp`` over the op's JVP op).  Reverse mode does not: JAX would
@@ -37,6 +41,7 @@ per example (``"sequential"``): its kernels see the shapes it was written for.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
@@ -211,6 +216,18 @@ class _Fn:
         self._made[kind] = fn
         return fn
 
+    def primal(self) -> "_Fn":
+        """This function, differentiated through its op's forward body: the same
+        kernels, but its derivatives are those of the op without its grad block
+        (:func:`gradc.adapters.derived.primal`); itself for an op without one.
+        ``fwd`` returns its primal output through it, as JAX differentiates a
+        ``custom_vjp``'s ``fwd`` at second order."""
+        if "primal" not in self._made:
+            src = derived.primal(self.source())
+            self._made["primal"] = self if src is None else dataclasses.replace(
+                self, source=lambda: src, op=_once(lambda: derived.compile_op(src)), _made={})
+        return self._made["primal"]
+
     def rev(self) -> Callable:
         """This function as a ``jax.custom_vjp`` (made once)."""
         if "rev" not in self._made:
@@ -220,8 +237,9 @@ class _Fn:
             def f(*args):
                 return self(args)
 
-            def fwd(*args):         # f, not a bare callback: an outer derivative sees fwd
-                return f(*args), args
+            def fwd(*args):         # differentiable: an outer derivative sees fwd
+                primal = self.primal()
+                return (f if primal is self else primal.rev())(*args), args
 
             def bwd(args, cts):
                 if not any(self.diff):

@@ -16,7 +16,10 @@ double backward are the module's fused kernels:
   Function, whose forward is the op's ``.vjp`` and whose own backward is the VJP of the
   derived op ``NAME__vjp`` that :mod:`gradc.adapters.derived` compiles from the op's
   source on first use (the JAX adapter's): double backward (and higher) from
-  generated kernels.
+  generated kernels.  As for any Function, PyTorch differentiates the forward's
+  output by the Function's backward at every order: with a loss nonlinear in the
+  output (``sum(f(x) ** 2)``) the custom rule is used again where JAX (and
+  ``as_jax``) differentiate the forward body (docs/frameworks.md).
 * Under ``torch.compile`` the same levels are ``torch.library.custom_op`` operators
   (``gradc::...``) with ``register_autograd`` and ``register_fake``, so Dynamo traces
   through them without a graph break (PyTorch refuses to trace an autograd.Function

@@ -151,6 +151,7 @@ class OpDef:
     grad: GradBlock | None
     span: Span               # the op's name
     source: str = ""         # the op's text, for NAME.spec
+    primal_source: str = ""  # the same without its grad block (the forward body alone)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,8 @@ Spans point at the token a user would look for: the operator of a BinOp,
 Compare or Neg, the function name of a Call, the target of an Assign, the
 name of a Param and of an OpDef.  ``**`` is normalised to ``^``.  A grad
 block is its own item in the grammar; :meth:`ToAst.start` attaches it to the
-op whose body it follows and sets ``OpDef.source`` to the op's whole text.
+op whose body it follows and sets ``OpDef.source`` to the op's whole text
+(``OpDef.primal_source``: the same up to the grad block).
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ class _OpItem:
     op: ast.OpDef
     start: int               # character offsets of the op in the source
     end: int
+    body_end: int = -1       # where its body ends (before a grad block); -1: at ``end``
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class ToAst(Transformer):
                         item.block.span, "E102"))
                     continue
                 op = dataclasses.replace(prev.op, grad=item.block)
-                item = _OpItem(op, prev.start, item.end)
+                item = _OpItem(op, prev.start, item.end, prev.end)
                 out[-1] = item
             else:
                 out.append(item)
@@ -80,7 +82,9 @@ class ToAst(Transformer):
 
     def _finish(self, item: Any) -> ast.Item:
         if isinstance(item, _OpItem):
-            return dataclasses.replace(item.op, source=self.text[item.start:item.end])
+            body_end = item.end if item.body_end < 0 else item.body_end
+            return dataclasses.replace(item.op, source=self.text[item.start:item.end],
+                                       primal_source=self.text[item.start:body_end])
         return item
 
     @v_args(inline=True)

@@ -186,6 +186,63 @@ def test_second_derivative_of_scaled_tanh_is_the_rule_differentiated(seed, x64):
                                -(1 - y ** 2) * (1 - 3 * y ** 2), rtol=1e-10)
 
 
+ST = """op st(x) -> y {
+    y = tanh(x)
+}
+grad(dy) -> dx {
+    dx = dy * (1 - y^2) * 0.5
+}
+op st_d2(x) -> h {
+    h = grad(sum(grad(sum(st(x)^2), x)), x)
+}
+"""
+
+
+def test_second_order_of_a_loss_nonlinear_in_the_output_goes_through_the_forward_body(
+        tmp_path, x64):
+    """d/dx rule(x, dy = 2 st(x)): JAX differentiates fwd's primal output through the
+    forward body (tanh), not through the rule again; so does gradc's grad(), and so
+    must as_jax (its fwd returns the op without its grad block, derived.primal)."""
+    (tmp_path / "st.grad").write_text(ST)
+    m = gradc.load(tmp_path / "st.grad")
+    x = jnp.asarray([0.3, 0.7, -1.2])
+    f = as_jax(m.st)
+    gx = jax.grad(lambda x: (f(x) ** 2).sum())
+    got = jax.grad(lambda x: gx(x).sum())(x)
+    y = np.tanh(np.asarray(x))
+    s = 1 - y ** 2              # d/dx [y s]: y' through tanh (s), s' = -2 y s
+    np.testing.assert_allclose(got, s * (s - 2 * y ** 2), rtol=1e-12)   # [0.682, -0.0608, ...]
+    np.testing.assert_allclose(got, m.st_d2(np.asarray(x)), rtol=1e-12)
+
+    @jax.custom_vjp
+    def st(x):
+        return jnp.tanh(x)
+
+    st.defvjp(lambda x: (jnp.tanh(x), x),
+              lambda x, dy: (dy * (1 - jnp.tanh(x) ** 2) * 0.5,))
+    want = jax.grad(lambda x: jax.grad(lambda x: (st(x) ** 2).sum())(x).sum())(x)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    # the first derivative is still the rule's
+    np.testing.assert_allclose(gx(x), 2 * np.tanh(x) * (1 - np.tanh(x) ** 2) * 0.5,
+                               rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["custom_linear", "sign_ste", "clipped_relu",
+                                  "scaled_tanh"])
+def test_hessian_vector_products_of_nonlinear_losses_match_jax_custom_vjp(name, seed64, x64):
+    """H v of sum(w * sin(f(x))) through as_jax equals JAX's own custom_vjp version
+    of the op (jax_reference), for every seed op with a custom rule."""
+    x = jnp.asarray(away((5,)))
+    w, v = (jnp.asarray(RNG.standard_normal(5)) for _ in range(2))
+    ref, f = jax_reference(seed64, name), as_jax(seed64.OPS[name])
+
+    def hvp(g):
+        grad = jax.grad(lambda x: (w * jnp.sin(g(x))).sum())
+        return jax.grad(lambda x: jnp.vdot(grad(x), v))(x)
+
+    np.testing.assert_allclose(hvp(f), hvp(ref), rtol=1e-10, atol=1e-12)
+
+
 def _mlp_args(dtype):
     shapes = [(8, 4), (4, 6), (6,), (6, 3), (3,)]
     return [jnp.asarray(RNG.standard_normal(s), dtype) for s in shapes]

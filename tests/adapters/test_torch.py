@@ -169,6 +169,40 @@ def test_second_derivative_differentiates_the_rule_as_written(modules):
     assert fwd_over_rev.item() == pytest.approx(want, rel=1e-12)
 
 
+def test_second_order_of_a_loss_nonlinear_in_the_output_is_pytorchs(tmp_path):
+    """d/dx rule(x, dy = 2 st(x)): PyTorch differentiates a Function's output by
+    the Function's backward, so the rule is used again for dy's dependence on x
+    (unlike JAX's custom_vjp, tests/adapters/test_jax.py); as_torch equals a
+    native autograd.Function with the same rule (recomputing from the saved input,
+    whose derivative gradc's derived op takes through the forward body)."""
+    (tmp_path / "st.grad").write_text(
+        "op st(x) -> y {\n    y = tanh(x)\n}\ngrad(dy) -> dx {\n"
+        "    dx = dy * (1 - y^2) * 0.5\n}\n")
+    f = as_torch(_load(tmp_path / "st.grad").st)
+
+    class St(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return torch.tanh(x)
+
+        @staticmethod
+        def backward(ctx, dy):
+            (x,) = ctx.saved_tensors
+            return dy * (1 - torch.tanh(x) ** 2) * 0.5
+
+    def second(g):
+        x = torch.tensor([0.3, 0.7, -1.2], dtype=F64, requires_grad=True)
+        (gx,) = torch.autograd.grad((g(x) ** 2).sum(), x, create_graph=True)
+        return torch.autograd.grad(gx.sum(), x)[0]
+
+    got = second(f)
+    torch.testing.assert_close(got, second(St.apply), rtol=1e-12, atol=0)
+    y = torch.tanh(torch.tensor([0.3, 0.7, -1.2], dtype=F64))
+    s = 1 - y ** 2              # d/dx [y s]: y' by the rule (s / 2), s' = -2 y s
+    torch.testing.assert_close(got, 0.5 * s * (s - 4 * y ** 2), rtol=1e-12, atol=0)
+
+
 def test_torch_func_transforms(modules):
     act = modules["act"]
     sp, ab = as_torch(act.softplus_stable), as_torch(modules["act64"].add_bias)
