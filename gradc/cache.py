@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from gradc.runtime.cache import cache_dir, clear, entries
+from gradc.term import close_broken_pipe
 
 
 def human_size(n: float) -> str:
@@ -70,11 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("clear", help="remove every entry (and Numba's cache files of it)")
     args = p.parse_args(argv)
     root = args.dir or cache_dir()
-    if args.command == "info":
-        print(info(root, args.json))
-    else:
-        n = clear(root)
-        print(f"removed {n} entr{'y' if n == 1 else 'ies'} from {root}")
+    try:
+        if args.command == "info":
+            print(info(root, args.json), flush=True)
+        else:
+            n = clear(root)
+            print(f"removed {n} entr{'y' if n == 1 else 'ies'} from {root}", flush=True)
+    except BrokenPipeError:          # e.g. piped into head
+        return close_broken_pipe()
     return 0
 
 

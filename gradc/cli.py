@@ -277,13 +277,15 @@ def main(argv: list[str] | None = None) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _show_warning
             warnings.simplefilter("always", GradcWarning)
-            return args.fn(args)
+            status = args.fn(args)
+            sys.stdout.flush()       # a closed pipe raises here, not at exit
+            return status
     except GradcError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
     except BrokenPipeError:          # e.g. piped into head
-        sys.stderr.close()
-        return 0
+        from gradc.term import close_broken_pipe
+        return close_broken_pipe()
     except OSError as exc:           # a missing file, a full disk, a directory as -o ...
         print(f"error: {exc}", file=sys.stderr)
         return 1

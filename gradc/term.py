@@ -72,3 +72,18 @@ def write_output(path: str, text: str) -> None:
         return
     from gradc.runtime.cache import write_atomic
     write_atomic(path, text)
+
+
+def close_broken_pipe() -> int:
+    """After a ``BrokenPipeError`` (output piped into ``head``, which exited): point
+    stdout at the null device, so that Python's flush at exit does not raise again,
+    and return the exit status 0.  The recipe of Python's documentation ("Note on
+    SIGPIPE", the ``signal`` module)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):   # stdout without a file descriptor (captured)
+        pass
+    finally:
+        os.close(devnull)
+    return 0

@@ -88,6 +88,21 @@ def test_python_dash_m(tmp_path, cache) -> None:
     assert bad.returncode == 2 and "invalid choice: 'purge'" in bad.stderr
 
 
+@pytest.mark.parametrize("command", [["-m", "gradc.cache", "info"], ["-m", "gradc.cli", "--help"],
+                                     ["-m", "gradc.cli", "compile", "examples/activations.grad",
+                                      "--emit", "ir"]])
+def test_output_into_a_closed_pipe_ends_quietly(command) -> None:
+    """``... | head``: the reader is gone before the first write; no traceback, exit 0."""
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    p = subprocess.Popen([sys.executable, *command], cwd=root, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 @pytest.mark.parametrize("n, text", [(0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"),
                                      (1536, "1.5 KiB"), (5 * 2**20, "5.0 MiB"),
                                      (3 * 2**40, "3072.0 GiB")])
