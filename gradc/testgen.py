@@ -59,6 +59,7 @@ class OpPlan:
     positive: bool
     custom: str = ""                    # how a custom rule differs from the derivative
     unmarked: str = ""                  # a differing rule not marked surrogate: FD fails
+    owners: list[str] = field(default_factory=list)   # the ops whose unmarked rules those are
     linear: bool = True                 # VJP linear in the cotangents (has a jvp)
     broadcast: list[tuple] = field(default_factory=list)     # (parameter, smaller shape)
     scalar: bool = False                # elementwise in its one parameter
@@ -96,8 +97,13 @@ def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
             plan.custom = (f"relative difference to the derivative up to {diff:.3g}"
                            if np.isfinite(diff) else "the derivative is 0, the rule is not")
         elif diff > EXACT:
-            plan.unmarked = (f"its custom gradient differs from the derivative (relative "
-                             f"difference up to {diff:.3g}) and is not marked 'surrogate'")
+            owners = sorted({r.op.name for r in cop.primal.regions} - {cop.op.name})
+            whose = ("its custom gradient" if cop.op.grad is not None else
+                     "its gradient goes through the custom gradient of "
+                     + ", ".join(f"'{o}'" for o in owners) + ", which")
+            plan.unmarked = (f"{whose} differs from the derivative (relative difference "
+                             f"up to {diff:.3g}) and is not marked 'surrogate'")
+            plan.owners = [cop.op.name] if cop.op.grad is not None else owners
     if not plan.custom:
         # kinks are found with the derivative: an unmarked wrong rule never matches
         # finite differences, and its test is meant to fail
@@ -115,6 +121,10 @@ def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
     plan.scalar = (len(free) == 1 and cop.params[free[0]].shape is None
                    and cop.params[free[0]].dtype is None and _elementwise(cop, xs, ys, free[0], rng))
     return plan
+
+
+def _quoted(names: list[str]) -> str:
+    return " and of ".join(f"'{n}'" for n in names)
 
 
 def drawn_inputs(cop: CompiledOp, plan: OpPlan, seed: int) -> list:
@@ -326,8 +336,9 @@ def write_tests(spec: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, 
                 f"op '{p.name}': {p.unmarked}: its test_vjp_matches_finite_differences "
                 f"will fail", None, "W410",
                 ["if the rule is meant to differ (a straight-through estimator, a scaled or "
-                 "clipped gradient), mark its block 'grad(...) -> ... surrogate {' and "
-                 "generate the file again; gradc check reports the same (docs/audit.md)"]),
+                 f"clipped gradient), mark the grad block of {_quoted(p.owners)} "
+                 "'grad(...) -> ... surrogate {' and generate the file again; gradc check "
+                 "reports the same (docs/audit.md)"]),
                 stacklevel=2)
     try:
         rel = Path(os.path.relpath(spec.resolve(), out.resolve().parent)).as_posix()

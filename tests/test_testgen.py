@@ -151,6 +151,23 @@ def test_an_unmarked_wrong_rule_gets_the_finite_difference_test(tmp_path) -> Non
     t = tables(out.read_text())
     assert t["FINITE_DIFFERENCES"] == ["wave"] and list(t["CUSTOM"]) == ["soft"]
 
+
+def test_w410_of_an_op_without_a_rule_names_the_op_whose_rule_it_is(tmp_path) -> None:
+    """An op with no grad block of its own, whose gradient goes through another op's
+    unmarked wrong rule: its W410 says whose block to mark."""
+    import warnings
+
+    from gradc.errors import GradcWarning
+    spec = tmp_path / "ops.grad"
+    spec.write_text(MUTANT.replace("dx = dy * (1 - y^2)", "dx = 0.5 * dy * (1 - y^2)")
+                    + "op twice(x) -> z {\n    z = soft(x) * 2\n}\n")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", GradcWarning)
+        write_tests(spec, tmp_path / "test_ops.py")
+    twice, = [w.message for w in seen if "op 'twice'" in w.message.message]
+    assert "goes through the custom gradient of 'soft', which differs" in twice.message
+    assert "mark the grad block of 'soft'" in " ".join(twice.notes)
+
 @pytest.mark.slow
 def test_generated_tests_fail_on_a_broken_method(tmp_path) -> None:
     """A module whose jvp is off by 0.1 % and whose unfused forward is too (gradc.load
