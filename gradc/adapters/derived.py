@@ -207,6 +207,19 @@ def primal(src: Source) -> Source | None:
     return _beside(src, text, name)
 
 
+def arity_error(name: str, positional: list[str], keywords: list[str], got: int) -> TypeError:
+    """The TypeError for ``got`` positional arguments to an op taking ``positional``:
+    where too many were given, it names the keyword-only parameters (those with a
+    default), as the generated module's own error does."""
+    msg = (f"{name}() takes {len(positional)} positional argument(s) "
+           f"({', '.join(positional)}), got {got}")
+    if keywords and got > len(positional):
+        msg += (f": {', '.join(keywords)} {'is' if len(keywords) == 1 else 'are'} "
+                f"keyword-only, as every parameter with a default: "
+                f"{name}(..., {keywords[0]}=...)")
+    return TypeError(msg)
+
+
 def compile_op(src: Source):
     """The op object of ``src``, compiled (or read from the cache) and imported.
     Raises :class:`gradc.GradcError` where gradc cannot compile it."""

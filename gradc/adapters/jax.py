@@ -101,7 +101,7 @@ class JaxOp:
         import jax.numpy as jnp
         kw = self._keywords(keywords)
         args = tuple(jnp.asarray(a) for a in args)   # JAX's dtypes (float64 needs x64)
-        _check_args(self.__name__, self._params, args)
+        _check_args(self.__name__, self._params, args, list(self._defaults))
         fn = self._fns.get(kw)
         if fn is None:
             fn = self._fns[kw] = self._function(dict(kw))
@@ -322,12 +322,11 @@ def _missing(op, method: str) -> str | None:
     return op._missing.get(method) or op._note or "not available"
 
 
-def _check_args(name: str, params: list, args: tuple) -> None:
+def _check_args(name: str, params: list, args: tuple, keywords: list[str]) -> None:
     """The checks of the generated wrappers, at trace time: count, dtype, rank,
     annotated and named dims (TypeError or ValueError naming the argument)."""
     if len(args) != len(params):
-        raise TypeError(f"{name}() takes {len(params)} positional argument(s) "
-                        f"({', '.join(p.name for p in params)}), got {len(args)}")
+        raise derived.arity_error(name, [p.name for p in params], keywords, len(args))
     dims: dict = {}
     for p, a in zip(params, args):
         dt, shape = np.dtype(a.dtype), tuple(a.shape)

@@ -181,9 +181,8 @@ class _Level:
         positional tensors, then each keyword's value (None where not given)."""
         info = self.info
         if len(args) != self.n_pos:
-            names = ", ".join(p.name for p in info.positional)
-            raise TypeError(f"{info.name}() takes {self.n_pos} positional argument(s) "
-                            f"({names}), got {len(args)}")
+            raise derived.arity_error(info.name, [p.name for p in info.positional],
+                                      [p.name for p in info.keywords], len(args))
         names = {p.name for p in info.keywords}
         for key in kwargs:
             if key not in names:
@@ -435,7 +434,7 @@ def _invoke(gop, method: str, args, kwargs, name: str) -> tuple:
         raise TypeError(f"{name}: tensors on {device.type} are not supported (CPU or CUDA)")
     arrays = [_to_numpy(a, name) if isinstance(a, torch.Tensor) else a for a in args]
     fn = gop if method == "forward" else getattr(gop, method)
-    got = fn(*arrays, **kwargs)
+    got = _advised(fn, arrays, kwargs)
     got = got if isinstance(got, tuple) else (got,)
     inputs = [a for a in arrays if isinstance(a, np.ndarray)]
     return tuple(_from_numpy(g, inputs) for g in got)
@@ -451,9 +450,24 @@ def _invoke_cuda(gop, method, args, kwargs, name, device):
     fn = target if method == "forward" else getattr(target, method)
     stream = cuda.external_stream(torch.cuda.current_stream(device).cuda_stream)
     arrays = [a.detach().contiguous() if isinstance(a, torch.Tensor) else a for a in args]
-    got = fn(*arrays, stream=stream, **kwargs)
+    got = _advised(fn, arrays, dict(kwargs, stream=stream))
     got = got if isinstance(got, tuple) else (got,)
     return tuple(torch.as_tensor(g, device=device) for g in got)
+
+
+_ASTYPE = re.compile(r"\(convert with \.astype\(np\.(\w+)\)\)")
+
+
+def _advised(fn, args, kwargs):
+    """``fn(*args, **kwargs)``, where a module's dtype error advises NumPy's
+    ``.astype(np.float32)`` advising torch's ``.to(torch.float32)`` instead."""
+    try:
+        return fn(*args, **kwargs)
+    except TypeError as exc:
+        text = str(exc)
+        if len(exc.args) == 1 and _ASTYPE.search(text):
+            exc.args = (_ASTYPE.sub(r"(convert with .to(torch.\1))", text),)
+        raise
 
 
 def _to_numpy(t: torch.Tensor, name: str) -> np.ndarray:

@@ -336,6 +336,9 @@ def test_errors(seed, act):
                                                   r"the op has 5 outputs"):
         jax.grad(lambda w2: d2(w2).sum())(args[3])
     leaky = as_jax(act.leaky_relu)
+    with pytest.raises(TypeError, match=r"takes 1 positional argument\(s\) \(x\), got 2: alpha "
+                                        r"is keyword-only.*leaky_relu\(\.\.\., alpha=\.\.\.\)"):
+        leaky(jnp.ones(3), 0.3)
     with pytest.raises(TypeError, match=r"keyword parameter 'alpha' is static"):
         jax.jit(lambda a: leaky(jnp.ones(3), alpha=a))(0.3)
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'beta'"):

@@ -242,10 +242,15 @@ def test_layouts_dtypes_and_partial_requires_grad(modules):
     assert torch.equal(out, xa.detach() + bias)
     out.backward(torch.ones(3, 4))
     assert torch.equal(xa.grad, torch.ones(3, 4)) and bias.grad is None
-    with pytest.raises(TypeError, match="add_bias.forward: argument 'x' must be float32"):
+    with pytest.raises(TypeError, match=r"add_bias.forward: argument 'x' must be float32, got "
+                                        r"float64 \(convert with .to\(torch.float32\)\)"):
         ab(xa.detach().double(), bias.double())
     with pytest.raises(TypeError, match=r"takes 2 positional argument\(s\) \(x, b\), got 1"):
         ab(xa)
+    leaky = as_torch(modules["act"].leaky_relu)
+    with pytest.raises(TypeError, match=r"takes 1 positional argument\(s\) \(x\), got 2: alpha "
+                                        r"is keyword-only.*leaky_relu\(\.\.\., alpha=\.\.\.\)"):
+        leaky(torch.ones(3), 0.3)
 
 
 def test_results_never_alias_inputs(modules):
