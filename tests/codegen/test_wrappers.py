@@ -437,6 +437,20 @@ def test_a_keyword_parameter_may_be_named_self(import_module_text) -> None:
     np.testing.assert_array_equal(m.g.vjp(ones(2), ones(2), self=3.0)[0], [3.0, 3.0])
 
 
+def test_defaults_are_keyword_only_wherever_declared(import_module_text) -> None:
+    """docs/language.md: parameters without a default are positional-only in declared
+    order, those with one keyword-only, also when declared first."""
+    import inspect
+    m = import_module_text(gradc.compile_source(
+        "op g(a: nograd = 0.5, x, out) -> y {\n    y = a * x + out\n}\n", file="order.grad"),
+        "gradc_default_first")
+    np.testing.assert_array_equal(m.g(ones(2), ones(2), a=2.0), [3.0, 3.0])
+    assert str(inspect.signature(m.OPS["g"]._methods["vjp"])) == \
+        "(x, out_, dy, /, *, a=0.5, out=None)"
+    with pytest.raises(TypeError, match="positional-only"):
+        m.g(x=ones(2), out=ones(2))
+
+
 def test_a_default_named_stream_is_an_error() -> None:
     with pytest.raises(gradc.GradcError, match="cannot be named 'stream'") as info:
         gradc.compile_source("op g(x, stream: nograd = 2.0) -> y {\n    y = x * stream\n}\n",
