@@ -259,20 +259,24 @@ def bench_case(module, cop, args: list, variants: Sequence[str], fns: dict, why:
     for k, traffic in (("copy 2r/2w", 4), ("np.copyto", 2)):
         res["references"][k] = {"median_s": med[k], "samples_s": samples[k],
                                 "gbs": traffic * ca[0].nbytes / med[k] / 1e9}
-    res["traffic"] = plan_traffic(cop)
+    res["traffic"] = plan_traffic(cop, dtype)
     return res
 
 
-def plan_traffic(cop) -> dict:
-    """Bytes per element (float32) that ``fwd_bwd``'s fused CPU plan and its unfused
-    plan move over the op's largest loop shape (:func:`gradc.explain.element_traffic`):
-    their ratio bounds how much faster fusion can make a memory-bound op."""
+def plan_traffic(cop, dtype=np.float32) -> dict:
+    """Bytes per element, at compute dtype ``dtype`` (float32 or float64), that
+    ``fwd_bwd``'s fused CPU plan and its unfused plan move over the op's largest loop
+    shape (:func:`gradc.explain.element_traffic`): their ratio bounds how much faster
+    fusion can make a memory-bound op."""
     from gradc.explain import element_traffic
     from gradc.passes.fuse_reduce import cpu_plan
     method = cop.methods["fwd_bwd"]
-    fused, unfused = element_traffic(cpu_plan(method.fused)), element_traffic(method.unfused)
+    at = "float32" if np.dtype(dtype) == np.float16 else np.dtype(dtype).name  # T of float16
+    fused = element_traffic(cpu_plan(method.fused), at)
+    unfused = element_traffic(method.unfused, at)
     shape = max(unfused, key=lambda s: (len(s.static) + bool(s.dyn), unfused[s]))
-    return {"shape": str(shape), "fused_B": fused.get(shape, 0), "unfused_B": unfused[shape]}
+    return {"shape": str(shape), "dtype": at, "fused_B": fused.get(shape, 0),
+            "unfused_B": unfused[shape]}
 
 
 def _first_calls(calls: dict, ref: Sequence, unavailable: dict) -> tuple[dict, dict]:

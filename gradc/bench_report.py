@@ -27,8 +27,8 @@ _LEGEND = (
              "median time; %: of the bandwidth of the numba 2-read/2-write kernel timed in "
              "the same repeats"),
     ("unfused / fused+out", "time: unfused's median over fused+out's; bytes per element: "
-                            "what each plan moves over the largest loop (float32), the most "
-                            "fusion can gain where both are memory-bound"),
+                            "what each plan moves over the largest loop (at float32 unless "
+                            "marked), the most fusion can gain where both are memory-bound"),
 )
 
 
@@ -185,7 +185,8 @@ def _size_block(n: int, cases: list[dict], order: Sequence[str], color: bool) ->
     out += [""] + _table(["GB/s (% copy)", *cols], gb_rows, [None] * len(cases), color)
     out += [""] + _table(["max rel err", *cols[1:]], err_rows, [None] * len(cases), color)
     fusion = [[c["op"], f"{vs['unfused']['median_s'] / vs['fused+out']['median_s']:.1f}x",
-               f"{t['unfused_B']} / {t['fused_B']} B = {t['unfused_B'] / t['fused_B']:.1f}x"]
+               f"{t['unfused_B']} / {t['fused_B']} B = {t['unfused_B'] / t['fused_B']:.1f}x"
+               + ("" if t.get("dtype", "float32") == "float32" else f" ({t['dtype']})")]
               for c in cases for vs, t in [(c["variants"], c.get("traffic"))]
               if t and t["fused_B"] and {"unfused", "fused+out"} <= vs.keys()]
     if fusion:

@@ -66,6 +66,23 @@ class MathPrinter:
 
 # Bytes of one element of a value, at float32 and at float64 compute dtype.
 _ITEMSIZE = {FLOAT: (4, 8), "bool": (1, 1), "i32": (4, 4), "i64": (8, 8)}
+COMPUTE_DTYPES = ("float32", "float64")
+
+
+def compute_dtypes(params) -> tuple[str, ...]:
+    """The compute dtypes ``T`` an op with parameters ``params``
+    (:class:`gradc.ir.lower.ParamInfo`) can run in: NumPy's result type of its float
+    arguments, float16 computed in float32 (the generated module's rule, SPEC §1).
+    An ``f64`` parameter makes it float64 only; ``f32``/``f16`` ones with no generic
+    float parameter, float32 only; an op without float arguments computes in float64."""
+    floats = [p.dtype for p in params if not p.has_default and p.dtype not in ("i32", "i64", "bool")]
+    if not floats:
+        return ("float64",)
+    if "f64" in floats:
+        return ("float64",)
+    if None in floats:
+        return COMPUTE_DTYPES
+    return ("float32",)
 
 
 def _traffic(g: Graph, values) -> tuple[int, int]:
@@ -87,42 +104,48 @@ def moved_per_element(g: Graph, step: Kernel) -> list[int]:
     return [i for i in step.inputs if i not in rows and i not in once] + list(step.outputs)
 
 
-def element_traffic(plan: KernelPlan) -> dict[Shape, int]:
-    """Bytes per element, at float32, that ``plan``'s steps move over each shape: each
-    kernel's :func:`moved_per_element` values over its loop's shape, each NumPy call
-    reading its array operands and writing its result once, and each parameter that is
-    a result read and written once (the copy after the loops), each over its own shape.
+def element_traffic(plan: KernelPlan, dtype: str = "float32") -> dict[Shape, int]:
+    """Bytes per element, at compute dtype ``dtype`` (float32 or float64), that
+    ``plan``'s steps move over each shape: each kernel's :func:`moved_per_element`
+    values over its loop's shape, each NumPy call reading its array operands and
+    writing its result once, and each parameter that is a result read and written
+    once (the copy after the loops), each over its own shape.
     The bound on a memory-bound plan: two plans over the same arrays can differ in time
     by at most the ratio of their bytes (``gradc bench`` prints fused against unfused)."""
-    g = plan.graph
+    g, at = plan.graph, COMPUTE_DTYPES.index(dtype)
     out: Counter = Counter()
     for step in plan.steps:
         if isinstance(step, Kernel):
-            out[step.shape] += _traffic(g, moved_per_element(g, step))[0]
+            out[step.shape] += _traffic(g, moved_per_element(g, step))[at]
         elif value_used(g, step.node):
             for v in (*value_args(g, step.node), step.node):
                 if not g.node(v).shape.is_scalar:
-                    out[g.node(v).shape] += _traffic(g, [v])[0]
+                    out[g.node(v).shape] += _traffic(g, [v])[at]
     for o in g.outputs:         # a parameter returned as a result: copied after the loops
         if g.node(o).op == "param" and not g.node(o).shape.is_scalar:
-            out[g.node(o).shape] += 2 * _traffic(g, [o])[0]
+            out[g.node(o).shape] += 2 * _traffic(g, [o])[at]
     return dict(out)
 
 
-def _bytes_text(f32: int, f64: int) -> str:
-    return f"({f32} B at float32, {f64} B at float64)"
+def _bytes(f32: int, f64: int, dtypes: tuple[str, ...]) -> str:
+    """``16 B at float32, 32 B at float64``: the bytes at each of ``dtypes``."""
+    return ", ".join(f"{b} B at {d}" for b, d in zip((f32, f64), COMPUTE_DTYPES)
+                     if d in dtypes)
 
 
-def plan_text(plan: KernelPlan, label: str) -> list[str]:
+def plan_text(plan: KernelPlan, label: str,
+              dtypes: tuple[str, ...] = COMPUTE_DTYPES) -> list[str]:
     """The plan's steps; per kernel, what it reads and stores and the memory it must
-    move per element of its loop: every array input read once and every output
+    move per element of its loop (in bytes at each compute dtype of ``dtypes``,
+    :func:`compute_dtypes`): every array input read once and every output
     stored once; scalar inputs (read once per kernel) and per-row inputs (a bias,
     read once per row) are not counted per element."""
-    per_step, totals = step_texts(plan)
+    per_step, totals = step_texts(plan, dtypes)
     return [f"{label}: {len(plan.steps)} step(s)"] + [l for s in per_step for l in s] + totals
 
 
-def step_texts(plan: KernelPlan) -> tuple[list[list[str]], list[str]]:
+def step_texts(plan: KernelPlan, dtypes: tuple[str, ...] = COMPUTE_DTYPES
+               ) -> tuple[list[list[str]], list[str]]:
     """:func:`plan_text`'s lines of each step of ``plan`` (in order), and its closing
     per-loop-shape totals; values are named as :class:`MathPrinter` names them."""
     g = plan.graph
@@ -135,7 +158,7 @@ def step_texts(plan: KernelPlan) -> tuple[list[list[str]], list[str]]:
         lines: list[str] = []
         per_step.append(lines)
         if isinstance(step, ReduceKernel):
-            lines += _reduce_kernel_text(g, step, k, ref, totals)
+            lines += _reduce_kernel_text(g, step, k, ref, totals, dtypes)
             seen.update(step.nodes)
             lines += _stored_text(plan, k, ref)
         elif isinstance(step, Kernel):
@@ -145,7 +168,8 @@ def step_texts(plan: KernelPlan) -> tuple[list[list[str]], list[str]]:
             lines.append(f"  [{k}] kernel over {shape}: fuses {len(step.nodes)} "
                          f"primitive(s) ({fused})")
             lines += _recompute_text(g, step, [n for n in step.nodes
-                                               if n in seen and n not in step.inputs], ref)
+                                               if n in seen and n not in step.inputs], ref,
+                                     dtypes)
             rows = row_inputs(g, step)          # read once per row, not per element
             once = {i for i in step.inputs if is_scalar_input(g, i)}   # once per kernel
             reads = [ref(i) + (" (per row)" if i in rows else " (scalar)" if i in once else "")
@@ -154,7 +178,7 @@ def step_texts(plan: KernelPlan) -> tuple[list[list[str]], list[str]]:
             f32, f64 = _traffic(g, moved)
             lines.append(f"      reads {', '.join(reads) or '-'}; "
                          f"stores {', '.join(ref(o) for o in step.outputs)}; "
-                         f"{len(moved)} array(s) per element {_bytes_text(f32, f64)}")
+                         f"{len(moved)} array(s) per element ({_bytes(f32, f64, dtypes)})")
             t = totals.setdefault(shape, [0, 0, 0])
             t[0] += len(moved)
             t[1] += f32
@@ -166,10 +190,11 @@ def step_texts(plan: KernelPlan) -> tuple[list[list[str]], list[str]]:
             lines.append(f"  [{k}] {PRIMITIVES[node.op].kind} call: {node.op} "
                          f"(a kernel boundary, run by NumPy)")
     return per_step, [f"  all kernels over {shape}: {n} array(s) per element "
-                      f"{_bytes_text(f32, f64)}" for shape, (n, f32, f64) in totals.items()]
+                      f"({_bytes(f32, f64, dtypes)})" for shape, (n, f32, f64) in totals.items()]
 
 
-def _recompute_text(g: Graph, step: Kernel, again: list[int], ref) -> list[str]:
+def _recompute_text(g: Graph, step: Kernel, again: list[int], ref,
+                    dtypes: tuple[str, ...]) -> list[str]:
     """What a loop recomputes of earlier loops' values (:func:`recompute_residuals`),
     and why: its cost against the store and read back it saves."""
     if not again:
@@ -180,7 +205,7 @@ def _recompute_text(g: Graph, step: Kernel, again: list[int], ref) -> list[str]:
     return [f"      recomputes {', '.join(ref(n) for n in again)} from values it reads anyway "
             f"({len(again)} primitive(s): {', '.join(f'{o}×{c}' if c > 1 else o for o, c in sorted(ops.items()))}): "
             f"cheaper than storing {', '.join(ref(n) for n in tops)} and reading it back, "
-            f"{2 * f32} B per element at float32 ({2 * f64} B at float64)"]
+            f"per element {_bytes(2 * f32, 2 * f64, dtypes)}"]
 
 
 def _stored_text(plan: KernelPlan, k: int, ref) -> list[str]:
@@ -200,7 +225,8 @@ def _stored_text(plan: KernelPlan, k: int, ref) -> list[str]:
     return out
 
 
-def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals) -> list[str]:
+def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals,
+                        dtypes: tuple[str, ...]) -> list[str]:
     """A reduce kernel: its rows, passes, reductions, and per-element traffic
     (element inputs and outputs; per-row, per-column and scalar values and the
     chunk partials are not counted per element)."""
@@ -230,7 +256,7 @@ def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals) -> li
     stores = [ref(o) + ("" if lv[o] == "E" else " (per row)") for o in step.outputs]
     stores += [ref(o) + " (partials)" for o in step.partials]
     lines.append(f"      reads {', '.join(reads) or '-'}; stores {', '.join(stores) or '-'}; "
-                 f"{len(moved)} array(s) per element {_bytes_text(f32, f64)}")
+                 f"{len(moved)} array(s) per element ({_bytes(f32, f64, dtypes)})")
     t = totals.setdefault(shape, [0, 0, 0])
     t[0] += len(moved)
     t[1] += f32
@@ -266,13 +292,15 @@ def explain(path: str, op_name: str) -> str:
     if cop.diagnostics:
         out += ["", "diagnostics of the gradient:"]
         out += [f"  {line}" for d in cop.diagnostics for line in d.render().splitlines()]
+    dtypes = compute_dtypes(cop.params)
     for m in ("forward", "fwd_bwd", "jvp"):
         if m in cop.methods:
             out += [""] + plan_text(cpu_plan(cop.methods[m].fused),
-                                    f"kernel plan of {m} (fused, CPU)")
+                                    f"kernel plan of {m} (fused, CPU)", dtypes)
         else:
             out += ["", f"{m}: not available (see the diagnostics: E405)"]
-    out += [""] + plan_text(cop.methods["fwd_bwd"].unfused, "kernel plan of fwd_bwd (unfused)")
+    out += [""] + plan_text(cop.methods["fwd_bwd"].unfused, "kernel plan of fwd_bwd (unfused)",
+                            dtypes)
     return "\n".join(out)
 
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from gradc.autodiff.reverse import outermost_regions
 from gradc.errors import NameResolutionError, Span
-from gradc.explain import MathPrinter, _sig, step_texts
+from gradc.explain import MathPrinter, _sig, compute_dtypes, step_texts
 from gradc.frontend.check import load_program
 from gradc.ir.dump import node_fields
 from gradc.ir.graph import Graph
@@ -182,7 +182,7 @@ def method_dot(cop, method: str, prefix: str, rules) -> tuple[list[str], list[st
     (``cluster_<prefix>k<step>``); ``rules`` as :func:`_rule_lines` gives them."""
     plan = cpu_plan(cop.methods[method].fused)
     g = plan.graph          # the method's graph, with the nodes the CPU lowering adds
-    texts, totals = step_texts(plan)
+    texts, totals = step_texts(plan, compute_dtypes(cop.params))
     if method == "jvp":
         of = [f"tangent of {p.name}" for p in cop.params if p.differentiable]
     else:

@@ -106,8 +106,12 @@ def test_plan_traffic_counts_the_bytes_each_plan_moves(name):
     from gradc.bench import plan_traffic
     file = EXAMPLES / ("activations.grad" if name == "add_bias" else "seed.grad")
     program = load_program(file)
-    t = plan_traffic(build_op(program.ops[name], program.ops, program.consts))
-    assert (t["fused_B"], t["unfused_B"]) == TRAFFIC[name]
+    cop = build_op(program.ops[name], program.ops, program.consts)
+    t = plan_traffic(cop)
+    assert (t["fused_B"], t["unfused_B"], t["dtype"]) == (*TRAFFIC[name], "float32")
+    t = plan_traffic(cop, np.float64)     # every value is a float: twice the bytes
+    assert (t["fused_B"], t["unfused_B"]) == tuple(2 * b for b in TRAFFIC[name])
+    assert plan_traffic(cop, np.float16)["dtype"] == "float32"     # computed in float32
 
 
 def test_cli_rejects_unknown_variant(tiny, capsys):

@@ -147,9 +147,8 @@ def test_explain_says_which_residuals_are_stored_and_recomputed_and_why(tmp_path
     assert main(["explain", str(spec), "cheap"]) == 0
     plan = _forward_plan(capsys.readouterr().out)
     assert "      recomputes %2, t1 from values it reads anyway (2 primitive(s): exp, sin): " \
-           "cheaper than storing t1 and reading it back, 8 B per element at float32 (16 B at " \
-           "float64)" in plan
-    assert "      reads x; stores %5; 2 array(s) per element (8 B at float32, 16 B at float64)" \
+           "cheaper than storing t1 and reading it back, per element 8 B at float32" in plan
+    assert "      reads x; stores %5; 2 array(s) per element (8 B at float32)" \
         in plan                                   # loop [0] no longer stores v
     assert main(["explain", str(spec), "newread"]) == 0
     plan = _forward_plan(capsys.readouterr().out)
@@ -173,6 +172,28 @@ def test_explain_shows_reductions_fused_into_one_loop(capsys):
     assert "reduces across rows: mean" in plan
     assert "reads logits, onehot, dloss (scalar)" in plan
     assert "3 array(s) per element (12 B at float32" in plan
+
+def test_explain_counts_bytes_at_the_compute_dtypes_the_op_can_have(tmp_path, capsys):
+    """An f64 parameter makes the op float64 only; f32 ones (no generic float) float32
+    only; a generic one either (explain.compute_dtypes)."""
+    spec = tmp_path / "d.grad"
+    spec.write_text("op wide(x: f64) -> z {\n    z = tanh(x) * x\n}\n"
+                    "op narrow(x: f32) -> z {\n    z = exp(x) * x\n}\n"
+                    "op either(x) -> z {\n    z = exp(x) * x\n}\n")
+    for op, want in [("wide", "(16 B at float64)"), ("narrow", "(8 B at float32)"),
+                     ("either", "(8 B at float32, 16 B at float64)")]:
+        assert main(["explain", str(spec), op]) == 0
+        fused = capsys.readouterr().out.split("kernel plan of forward (fused, CPU)")[1]
+        assert f"all kernels over shape(x): 2 array(s) per element {want}" in fused, fused
+    from gradc.explain import compute_dtypes
+    from gradc.ir.lower import ParamInfo
+    p = lambda dt, default=False: ParamInfo("p", dt, None, 0.5 if default else None,  # noqa: E731
+                                            default, True)
+    assert compute_dtypes([p("f32"), p("f64")]) == ("float64",)
+    assert compute_dtypes([p("f16"), p("f32")]) == ("float32",)
+    assert compute_dtypes([p("f32"), p(None, default=True)]) == ("float32",)  # weak scalar
+    assert compute_dtypes([p("i32"), p("bool")]) == ("float64",)              # no floats
+
 
 def test_explain_counts_bytes_per_element_of_each_kernel(capsys):
     """Every array input read and every output stored once per element, 4 B each at
@@ -198,8 +219,8 @@ def test_explain_counts_bytes_per_element_of_each_kernel(capsys):
     assert main(["explain", str(EXAMPLES / "seed.grad"), "mlp"]) == 0
     out = capsys.readouterr().out
     fused = out.split("kernel plan of forward (fused, CPU)")[1].split("kernel plan")[0]
-    assert "reads b1 (per row), %5; stores %7; 2 array(s) per element (8 B at float32, " \
-           "16 B at float64)" in fused
+    # mlp's parameters are all f32[...]: it computes in float32 only
+    assert "reads b1 (per row), %5; stores %7; 2 array(s) per element (8 B at float32)" in fused
     assert "all kernels over (b, h): 2 array(s) per element" in fused
     assert "all kernels over (b, o): 2 array(s) per element" in fused
 
