@@ -10,6 +10,8 @@ op whose body it follows and sets ``OpDef.source`` to the op's whole text
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,7 +182,17 @@ class ToAst(Transformer):
     @v_args(inline=True)
     def number(self, tok: Token) -> ast.Num:
         text = str(tok)
-        return ast.Num(float(text), text, self.span(tok), _is_int_literal(text))
+        value = float(text)
+        mantissa = re.split(r"[eE]", text)[0]
+        if math.isinf(value):
+            self.errors.append(ParseError(
+                f"the number {text} is too large for float64 (it would be inf); "
+                f"write inf, or a number below 1.8e308", self.span(tok), "E105"))
+        elif value == 0 and re.search(r"[1-9]", mantissa):
+            self.errors.append(ParseError(
+                f"the number {text} is too small for float64 (it would be 0); write 0, "
+                f"or a number above 4.9e-324", self.span(tok), "E105"))
+        return ast.Num(value, text, self.span(tok), _is_int_literal(text))
 
     @v_args(inline=True)
     def name(self, tok: Token) -> ast.Name:

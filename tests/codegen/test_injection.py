@@ -241,7 +241,7 @@ def test_unicode_look_alikes_are_errors_with_a_position(source: str, column: int
 
 def test_infinite_and_nan_defaults_and_constants(import_module_text) -> None:
     source = ("const N = inf - inf\n"
-              "op f(x, a: nograd = inf, b: nograd = -1e999, c: nograd = N,"
+              "op f(x, a: nograd = inf, b: nograd = -inf, c: nograd = N,"
               " d: nograd = 100000000000000000000000000000) -> (y, z) {\n"
               "    y = x + a + b + c + d\n    z = -inf\n}\n")
     m = import_module_text(gradc.compile_source(source, file="inf.grad"), "gradc_test_inf")

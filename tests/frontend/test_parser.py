@@ -156,7 +156,8 @@ def test_op_source_and_spans() -> None:
     ''')
     scale, after = parse(text, "s.grad").ops
     assert scale.source == text[text.index("op scale"):text.index("}\nop after") + 1]
-    assert after.source == "op after(x) -> y { y = x }"
+    assert scale.primal_source == text[text.index("op scale"):text.index("} grad") + 1]
+    assert after.source == after.primal_source == "op after(x) -> y { y = x }"
     assert scale.span == ast.Span("s.grad", 2, 4, 2, 9)
     assert scale.params[1].span == ast.Span("s.grad", 2, 13, 2, 14)
     stmt = scale.body[0]
@@ -173,6 +174,8 @@ def test_call_and_neg_spans() -> None:
 @pytest.mark.parametrize("text, value, is_int", [
     ("2", 2.0, True), ("0.5", 0.5, False), ("1e-3", 1e-3, False), (".5", 0.5, False),
     ("3.", 3.0, False), ("2E2", 200.0, False), ("10", 10.0, True),
+    ("0e999", 0.0, False), ("0.000e-999", 0.0, False), ("5e-324", 5e-324, False),
+    ("1.7e308", 1.7e308, False),
 ])
 def test_numbers(text: str, value: float, is_int: bool) -> None:
     e = body_expr(text)
@@ -290,6 +293,10 @@ def test_expected_an_expression() -> None:
      "a positional argument cannot follow a keyword argument"),
     ("grad(dy) -> dx {\n    dx = dy\n}\n",
      "a grad block must directly follow the body of an op"),
+    ("op f(x) -> y {\n    y = x * 1e400\n}\n", "the number 1e400 is too large for float64 "
+     "(it would be inf); write inf, or a number below 1.8e308"),
+    ("op f(x) -> y {\n    y = x + 2.5e-400\n}\n", "the number 2.5e-400 is too small for "
+     "float64 (it would be 0); write 0, or a number above 4.9e-324"),
 ])
 def test_error_messages(text: str, message: str) -> None:
     with pytest.raises(ParseError) as info:
