@@ -67,10 +67,11 @@ def math_source() -> str:
 
 
 def prepare(out_dir: Path, n: int = 1000, dtypes=(np.float32, np.float64),
-            unroll_variants=()) -> list[Path]:
+            unroll_variants=(), references: bool = True) -> list[Path]:
     """Compile the examples (``--target all``; libm on the CPU side, the
     reference) and the math table into ``out_dir``, and save the CPU's results
-    on sampled inputs (``expected.pkl``); ``unroll_variants`` adds the examples'
+    on sampled inputs (``expected.pkl``; not with ``references=False``, for a run
+    that computes them itself); ``unroll_variants`` adds the examples'
     CUDA kernels compiled with other unroll factors (``NAME_u4_gen.py``), which
     the bandwidth table compares."""
     import gradc
@@ -81,9 +82,11 @@ def prepare(out_dir: Path, n: int = 1000, dtypes=(np.float32, np.float64),
         path = Path(gradc.compile_file(spec, out_dir / f"{spec.stem}_gen.py", target="all",
                                        precise=True))
         paths.append(path)
-        cases += reference_cases(import_path(path), n, dtypes, np.random.default_rng(0))
-    with open(out_dir / "expected.pkl", "wb") as f:
-        pickle.dump(cases, f)
+        if references:
+            cases += reference_cases(import_path(path), n, dtypes, np.random.default_rng(0))
+    if references:
+        with open(out_dir / "expected.pkl", "wb") as f:
+            pickle.dump(cases, f)
     for k in unroll_variants:                  # the same kernels, another unroll factor
         for spec in SPECS:
             os.environ["GRADC_CUDA_UNROLL"] = str(k)
@@ -441,7 +444,8 @@ def main(argv=None) -> int:
         paths = sorted(args.modules.glob("*_gen.py"))
     else:
         import tempfile
-        paths = prepare(Path(tempfile.mkdtemp(prefix="gradc-gpu-")))
+        # the references are computed below, at --check-size and --dtypes only
+        paths = prepare(Path(tempfile.mkdtemp(prefix="gradc-gpu-")), references=False)
     mods = {p.stem: import_path(p) for p in paths}
     math_mods = {k: mods.pop(k) for k in ("math_gen", "math_fast_gen") if k in mods}
     dev = cuda.get_current_device()
