@@ -71,6 +71,7 @@ class WrapperPrinter:
     prefix = "_g_"
     extra_kw: tuple[tuple[str, str], ...] = ()     # (name, default) after out=
     label = ""                                     # errors name "op<label>.method"
+    fresh_return = True        # results in fresh _g_buffer arrays skip _g_finish
 
     def __init__(self, cop: CompiledOp, method: Method, plan: KernelPlan, kernels: Kernels,
                  fn_name: str, kernel_base: str) -> None:
@@ -81,6 +82,7 @@ class WrapperPrinter:
         self.buf = IndentedBuffer()
         self.vars: dict[int, str] = {}
         self.after_blas = False       # a matmul step has been printed
+        self.fresh: set[int] = set()  # results stored by a kernel in a buffer of their shape
 
     def render(self) -> str:
         g, cop, b = self.graph, self.cop, self.buf
@@ -122,8 +124,13 @@ class WrapperPrinter:
         results = ", ".join(self._value(o) for o in g.outputs) + ("," if len(g.outputs) == 1 else "")
         if self._input_free().issuperset(g.outputs):
             inputs = "()"           # no result can be (a view of) an argument: no check
-        b.line("_r = " + self.helper("finish", f"_n, _out, ({results}), _S, _RT, {inputs}"))
         single = self.method.name == "forward" and len(g.outputs) == 1
+        if self.fresh_return and inputs == "()" and self.fresh.issuperset(g.outputs) \
+                and len(set(g.outputs)) == len(g.outputs):        # b = a: two arrays
+            # the usual call: new arrays of the result dtype, what _g_finish would return
+            b.line("if _out is None and _T is _RT.type:")
+            b.line("    return " + (self._value(g.outputs[0]) if single else f"({results})"))
+        b.line("_r = " + self.helper("finish", f"_n, _out, ({results}), _S, _RT, {inputs}"))
         b.line("return _r[0]" if single else "return _r")
         return b.getvalue()
 
@@ -322,6 +329,8 @@ class WrapperPrinter:
             shape, slot = shape_of(nid), self.slots.get(nid)
             if slot is not None:
                 self.buf.line(f"{var} = " + self.helper("buffer", f"_n, _out, {slot}, {shape}, _T"))
+                if shape != "_s" or step.shape == g.node(nid).shape:
+                    self.fresh.add(nid)
             else:
                 self.buf.line(f"{var} = {self._empty(_OUT_DTYPE[g.node(nid).dtype], shape)}")
             arrays.append(f"{var}.reshape(-1)")

@@ -1679,6 +1679,8 @@ class scaled_tanh:
         _s = x.shape
         _v1 = _g_buffer(_n, _out, 0, _s, _T)
         _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+        if _out is None and _T is _RT.type:
+            return _v1
         _r = _g_finish(_n, _out, (_v1,), _S, _RT, ())
         return _r[0]
 
@@ -1691,6 +1693,8 @@ class scaled_tanh:
         _s = x.shape
         _v9 = _g_buffer(_n, _out, 0, _s, _T)
         _g_launch(_gk_scaled_tanh_vjp_0, _gk_scaled_tanh_vjp_0_serial, _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+        if _out is None and _T is _RT.type:
+            return (_v9,)
         _r = _g_finish(_n, _out, (_v9,), _S, _RT, ())
         return _r
 
@@ -1704,6 +1708,8 @@ class scaled_tanh:
         _v1 = _g_buffer(_n, _out, 0, _s, _T)
         _v9 = _g_buffer(_n, _out, 1, _s, _T)
         _g_launch(_gk_scaled_tanh_fwd_bwd_0, _gk_scaled_tanh_fwd_bwd_0_serial, _v1.reshape(-1), _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+        if _out is None and _T is _RT.type:
+            return (_v1, _v9)
         _r = _g_finish(_n, _out, (_v1, _v9), _S, _RT, ())
         return _r
 
@@ -1717,6 +1723,8 @@ class scaled_tanh:
         _v1 = _g_buffer(_n, _out, 0, _s, _T)
         _v23 = _g_buffer(_n, _out, 1, _s, _T)
         _g_launch(_gk_scaled_tanh_jvp_0, _gk_scaled_tanh_jvp_0_serial, _v1.reshape(-1), _v23.reshape(-1), _g_flat(x, _s), _g_flat(x_t, _s), _G_WITNESS[_T])
+        if _out is None and _T is _RT.type:
+            return (_v1, _v23)
         _r = _g_finish(_n, _out, (_v1, _v23), _S, _RT, ())
         return _r
 
@@ -1730,6 +1738,8 @@ class scaled_tanh:
             _s = x.shape
             _v1 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+            if _out is None and _T is _RT.type:
+                return _v1
             _r = _g_finish(_n, _out, (_v1,), _S, _RT, ())
             return _r[0]
 
@@ -1754,6 +1764,8 @@ class scaled_tanh:
             _s = x.shape
             _v9 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
+            if _out is None and _T is _RT.type:
+                return (_v9,)
             _r = _g_finish(_n, _out, (_v9,), _S, _RT, ())
             return _r
 
@@ -1778,6 +1790,8 @@ class scaled_tanh:
             _s = x.shape
             _v9 = _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
+            if _out is None and _T is _RT.type:
+                return (_v1, _v9)
             _r = _g_finish(_n, _out, (_v1, _v9), _S, _RT, ())
             return _r
 
@@ -1814,6 +1828,8 @@ class scaled_tanh:
             _s = x.shape
             _v23 = _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v23.reshape(-1), _g_flat(_v18, _s), _g_flat(_v22, _s), _G_WITNESS[_T])
+            if _out is None and _T is _RT.type:
+                return (_v1, _v23)
             _r = _g_finish(_n, _out, (_v1, _v23), _S, _RT, ())
             return _r
 
@@ -1883,6 +1899,8 @@ class leaky_relu:
         _s = x.shape
         _v5 = _g_buffer(_n, _out, 0, _s, _T)
         _g_launch(_gk_leaky_relu_forward_0, _gk_leaky_relu_forward_0_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
+        if _out is None and _T is _RT.type:
+            return _v5
         _r = _g_finish(_n, _out, (_v5,), _S, _RT, ())
         return _r[0]
 
@@ -1895,6 +1913,8 @@ class leaky_relu:
         _s = x.shape
         _v17 = _g_buffer(_n, _out, 0, _s, _T)
         _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v17.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
+        if _out is None and _T is _RT.type:
+            return (_v17,)
         _r = _g_finish(_n, _out, (_v17,), _S, _RT, ())
         return _r
 
@@ -1908,6 +1928,8 @@ class leaky_relu:
         _v5 = _g_buffer(_n, _out, 0, _s, _T)
         _v17 = _g_buffer(_n, _out, 1, _s, _T)
         _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v17.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
+        if _out is None and _T is _RT.type:
+            return (_v5, _v17)
         _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
         return _r
 
@@ -1921,6 +1943,8 @@ class leaky_relu:
         _v5 = _g_buffer(_n, _out, 0, _s, _T)
         _v17 = _g_buffer(_n, _out, 1, _s, _T)
         _g_launch(_gk_leaky_relu_jvp_0, _gk_leaky_relu_jvp_0_serial, _v5.reshape(-1), _v17.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(x_t, _s), _G_WITNESS[_T])
+        if _out is None and _T is _RT.type:
+            return (_v5, _v17)
         _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
         return _r
 
@@ -1940,6 +1964,8 @@ class leaky_relu:
             _s = x.shape
             _v5 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
+            if _out is None and _T is _RT.type:
+                return _v5
             _r = _g_finish(_n, _out, (_v5,), _S, _RT, ())
             return _r[0]
 
@@ -1976,6 +2002,8 @@ class leaky_relu:
             _s = x.shape
             _v17 = _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            if _out is None and _T is _RT.type:
+                return (_v17,)
             _r = _g_finish(_n, _out, (_v17,), _S, _RT, ())
             return _r
 
@@ -2018,6 +2046,8 @@ class leaky_relu:
             _s = x.shape
             _v17 = _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            if _out is None and _T is _RT.type:
+                return (_v5, _v17)
             _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
             return _r
 
@@ -2060,6 +2090,8 @@ class leaky_relu:
             _s = x.shape
             _v17 = _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v14, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            if _out is None and _T is _RT.type:
+                return (_v5, _v17)
             _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
             return _r
 
