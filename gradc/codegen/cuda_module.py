@@ -22,7 +22,7 @@ class CudaWrapperPrinter(WrapperPrinter):
     prefix = "_gc_"
     extra_kw = (("stream", "0"),)
     label = ".cuda"
-    fresh_return = False       # results go through _gc_finish (device arrays, streams)
+    host_fast_paths = False    # device arrays and streams: _gc_ helpers throughout
 
     def _empty(self, dtype: str, shape: str = "_s") -> str:
         return f"_gc_empty({shape}, {dtype}, stream)"

@@ -22,7 +22,7 @@ class DaskWrapperPrinter(WrapperPrinter):
     stand-ins that hold no data) and steps, each step a lazy Dask operation."""
 
     prefix = "_gd_"
-    fresh_return = False       # results go through _gd_finish (lazy arrays)
+    host_fast_paths = False    # lazy arrays: _gd_ helpers throughout
 
     @staticmethod
     def lower_plan(plan: KernelPlan) -> KernelPlan:

@@ -71,7 +71,9 @@ class WrapperPrinter:
     prefix = "_g_"
     extra_kw: tuple[tuple[str, str], ...] = ()     # (name, default) after out=
     label = ""                                     # errors name "op<label>.method"
-    fresh_return = True        # results in fresh _g_buffer arrays skip _g_finish
+    # NumPy arrays on the host: the usual call (no out=, the compute dtype the result
+    # dtype, inputs as _g_inputs returns them) skips helpers it does not need
+    host_fast_paths = True
 
     def __init__(self, cop: CompiledOp, method: Method, plan: KernelPlan, kernels: Kernels,
                  fn_name: str, kernel_base: str) -> None:
@@ -125,7 +127,7 @@ class WrapperPrinter:
         if self._input_free().issuperset(g.outputs):
             inputs = "()"           # no result can be (a view of) an argument: no check
         single = self.method.name == "forward" and len(g.outputs) == 1
-        if self.fresh_return and inputs == "()" and self.fresh.issuperset(g.outputs) \
+        if self.host_fast_paths and inputs == "()" and self.fresh.issuperset(g.outputs) \
                 and len(set(g.outputs)) == len(g.outputs):        # b = a: two arrays
             # the usual call: new arrays of the result dtype, what _g_finish would return
             b.line("if _out is None and _T is _RT.type:")
@@ -276,10 +278,19 @@ class WrapperPrinter:
         b.line(self._shape_line(step))
         outs = self._output_arrays(step)
         rows = self.kernels.rows(g, step)
-        ins = [self.helper("flat", f"{self.vars[i]}, " + (
-            "()" if is_scalar_input(g, i) else f"_s[{-rows[i]}:]" if i in rows else "_s"))
+        ins = [f"{self.vars[i]}.ravel()" if self._whole_argument(step, i, rows) else
+               self.helper("flat", f"{self.vars[i]}, " + (
+                   "()" if is_scalar_input(g, i) else f"_s[{-rows[i]}:]" if i in rows else "_s"))
                for i in self._loop_inputs(step)]
         b.line(self._launch(name, outs + ins, step))
+
+    def _whole_argument(self, step: Kernel, i: int, rows) -> bool:
+        """Input ``i`` of ``step`` is an argument of the loop's own shape: as
+        ``_g_inputs`` returns it (a C-contiguous array), ``.ravel()`` is the flat view
+        ``_g_flat`` would give."""
+        node = self.graph.node(i)
+        return (self.host_fast_paths and node.op == "param" and i not in rows
+                and not is_scalar_input(self.graph, i) and node.shape == step.shape)
 
     def _reduce_kernel(self, step: ReduceKernel, k: int) -> None:
         """A loop over rows with its reductions (:mod:`gradc.codegen.cpu_reduce`):
@@ -328,7 +339,10 @@ class WrapperPrinter:
             self.vars[nid] = var
             shape, slot = shape_of(nid), self.slots.get(nid)
             if slot is not None:
-                self.buf.line(f"{var} = " + self.helper("buffer", f"_n, _out, {slot}, {shape}, _T"))
+                buffer = self.helper("buffer", f"_n, _out, {slot}, {shape}, _T")
+                if self.host_fast_paths:          # no out=: what _g_buffer would make
+                    buffer = f"np.empty({shape}, dtype=_T) if _out is None else {buffer}"
+                self.buf.line(f"{var} = {buffer}")
                 if shape != "_s" or step.shape == g.node(nid).shape:
                     self.fresh.add(nid)
             else:

@@ -1677,8 +1677,8 @@ class scaled_tanh:
         _S = (x.shape,)
         _out = _g_out_tuple(_n, out, _S, 'f', (x,), ('x',), ((0, 0),))
         _s = x.shape
-        _v1 = _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+        _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return _v1
         _r = _g_finish(_n, _out, (_v1,), _S, _RT, ())
@@ -1691,8 +1691,8 @@ class scaled_tanh:
         _out = _g_out_tuple(_n, out, _S, 'f', (x, dy), ('x', 'dy'), ((0, 0), (0, 1)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
-        _v9 = _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_scaled_tanh_vjp_0, _gk_scaled_tanh_vjp_0_serial, _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+        _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        _g_launch(_gk_scaled_tanh_vjp_0, _gk_scaled_tanh_vjp_0_serial, _v9.reshape(-1), x.ravel(), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v9,)
         _r = _g_finish(_n, _out, (_v9,), _S, _RT, ())
@@ -1705,9 +1705,9 @@ class scaled_tanh:
         _out = _g_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
-        _v1 = _g_buffer(_n, _out, 0, _s, _T)
-        _v9 = _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_scaled_tanh_fwd_bwd_0, _gk_scaled_tanh_fwd_bwd_0_serial, _v1.reshape(-1), _v9.reshape(-1), _g_flat(x, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+        _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+        _g_launch(_gk_scaled_tanh_fwd_bwd_0, _gk_scaled_tanh_fwd_bwd_0_serial, _v1.reshape(-1), _v9.reshape(-1), x.ravel(), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v1, _v9)
         _r = _g_finish(_n, _out, (_v1, _v9), _S, _RT, ())
@@ -1720,9 +1720,9 @@ class scaled_tanh:
         _out = _g_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1)))
         x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
         _s = x.shape
-        _v1 = _g_buffer(_n, _out, 0, _s, _T)
-        _v23 = _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_scaled_tanh_jvp_0, _gk_scaled_tanh_jvp_0_serial, _v1.reshape(-1), _v23.reshape(-1), _g_flat(x, _s), _g_flat(x_t, _s), _G_WITNESS[_T])
+        _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        _v23 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+        _g_launch(_gk_scaled_tanh_jvp_0, _gk_scaled_tanh_jvp_0_serial, _v1.reshape(-1), _v23.reshape(-1), x.ravel(), x_t.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v1, _v23)
         _r = _g_finish(_n, _out, (_v1, _v23), _S, _RT, ())
@@ -1736,8 +1736,8 @@ class scaled_tanh:
             _S = (x.shape,)
             _out = _g_out_tuple(_n, out, _S, 'f', (x,), ('x',), ((0, 0),))
             _s = x.shape
-            _v1 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+            _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return _v1
             _r = _g_finish(_n, _out, (_v1,), _S, _RT, ())
@@ -1751,7 +1751,7 @@ class scaled_tanh:
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v1 = np.empty(_s, dtype=_T)
-            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
             _g_launch(_gu_square, _gu_square_serial, _v10.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
@@ -1760,9 +1760,9 @@ class scaled_tanh:
             _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v7 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), _g_flat(dy, _s), _g_flat(_v6, _s), _G_WITNESS[_T])
+            _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), dy.ravel(), _g_flat(_v6, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v9 = _g_buffer(_n, _out, 0, _s, _T)
+            _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v9,)
@@ -1776,8 +1776,8 @@ class scaled_tanh:
             _out = _g_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (1, 1)))
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
-            _v1 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+            _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
             _g_launch(_gu_square, _gu_square_serial, _v10.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
@@ -1786,9 +1786,9 @@ class scaled_tanh:
             _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v7 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), _g_flat(dy, _s), _g_flat(_v6, _s), _G_WITNESS[_T])
+            _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), dy.ravel(), _g_flat(_v6, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v9 = _g_buffer(_n, _out, 1, _s, _T)
+            _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v1, _v9)
@@ -1802,11 +1802,11 @@ class scaled_tanh:
             _out = _g_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (1, 1)))
             x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
             _s = x.shape
-            _v1 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+            _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v12 = np.empty(_s, dtype=_T)
-            _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v12.reshape(-1), _g_flat(x_t, _s), _G_WITNESS[_T])
+            _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v12.reshape(-1), x_t.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v20 = np.empty(_s, dtype=_T)
             _g_launch(_gu_eq, _gu_eq_serial, _v20.reshape(-1), _g_flat(_v12, _s), _G_WITNESS[_T])
@@ -1826,7 +1826,7 @@ class scaled_tanh:
             _v22 = np.empty(_s, dtype=_T)
             _g_launch(_gu_mul, _gu_mul_serial, _v22.reshape(-1), _g_flat(_v20, _s), _g_flat(_v21, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v23 = _g_buffer(_n, _out, 1, _s, _T)
+            _v23 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v23.reshape(-1), _g_flat(_v18, _s), _g_flat(_v22, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v1, _v23)
@@ -1897,8 +1897,8 @@ class leaky_relu:
         _S = (x.shape,)
         _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha), ('x', 'alpha'), ((0, 0), (0, 1)))
         _s = x.shape
-        _v5 = _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_leaky_relu_forward_0, _gk_leaky_relu_forward_0_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
+        _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        _g_launch(_gk_leaky_relu_forward_0, _gk_leaky_relu_forward_0_serial, _v5.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return _v5
         _r = _g_finish(_n, _out, (_v5,), _S, _RT, ())
@@ -1911,8 +1911,8 @@ class leaky_relu:
         _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
-        _v17 = _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v17.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
+        _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v17,)
         _r = _g_finish(_n, _out, (_v17,), _S, _RT, ())
@@ -1925,9 +1925,9 @@ class leaky_relu:
         _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
-        _v5 = _g_buffer(_n, _out, 0, _s, _T)
-        _v17 = _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v17.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(dy, _s), _G_WITNESS[_T])
+        _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+        _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v5, _v17)
         _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
@@ -1940,9 +1940,9 @@ class leaky_relu:
         _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
         x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
         _s = x.shape
-        _v5 = _g_buffer(_n, _out, 0, _s, _T)
-        _v17 = _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_leaky_relu_jvp_0, _gk_leaky_relu_jvp_0_serial, _v5.reshape(-1), _v17.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _g_flat(x_t, _s), _G_WITNESS[_T])
+        _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+        _g_launch(_gk_leaky_relu_jvp_0, _gk_leaky_relu_jvp_0_serial, _v5.reshape(-1), _v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), x_t.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v5, _v17)
         _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
@@ -1957,13 +1957,13 @@ class leaky_relu:
             _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha), ('x', 'alpha'), ((0, 0), (0, 1)))
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v4 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
+            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v4.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
-            _v5 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
+            _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), x.ravel(), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return _v5
             _r = _g_finish(_n, _out, (_v5,), _S, _RT, ())
@@ -1977,13 +1977,13 @@ class leaky_relu:
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), dy.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), dy.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
             _g_launch(_gu_mul_3, _gu_mul_3_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
@@ -2000,7 +2000,7 @@ class leaky_relu:
             _v16 = np.empty(_s, dtype=_T)
             _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v17 = _g_buffer(_n, _out, 0, _s, _T)
+            _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v17,)
@@ -2015,19 +2015,19 @@ class leaky_relu:
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v4 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
+            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v4.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
-            _v5 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
+            _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), x.ravel(), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), dy.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), _g_flat(dy, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), dy.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
             _g_launch(_gu_mul_3, _gu_mul_3_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
@@ -2044,7 +2044,7 @@ class leaky_relu:
             _v16 = np.empty(_s, dtype=_T)
             _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v17 = _g_buffer(_n, _out, 1, _s, _T)
+            _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v5, _v17)
@@ -2059,19 +2059,19 @@ class leaky_relu:
             x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), _g_flat(x, _s), _G_WITNESS[_T])
+            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v4 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v4.reshape(-1), _g_flat(x, _s), _g_flat(alpha, ()), _G_WITNESS[_T])
+            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v4.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
-            _v5 = _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), _g_flat(x, _s), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
+            _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), x.ravel(), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             _s = x.shape
             _v7 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_4, _gu_mul_4_serial, _v7.reshape(-1), _g_flat(alpha, ()), _g_flat(x_t, _s), _G_WITNESS[_T])
+            _g_launch(_gu_mul_4, _gu_mul_4_serial, _v7.reshape(-1), _g_flat(alpha, ()), x_t.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v9 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_eq, _gu_eq_serial, _v9.reshape(-1), _g_flat(x_t, _s), _G_WITNESS[_T])
+            _g_launch(_gu_eq, _gu_eq_serial, _v9.reshape(-1), x_t.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
             _g_launch(_gu_ne, _gu_ne_serial, _v10.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
@@ -2083,12 +2083,12 @@ class leaky_relu:
             _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v12.reshape(-1), _g_flat(_v7, _s), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v14.reshape(-1), _g_flat(_v3, _s), _g_flat(x_t, _s), _G_WITNESS[_T])
+            _g_launch(_gu_where, _gu_where_serial, _v14.reshape(-1), _g_flat(_v3, _s), x_t.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v16 = np.empty(_s, dtype=_T)
             _g_launch(_gu_where_1, _gu_where_1_serial, _v16.reshape(-1), _g_flat(_v3, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v17 = _g_buffer(_n, _out, 1, _s, _T)
+            _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
             _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v14, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v5, _v17)
