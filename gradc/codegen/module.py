@@ -371,10 +371,13 @@ class WrapperPrinter:
         return f"np.empty({shape}, dtype={dtype})"
 
     def _launch(self, name: str, args: list[str], step: Kernel) -> str:
-        args = ", ".join(args + ["_G_WITNESS[_T]"])
+        first, args = args[0], ", ".join(args + ["_G_WITNESS[_T]"])
         if self.after_blas:         # BLAS's threads still spin: one thread, no waiting
             return f"{name}_serial({args})"
-        return f"_g_launch({name}, {name}_serial, {args})"
+        # threaded from _G_PARALLEL_MIN elements (the first output's, as reduce kernels)
+        assert first.endswith(".reshape(-1)"), first
+        size = first.removesuffix(".reshape(-1)") + ".size"
+        return f"({name} if {size} >= _G_PARALLEL_MIN else {name}_serial)({args})"
 
     def _library(self, step: LibraryCall) -> None:
         node = self.graph.node(step.node)
@@ -553,7 +556,7 @@ _HELPERS = (prelude._g_sum_to, prelude._g_transpose, prelude._g_broadcast_in, pr
             runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream, runtime_src._g_tangent,
             runtime_src._g_tangent_broadcast,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
-            runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_result_shape, runtime_src._g_launch, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcDask,
+            runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_result_shape, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcDask,
             runtime_src._GradcOp, *(getattr(runtime_dask_src, n) for n in runtime_dask_src.HELPERS))
 _CONSTANTS = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"
               "_G_PARALLEL_MIN = int(os.environ.get('GRADC_PARALLEL_MIN', 1 << 17))\n"

@@ -321,11 +321,6 @@ def _g_result_shape(kind, a, b=None, axis=None, keepdims=False):
     return tuple(b)               # sum_to, broadcast_in: the shape of ``like``
 
 
-def _g_launch(parallel, serial, *args):
-    """Run a kernel over ``args[0].size`` elements: threaded from _G_PARALLEL_MIN."""
-    return (parallel if args[0].size >= _G_PARALLEL_MIN else serial)(*args)
-
-
 def _g_finish(op, outs, results, shapes, rt, inputs):
     """Results as fresh arrays of the result dtype, or written into ``out``.
 

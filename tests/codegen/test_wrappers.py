@@ -363,8 +363,8 @@ def test_loops_after_a_matmul_run_on_one_thread() -> None:
                                 "    y = tanh(2 * x) @ w + 1\n}\n")
     body = text[text.index("class d:"):text.index("    def vjp(", text.index("class d:"))]
     before, after = body.split("np.matmul(", 1)
-    assert "_g_launch(_gk_d_forward_0, _gk_d_forward_0_serial, " in before
-    assert "_g_launch(" not in after and "_gk_d_forward_2_serial(_v" in after
+    assert "(_gk_d_forward_0 if _v" in before and " else _gk_d_forward_0_serial)(" in before
+    assert " >= _G_PARALLEL_MIN " not in after and "_gk_d_forward_2_serial(_v" in after
 
 
 def test_float16_inputs_compute_in_float32_and_return_float16(m) -> None:

@@ -440,11 +440,6 @@ def _g_result_shape(kind, a, b=None, axis=None, keepdims=False):
     return tuple(b)               # sum_to, broadcast_in: the shape of ``like``
 
 
-def _g_launch(parallel, serial, *args):
-    """Run a kernel over ``args[0].size`` elements: threaded from _G_PARALLEL_MIN."""
-    return (parallel if args[0].size >= _G_PARALLEL_MIN else serial)(*args)
-
-
 def _g_finish(op, outs, results, shapes, rt, inputs):
     """Results as fresh arrays of the result dtype, or written into ``out``.
 
@@ -1678,7 +1673,7 @@ class scaled_tanh:
         _out = _g_out_tuple(_n, out, _S, 'f', (x,), ('x',), ((0, 0),))
         _s = x.shape
         _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
+        (_gk_scaled_tanh_forward_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_forward_0_serial)(_v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return _v1
         _r = _g_finish(_n, _out, (_v1,), _S, _RT, ())
@@ -1692,7 +1687,7 @@ class scaled_tanh:
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
         _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_scaled_tanh_vjp_0, _gk_scaled_tanh_vjp_0_serial, _v9.reshape(-1), x.ravel(), dy.ravel(), _G_WITNESS[_T])
+        (_gk_scaled_tanh_vjp_0 if _v9.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_vjp_0_serial)(_v9.reshape(-1), x.ravel(), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v9,)
         _r = _g_finish(_n, _out, (_v9,), _S, _RT, ())
@@ -1707,7 +1702,7 @@ class scaled_tanh:
         _s = x.shape
         _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
         _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_scaled_tanh_fwd_bwd_0, _gk_scaled_tanh_fwd_bwd_0_serial, _v1.reshape(-1), _v9.reshape(-1), x.ravel(), dy.ravel(), _G_WITNESS[_T])
+        (_gk_scaled_tanh_fwd_bwd_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_fwd_bwd_0_serial)(_v1.reshape(-1), _v9.reshape(-1), x.ravel(), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v1, _v9)
         _r = _g_finish(_n, _out, (_v1, _v9), _S, _RT, ())
@@ -1722,7 +1717,7 @@ class scaled_tanh:
         _s = x.shape
         _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
         _v23 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_scaled_tanh_jvp_0, _gk_scaled_tanh_jvp_0_serial, _v1.reshape(-1), _v23.reshape(-1), x.ravel(), x_t.ravel(), _G_WITNESS[_T])
+        (_gk_scaled_tanh_jvp_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_jvp_0_serial)(_v1.reshape(-1), _v23.reshape(-1), x.ravel(), x_t.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v1, _v23)
         _r = _g_finish(_n, _out, (_v1, _v23), _S, _RT, ())
@@ -1737,7 +1732,7 @@ class scaled_tanh:
             _out = _g_out_tuple(_n, out, _S, 'f', (x,), ('x',), ((0, 0),))
             _s = x.shape
             _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
+            (_gk_scaled_tanh_forward_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_forward_0_serial)(_v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return _v1
             _r = _g_finish(_n, _out, (_v1,), _S, _RT, ())
@@ -1751,19 +1746,19 @@ class scaled_tanh:
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v1 = np.empty(_s, dtype=_T)
-            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
+            (_gk_scaled_tanh_forward_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_forward_0_serial)(_v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_square, _gu_square_serial, _v10.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
+            (_gu_square if _v10.size >= _G_PARALLEL_MIN else _gu_square_serial)(_v10.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
             _s = x.shape
             _v6 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
+            (_gu_sub if _v6.size >= _G_PARALLEL_MIN else _gu_sub_serial)(_v6.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v7 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), dy.ravel(), _g_flat(_v6, _s), _G_WITNESS[_T])
+            (_gu_mul if _v7.size >= _G_PARALLEL_MIN else _gu_mul_serial)(_v7.reshape(-1), dy.ravel(), _g_flat(_v6, _s), _G_WITNESS[_T])
             _s = x.shape
             _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
+            (_gk_scaled_tanh_vjp_4 if _v9.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_vjp_4_serial)(_v9.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v9,)
             _r = _g_finish(_n, _out, (_v9,), _S, _RT, ())
@@ -1777,19 +1772,19 @@ class scaled_tanh:
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
+            (_gk_scaled_tanh_forward_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_forward_0_serial)(_v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_square, _gu_square_serial, _v10.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
+            (_gu_square if _v10.size >= _G_PARALLEL_MIN else _gu_square_serial)(_v10.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
             _s = x.shape
             _v6 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_sub, _gu_sub_serial, _v6.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
+            (_gu_sub if _v6.size >= _G_PARALLEL_MIN else _gu_sub_serial)(_v6.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v7 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul, _gu_mul_serial, _v7.reshape(-1), dy.ravel(), _g_flat(_v6, _s), _G_WITNESS[_T])
+            (_gu_mul if _v7.size >= _G_PARALLEL_MIN else _gu_mul_serial)(_v7.reshape(-1), dy.ravel(), _g_flat(_v6, _s), _G_WITNESS[_T])
             _s = x.shape
             _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-            _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v9.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
+            (_gk_scaled_tanh_vjp_4 if _v9.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_vjp_4_serial)(_v9.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v1, _v9)
             _r = _g_finish(_n, _out, (_v1, _v9), _S, _RT, ())
@@ -1803,31 +1798,31 @@ class scaled_tanh:
             x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
             _s = x.shape
             _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_scaled_tanh_forward_0, _gk_scaled_tanh_forward_0_serial, _v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
+            (_gk_scaled_tanh_forward_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_forward_0_serial)(_v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v12 = np.empty(_s, dtype=_T)
-            _g_launch(_gk_scaled_tanh_vjp_4, _gk_scaled_tanh_vjp_4_serial, _v12.reshape(-1), x_t.ravel(), _G_WITNESS[_T])
+            (_gk_scaled_tanh_vjp_4 if _v12.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_vjp_4_serial)(_v12.reshape(-1), x_t.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v20 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_eq, _gu_eq_serial, _v20.reshape(-1), _g_flat(_v12, _s), _G_WITNESS[_T])
+            (_gu_eq if _v20.size >= _G_PARALLEL_MIN else _gu_eq_serial)(_v20.reshape(-1), _g_flat(_v12, _s), _G_WITNESS[_T])
             _s = x.shape
             _v24 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_square, _gu_square_serial, _v24.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
+            (_gu_square if _v24.size >= _G_PARALLEL_MIN else _gu_square_serial)(_v24.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_sub, _gu_sub_serial, _v8.reshape(-1), _g_flat(_v24, _s), _G_WITNESS[_T])
+            (_gu_sub if _v8.size >= _G_PARALLEL_MIN else _gu_sub_serial)(_v8.reshape(-1), _g_flat(_v24, _s), _G_WITNESS[_T])
             _s = x.shape
             _v18 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_1, _gu_mul_1_serial, _v18.reshape(-1), _g_flat(_v8, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
+            (_gu_mul_1 if _v18.size >= _G_PARALLEL_MIN else _gu_mul_1_serial)(_v18.reshape(-1), _g_flat(_v8, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             _s = x.shape
             _v21 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_ne, _gu_ne_serial, _v21.reshape(-1), _g_flat(_v18, _s), _G_WITNESS[_T])
+            (_gu_ne if _v21.size >= _G_PARALLEL_MIN else _gu_ne_serial)(_v21.reshape(-1), _g_flat(_v18, _s), _G_WITNESS[_T])
             _s = x.shape
             _v22 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul, _gu_mul_serial, _v22.reshape(-1), _g_flat(_v20, _s), _g_flat(_v21, _s), _G_WITNESS[_T])
+            (_gu_mul if _v22.size >= _G_PARALLEL_MIN else _gu_mul_serial)(_v22.reshape(-1), _g_flat(_v20, _s), _g_flat(_v21, _s), _G_WITNESS[_T])
             _s = x.shape
             _v23 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-            _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v23.reshape(-1), _g_flat(_v18, _s), _g_flat(_v22, _s), _G_WITNESS[_T])
+            (_gk_scaled_tanh_jvp_8 if _v23.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_jvp_8_serial)(_v23.reshape(-1), _g_flat(_v18, _s), _g_flat(_v22, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v1, _v23)
             _r = _g_finish(_n, _out, (_v1, _v23), _S, _RT, ())
@@ -1898,7 +1893,7 @@ class leaky_relu:
         _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha), ('x', 'alpha'), ((0, 0), (0, 1)))
         _s = x.shape
         _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_leaky_relu_forward_0, _gk_leaky_relu_forward_0_serial, _v5.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
+        (_gk_leaky_relu_forward_0 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_forward_0_serial)(_v5.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return _v5
         _r = _g_finish(_n, _out, (_v5,), _S, _RT, ())
@@ -1912,7 +1907,7 @@ class leaky_relu:
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _s = x.shape
         _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-        _g_launch(_gk_leaky_relu_vjp_0, _gk_leaky_relu_vjp_0_serial, _v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
+        (_gk_leaky_relu_vjp_0 if _v17.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_0_serial)(_v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v17,)
         _r = _g_finish(_n, _out, (_v17,), _S, _RT, ())
@@ -1927,7 +1922,7 @@ class leaky_relu:
         _s = x.shape
         _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
         _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_leaky_relu_fwd_bwd_0, _gk_leaky_relu_fwd_bwd_0_serial, _v5.reshape(-1), _v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
+        (_gk_leaky_relu_fwd_bwd_0 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_fwd_bwd_0_serial)(_v5.reshape(-1), _v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v5, _v17)
         _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
@@ -1942,7 +1937,7 @@ class leaky_relu:
         _s = x.shape
         _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
         _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-        _g_launch(_gk_leaky_relu_jvp_0, _gk_leaky_relu_jvp_0_serial, _v5.reshape(-1), _v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), x_t.ravel(), _G_WITNESS[_T])
+        (_gk_leaky_relu_jvp_0 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_jvp_0_serial)(_v5.reshape(-1), _v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), x_t.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v5, _v17)
         _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
@@ -1957,13 +1952,13 @@ class leaky_relu:
             _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha), ('x', 'alpha'), ((0, 0), (0, 1)))
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
+            (_gu_gt if _v3.size >= _G_PARALLEL_MIN else _gu_gt_serial)(_v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v4 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v4.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
+            (_gu_mul_2 if _v4.size >= _G_PARALLEL_MIN else _gu_mul_2_serial)(_v4.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
             _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), x.ravel(), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
+            (_gk_leaky_relu_forward_2 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_forward_2_serial)(_v5.reshape(-1), x.ravel(), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return _v5
             _r = _g_finish(_n, _out, (_v5,), _S, _RT, ())
@@ -1977,31 +1972,31 @@ class leaky_relu:
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
+            (_gu_gt if _v3.size >= _G_PARALLEL_MIN else _gu_gt_serial)(_v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), dy.ravel(), _G_WITNESS[_T])
+            (_gu_where if _v8.size >= _G_PARALLEL_MIN else _gu_where_serial)(_v8.reshape(-1), _g_flat(_v3, _s), dy.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), dy.ravel(), _G_WITNESS[_T])
+            (_gu_where_1 if _v10.size >= _G_PARALLEL_MIN else _gu_where_1_serial)(_v10.reshape(-1), _g_flat(_v3, _s), dy.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_3, _gu_mul_3_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
+            (_gu_mul_3 if _v11.size >= _G_PARALLEL_MIN else _gu_mul_3_serial)(_v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v13 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
+            (_gu_eq if _v13.size >= _G_PARALLEL_MIN else _gu_eq_serial)(_v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_ne, _gu_ne_serial, _v14.reshape(-1), _g_flat(_v11, _s), _G_WITNESS[_T])
+            (_gu_ne if _v14.size >= _G_PARALLEL_MIN else _gu_ne_serial)(_v14.reshape(-1), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
             _v15 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul, _gu_mul_serial, _v15.reshape(-1), _g_flat(_v13, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
+            (_gu_mul if _v15.size >= _G_PARALLEL_MIN else _gu_mul_serial)(_v15.reshape(-1), _g_flat(_v13, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
             _s = x.shape
             _v16 = np.empty(_s, dtype=_T)
-            _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
+            (_gk_scaled_tanh_jvp_8 if _v16.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_jvp_8_serial)(_v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
             _s = x.shape
             _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            (_gk_leaky_relu_vjp_8 if _v17.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_8_serial)(_v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v17,)
             _r = _g_finish(_n, _out, (_v17,), _S, _RT, ())
@@ -2015,37 +2010,37 @@ class leaky_relu:
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
+            (_gu_gt if _v3.size >= _G_PARALLEL_MIN else _gu_gt_serial)(_v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v4 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v4.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
+            (_gu_mul_2 if _v4.size >= _G_PARALLEL_MIN else _gu_mul_2_serial)(_v4.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
             _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), x.ravel(), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
+            (_gk_leaky_relu_forward_2 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_forward_2_serial)(_v5.reshape(-1), x.ravel(), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v8.reshape(-1), _g_flat(_v3, _s), dy.ravel(), _G_WITNESS[_T])
+            (_gu_where if _v8.size >= _G_PARALLEL_MIN else _gu_where_serial)(_v8.reshape(-1), _g_flat(_v3, _s), dy.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v10.reshape(-1), _g_flat(_v3, _s), dy.ravel(), _G_WITNESS[_T])
+            (_gu_where_1 if _v10.size >= _G_PARALLEL_MIN else _gu_where_1_serial)(_v10.reshape(-1), _g_flat(_v3, _s), dy.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_3, _gu_mul_3_serial, _v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
+            (_gu_mul_3 if _v11.size >= _G_PARALLEL_MIN else _gu_mul_3_serial)(_v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v13 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_eq, _gu_eq_serial, _v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
+            (_gu_eq if _v13.size >= _G_PARALLEL_MIN else _gu_eq_serial)(_v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_ne, _gu_ne_serial, _v14.reshape(-1), _g_flat(_v11, _s), _G_WITNESS[_T])
+            (_gu_ne if _v14.size >= _G_PARALLEL_MIN else _gu_ne_serial)(_v14.reshape(-1), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
             _v15 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul, _gu_mul_serial, _v15.reshape(-1), _g_flat(_v13, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
+            (_gu_mul if _v15.size >= _G_PARALLEL_MIN else _gu_mul_serial)(_v15.reshape(-1), _g_flat(_v13, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
             _s = x.shape
             _v16 = np.empty(_s, dtype=_T)
-            _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
+            (_gk_scaled_tanh_jvp_8 if _v16.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_jvp_8_serial)(_v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
             _s = x.shape
             _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-            _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            (_gk_leaky_relu_vjp_8 if _v17.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_8_serial)(_v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v5, _v17)
             _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
@@ -2059,37 +2054,37 @@ class leaky_relu:
             x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_gt, _gu_gt_serial, _v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
+            (_gu_gt if _v3.size >= _G_PARALLEL_MIN else _gu_gt_serial)(_v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v4 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_2, _gu_mul_2_serial, _v4.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
+            (_gu_mul_2 if _v4.size >= _G_PARALLEL_MIN else _gu_mul_2_serial)(_v4.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
             _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-            _g_launch(_gk_leaky_relu_forward_2, _gk_leaky_relu_forward_2_serial, _v5.reshape(-1), x.ravel(), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
+            (_gk_leaky_relu_forward_2 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_forward_2_serial)(_v5.reshape(-1), x.ravel(), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             _s = x.shape
             _v7 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul_4, _gu_mul_4_serial, _v7.reshape(-1), _g_flat(alpha, ()), x_t.ravel(), _G_WITNESS[_T])
+            (_gu_mul_4 if _v7.size >= _G_PARALLEL_MIN else _gu_mul_4_serial)(_v7.reshape(-1), _g_flat(alpha, ()), x_t.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v9 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_eq, _gu_eq_serial, _v9.reshape(-1), x_t.ravel(), _G_WITNESS[_T])
+            (_gu_eq if _v9.size >= _G_PARALLEL_MIN else _gu_eq_serial)(_v9.reshape(-1), x_t.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_ne, _gu_ne_serial, _v10.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
+            (_gu_ne if _v10.size >= _G_PARALLEL_MIN else _gu_ne_serial)(_v10.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
             _s = x.shape
             _v11 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_mul, _gu_mul_serial, _v11.reshape(-1), _g_flat(_v9, _s), _g_flat(_v10, _s), _G_WITNESS[_T])
+            (_gu_mul if _v11.size >= _G_PARALLEL_MIN else _gu_mul_serial)(_v11.reshape(-1), _g_flat(_v9, _s), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
             _v12 = np.empty(_s, dtype=_T)
-            _g_launch(_gk_scaled_tanh_jvp_8, _gk_scaled_tanh_jvp_8_serial, _v12.reshape(-1), _g_flat(_v7, _s), _g_flat(_v11, _s), _G_WITNESS[_T])
+            (_gk_scaled_tanh_jvp_8 if _v12.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_jvp_8_serial)(_v12.reshape(-1), _g_flat(_v7, _s), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
             _v14 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where, _gu_where_serial, _v14.reshape(-1), _g_flat(_v3, _s), x_t.ravel(), _G_WITNESS[_T])
+            (_gu_where if _v14.size >= _G_PARALLEL_MIN else _gu_where_serial)(_v14.reshape(-1), _g_flat(_v3, _s), x_t.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v16 = np.empty(_s, dtype=_T)
-            _g_launch(_gu_where_1, _gu_where_1_serial, _v16.reshape(-1), _g_flat(_v3, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
+            (_gu_where_1 if _v16.size >= _G_PARALLEL_MIN else _gu_where_1_serial)(_v16.reshape(-1), _g_flat(_v3, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             _s = x.shape
             _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-            _g_launch(_gk_leaky_relu_vjp_8, _gk_leaky_relu_vjp_8_serial, _v17.reshape(-1), _g_flat(_v14, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            (_gk_leaky_relu_vjp_8 if _v17.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_8_serial)(_v17.reshape(-1), _g_flat(_v14, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v5, _v17)
             _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
