@@ -157,9 +157,21 @@ class AuditResult:
 
 
 def audit_program(program, *, seed: int = 0) -> list[AuditResult]:
-    """Audit every op of the main file of a checked program that has a grad block."""
-    return [audit_op(program.ops[n], program.ops, program.consts, seed=seed)
-            for n in program.main_ops if program.ops[n].grad is not None]
+    """Audit every op of the main file of a checked program that has a grad block,
+    then every imported op with one whose rule a main op's gradient uses (a main op's
+    forward body calls it, at any depth: :func:`rule_users`)."""
+    names = [n for n in program.main_ops if program.ops[n].grad is not None]
+    names += [n for n, op in program.ops.items() if n not in program.main_ops
+              and op.grad is not None and rule_users(program, n)]
+    return [audit_op(program.ops[n], program.ops, program.consts, seed=seed) for n in names]
+
+
+def rule_users(program, name: str) -> list[str]:
+    """The main ops whose forward bodies call op ``name`` (directly or through other
+    ops): its grad block is their gradient's there."""
+    from gradc.frontend.ast import calls
+    return [m for m in program.main_ops if m != name
+            and calls(program.ops[m].body, name, program.ops)]
 
 
 def audit_op(op, ops, consts, *, seed: int = 0) -> AuditResult:

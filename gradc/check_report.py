@@ -74,12 +74,17 @@ def _num_or_str(x):
         return str(x)
 
 
-def report_dict(spec: str | Path, results: Sequence[CheckResult], seed: int = 0) -> dict:
-    """The whole report of ``gradc check`` on ``spec``."""
+def report_dict(spec: str | Path, results: Sequence[CheckResult], seed: int = 0,
+                imported: Sequence = ()) -> dict:
+    """The whole report of ``gradc check`` on ``spec``; ``imported``: the audits of
+    imported ops' rules that its gradients use (``imported_rules``: a wrong one
+    that is not marked ``surrogate`` fails the report)."""
     import gradc
     ops = [result_dict(r) for r in results]
+    rules = [a.to_dict() for a in imported]
+    passed = all(o["passed"] for o in ops) and all(a.warning is None for a in imported)
     return {"spec": str(spec), "seed": seed, "gradc": gradc.__version__,
-            "passed": all(o["passed"] for o in ops), "ops": ops}
+            "passed": passed, "ops": ops, "imported_rules": rules}
 
 
 def write_report(report: dict, path: str | Path) -> None:

@@ -59,7 +59,7 @@ def _emit_torch(args) -> int:
 def _cmd_check(args) -> int:
     from gradc.check_report import report_dict, write_report
     from gradc.frontend.check import load_program
-    from gradc.audit import audit_program
+    from gradc.audit import audit_program, rule_users
     from gradc.gradcheck import check_program
     from gradc.term import status, use_color
     text = sys.stderr if args.json == "-" else sys.stdout     # stdout carries the JSON
@@ -73,14 +73,28 @@ def _cmd_check(args) -> int:
         print(status(r.line(), on=color), file=text)
         if r.audit is not None and r.audit.warning is not None:
             warnings.warn(r.audit.warning)
+    # rules of imported ops that this file's gradients use: audited here too (their own
+    # file's check audits them as well); an unmarked wrong one fails this check
+    imported = [a for name, a in audits.items() if name not in program.main_ops]
+    for a in imported:
+        mark = "FAIL" if a.warning is not None else "ok  "
+        head = (f"{mark} {a.op} (imported from {a.span.file}; the gradients of "
+                f"{', '.join(rule_users(program, a.op))} use its rule): ")
+        lines = a.lines(head="")
+        print(status(head + lines[0], on=color), file=text)
+        for line in lines[1:]:
+            print(f"       {line}", file=text)
+        if a.warning is not None:
+            warnings.warn(a.warning)
     if args.json:
-        write_report(report_dict(args.spec, results, args.seed), args.json)
+        write_report(report_dict(args.spec, results, args.seed, imported), args.json)
         if args.json != "-":
             print(f"wrote {args.json}", file=text)
-    failed = [r.op for r in results if not r.passed]
+    wrong_imports = [a.op for a in imported if a.warning is not None]
+    failed = [r.op for r in results if not r.passed] + wrong_imports
     if failed:
         print(f"gradient check failed for: {', '.join(failed)}", file=sys.stderr)
-        unmarked = [r.op for r in results if r.unmarked_surrogate]
+        unmarked = [r.op for r in results if r.unmarked_surrogate] + wrong_imports
         if unmarked:
             print(f"  custom gradients that are not the derivative and not marked "
                   f"'surrogate' (W410): {', '.join(unmarked)}; mark them "

@@ -91,6 +91,31 @@ def test_ops_without_grad_blocks_are_not_audited(name):
     assert audit_program(load_program(str(EXAMPLES / name))) == []
 
 
+def test_an_imported_rule_that_the_files_gradients_use_is_audited_and_fails_check(
+        tmp_path, capsys):
+    """The wrong rule of an op of another file fails ``gradc check`` of the file whose
+    ops' gradients use it (as the tests ``gradc testgen`` writes for it fail)."""
+    (tmp_path / "lib.grad").write_text(
+        "op my_tanh(x) -> y {\n    y = tanh(x)\n} grad(dy) -> dx {\n    dx = dy * (1 - y)\n}\n"
+        "op unused(x) -> y {\n    y = x\n} grad(dy) -> dx {\n    dx = 2 * dy\n}\n")
+    user = tmp_path / "user.grad"
+    user.write_text('import "lib.grad"\nop outer(x) -> z {\n    z = my_tanh(x)^2\n}\n'
+                    "op plain(x) -> z {\n    z = 2 * x\n}\n")
+    assert [a.op for a in audit_program(load_program(str(user)))] == ["my_tanh"]
+    report = tmp_path / "report.json"
+    assert main(["check", str(user), "--json", str(report)]) == 1
+    out, err = capsys.readouterr()
+    assert "FAIL my_tanh (imported from " in out and "the gradients of outer use its rule" in out
+    assert "lib.grad:3:3: warning[W410]: the custom gradient of 'my_tanh'" in err
+    assert "gradient check failed for: my_tanh" in err
+    data = json.loads(report.read_text())
+    assert not data["passed"] and [a["op"] for a in data["imported_rules"]] == ["my_tanh"]
+    (tmp_path / "lib.grad").write_text(
+        (tmp_path / "lib.grad").read_text().replace("grad(dy) -> dx {\n    dx = dy * (1 - y)",
+                                                    "grad(dy) -> dx surrogate {\n    dx = dy * (1 - y)"))
+    assert main(["check", str(user)]) == 0           # marked: meant to differ
+
+
 TANH_NO_SQUARE = """op my_tanh(x) -> y {
     y = tanh(x)
 } grad(dy) -> dx {
