@@ -49,6 +49,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
+
 from gradc.codegen.module import param_text
 from gradc.frontend.check import Program, check_source
 from gradc.frontend.parser import read_source
@@ -218,6 +220,24 @@ def arity_error(name: str, positional: list[str], keywords: list[str], got: int)
                 f"keyword-only, as every parameter with a default: "
                 f"{name}(..., {keywords[0]}=...)")
     return TypeError(msg)
+
+
+_INTEGER = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
+
+
+def integer_scalar(name: str, param: ParamInfo, value):
+    """``value``, a Python number given for ``param``, an ``i32``/``i64``/``bool``
+    parameter, checked as the generated module checks it: exactly an ``int`` (a
+    ``bool`` for ``bool``), within the dtype's range.  Raises TypeError (a float,
+    say: never truncated) or OverflowError."""
+    want = np.dtype(_INTEGER[param.dtype])
+    if type(value) is not (bool if want.kind == "b" else int):
+        raise TypeError(f"{name}: argument '{param.name}' must be {want.name}, "
+                        f"got {type(value).__name__}")
+    if want.kind != "b" and not np.iinfo(want).min <= value <= np.iinfo(want).max:
+        raise OverflowError(f"{name}: argument '{param.name}' = {value} does not fit "
+                            f"{want.name}")
+    return value
 
 
 def compile_op(src: Source):

@@ -98,9 +98,8 @@ class JaxOp:
         return f"<JAX ({self.mode}) gradc op {self.__name__}{self.op.signature}>"
 
     def __call__(self, *args, **keywords):
-        import jax.numpy as jnp
         kw = self._keywords(keywords)
-        args = tuple(jnp.asarray(a) for a in args)   # JAX's dtypes (float64 needs x64)
+        args = _arrays(self.__name__, self._params, args)
         _check_args(self.__name__, self._params, args, list(self._defaults))
         fn = self._fns.get(kw)
         if fn is None:
@@ -320,6 +319,18 @@ def _missing(op, method: str) -> str | None:
     if method in op._methods:
         return None
     return op._missing.get(method) or op._note or "not available"
+
+
+def _arrays(name: str, params: list, args: tuple) -> tuple:
+    """The arguments as JAX arrays, in JAX's dtypes (float64 needs x64); a Python
+    number for an integer or bool parameter takes that parameter's dtype (not int64
+    under x64), checked as the generated module checks it."""
+    import jax.numpy as jnp
+    if len(args) != len(params):        # _check_args says so
+        return tuple(jnp.asarray(a) for a in args)
+    return tuple(jnp.asarray(derived.integer_scalar(name, p, a), dtype=_INTS[p.dtype])
+                 if p.dtype in _INTS and type(a) in (bool, int, float, complex)
+                 else jnp.asarray(a) for a, p in zip(args, params))
 
 
 def _check_args(name: str, params: list, args: tuple, keywords: list[str]) -> None:

@@ -243,6 +243,22 @@ def test_hessian_vector_products_of_nonlinear_losses_match_jax_custom_vjp(name, 
     np.testing.assert_allclose(hvp(f), hvp(ref), rtol=1e-10, atol=1e-12)
 
 
+TYPED = "op typed(x: f32[n], k: i32, m: bool[n]) -> y {\n    y = where(m, x * k, 0)\n}\n"
+
+
+def test_python_numbers_for_integer_parameters_take_their_dtype(tmp_path, x64):
+    """Under x64 a Python int is int64 to JAX: for an i32 parameter it is made int32;
+    a float or an int out of range is the module's TypeError or OverflowError."""
+    (tmp_path / "typed.grad").write_text(TYPED)
+    f = as_jax(gradc.load(tmp_path / "typed.grad").typed)
+    x, m = jnp.ones(3, jnp.float32), jnp.asarray([True, False, True])
+    np.testing.assert_array_equal(f(x, 3, m), [3, 0, 3])
+    with pytest.raises(TypeError, match="typed: argument 'k' must be int32, got float"):
+        f(x, 2.5, m)
+    with pytest.raises(OverflowError, match="'k' = 1099511627776 does not fit int32"):
+        f(x, 2 ** 40, m)
+
+
 def _mlp_args(dtype):
     shapes = [(8, 4), (4, 6), (6,), (6, 3), (3,)]
     return [jnp.asarray(RNG.standard_normal(s), dtype) for s in shapes]

@@ -203,6 +203,20 @@ def test_second_order_of_a_loss_nonlinear_in_the_output_is_pytorchs(tmp_path):
     torch.testing.assert_close(got, 0.5 * s * (s - 4 * y ** 2), rtol=1e-12, atol=0)
 
 
+TYPED = "op typed(x: f32[n], k: i32, m: bool[n]) -> y {\n    y = where(m, x * k, 0)\n}\n"
+
+
+def test_python_numbers_for_integer_parameters_are_never_truncated(tmp_path):
+    (tmp_path / "typed.grad").write_text(TYPED)
+    f = as_torch(_load(tmp_path / "typed.grad").typed)
+    x, m = torch.ones(3), torch.tensor([True, False, True])
+    torch.testing.assert_close(f(x, 2, m), torch.tensor([2.0, 0.0, 2.0]))
+    with pytest.raises(TypeError, match="typed: argument 'k' must be int32, got float"):
+        f(x, 2.5, m)
+    with pytest.raises(OverflowError, match="'k' = 1099511627776 does not fit int32"):
+        f(x, 2 ** 40, m)
+
+
 def test_torch_func_transforms(modules):
     act = modules["act"]
     sp, ab = as_torch(act.softplus_stable), as_torch(modules["act64"].add_bias)
