@@ -222,15 +222,17 @@ def arity_error(name: str, positional: list[str], keywords: list[str], got: int)
     return TypeError(msg)
 
 
-_INTEGER = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
+INTEGER_DTYPES = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 
 
 def integer_scalar(name: str, param: ParamInfo, value):
-    """``value``, a Python number given for ``param``, an ``i32``/``i64``/``bool``
-    parameter, checked as the generated module checks it: exactly an ``int`` (a
-    ``bool`` for ``bool``), within the dtype's range.  Raises TypeError (a float,
-    say: never truncated) or OverflowError."""
-    want = np.dtype(_INTEGER[param.dtype])
+    """``value`` as given for ``param``, checked where it is a Python number for an
+    ``i32``/``i64``/``bool`` parameter, as the generated module checks it: exactly an
+    ``int`` (a ``bool`` for ``bool``), within the dtype's range.  Raises TypeError
+    (a float, say: never truncated) or OverflowError."""
+    if param.dtype not in INTEGER_DTYPES or type(value) not in (bool, int, float, complex):
+        return value
+    want = np.dtype(INTEGER_DTYPES[param.dtype])
     if type(value) is not (bool if want.kind == "b" else int):
         raise TypeError(f"{name}: argument '{param.name}' must be {want.name}, "
                         f"got {type(value).__name__}")

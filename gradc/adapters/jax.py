@@ -52,7 +52,7 @@ from gradc.adapters import derived
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, SOURCE
 
 _FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
-_INTS = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
+_INTS = derived.INTEGER_DTYPES
 MODES = ("rev", "fwd")
 
 
@@ -328,9 +328,9 @@ def _arrays(name: str, params: list, args: tuple) -> tuple:
     import jax.numpy as jnp
     if len(args) != len(params):        # _check_args says so
         return tuple(jnp.asarray(a) for a in args)
-    return tuple(jnp.asarray(derived.integer_scalar(name, p, a), dtype=_INTS[p.dtype])
-                 if p.dtype in _INTS and type(a) in (bool, int, float, complex)
-                 else jnp.asarray(a) for a, p in zip(args, params))
+    return tuple(jnp.asarray(derived.integer_scalar(name, p, a), dtype=_INTS.get(p.dtype))
+                 if type(a) in (bool, int, float, complex) else jnp.asarray(a)
+                 for a, p in zip(args, params))
 
 
 def _check_args(name: str, params: list, args: tuple, keywords: list[str]) -> None:

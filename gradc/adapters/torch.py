@@ -192,8 +192,8 @@ class _Level:
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
         dtype = _promote(floats) if floats else torch.get_default_dtype()
         flat = [a if isinstance(a, torch.Tensor) else
-                torch.tensor(_scalar(info.name, p, a), dtype=_INT_DTYPES.get(p.dtype, dtype),
-                             device=device)
+                torch.tensor(derived.integer_scalar(info.name, p, a),
+                             dtype=_INT_DTYPES.get(p.dtype, dtype), device=device)
                 for a, p in zip(args, info.positional)]
         for p in info.keywords:
             v = kwargs.get(p.name)
@@ -457,14 +457,6 @@ def _invoke_cuda(gop, method, args, kwargs, name, device):
 
 
 _ASTYPE = re.compile(r"\(convert with \.astype\(np\.(\w+)\)\)")
-
-
-def _scalar(name: str, param, value):
-    """A non-tensor argument: a Python number for an integer or bool parameter must
-    be one of its values (never truncated, as torch.tensor would)."""
-    if param.dtype in _INT_DTYPES and type(value) in (bool, int, float, complex):
-        return derived.integer_scalar(name, param, value)
-    return value
 
 
 def _advised(fn, args, kwargs):
