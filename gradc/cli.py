@@ -31,11 +31,27 @@ def _cmd_compile(args) -> int:
         return 2
     if args.emit == "torch":
         return _emit_torch(args)
+    options = dict(target=args.target, fuse=not args.no_fuse, fast_math=args.fast_math,
+                   precise=args.precise, check=args.debug)
+    if args.output == "-":                  # the module on stdout, as --emit ir prints
+        from gradc import compile_source
+        from gradc.frontend.parser import read_source
+        sys.stdout.write(compile_source(read_source(args.spec), file=args.spec, **options))
+        return 0
     from gradc import compile_file
-    out = compile_file(args.spec, args.output, target=args.target, fuse=not args.no_fuse,
-                       fast_math=args.fast_math, precise=args.precise, check=args.debug)
+    out = compile_file(args.spec, args.output, **options)
     print(f"wrote {out}")
     return 0
+
+
+def _refuse_stdout(output: str | None, what: str) -> bool:
+    """``-o -`` where the output must be a file: say so (True) rather than write a
+    file named ``-``."""
+    if output != "-":
+        return False
+    print(f"error: {what} finds the .grad file by its path relative to where it is "
+          "written, so it cannot go to stdout: give -o a file path", file=sys.stderr)
+    return True
 
 
 def _emit_torch(args) -> int:
@@ -48,6 +64,8 @@ def _emit_torch(args) -> int:
                                           ("fuse", not args.no_fuse, True),
                                           ("fast_math", args.fast_math, False),
                                           ("precise", args.precise, False)) if v != default}
+    if _refuse_stdout(args.output, "the PyTorch module"):
+        return 2
     module = load(args.spec, **options)
     spec = Path(args.spec)
     out = Path(args.output) if args.output else spec.with_name(f"{spec.stem}_torch.py")
@@ -145,6 +163,8 @@ def _cmd_bench(args) -> int:
 
 def _cmd_testgen(args) -> int:
     from gradc.testgen import write_tests
+    if _refuse_stdout(args.output, "the test file"):
+        return 2
     out, n = write_tests(args.spec, args.output)
     print(f"wrote {out}: {n} tests (run: python -m pytest {out})")
     if not (out.name.startswith("test_") or out.stem.endswith("_test")):
@@ -201,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile a .grad file to a Python module")
     c.add_argument("spec")
-    c.add_argument("-o", "--output", help="output .py (default: <stem>_gen.py beside it)")
+    c.add_argument("-o", "--output",
+                   help="output .py (default: <stem>_gen.py beside it; - for stdout)")
     c.add_argument("--target", choices=("cpu", "cuda", "all"), default="cpu")
     c.add_argument("--no-fuse", action="store_true", help="one kernel per primitive")
     c.add_argument("--fast-math", action="store_true",

@@ -29,6 +29,29 @@ def test_compile_default_output_name(tmp_path):
     assert (tmp_path / "ops_gen.py").is_file()
 
 
+def test_compile_dash_o_dash_prints_the_module_and_writes_no_file(tmp_path, monkeypatch,
+                                                                  capsys):
+    src = tmp_path / "ops.grad"
+    src.write_text("op f(x) -> y { y = x * 2 }\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["compile", str(src), "-o", "-"]) == 0
+    out = capsys.readouterr().out
+    assert "OPS = {'f': f}" in out and "SOURCE_SHA256" in out and "wrote" not in out
+    compile(out, "ops_gen.py", "exec")                   # the whole module, valid Python
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ops.grad"]
+
+
+@pytest.mark.parametrize("argv", [["testgen", "{src}", "-o", "-"],
+                                  ["compile", "{src}", "--emit", "torch", "-o", "-"]])
+def test_outputs_that_must_be_files_refuse_dash(tmp_path, monkeypatch, capsys, argv):
+    src = tmp_path / "ops.grad"
+    src.write_text("op f(x) -> y { y = x * 2 }\n")
+    monkeypatch.chdir(tmp_path)
+    assert main([a.format(src=src) for a in argv]) == 2
+    assert "cannot go to stdout: give -o a file path" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ops.grad"]
+
+
 def test_user_error_exits_1_with_a_rendered_message(tmp_path, capsys):
     bad = tmp_path / "bad.grad"
     bad.write_text("op f(x) -> y {\n    y = tanhh(x)\n}\n")
