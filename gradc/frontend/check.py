@@ -37,7 +37,7 @@ from gradc.errors import (GradcError, GradientError, NameResolutionError, Span, 
 from gradc.frontend import ast, limits
 from gradc.frontend.builtins import BUILTINS, CONSTANTS, DTYPES
 from gradc.frontend.calls import CallChecker, Scope
-from gradc.frontend.consts import ConstError, did_you_mean, evaluate
+from gradc.frontend.consts import ConstError, constant_subexpressions, did_you_mean, evaluate
 from gradc.frontend.parser import parse, read_source
 
 Loader = Callable[[str], ast.Module]
@@ -73,7 +73,8 @@ def check(module: ast.Module, *, loader: Loader | None = None) -> Program:
             if owners.get(op.name) is op:
                 ops[op.name] = op
             calls.add_node(op.name)
-            _OpChecker(op, CallChecker(env_ops, env_consts, calls, op.name, errors)).run()
+            _OpChecker(op, CallChecker(env_ops, env_consts, calls, op.name, errors),
+                       {n: v for n, v in consts.items() if n in env_consts}).run()
     _check_recursion(calls, ops, errors)
     if not errors:          # callees first (there is no recursion now)
         order = reversed(list(nx.lexicographical_topological_sort(calls)))
@@ -219,9 +220,10 @@ def _check_defaults(op: ast.OpDef, consts: dict[str, float], errors: list[GradcE
 class _OpChecker:
     """Checks one op: parameters, forward body, outputs and grad block."""
 
-    def __init__(self, op: ast.OpDef, calls: CallChecker) -> None:
+    def __init__(self, op: ast.OpDef, calls: CallChecker, consts: dict[str, float]) -> None:
         self.op = op
         self.calls = calls
+        self.consts = consts            # the values of the consts visible here
         self.errors = calls.errors
 
     def run(self) -> None:
@@ -262,11 +264,23 @@ class _OpChecker:
             later.setdefault(stmt.target, stmt.span)
         for stmt in body:
             self.calls.expr(stmt.value, scope, later)
+            self._constants(stmt.value, scope)
             if stmt.target in scope:
                 self._reassigned(stmt, *scope[stmt.target])
             else:
                 scope[stmt.target] = ("assignment", stmt.span)
         return scope
+
+    def _constants(self, e: ast.Expr, scope: Scope) -> None:
+        """Evaluate the constant subexpressions of ``e`` as a ``const`` is evaluated:
+        one without a value (``exp(1000)``, ``1e308 * 10``, ``log(-1)``) is E305 here
+        too, not an inf or NaN the kernels would compute silently."""
+        is_const = lambda name: name not in scope and (name in self.consts or name in CONSTANTS)
+        for sub in constant_subexpressions(e, is_const):
+            try:
+                evaluate(sub, self.consts)
+            except ConstError as exc:
+                self.errors.append(exc.error)
 
     def _reassigned(self, stmt: ast.Assign, kind: str, first: Span) -> None:
         name = stmt.target

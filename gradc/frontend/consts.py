@@ -104,12 +104,53 @@ def _arity_words(func: str) -> str:
 
 
 def _apply(fn: Callable[..., float], args: tuple[float, ...], what: str, span: Span) -> float:
+    """``fn(*args)`` in float64; an exception, or an inf or NaN from finite operands
+    (``1e308 * 10``, which Python computes silently), is E305 at ``span``."""
     try:
-        return float(fn(*args))
+        value = float(fn(*args))
     except (ArithmeticError, ValueError) as exc:
-        why = "division by zero" if isinstance(exc, ZeroDivisionError) else str(exc)
-        raise ConstError(TypeError_(
-            f"{what} has no value here ({why})", span, "E305")) from None
+        why = ("division by zero" if isinstance(exc, ZeroDivisionError) else
+               "overflow: beyond float64's range" if isinstance(exc, OverflowError) else
+               "outside the function's domain" if str(exc) == "math domain error" else
+               str(exc))
+    else:
+        if math.isfinite(value) or not all(math.isfinite(a) for a in args):
+            return value
+        why = "overflow: beyond float64's range" if math.isinf(value) else "not a number"
+    raise ConstError(TypeError_(
+        f"{what} has no value here ({why})", span, "E305",
+        ["constant expressions are computed in float64 when compiling; where an infinity "
+         "is meant, write inf or -inf"])) from None
+
+
+def constant_subexpressions(e: ast.Expr, is_const: Callable[[str], bool]) -> list[ast.Expr]:
+    """The largest subexpressions of ``e`` that are constant expressions (in
+    ``x * exp(1000) + 2``: ``exp(1000)`` and ``2``), in source order; ``is_const(name)``
+    says whether a name is a constant there (not shadowed by a local name)."""
+    found, todo = [], [e]
+    while todo:
+        sub = todo.pop()
+        if _is_constant(sub, is_const):
+            found.append(sub)
+        else:
+            todo.extend(reversed(ast.children(sub)))
+    return found
+
+
+def _is_constant(e: ast.Expr, is_const: Callable[[str], bool]) -> bool:
+    match e:
+        case ast.Num():
+            return True
+        case ast.Name(id=name):
+            return is_const(name)
+        case ast.Neg(operand=operand):
+            return _is_constant(operand, is_const)
+        case ast.BinOp(op=op) if op in _BINOPS:
+            return _is_constant(e.lhs, is_const) and _is_constant(e.rhs, is_const)
+        case ast.Call(func=func) if func in FUNCTIONS:
+            return (not e.kwargs and len(e.args) in _arity(func)
+                    and all(_is_constant(a, is_const) for a in e.args))
+    return False
 
 
 def _describe(expr: ast.Expr) -> str:

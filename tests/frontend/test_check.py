@@ -350,7 +350,9 @@ def test_call_and_name_errors(body: str, message: str) -> None:
     ("const pi = 3\n", "const 'pi' redefines a builtin constant"),
     ("const A = B\nconst B = 1\n", "const 'B' is used before it is defined"),
     ("const A = 1 / 0\n", "'/' has no value here (division by zero)"),
-    ("const A = log(-1)\n", "'log' has no value here (math domain error)"),
+    ("const A = log(-1)\n", "'log' has no value here (outside the function's domain)"),
+    ("const A = exp(1000)\n", "'exp' has no value here (overflow: beyond float64's range)"),
+    ("const A = 1e308 * 10\n", "'*' has no value here (overflow: beyond float64's range)"),
     ("const A = sum(2)\n", "'sum' cannot be used in a constant expression"),
     ("const A = 1 < 2\n", "'<' cannot be used in a constant expression"),
     ("const A = sqrtt(2)\n", "unknown function 'sqrtt'"),
@@ -371,6 +373,31 @@ def test_call_and_name_errors(body: str, message: str) -> None:
 ])
 def test_definition_errors(text: str, message: str) -> None:
     assert message in messages(text)
+
+
+@pytest.mark.parametrize("expr, message", [
+    ("x * exp(1000)", "'exp' has no value here (overflow: beyond float64's range)"),
+    ("x + 1e308 * 10", "'*' has no value here (overflow: beyond float64's range)"),
+    ("x * log(-1)", "'log' has no value here (outside the function's domain)"),
+    ("x * (1 / (C - C))", "'/' has no value here (division by zero)"),
+    ("max(x, sqrt(2 - 3 * C))", "'sqrt' has no value here (outside the function's domain)"),
+])
+def test_constant_subexpressions_of_a_body_are_evaluated_as_consts_are(expr, message):
+    text = f"const C = 1\nop f(x) -> y {{\n    y = {expr}\n}}\n"
+    assert messages(text) == [message]
+    grad = f"op g(x) -> y {{\n    y = x\n}} grad(dy) -> dx {{\n    dx = dy * ({expr})\n}}\n"
+    assert messages("const C = 1\n" + grad) == [message]
+
+
+@pytest.mark.parametrize("expr", [
+    "x * (inf - inf)",          # from an infinity: as written, NaN
+    "x * exp(-1000)",           # underflow to 0 is a value
+    "x * log(C)",               # C is the parameter here, not the const
+    "where(x > 0, x, -inf) + sum(x, axis=0) * 2^1023",
+])
+def test_constant_subexpressions_with_values_compile(expr):
+    text = f"const C = 0\nop f(x, C) -> y {{\n    y = {expr}\n}}\n"
+    check_source(text)
 
 
 def test_grad_block_body_cannot_use_names_before_assignment() -> None:
