@@ -197,7 +197,13 @@ class _Level:
                 for a, p in zip(args, info.positional)]
         for p in info.keywords:
             v = kwargs.get(p.name)
-            flat.append(v.item() if isinstance(v, torch.Tensor) else v)
+            if isinstance(v, torch.Tensor):
+                if v.dim():
+                    raise ValueError(f"{info.name}: argument '{p.name}' must be a scalar (a "
+                                     "number or a 0-d tensor: a parameter with a default and "
+                                     f"no shape annotation), got shape {tuple(v.shape)}")
+                v = v.item()
+            flat.append(v)
         return flat
 
     def split(self, flat):

@@ -265,6 +265,10 @@ def test_layouts_dtypes_and_partial_requires_grad(modules):
     with pytest.raises(TypeError, match=r"takes 1 positional argument\(s\) \(x\), got 2: alpha "
                                         r"is keyword-only.*leaky_relu\(\.\.\., alpha=\.\.\.\)"):
         leaky(torch.ones(3), 0.3)
+    with pytest.raises(ValueError, match=r"leaky_relu: argument 'alpha' must be a scalar \(a "
+                                         r"number or a 0-d tensor.*got shape \(3,\)"):
+        leaky(torch.ones(3), alpha=torch.tensor([0.1, 0.2, 0.3]))
+    assert torch.equal(leaky(-torch.ones(3), alpha=torch.tensor(0.25)), torch.full((3,), -0.25))
 
 
 def test_results_never_alias_inputs(modules):
