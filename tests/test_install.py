@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -22,6 +23,11 @@ def test_wheel_installs_and_runs(tmp_path):
     env = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=True, with_pip=True).create(env)
     py = env / "bin" / "python"
+    if sys.prefix != sys.base_prefix:   # run from a venv: its dependencies, after the wheel
+        site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        outer = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
+        (Path(site) / "_outer_env.pth").write_text("".join(f"{d}\n" for d in sorted(outer)))
     subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True,
                    timeout=600)
     code = ("import gradc, gradc.frontend.parser as p, gradc.demo as d; "
