@@ -324,13 +324,21 @@ def _missing(op, method: str) -> str | None:
 def _arrays(name: str, params: list, args: tuple) -> tuple:
     """The arguments as JAX arrays, in JAX's dtypes (float64 needs x64); a Python
     number for an integer or bool parameter takes that parameter's dtype (not int64
-    under x64), checked as the generated module checks it."""
+    under x64), checked as the generated module checks it, and a Python int for a
+    float parameter is the float it equals (the module takes ``f(3)`` as ``f(3.0)``;
+    JAX would make it an int32 array, which the module rejects)."""
     import jax.numpy as jnp
+
+    def array(a, p):
+        if type(a) not in (bool, int, float, complex):
+            return jnp.asarray(a)
+        if p.dtype in _INTS:
+            return jnp.asarray(derived.integer_scalar(name, p, a), dtype=_INTS[p.dtype])
+        return jnp.asarray(float(a) if type(a) is int else a, dtype=_FLOATS.get(p.dtype))
+
     if len(args) != len(params):        # _check_args says so
         return tuple(jnp.asarray(a) for a in args)
-    return tuple(jnp.asarray(derived.integer_scalar(name, p, a), dtype=_INTS.get(p.dtype))
-                 if type(a) in (bool, int, float, complex) else jnp.asarray(a)
-                 for a, p in zip(args, params))
+    return tuple(array(a, p) for a, p in zip(args, params))
 
 
 def _check_args(name: str, params: list, args: tuple, keywords: list[str]) -> None:

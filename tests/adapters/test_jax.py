@@ -259,6 +259,20 @@ def test_python_numbers_for_integer_parameters_take_their_dtype(tmp_path, x64):
         f(x, 2 ** 40, m)
 
 
+def test_a_python_int_for_a_float_parameter_is_a_float(tmp_path, x64):
+    """The module takes ``sq(3)`` as ``sq(3.0)``; so does the adapter (JAX alone would
+    make 3 an int32 array, which the module rejects)."""
+    (tmp_path / "sq.grad").write_text("op sq(x) -> y {\n    y = x * x\n}\n"
+                                      "op sq32(x: f32) -> y {\n    y = x * x\n}\n")
+    module = gradc.load(tmp_path / "sq.grad")
+    sq, sq32 = as_jax(module.sq), as_jax(module.sq32)
+    assert float(sq(3)) == 9.0 == float(module.sq(3))
+    assert sq(3).dtype == jnp.float64                # under x64: a Python float's dtype
+    assert sq32(3).dtype == jnp.float32 and float(sq32(3)) == 9.0
+    with pytest.raises(TypeError, match="must be a floating-point array .*got int32"):
+        sq(jnp.asarray([1, 2], jnp.int32))          # an int array stays an error
+
+
 def _mlp_args(dtype):
     shapes = [(8, 4), (4, 6), (6,), (6, 3), (3,)]
     return [jnp.asarray(RNG.standard_normal(s), dtype) for s in shapes]
