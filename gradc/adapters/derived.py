@@ -154,8 +154,9 @@ def derive(src: Source, kind: str) -> Source:
     u, = upstream_names(opdef)
     taken = {p.name for p in params} | {y, u}
     grads = [_fresh(f"grad_{p}", taken) for p in diff]
-    call = f"{src.name}(" + ", ".join(
-        f"{p.name}={p.name}" if p.has_default else p.name for p in params) + ")"
+    call = f"{src.name}(" + ", ".join(      # positional arguments first, then keywords
+        [p.name for p in params if not p.has_default]
+        + [f"{p.name}={p.name}" for p in params if p.has_default]) + ")"
     body = [f"{y} = {call}"]
     if kind == "vjp":
         outs = grads[0] if len(grads) == 1 else f"({', '.join(grads)})"
@@ -255,7 +256,10 @@ def compile_op(src: Source):
 
 
 def _params(params: tuple[ParamInfo, ...], extra: list[str]) -> str:
-    return ", ".join([param_text(p) for p in params] + extra)
+    """The parameter list of a derived op: ``params`` without defaults, the ``extra``
+    (upstreams or tangents), then those with defaults (keyword-only, as in every op)."""
+    return ", ".join([param_text(p) for p in params if not p.has_default] + extra
+                     + [param_text(p) for p in params if p.has_default])
 
 
 def _fresh(name: str, taken: set[str]) -> str:

@@ -186,6 +186,27 @@ def test_second_derivative_of_scaled_tanh_is_the_rule_differentiated(seed, x64):
                                -(1 - y ** 2) * (1 - 3 * y ** 2), rtol=1e-10)
 
 
+SCALED = "op scaled(x, s: nograd = 2.0) -> y {\n    y = s * x^3 + sin(x)\n}\n"
+
+
+def test_third_order_of_an_op_with_a_default(tmp_path, x64):
+    """A derived op of a derived op passes the defaulted parameter by keyword after
+    the positional ones (its text once read ``scaled__vjp(x, s=s, dy)``: E103)."""
+    (tmp_path / "scaled.grad").write_text(SCALED)
+    module = gradc.load(tmp_path / "scaled.grad")
+    x = 0.7
+    for mode, d in (("rev", jax.grad), ("fwd", jax.jacfwd)):
+        f = as_jax(module.scaled, mode=mode)
+        assert float(d(d(d(f)))(x)) == pytest.approx(2 * 6 - np.cos(x), rel=1e-12)
+        assert float(d(d(d(lambda x: f(x, s=3.0))))(x)) == pytest.approx(3 * 6 - np.cos(x),
+                                                                          rel=1e-12)
+    # reverse mode has three orders (scaled__vjp__vjp has 2 outputs: x's and dy's)
+    d3 = jax.grad(jax.grad(jax.grad(as_jax(module.scaled))))
+    with pytest.raises(NotImplementedError, match=r"scaled__vjp__vjp: its vjp cannot be "
+                                                  r"differentiated: the op has 2 outputs"):
+        jax.grad(d3)(x)
+
+
 ST = """op st(x) -> y {
     y = tanh(x)
 }
