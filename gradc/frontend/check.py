@@ -17,6 +17,7 @@ E303  wrong arguments in a call
 E304  bad ``axis=`` / ``keepdims=`` value, tuple outside ``axis=``
 E305  constant expression without a value
 E306  op with several outputs called in an expression
+E307  a default its parameter's dtype cannot hold (``n: i32 = 2.5``)
 E401  grad block: wrong number of upstream names
 E402  grad block: wrong number of gradient outputs
 E403  grad block: a name shadows another
@@ -25,6 +26,7 @@ E404  ``grad(EXPR, NAME)`` whose NAME is not a local name
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,13 +208,35 @@ def _evaluate_consts(modules: list[ast.Module], owners: dict[str, Definition],
     return values
 
 
+_INT_RANGES = {"i32": (-2 ** 31, 2 ** 31 - 1), "i64": (-2 ** 63, 2 ** 63 - 1)}
+
+
 def _check_defaults(op: ast.OpDef, consts: dict[str, float], errors: list[GradcError]) -> None:
+    """Each default has a value (E305), which its parameter's dtype holds (E307: an
+    ``i32`` default is an integer in range, a ``bool`` one 0 or 1)."""
     for p in op.params:
-        if p.default is not None:
-            try:
-                evaluate(p.default, consts)
-            except ConstError as exc:
-                errors.append(exc.error)
+        if p.default is None:
+            continue
+        try:
+            value = evaluate(p.default, consts)
+        except ConstError as exc:
+            errors.append(exc.error)
+            continue
+        dtype = p.type.dtype if p.type is not None else None
+        if dtype in _INT_RANGES:
+            lo, hi = _INT_RANGES[dtype]
+            if math.isfinite(value) and value == int(value) and lo <= value <= hi:
+                continue
+            want = f"an integer in [{lo}, {hi}]"
+        elif dtype == "bool":
+            if value in (0, 1):
+                continue
+            want = "0 (false) or 1 (true)"
+        else:
+            continue
+        errors.append(TypeError_(
+            f"parameter '{p.name}' is {dtype}, so its default must be {want}, got {value:g}",
+            getattr(p.default, "span", p.span), "E307"))
 
 
 # ---- ops --------------------------------------------------------------------------

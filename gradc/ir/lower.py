@@ -61,6 +61,8 @@ def param_infos(op: ast.OpDef, consts: Mapping[str, float]) -> tuple[ParamInfo, 
     for p in op.params:
         t = p.type
         default = None if p.default is None else eval_const(p.default, consts)
+        if default is not None and t is not None and t.dtype in ("i32", "i64", "bool"):
+            default = bool(default) if t.dtype == "bool" else int(default)   # E307: exact
         out.append(ParamInfo(p.name, t.dtype if t else None, declared_shape(p),
                              default, p.default is not None, p.differentiable))
     return tuple(out)

@@ -451,6 +451,19 @@ def test_defaults_are_keyword_only_wherever_declared(import_module_text) -> None
         m.g(x=ones(2), out=ones(2))
 
 
+def test_integer_and_bool_defaults_take_their_dtype(import_module_text) -> None:
+    """``n: i32 = 3.0`` and ``b: bool = 1`` are the int 3 and True in the module (a
+    float or int there would fail the module's own dtype check at every call)."""
+    import inspect
+    m = import_module_text(gradc.compile_source(
+        "op f(x, n: i32 = 3.0, b: bool = 1) -> y {\n    y = where(b, x * n, 0)\n}\n",
+        file="intdefaults.grad"), "gradc_int_defaults")
+    assert str(inspect.signature(m.OPS["f"]._methods["forward"])) == \
+        "(x, /, *, n=3, b=True, out=None)"
+    np.testing.assert_array_equal(m.f(ones(2)), [3.0, 3.0])
+    np.testing.assert_array_equal(m.f(ones(2), b=False), [0.0, 0.0])
+
+
 def test_a_default_named_stream_is_an_error() -> None:
     with pytest.raises(gradc.GradcError, match="cannot be named 'stream'") as info:
         gradc.compile_source("op g(x, stream: nograd = 2.0) -> y {\n    y = x * stream\n}\n",

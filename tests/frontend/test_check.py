@@ -354,6 +354,12 @@ def test_call_and_name_errors(body: str, message: str) -> None:
     ("const A = exp(1000)\n", "'exp' has no value here (overflow: beyond float64's range)"),
     ("const A = 1e308 * 10\n", "'*' has no value here (overflow: beyond float64's range)"),
     ("const A = sum(2)\n", "'sum' cannot be used in a constant expression"),
+    ("op f(x, n: i32 = 2.5) -> y {\n    y = x * n\n}\n",
+     "parameter 'n' is i32, so its default must be an integer in [-2147483648, 2147483647], "
+     "got 2.5"),
+    ("op f(x, n: i64 = 1e19) -> y {\n    y = x * n\n}\n", "must be an integer in"),
+    ("op f(x, b: bool = 2) -> y {\n    y = where(b, x, 0)\n}\n",
+     "parameter 'b' is bool, so its default must be 0 (false) or 1 (true), got 2"),
     ("const A = 1 < 2\n", "'<' cannot be used in a constant expression"),
     ("const A = sqrtt(2)\n", "unknown function 'sqrtt'"),
     ("const A = ZZ\n", "undefined name 'ZZ'"),
