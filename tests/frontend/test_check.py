@@ -357,7 +357,9 @@ def test_call_and_name_errors(body: str, message: str) -> None:
     ("op f(x, n: i32 = 2.5) -> y {\n    y = x * n\n}\n",
      "parameter 'n' is i32, so its default must be an integer in [-2147483648, 2147483647], "
      "got 2.5"),
-    ("op f(x, n: i64 = 1e19) -> y {\n    y = x * n\n}\n", "must be an integer in"),
+    ("op f(x, n: i64 = 1e19) -> y {\n    y = x * n\n}\n",
+     "parameter 'n' is i64, so its default must be an integer in [-9223372036854775808, "
+     "9223372036854775807], got 1e+19"),
     ("op f(x, b: bool = 2) -> y {\n    y = where(b, x, 0)\n}\n",
      "parameter 'b' is bool, so its default must be 0 (false) or 1 (true), got 2"),
     ("const A = 1 < 2\n", "'<' cannot be used in a constant expression"),
