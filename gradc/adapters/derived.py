@@ -85,6 +85,17 @@ class Source:
         return self.program.ops[self.name].outputs
 
 
+def require_op(op, adapter: str) -> None:
+    """TypeError unless ``op`` is an op of a generated module (``gradc.load(path).NAME``,
+    not one of its methods, a NumPy function or a lambda)."""
+    if not (isinstance(getattr(op, "signature", None), str)
+            and isinstance(getattr(op, "_methods", None), dict)
+            and callable(getattr(op, "vjp", None))):
+        what = getattr(op, "__qualname__", None) or type(op).__name__
+        raise TypeError(f"{adapter}() expects an op of a gradc module (gradc.load(path).NAME, "
+                        f"not one of its methods), got {what!r}")
+
+
 def source_of(op, file: str | Path | None = None) -> Source:
     """The source of ``op``, an op of a generated module: the module's
     ``__gradc_origin__`` (``gradc.load`` records it) or the .grad ``file`` given.

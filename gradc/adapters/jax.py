@@ -62,8 +62,10 @@ def as_jax(op, *, mode: str = "rev", source=None) -> "JaxOp":
     ``mode``: "rev" (a ``jax.custom_vjp``) or "fwd" (a ``jax.custom_jvp``), see
     the module docstring.  ``source``: the op's .grad file, for a module not
     loaded by ``gradc.load`` (``gradc compile -o``).  Raises ValueError for an
-    unknown mode or source, NotImplementedError for ``mode="fwd"`` on an op
+    unknown mode or source, TypeError for what is not an op of a generated module
+    (a method, a NumPy function), NotImplementedError for ``mode="fwd"`` on an op
     without forward mode (E405) and for an op its module could not compile."""
+    derived.require_op(op, "as_jax")
     if mode not in MODES:
         raise ValueError(f"mode must be 'rev' or 'fwd', got {mode!r}")
     return JaxOp(op, mode, derived.source_of(op, source))

@@ -59,15 +59,19 @@ _INT_DTYPES = {"i32": torch.int32, "i64": torch.int64, "bool": torch.bool}
 _LEVELS: dict[int, "_Level"] = {}
 
 
-def as_torch(op) -> "TorchOp":
+def as_torch(op, *, source=None) -> "TorchOp":
     """The PyTorch function of ``op``, an op of a generated module (one per op:
     calling this twice returns functions that share their Functions and custom
-    operators)."""
+    operators).  ``source``: the op's .grad file, for the double backward of a module
+    not loaded by ``gradc.load`` (``gradc compile -o``), as for ``as_jax``.  Raises
+    TypeError for what is not such an op (a method, a NumPy function)."""
+    derived.require_op(op, "as_torch")
     level = _LEVELS.get(id(op))
     if level is None:
         params, outputs = derived.signature_of(op)
         level = _LEVELS[id(op)] = _Level(_Signature(op.__name__, params, outputs), lambda: op,
-                                         "forward", lambda: op, _cached(lambda: _source(op)),
+                                         "forward", lambda: op,
+                                         _cached(lambda: _source(op, source)),
                                          type(op).__module__, 0)
         level.custom_op()        # now: Dynamo cannot trace the registration
     return TorchOp(level)
@@ -99,16 +103,16 @@ def _what(name: str) -> str:
     return f"the VJP of gradc op '{name}' as a differentiable op (double backward)"
 
 
-def _source(op) -> derived.Source:
-    """The source of ``op`` (:func:`gradc.adapters.derived.source_of`), for its
-    derived ops; NotImplementedError where it is not known."""
-    if derived.origin_of(op) is None:
+def _source(op, file=None) -> derived.Source:
+    """The source of ``op`` (:func:`gradc.adapters.derived.source_of`; ``file`` as
+    its argument), for its derived ops; NotImplementedError where it is not known."""
+    if file is None and derived.origin_of(op) is None:
         raise NotImplementedError(
             f"{_what(op.__name__)} needs the op's .grad source: load the module with "
-            f"gradc.load(path) (module {type(op).__module__} was imported from a file "
-            f"gradc did not record)")
+            f"gradc.load(path), or pass as_torch(op, source='FILE.grad') (module "
+            f"{type(op).__module__} was imported from a file gradc did not record)")
     try:
-        return derived.source_of(op)
+        return derived.source_of(op, file)
     except ValueError as exc:
         raise NotImplementedError(f"{_what(op.__name__)}: {exc}") from None
 

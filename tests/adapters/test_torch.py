@@ -370,6 +370,31 @@ def test_a_module_gradc_did_not_load(import_module_text):
         g.backward()
 
 
+def test_source_gives_a_module_gradc_did_not_load_its_double_backward(tmp_path,
+                                                                      import_module_text):
+    """as_torch(op, source=FILE), as as_jax's: the .grad file of a module from gradc
+    compile, checked against the module's SOURCE_SHA256, for the double backward."""
+    src = tmp_path / "cube.grad"
+    src.write_text("op cube(x) -> y {\n    y = x^3\n}\n")
+    text = gradc.compile_source(src.read_text(), file=str(src))
+    cube = as_torch(import_module_text(text, "gradc_test_torch_cube_source").cube, source=src)
+    x = torch.tensor([2.0], dtype=F64, requires_grad=True)
+    (g,) = torch.autograd.grad(cube(x).sum(), x, create_graph=True)
+    (h,) = torch.autograd.grad(g.sum(), x)
+    assert (g.item(), h.item()) == (12.0, 12.0)
+
+
+@pytest.mark.parametrize("thing", ["np.sin", "op.vjp", "lambda"])
+def test_adapters_of_what_is_not_an_op_are_type_errors(modules, thing):
+    from gradc.adapters.jax import as_jax
+    op = modules["act"].swish
+    value = {"np.sin": np.sin, "op.vjp": op.vjp, "lambda": lambda x: x}[thing]
+    for adapter in (as_torch, as_jax):
+        with pytest.raises(TypeError, match=rf"{adapter.__name__}\(\) expects an op of a "
+                                            r"gradc module \(gradc.load\(path\).NAME"):
+            adapter(value)
+
+
 def test_emit_torch_writes_a_module_of_torch_functions(tmp_path, capsys):
     """gradc compile --emit torch -o OUT.py: OUT.py loads the .grad file by its path
     relative to OUT.py and exposes as_torch of every op."""
