@@ -136,10 +136,12 @@ def _g_int_input(op, name, v, want):
     if lazy:
         raise _GradcDask(op)
     if a.dtype.type is not want.type:
-        got = type(v).__name__ if isinstance(v, (bool, int, float, complex, str)) \
-            or v is None else a.dtype
-        raise TypeError(f"{op}: argument '{name}' must be {want.name}, got {got} "
-                        f"(convert with .astype(np.{want.name}))")
+        if type(v) in (bool, int, float, complex, str) or v is None:   # no .astype
+            got, fix = type(v).__name__, "pass True or False" if want.kind == "b" else \
+                "pass an int"
+        else:
+            got, fix = a.dtype, f"convert with .astype(np.{want.name})"
+        raise TypeError(f"{op}: argument '{name}' must be {want.name}, got {got} ({fix})")
     return np.asarray(a, dtype=want, order="C")
 
 

@@ -412,10 +412,15 @@ def test_integer_parameters(m) -> None:
         call(m, case, "forward", args, k=2**70)
     with raises(OverflowError, case, "vjp", "argument 'n'", "does not fit int32"):
         call(m, case, "vjp", {**args, "n": -2**31 - 1})
-    with raises(TypeError, case, "forward", "argument 'n'", "must be int32, got float"):
+    with raises(TypeError, case, "forward", "argument 'n'",
+                "must be int32, got float (pass an int)"):      # a Python float: no .astype
         call(m, case, "forward", {**args, "n": 2.0})
-    with raises(TypeError, case, "forward", "argument 'flag'", "must be bool, got int"):
+    with raises(TypeError, case, "forward", "argument 'flag'",
+                "must be bool, got int (pass True or False)"):
         call(m, case, "forward", {**args, "flag": 1})
+    with raises(TypeError, case, "forward", "argument 'n'",
+                "must be int32, got float64 (convert with .astype(np.int32))"):
+        call(m, case, "forward", {**args, "n": np.float64(2.0)})
     got = call(m, case, "forward", {**args, "n": np.int32(2), "flag": np.bool_(False)})
     assert_results(got, reference(case, "forward", {**args, "n": 2, "flag": False}),
                    np.float64)
