@@ -41,6 +41,15 @@ def test_compile_dash_o_dash_prints_the_module_and_writes_no_file(tmp_path, monk
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ops.grad"]
 
 
+def test_an_output_in_a_missing_folder_is_an_error_not_a_new_folder(tmp_path, capsys):
+    src = tmp_path / "ops.grad"
+    src.write_text("op f(x) -> y { y = x * 2 }\n")
+    out = tmp_path / "typo" / "ops_gen.py"
+    assert main(["compile", str(src), "-o", str(out)]) == 1
+    assert f"no folder '{out.parent}' to write it in: '{out}'" in capsys.readouterr().err
+    assert not out.parent.exists()
+
+
 @pytest.mark.parametrize("argv", [["testgen", "{src}", "-o", "-"],
                                   ["compile", "{src}", "--emit", "torch", "-o", "-"]])
 def test_outputs_that_must_be_files_refuse_dash(tmp_path, monkeypatch, capsys, argv):

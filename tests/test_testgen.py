@@ -58,6 +58,7 @@ EXPECTED = {"activations.grad": 75, "seed.grad": 74, "wgan_gp.grad": 36}
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_generated_tests_pass_on_the_examples(tmp_path, name) -> None:
     out = tmp_path / "ci" / f"test_{Path(name).stem}.py"
+    out.parent.mkdir()
     assert main(["testgen", str(EXAMPLES / name), "-o", str(out)]) == 0
     rc, log = run_pytest(out)
     assert rc == 0, log
@@ -89,6 +90,7 @@ def test_what_the_seed_file_tests(tmp_path, capsys) -> None:
 
 
 def test_the_file_is_deterministic(tmp_path) -> None:
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     a, _ = write_tests(EXAMPLES / "activations.grad", tmp_path / "a" / "test_a.py")
     b, _ = write_tests(EXAMPLES / "activations.grad", tmp_path / "b" / "test_a.py")
     assert a.read_bytes() == b.read_bytes()

@@ -19,6 +19,7 @@ index and data files of its kernels.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -90,16 +91,22 @@ def cache_key(sources: list[str], options: dict) -> str:
     return h.hexdigest()
 
 
-def write_atomic(path: str | os.PathLike, text: str) -> None:
+def write_atomic(path: str | os.PathLike, text: str, *, parents: bool = False) -> None:
     """Write ``text`` (UTF-8) to ``path`` through a temporary file beside it and
     ``os.replace``: readers see the old file or the new one, never a part, and a
     failure (an exception, a full disk, a kill) leaves the old file as it was.
 
     The new file gets the permissions a plain ``open(path, "w")`` would give
-    (``0o666`` less the umask), not ``mkstemp``'s ``0o600``.
+    (``0o666`` less the umask), not ``mkstemp``'s ``0o600``.  A missing folder is
+    FileNotFoundError, as for ``open`` (a mistyped ``-o`` path is not created),
+    unless ``parents`` (the cache's own folders).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    elif not path.parent.is_dir():          # say so for the path, not the temporary file
+        raise FileNotFoundError(errno.ENOENT, f"no folder {str(path.parent)!r} to write it in",
+                                str(path))
     while True:
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
         try:
@@ -128,7 +135,8 @@ def write_entry(path: Path, text: str) -> None:
     """Write a compiled module to the cache, with a last line holding the SHA-256 of
     its text, so that a truncated or damaged entry is recognised (:func:`entry_is_valid`)."""
     _remove_stale_temps(path)
-    write_atomic(path, f"{text}{_TRAILER}{hashlib.sha256(text.encode()).hexdigest()}\n")
+    write_atomic(path, f"{text}{_TRAILER}{hashlib.sha256(text.encode()).hexdigest()}\n",
+                 parents=True)
 
 
 def entry_is_valid(path: Path) -> bool:
@@ -210,7 +218,8 @@ def write_metadata(entry: Path, source: Path, files: list, options: dict,
                           "span": None if w.span is None else
                           [w.span.file, w.span.line, w.span.column, w.span.end_line,
                            w.span.end_column]} for w in warnings]}
-    write_atomic(entry.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    write_atomic(entry.with_suffix(".json"), json.dumps(meta, indent=1, sort_keys=True) + "\n",
+                 parents=True)
 
 
 def read_warnings(entry: Path) -> list:
