@@ -343,6 +343,16 @@ def _arrays(name: str, params: list, args: tuple) -> tuple:
     return tuple(array(a, p) for a, p in zip(args, params))
 
 
+def _conversion(want: np.dtype) -> str:
+    """How to get an array of ``want``: ``.astype``, and JAX's x64 switch for 64-bit
+    dtypes where it is off (without it JAX makes every float64 array float32)."""
+    import jax
+    hint = f"convert with .astype(jnp.{want.name})"
+    if want.itemsize == 8 and not jax.config.jax_enable_x64:
+        hint += "; 64-bit arrays need jax.config.update('jax_enable_x64', True)"
+    return hint
+
+
 def _check_args(name: str, params: list, args: tuple, keywords: list[str]) -> None:
     """The checks of the generated wrappers, at trace time: count, dtype, rank,
     annotated and named dims (TypeError or ValueError naming the argument)."""
@@ -354,10 +364,11 @@ def _check_args(name: str, params: list, args: tuple, keywords: list[str]) -> No
         want = _INTS.get(p.dtype) or _FLOATS.get(p.dtype)
         if want is None and dt.char not in "efd":
             raise TypeError(f"{name}: argument '{p.name}' must be a floating-point array "
-                            f"(float16, float32 or float64), got {dt}")
+                            f"(float16, float32 or float64), got {dt} (convert with "
+                            f".astype(jnp.float32))")
         if want is not None and dt != want:
             raise TypeError(f"{name}: argument '{p.name}' must be {np.dtype(want).name}, "
-                            f"got {dt}")
+                            f"got {dt} ({_conversion(np.dtype(want))})")
         if p.shape is None:
             continue
         if len(shape) != len(p.shape):

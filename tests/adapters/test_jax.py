@@ -370,12 +370,17 @@ def test_vmap_of_an_op_with_annotated_shapes_is_sequential(seed):
                                rtol=1e-5, atol=1e-6)
 
 
-def test_errors(seed, act):
+def test_errors(seed, act, seed64):
     x = jnp.ones((8, 4), jnp.float32)
     mlp = as_jax(seed.mlp)
     args = _mlp_args(jnp.float32)
-    with pytest.raises(TypeError, match=r"mlp: argument 'x' must be float32, got int32"):
+    with pytest.raises(TypeError, match=r"mlp: argument 'x' must be float32, got int32 "
+                                        r"\(convert with .astype\(jnp.float32\)\)$"):
         mlp(jnp.ones((8, 4), jnp.int32), *args[1:])
+    with jax.enable_x64(False), pytest.raises(TypeError, match=(
+            r"mlp: argument 'x' must be float64, got float32 \(convert with .astype\(jnp."
+            r"float64\); 64-bit arrays need jax.config.update\('jax_enable_x64', True\)\)")):
+        as_jax(seed64.mlp)(*args)
     with pytest.raises(ValueError, match=r"mlp: dim 'i' is 4 in argument 'x' but 5 in "
                                          r"argument 'w1' \(shape \(5, 6\)\)"):
         mlp(x, jnp.ones((5, 6), jnp.float32), *args[2:])
