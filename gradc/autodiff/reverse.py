@@ -203,6 +203,14 @@ def _check_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: dic
             graph.diagnostics.append(warning)
 
 
+def _broadcasts_to(shape, other) -> bool:
+    """Whether ``shape`` broadcasts to ``other`` (a reduction's smaller result does not)."""
+    try:
+        return broadcast([shape, other]) == other
+    except BroadcastError:
+        return False
+
+
 def _surface(op: str) -> str:
     """The .grad spelling of a primitive, for messages."""
     return INFIX.get(op) or {"neg": "unary -", "maximum": "max", "minimum": "min"}.get(op, op)
@@ -221,17 +229,13 @@ def _check_custom_shape(graph: Graph, region: CustomRegion, gname: str, ct: int,
         return
     span = next((s.span for s in block.body if s.target == gname), block.span)
     reached = {graph.node(n).shape for n in nx.descendants(graph.dg, arg) & region.nodes}
-    try:
-        fits = broadcast([want, got]) == got
-    except BroadcastError:
-        fits = False
-    if fits and got in reached:
+    if _broadcasts_to(want, got) and got in reached:
         graph.diagnostics.append(GradcWarning(
             f"gradient '{gname}' has shape {got}, which the forward broadcast parameter "
             f"'{pname}' {want} to: it is summed back to {want}", span, "N401",
             severity="note"))
         return
-    notes = [f"the forward broadcasts '{pname}' to {', '.join(sorted(map(str, reached - {want})))}"
-             " only"] if reached - {want} else []
+    wider = sorted(str(s) for s in reached - {want} if _broadcasts_to(want, s))
+    notes = [f"the forward broadcasts '{pname}' to {', '.join(wider)} only"] if wider else []
     raise GradientError(f"gradient '{gname}' has shape {got}, but parameter '{pname}' has "
                         f"shape {want}", span, notes=notes)

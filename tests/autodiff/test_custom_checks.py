@@ -58,6 +58,20 @@ def test_gradient_of_an_impossible_shape_names_parameter_and_both_shapes():
                           "but parameter 'x' has shape (3,)")
 
 
+def test_the_note_of_a_shape_error_names_only_shapes_the_parameter_broadcast_to():
+    """A reduction's result (sum(x): ()) is not a shape x was broadcast to: no note;
+    x * y with y: f32[4, 3] broadcasts x: f32[3] to (4, 3): the note says so."""
+    reduced = compile_error("op f(x: f32[n]) -> y {\n    y = sum(x)\n"
+                            "} grad(dy) -> dx {\n    dx = dy\n}\n")
+    assert "gradient 'dx' has shape (), but parameter 'x' has shape (n,)" in reduced
+    assert "broadcasts" not in reduced
+    wide = compile_error("op f(x: f32[3], y: f32[4, 3]) -> z {\n    z = sum(x * y)\n"
+                         "} grad(dz) -> (dx, dy) {\n    dx = dz * ones_like(sum(y, axis=1))\n"
+                         "    dy = dz * y\n}\n")             # dx: (4,)
+    assert "parameter 'x' has shape (3,)" in wide
+    assert "note: the forward broadcasts 'x' to (4, 3) only" in wide
+
+
 DENSE = """
 op dense(x: f32[b, i], w: f32[i, o], bias: f32[o]) -> h {
     h = x @ w + bias
