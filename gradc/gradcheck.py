@@ -65,6 +65,10 @@ class CheckResult:
         mark = "ok  " if self.passed else "FAIL"
         what = "true derivative (grad blocks ignored)" if self.custom else "derivative"
         text = f"{mark} {self.op}: {what} vs finite differences, rel. error {self.error:.1e}"
+        if self.ok and self.unmarked_surrogate:     # the figures pass: say what failed
+            text = (f"{mark} {self.op}: its custom gradient is not the derivative and not "
+                    f"marked 'surrogate' (the audit below, W410); {what} vs finite "
+                    f"differences, rel. error {self.error:.1e}")
         if self.custom and self.audit is None:
             if self.custom_rel_diff == float("inf"):
                 text += "; the true derivative is 0 where the custom gradient is not"
