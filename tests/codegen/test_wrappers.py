@@ -447,6 +447,12 @@ def test_defaults_are_keyword_only_wherever_declared(import_module_text) -> None
     np.testing.assert_array_equal(m.g(ones(2), ones(2), a=2.0), [3.0, 3.0])
     assert str(inspect.signature(m.OPS["g"]._methods["vjp"])) == \
         "(x, out_, dy, /, *, a=0.5, out=None)"
+    # the op's own methods show the same (help(), IDEs), unfused ones too
+    assert str(inspect.signature(m.g.vjp)) == "(x, out_, dy, /, *, a=0.5, out=None)"
+    assert str(inspect.signature(m.g.unfused.jvp)) == \
+        "(x, out_, x_t, out_t, /, *, a=0.5, out=None)"
+    assert str(inspect.signature(m.g)) == "(x, out_, /, *, a=0.5, out=None)"
+    assert m.g.fwd_bwd.__qualname__ == "g.fwd_bwd" and "g.vjp" in repr(m.g.vjp)
     with pytest.raises(TypeError, match="positional-only"):
         m.g(x=ones(2), out=ones(2))
 

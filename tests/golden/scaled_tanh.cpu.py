@@ -4,6 +4,7 @@
 
 Ops: leaky_relu, scaled_tanh.
 """
+import inspect
 import math
 import os
 
@@ -534,6 +535,11 @@ class _GradcOp:
         self._forward, self._vjp, self._fwd_bwd, self._jvp = (
             methods[m] if m in methods and not self._keywords else self._runner(m)
             for m in ("forward", "vjp", "fwd_bwd", "jvp"))
+        # vjp, fwd_bwd and jvp are per op, so that inspect.signature and help() show
+        # the wrapper's own parameters (a method of this class would show *args)
+        self.vjp, self.fwd_bwd, self.jvp = (self._method(m) for m in ("vjp", "fwd_bwd", "jvp"))
+        if "forward" in methods and not self._keywords:
+            self.__signature__ = inspect.signature(methods["forward"])
 
     def _runner(self, method):
         return lambda *args, **kwargs: self._run(method, args, kwargs)
@@ -599,32 +605,25 @@ class _GradcOp:
         except _GradcDask:
             return self._run_dask("forward", args, kwargs)
 
-    def vjp(self, /, *args, **kwargs):
-        try:
-            return self._vjp(*args, **kwargs)
-        except (ValueError, TypeError) as exc:
-            self._failed("vjp", exc)
-            raise
-        except _GradcDask:
-            return self._run_dask("vjp", args, kwargs)
+    def _method(self, method):
+        """The op's ``method`` (vjp, fwd_bwd, jvp): its wrapper, with clearer errors
+        (:meth:`_failed`) and Dask arguments sent to the Dask wrapper."""
+        run = getattr(self, f"_{method}")
 
-    def fwd_bwd(self, /, *args, **kwargs):
-        try:
-            return self._fwd_bwd(*args, **kwargs)
-        except (ValueError, TypeError) as exc:
-            self._failed("fwd_bwd", exc)
-            raise
-        except _GradcDask:
-            return self._run_dask("fwd_bwd", args, kwargs)
+        def call(*args, **kwargs):
+            try:
+                return run(*args, **kwargs)
+            except (ValueError, TypeError) as exc:
+                self._failed(method, exc)
+                raise
+            except _GradcDask:
+                return self._run_dask(method, args, kwargs)
 
-    def jvp(self, /, *args, **kwargs):
-        try:
-            return self._jvp(*args, **kwargs)
-        except (ValueError, TypeError) as exc:
-            self._failed("jvp", exc)
-            raise
-        except _GradcDask:
-            return self._run_dask("jvp", args, kwargs)
+        fn = self._methods.get(method)
+        call.__name__, call.__qualname__ = method, getattr(fn, "__qualname__", method)
+        if fn is not None and not self._keywords:
+            call.__signature__, call.__doc__ = inspect.signature(fn), fn.__doc__
+        return call
 
     def _run_dask(self, method, args, kwargs):
         """``method`` on arguments of which some are Dask arrays: lazy results."""
