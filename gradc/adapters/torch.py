@@ -39,6 +39,7 @@ its recorded source), ``RuntimeError`` where gradc cannot compile the derived op
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -202,6 +203,12 @@ class _Level:
         for p in info.keywords:
             v = kwargs.get(p.name)
             if isinstance(v, torch.Tensor):
+                if v.requires_grad:
+                    warnings.warn(f"{info.name}: keyword argument '{p.name}' requires grad, but "
+                                  "a parameter with a default is a constant (its value is "
+                                  "read with .item()): it gets no gradient; make it a "
+                                  "parameter without a default to differentiate it",
+                                  stacklevel=3)
                 if v.dim():
                     raise ValueError(f"{info.name}: argument '{p.name}' must be a scalar (a "
                                      "number or a 0-d tensor: a parameter with a default and "

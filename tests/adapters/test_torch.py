@@ -269,6 +269,9 @@ def test_layouts_dtypes_and_partial_requires_grad(modules):
                                          r"number or a 0-d tensor.*got shape \(3,\)"):
         leaky(torch.ones(3), alpha=torch.tensor([0.1, 0.2, 0.3]))
     assert torch.equal(leaky(-torch.ones(3), alpha=torch.tensor(0.25)), torch.full((3,), -0.25))
+    with pytest.warns(UserWarning, match=r"leaky_relu: keyword argument 'alpha' requires grad, "
+                                         r"but a parameter with a default is a constant"):
+        leaky(-torch.ones(3), alpha=torch.tensor(0.25, requires_grad=True))
 
 
 def test_results_never_alias_inputs(modules):
