@@ -24,7 +24,7 @@ import numbers
 # builtins its helpers call (a test keeps this list complete).  A fixed list,
 # not ``dir(builtins)``, so that the output does not depend on the Python version.
 RESERVED = frozenset({
-    "np", "numba", "math", "os", "OPS", "SOURCE_SHA256", "out",
+    "np", "numba", "inspect", "math", "os", "OPS", "SOURCE_SHA256", "out",
     "cuda", "stream", "TARGET", "CUDA_KERNELS",
     "AttributeError", "Exception", "NotImplementedError", "OverflowError", "RuntimeError",
     "TypeError", "ValueError",
