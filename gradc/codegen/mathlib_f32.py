@@ -40,14 +40,16 @@ def _g_ldexp_f32(y, n):
 
 def _g_expm1_kernel_f32(r):
     """``exp(r) - 1`` for |r| <= ln2/2: ``r + r^2 P(r)``, P the degree-5 polynomial of
-    Cephes ``expf`` (theoretical peak relative error 4.2e-9)."""
-    p = np.float32(1.9875691500e-4)
-    p = p * r + np.float32(1.3981999507e-3)
-    p = p * r + np.float32(8.3334519073e-3)
-    p = p * r + np.float32(4.1665795894e-2)
-    p = p * r + np.float32(1.6666665459e-1)
-    p = p * r + np.float32(5.0000001201e-1)
-    return (p * r) * r + r
+    Cephes ``expf`` (theoretical peak relative error 4.2e-9), evaluated by Estrin's
+    scheme (pairs of terms, then powers of r^2), whose shorter dependency chains make
+    the compute-bound softplus, gelu, swish and log_sigmoid ``fwd_bwd`` kernels
+    8-10 % faster than Horner's rule on AVX2 (``benchmarks/bench_mathlib.py``)."""
+    r2 = r * r
+    p01 = np.float32(1.6666665459e-1) * r + np.float32(5.0000001201e-1)
+    p23 = np.float32(8.3334519073e-3) * r + np.float32(4.1665795894e-2)
+    p45 = np.float32(1.9875691500e-4) * r + np.float32(1.3981999507e-3)
+    p = (p45 * r2 + p23) * r2 + p01
+    return p * r2 + r
 
 
 def _g_exp_f32(x):
@@ -205,9 +207,27 @@ def _g_sigmoid_f32(x):
     return q - q * (err / s)
 
 
+def _g_log1p_unit_f32(e):
+    """log1p(e) for e in [0, 1] (or NaN): ``e + e^2 Q(e)``, ``1 + e Q(e)`` of degree 9
+    fitted to log1p(e)/e on [0, 1] (minimax relative error 0.09 float32 ulp with the
+    float32 coefficients, each fitted after rounding the lower ones), Q evaluated by
+    Estrin's scheme; the final ``+ e`` is rounded once (FMA), so Q's rounding errors
+    are scaled by e Q <= 0.31.  No range reduction, bit casts or division: softplus's
+    argument ``exp(-|x|)`` is always in [0, 1], and a subnormal e gives e exactly."""
+    e2 = e * e
+    e4 = e2 * e2
+    p12 = np.float32(0.3333048) * e + np.float32(-0.4999993)
+    p34 = np.float32(0.19694024) * e + np.float32(-0.24958293)
+    p56 = np.float32(0.10674703) * e + np.float32(-0.15351719)
+    p78 = np.float32(0.020176627) * e + np.float32(-0.057609588)
+    q = (np.float32(-0.0033124962) * e4 + (p78 * e2 + p56)) * e4 + (p34 * e2 + p12)
+    return (e * q) * e + e
+
+
 def _g_softplus_f32(x):
-    """softplus: ``max(x, 0) + log1p(exp(-|x|))`` (SPEC's stable form)."""
-    return (x if x > np.float32(0.0) else np.float32(0.0)) + _g_log1p_f32(_g_exp_f32(-abs(x)))
+    """softplus: ``max(x, 0) + log1p(exp(-|x|))`` (SPEC's stable form), the log1p
+    :func:`_g_log1p_unit_f32`."""
+    return (x if x > np.float32(0.0) else np.float32(0.0)) + _g_log1p_unit_f32(_g_exp_f32(-abs(x)))
 
 
 def _g_atan_f32(x):
