@@ -82,9 +82,15 @@ def _identities(graph: Graph, node: Node) -> int | None:
 
 def _is_needless_zero_mask(graph: Graph, node: Node) -> bool:
     """``where((g == 0) * (ct != ct), 0, ct)`` (reverse mode's zero-cotangent mask,
-    ``reverse._mask_zero_cotangent``) where ``ct`` is ``g`` times a finite
-    constant: ``ct`` is ``±0`` wherever ``g == 0``, never NaN, so the mask never
-    selects.  Removing it keeps every bit."""
+    ``reverse._mask_zero_cotangent``, and forward mode's) where ``ct`` is ``g``
+    times a factor that :func:`bound` proves finite: ``ct`` is ``±0`` wherever
+    ``g == 0``, so the mask never selects.  For a constant factor removing it keeps
+    every bit; for a bounded function of the inputs (``dy * sigmoid(x)`` in swish's
+    gradient, ``dy * (1 + tanh(u))`` in gelu's) it keeps every bit at every input
+    that is not NaN, ±inf included.  Where such a factor's input is NaN the factor
+    is NaN and the contribution is NaN, as IEEE arithmetic and ``jax.vjp`` give,
+    not 0 (the bounded primitive's own rule, never masked, was NaN there already).
+    The mask cost swish's fused ``fwd_bwd`` 26 % of its time."""
     cond, zero, ct = node.args
     c, ctn = graph.node(cond), graph.node(ct)
     if _const(graph, zero) != 0 or c.op != "mul" or ctn.op != "mul":
@@ -98,8 +104,74 @@ def _is_needless_zero_mask(graph: Graph, node: Node) -> bool:
     others = [a for a in ctn.args if a != g]
     if len(others) != 1 or g not in ctn.args:
         return False
-    k = _const(graph, others[0])
-    return k is not None and np.isfinite(k) and _same_shape(graph, ct, node)
+    return bound(graph, others[0]) is not None and _same_shape(graph, ct, node)
+
+
+# The range of bounded primitives over every operand that is not NaN (±inf included).
+_RANGES = {"sigmoid": 1.0, "tanh": 1.0, "erf": 1.0, "erfc": 2.0, "atan": np.pi / 2,
+           "sign": 1.0, "lt": 1.0, "le": 1.0, "gt": 1.0, "ge": 1.0, "eq": 1.0, "ne": 1.0}
+_BOUND_LIMIT = 1e30           # far inside float32's range, so no value can round to inf
+
+
+def bound(graph: Graph, nid: int) -> float | None:
+    """A bound on ``|value|`` of node ``nid`` at every input that is not NaN, or None
+    where none is proven (any parameter not under a bounded function, ``exp``, ``/``...).
+
+    Interval arithmetic on magnitudes: constants, the ranges of ``_RANGES``, and
+    ``neg abs identity cast add sub mul square maximum minimum where clip
+    full_like broadcast_in`` of bounded operands (``add``: the sum of the bounds,
+    ``mul``: the product...).  Bounds above 1e30 count as none, so that no rounding
+    in float32 can reach inf."""
+    memo: dict[int, float | None] = {}
+    stack = [nid]
+    while stack:
+        top = stack[-1]
+        if top in memo:
+            stack.pop()
+            continue
+        node = graph.node(top)
+        deps = _bound_operands(node)
+        todo = [a for a in deps if a not in memo]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        memo[top] = _node_bound(node, [memo[a] for a in deps])
+    return memo[nid]
+
+
+def _bound_operands(node: Node) -> tuple[int, ...]:
+    """The operands whose bounds ``node``'s bound is computed from."""
+    if node.op in ("neg", "abs", "identity", "stop_gradient", "cast", "square", "add",
+                   "sub", "mul", "maximum", "minimum", "broadcast_in"):
+        return node.args[:1] if node.op == "broadcast_in" else node.args
+    if node.op == "where":
+        return node.args[1:]
+    if node.op == "clip":
+        return node.args[1:]            # clip(x, lo, hi) lies between lo and hi
+    if node.op == "full_like":
+        return node.args[1:]
+    return ()
+
+
+def _node_bound(node: Node, operand_bounds: list[float | None]) -> float | None:
+    if node.op == "const":
+        v = node.value
+        return abs(float(v)) if isinstance(v, (int, float)) and abs(float(v)) <= \
+            _BOUND_LIMIT else None
+    if node.op in _RANGES:
+        return _RANGES[node.op]
+    if not operand_bounds or any(b is None for b in operand_bounds):
+        return None
+    if node.op in ("add", "sub"):
+        out = operand_bounds[0] + operand_bounds[1]
+    elif node.op == "mul":
+        out = operand_bounds[0] * operand_bounds[1]
+    elif node.op == "square":
+        out = operand_bounds[0] ** 2
+    else:
+        out = max(operand_bounds)
+    return out if out <= _BOUND_LIMIT else None
 
 
 def _negations(graph: Graph, node: Node) -> int | None:

@@ -181,3 +181,48 @@ def test_zero_cotangent_mask_of_a_constant_multiple_is_removed():
         ct = g.node(m.args[2])
         assert ct.op == "mul" and all(g.node(a).op != "const" for a in ct.args)
     assert any(n.op == "mul" and g.node(n.args[1]).op == "const" for n in g)   # (...) * 0.5
+
+
+
+def test_zero_cotangent_mask_of_a_bounded_factor_is_removed_and_values_are_kept(monkeypatch):
+    """``dy * sigmoid(x)`` (swish) and ``dy * (1 + tanh(u))`` (gelu) are ±0 wherever
+    dy == 0 at every non-NaN x, ±inf included, so their masks go; the masks of
+    ``dy * x`` (and gelu's ``... * 3x^2``) stay (0 * inf).  Every value is kept, at
+    the edges and for a zero cotangent."""
+    import importlib
+    simplify_module = importlib.import_module("gradc.passes.simplify")
+    src = """op swish(x) -> y { y = x * sigmoid(x) }
+    op gelu(x) -> y { y = 0.5 * x * (1 + tanh(0.8 * (x + 0.044715 * x^3))) }"""
+    program = check_source(src, "m.grad")
+    x = np.array([-np.inf, -1e30, -3.0, -0.0, 0.0, 1e-30, 2.0, 1e30, np.inf])
+
+    def vjp(name):
+        return build_op(program.ops[name], program.ops, program.consts).methods["vjp"].graph
+
+    for name, kept in (("swish", 1), ("gelu", 2)):
+        g = vjp(name)
+        masks = [n for n in g if n.op == "where"]
+        assert len(masks) == kept, name
+        for m in masks:
+            assert not any(g.node(a).op in ("sigmoid", "add") for a in g.node(m.args[2]).args)
+        with monkeypatch.context() as mp:      # every mask kept: the unoptimised values
+            mp.setattr(simplify_module, "bound", lambda graph, nid: None)
+            masked = vjp(name)
+        assert len([n for n in masked if n.op == "where"]) > kept
+        for dy in (np.zeros_like(x), np.ones_like(x)):
+            got, want = interpret(g, [x, dy])[0], interpret(masked, [x, dy])[0]
+            np.testing.assert_array_equal(got, want, err_msg=f"{name}, dy = {dy[0]}")
+        assert (interpret(g, [x, np.zeros_like(x)])[0] == 0).all(), name
+
+
+@pytest.mark.parametrize("expr, want", [
+    ("sigmoid(x)", 1.0), ("1 + tanh(x)", 2.0), ("3 * erf(x) - erfc(x)", 5.0),
+    ("where(x > 0, atan(x), -2)", 2.0), ("clip(x, -4, 3)", 4.0), ("sigmoid(x)^2", 1.0),
+    ("max(sigmoid(x), 0.5)", 1.0), ("x", None), ("exp(x)", None), ("1 / sigmoid(x)", None),
+    ("sigmoid(x) * x", None), ("1e20 * 1e20 * tanh(x)", None)])
+def test_bound_is_proven_only_for_finite_values(expr, want):
+    from gradc.passes.simplify import bound
+    program = check_source(f"op f(x) -> y {{ y = {expr} }}", "b.grad")
+    g = build_op(program.ops["f"], program.ops, program.consts).methods["forward"].graph
+    got = bound(g, g.outputs[0])
+    assert got == pytest.approx(want) if want is not None else got is None, expr
