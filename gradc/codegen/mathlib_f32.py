@@ -43,7 +43,8 @@ def _g_expm1_kernel_f32(r):
     Cephes ``expf`` (theoretical peak relative error 4.2e-9), evaluated by Estrin's
     scheme (pairs of terms, then powers of r^2), whose shorter dependency chains make
     the compute-bound softplus, gelu, swish and log_sigmoid ``fwd_bwd`` kernels
-    8-10 % faster than Horner's rule on AVX2 (``benchmarks/bench_mathlib.py``)."""
+    8-10 % faster than Horner's rule on AVX2 (Zen 2, 10^7 float32, measured side by
+    side in one process)."""
     r2 = r * r
     p01 = np.float32(1.6666665459e-1) * r + np.float32(5.0000001201e-1)
     p23 = np.float32(8.3334519073e-3) * r + np.float32(4.1665795894e-2)
@@ -64,6 +65,17 @@ def _g_exp_f32(x):
     r = r - n * np.float32(-2.12194440e-4)
     e = _g_ldexp_f32(_g_expm1_kernel_f32(r) + np.float32(1.0), np.int32(n))
     return x if x != x else e
+
+
+def _g_exp_mid_f32(x):
+    """exp for finite x in [-80, 80] (callers guarantee it): the reduction and kernel
+    of :func:`_g_exp_f32` (the same result there), but 2**n in one bit cast, and no
+    clamps or NaN select, which it does not need; 10 fewer vector instructions
+    for tanh's ``exp(2|x|)``."""
+    n = np.rint(x * np.float32(1.44269504088896341))
+    r = x - n * np.float32(0.693359375)
+    r = r - n * np.float32(-2.12194440e-4)
+    return (_g_expm1_kernel_f32(r) + np.float32(1.0)) * _g_f32_bits((np.int32(n) + np.int32(127)) << np.int32(23))
 
 
 def _g_exp2_f32(x):
@@ -179,7 +191,8 @@ def _g_log1p_f32(x):
 
 def _g_tanh_f32(x):
     """tanh, Cephes ``tanhf``: ``x + x^3 P(x^2)`` (degree 4) for |x| < 0.625, else
-    ``1 - 2 / (exp(2|x|) + 1)`` with |x| clamped to 10 (where tanh rounds to 1);
+    ``1 - 2 / (exp(2|x|) + 1)`` with |x| clamped to 10 (where tanh rounds to 1; NaN
+    becomes 10 there, so :func:`_g_exp_mid_f32` sees only [0, 20]);
     |x| < 2**-13 returns x (keeps -0)."""
     ax = abs(x)
     z = x * x
@@ -189,7 +202,7 @@ def _g_tanh_f32(x):
     p = p * z + np.float32(1.33314422036e-1)
     p = p * z + np.float32(-3.33332819422e-1)
     small = p * z * x + x
-    e = _g_exp_f32(np.float32(2.0) * (ax if ax < np.float32(10.0) else np.float32(10.0)))
+    e = _g_exp_mid_f32(np.float32(2.0) * (ax if ax < np.float32(10.0) else np.float32(10.0)))
     big = np.float32(1.0) - np.float32(2.0) / (e + np.float32(1.0))
     big = big if x >= np.float32(0.0) else -big
     r = small if ax < np.float32(0.625) else big

@@ -938,19 +938,13 @@ def _g_tanh_f64(x):
     return x if (x != x) | (ax < 7.450580596923828e-09) else r
 
 
-def _g_ldexp_f32(y, n):
-    """``y * 2**n`` for integer ``n`` in [-252, 254], as two exact power-of-two factors
-    (so that a subnormal result is rounded once)."""
-    h = n >> 1
-    return (y * _g_f32_bits((h + 127) << 23)) * _g_f32_bits((n - h + 127) << 23)
-
-
 def _g_expm1_kernel_f32(r):
     """``exp(r) - 1`` for |r| <= ln2/2: ``r + r^2 P(r)``, P the degree-5 polynomial of
     Cephes ``expf`` (theoretical peak relative error 4.2e-9), evaluated by Estrin's
     scheme (pairs of terms, then powers of r^2), whose shorter dependency chains make
     the compute-bound softplus, gelu, swish and log_sigmoid ``fwd_bwd`` kernels
-    8-10 % faster than Horner's rule on AVX2 (``benchmarks/bench_mathlib.py``)."""
+    8-10 % faster than Horner's rule on AVX2 (Zen 2, 10^7 float32, measured side by
+    side in one process)."""
     r2 = r * r
     p01 = np.float32(1.6666665459e-1) * r + np.float32(5.0000001201e-1)
     p23 = np.float32(8.3334519073e-3) * r + np.float32(4.1665795894e-2)
@@ -959,23 +953,21 @@ def _g_expm1_kernel_f32(r):
     return p * r2 + r
 
 
-def _g_exp_f32(x):
-    """exp, after Cephes ``expf``: ``x = n ln2 + r`` (Cody-Waite, ln2 in two parts),
-    ``exp(r) = 1 + r + r^2 P(r)``, ``2**n`` from bit casts in two steps, so results
-    down to the smallest subnormal are rounded once.  x is clamped to [-104, 89]
-    first (beyond, the result is 0 or inf anyway)."""
-    xc = np.float32(89.0) if x > np.float32(89.0) else x
-    xc = np.float32(-104.0) if xc < np.float32(-104.0) else xc
-    n = np.rint(xc * np.float32(1.44269504088896341))
-    r = xc - n * np.float32(0.693359375)
+def _g_exp_mid_f32(x):
+    """exp for finite x in [-80, 80] (callers guarantee it): the reduction and kernel
+    of :func:`_g_exp_f32` (the same result there), but 2**n in one bit cast, and no
+    clamps or NaN select, which it does not need; 10 fewer vector instructions
+    for tanh's ``exp(2|x|)``."""
+    n = np.rint(x * np.float32(1.44269504088896341))
+    r = x - n * np.float32(0.693359375)
     r = r - n * np.float32(-2.12194440e-4)
-    e = _g_ldexp_f32(_g_expm1_kernel_f32(r) + np.float32(1.0), np.int32(n))
-    return x if x != x else e
+    return (_g_expm1_kernel_f32(r) + np.float32(1.0)) * _g_f32_bits((np.int32(n) + np.int32(127)) << np.int32(23))
 
 
 def _g_tanh_f32(x):
     """tanh, Cephes ``tanhf``: ``x + x^3 P(x^2)`` (degree 4) for |x| < 0.625, else
-    ``1 - 2 / (exp(2|x|) + 1)`` with |x| clamped to 10 (where tanh rounds to 1);
+    ``1 - 2 / (exp(2|x|) + 1)`` with |x| clamped to 10 (where tanh rounds to 1; NaN
+    becomes 10 there, so :func:`_g_exp_mid_f32` sees only [0, 20]);
     |x| < 2**-13 returns x (keeps -0)."""
     ax = abs(x)
     z = x * x
@@ -985,7 +977,7 @@ def _g_tanh_f32(x):
     p = p * z + np.float32(1.33314422036e-1)
     p = p * z + np.float32(-3.33332819422e-1)
     small = p * z * x + x
-    e = _g_exp_f32(np.float32(2.0) * (ax if ax < np.float32(10.0) else np.float32(10.0)))
+    e = _g_exp_mid_f32(np.float32(2.0) * (ax if ax < np.float32(10.0) else np.float32(10.0)))
     big = np.float32(1.0) - np.float32(2.0) / (e + np.float32(1.0))
     big = big if x >= np.float32(0.0) else -big
     r = small if ax < np.float32(0.625) else big
@@ -1036,9 +1028,8 @@ _g_exp_kernel_f64 = _g_inline(_g_exp_kernel_f64)
 _g_exp_scaled_f64 = _g_inline(_g_exp_scaled_f64)
 _g_exp_f64 = _g_inline(_g_exp_f64)
 _g_tanh_f64 = _g_inline(_g_tanh_f64)
-_g_ldexp_f32 = _g_inline(_g_ldexp_f32)
 _g_expm1_kernel_f32 = _g_inline(_g_expm1_kernel_f32)
-_g_exp_f32 = _g_inline(_g_exp_f32)
+_g_exp_mid_f32 = _g_inline(_g_exp_mid_f32)
 _g_tanh_f32 = _g_inline(_g_tanh_f32)
 
 
