@@ -85,7 +85,8 @@ def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
     primal = passes.stabilize(lower_op(op, ops, consts, custom=custom))
     compiled.primal = primal
     compiled.methods["forward"] = _method("forward", primal.copy(), check)
-    joint = _differentiate(primal, compiled)
+    expanded = passes.expand_logsumexp(primal)     # 2 exp per element, not 3 (its doc)
+    joint = _differentiate(expanded, compiled)
     compiled.diagnostics = list(joint.diagnostics)
     grads_only = joint.copy()
     n_out = len(primal.outputs)
@@ -96,7 +97,7 @@ def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
     compiled.methods["fwd_bwd"] = _method("fwd_bwd", joint, check)
     diff = [p for p, info in zip(primal.params, compiled.params) if info.differentiable]
     try:
-        tangent = linearize(primal, diff, compiled.tangents)
+        tangent = linearize(expanded, diff, compiled.tangents)
     except GradientError as exc:      # a grad block that cannot be transposed (E405)
         compiled.missing["jvp"] = exc.render()
         compiled.diagnostics.append(GradcWarning(

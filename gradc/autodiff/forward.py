@@ -80,7 +80,7 @@ def _node_jvp(graph: Graph, node: Node, tan: dict[int, int]) -> int | None:
         part = _instantiate(graph, rule, node, {f"{prim.params[i]}_t": t}, b)
         if _is_zero(graph, part):
             continue
-        if prim.masks_zero_cotangent:       # a zero tangent stays 0 where the slope is inf
+        if prim.masks_zero_cotangent and node.attr("zero_mask", True):  # 0 stays 0 at inf slope
             part = _mask_zero_cotangent(b, t, part)
         parts.append(part)
     t = _total(graph, parts)

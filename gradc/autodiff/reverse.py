@@ -113,7 +113,7 @@ def _node_vjp(graph: Graph, node: Node, g: int, cts: dict[int, list[int]],
             ct = _instantiate(graph, rule, node, {"g": g}, b)
         if _is_zero(graph, ct):
             continue
-        if prim.masks_zero_cotangent:       # 0 * inf must not leak a NaN
+        if prim.masks_zero_cotangent and node.attr("zero_mask", True):   # 0 * inf: no NaN
             ct = _mask_zero_cotangent(b, g, ct)
         cts.setdefault(a, []).append(_unbroadcast(b, ct, a))
 

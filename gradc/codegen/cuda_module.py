@@ -63,7 +63,8 @@ class CudaWrapperPrinter(WrapperPrinter):
         axis, keepdims = node.attr("axis"), node.attr("keepdims")
         x = fields.get("x")
         if prim.kind == "reduction":
-            return f"_gc_reduce({node.op!r}, {x}, {axis!r}, {keepdims!r}, stream)"
+            empty = ", empty_ok=True" if node.attr("initial") is not None else ""
+            return f"_gc_reduce({node.op!r}, {x}, {axis!r}, {keepdims!r}, stream{empty})"
         if node.op == "matmul":
             return f"_gc_matmul({x}, {fields['y']}, stream)"
         if node.op == "transpose":

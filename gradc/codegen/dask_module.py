@@ -53,4 +53,5 @@ class DaskWrapperPrinter(WrapperPrinter):
         args = ", ".join(fields.values())
         kw = (f", axis={node.attr('axis')!r}, keepdims={bool(node.attr('keepdims'))!r}"
               if "axis" in dict(node.attrs) else "")
+        kw += ", empty_ok=True" if node.attr("initial") is not None else ""
         return f"_gd_lib({node.op!r}, _T, {args}{kw})"

@@ -300,8 +300,7 @@ class WrapperPrinter:
         name = self.kernels.add(g, step, f"{self.kernel_base}_{k}", self._comments(step))
         b.line(self._shape_line(step))
         lv = dict(step.levels)
-        ops = {g.node(n).op for n in step.nodes if lv[n] == ROW}
-        empty_ok = not ({"max", "min"} & ops)
+        empty_ok = not any(_no_identity(g.node(n)) for n in step.nodes if lv[n] == ROW)
         b.line(f"_R, _N, _C = _g_rows(_n, _s, {step.split}, {empty_ok!r})")
         args = self._output_arrays(step, lambda nid: self.shape_expr(g.node(nid).shape)
                                    if lv[nid] == ROW else "_s")
@@ -326,8 +325,10 @@ class WrapperPrinter:
             count = "_R * _N" if kinds[nid] == "all" and lv.get(node.args[0]) != ROW and \
                 g.node(node.args[0]).shape == step.shape else "_R"
             self.vars[nid] = f"_v{nid}"
+            empty = ", empty_ok=True" if node.op in ("max", "min") and not _no_identity(node) \
+                else ""
             b.line(f"_v{nid} = _g_combine(_n, {op!r}, _p{nid}, {count}, "
-                   f"{self.shape_expr(node.shape)}, _T)")
+                   f"{self.shape_expr(node.shape)}, _T{empty})")
 
     def _output_arrays(self, step: Kernel, shape_of=lambda nid: "_s") -> list[str]:
         """Arrays for the values ``step`` stores (the caller's out[k] where it is a
@@ -399,7 +400,10 @@ class WrapperPrinter:
     def _library_text(self, node, fields: dict[str, str]) -> str:
         """The expression computing library step ``node`` from its operands."""
         lib = PRIMITIVES[node.op].lib
-        return lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **fields)
+        text = lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **fields)
+        if node.attr("initial") is not None:          # np.max(..., initial=-np.inf)
+            text = f"{text[:-1]}, initial={_float_literal(node.attr('initial'))})"
+        return text
 
     def _shape_only(self, node, args: list[str]) -> str:
         """A value kept only as a run-time shape source: a view of one zero, no work."""
@@ -570,3 +574,14 @@ _CONSTANTS = ("# Loops of fewer elements run on one thread (waking threads costs
 
 def source_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _no_identity(node) -> bool:
+    """A max or min reduction that raises for an empty slice, as NumPy's does (one
+    with an ``initial`` value, such as :func:`~gradc.passes.simplify.expand_logsumexp`'s,
+    gives it there)."""
+    return node.op in ("max", "min") and node.attr("initial") is None
+
+
+def _float_literal(v: float) -> str:
+    return "np.inf" if v == float("inf") else "-np.inf" if v == float("-inf") else repr(v)

@@ -497,10 +497,12 @@ def _gc_rows(x, rows, inner, mode, final, scale, shift, dtype, stream):
     return out
 
 
-def _gc_reduce(kind, x, axis, keepdims, stream):
+def _gc_reduce(kind, x, axis, keepdims, stream, empty_ok=False):
     """``np.<kind>(x, axis=axis, keepdims=keepdims)`` on the device, for ``kind`` in
     sum, mean, prod, max, min, logsumexp, norm (the conventions of gradc's
-    ``_g_logsumexp`` and ``_g_norm``).  A 0-d result is a 0-d device array."""
+    ``_g_logsumexp`` and ``_g_norm``).  A 0-d result is a 0-d device array.
+    ``empty_ok``: a max or min of an empty slice is -inf or inf (NumPy's
+    ``initial=``), not an error."""
     x = _gc_dev(x, stream)
     nd = x.ndim
     out_shape = _g_result_shape("reduce", x.shape, axis=axis, keepdims=keepdims)
@@ -508,7 +510,7 @@ def _gc_reduce(kind, x, axis, keepdims, stream):
     kept = [i for i in range(nd) if i not in axes]
     rows = int(np.prod([x.shape[i] for i in kept], dtype=np.int64))
     inner = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
-    if inner == 0 and kind in ("max", "min"):
+    if inner == 0 and kind in ("max", "min") and not empty_ok:
         raise ValueError(f"zero-size array to reduction operation {kind}imum which has "
                          f"no identity")
     if rows == 0:

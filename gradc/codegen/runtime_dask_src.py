@@ -22,7 +22,8 @@ import numpy as np
 
 from gradc.codegen.prelude import _g_sum_to
 from gradc.codegen.runtime_src import (_G_WITNESS, _g_flat, _g_float_input, _g_int_input,
-                                       _g_resolve, _g_tangent, _g_tangent_broadcast,
+                                       _g_resolve, _g_result_shape, _g_tangent,
+                                       _g_tangent_broadcast,
                                        _g_upstream,
                                        _G_INTS, _G_FLOATS)
 
@@ -189,8 +190,9 @@ def _gd_block(*blocks, kname, flags, dtypes, t, multi):
     return tuple(outs) if multi else outs[0]
 
 
-def _gd_lib(op, t, x, y=None, axis=None, keepdims=False):
-    """Library step ``op`` with Dask's functions (tree reductions, blocked matmul)."""
+def _gd_lib(op, t, x, y=None, axis=None, keepdims=False, empty_ok=False):
+    """Library step ``op`` with Dask's functions (tree reductions, blocked matmul);
+    ``empty_ok``: a max or min of an empty slice is -inf or inf (NumPy's ``initial=``)."""
     import dask.array as da
     if op == "size_ratio":
         return t(math.prod(x.shape) / max(math.prod(y.shape), 1))
@@ -218,6 +220,9 @@ def _gd_lib(op, t, x, y=None, axis=None, keepdims=False):
         r = da.sqrt(da.sum((x / safe) ** 2, axis=axis, keepdims=True)) * safe
         r = da.where(da.isinf(scale), scale, r)
     else:                                       # sum mean prod max min
+        if empty_ok and x.size == 0:
+            shape = _g_result_shape("reduce", x.shape, axis=axis, keepdims=keepdims)
+            return da.full(shape, -np.inf if op == "max" else np.inf, dtype=x.dtype)
         return getattr(da, op)(x, axis=axis, keepdims=keepdims).astype(x.dtype)
     if keepdims:
         return r

@@ -551,9 +551,11 @@ def _g_rows(op, shape, k, empty_ok):
     return r, n, max(1, min(r, 64, (r * n) >> 12))
 
 
-def _g_combine(op, kind, partials, count, shape, t):
-    """A chunk reduction's value from its per-chunk partials (float64, deterministic)."""
-    if kind in ("max", "min") and count == 0:
+def _g_combine(op, kind, partials, count, shape, t, empty_ok=False):
+    """A chunk reduction's value from its per-chunk partials (float64, deterministic);
+    ``empty_ok``: a max or min of nothing is its initial value (the partials' -inf or
+    inf), not NumPy's error."""
+    if kind in ("max", "min") and count == 0 and not empty_ok:
         raise ValueError(f"{op}: zero-size array to reduction operation "
                          f"{'maximum' if kind == 'max' else 'minimum'} which has no identity")
     if kind == "sum":

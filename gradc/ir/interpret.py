@@ -37,7 +37,9 @@ def _apply(node, args: list[np.ndarray], dtype) -> np.ndarray:
     prim = PRIMITIVES[node.op]
     attrs: Mapping = dict(node.attrs)
     if prim.kind == REDUCTION:
-        return prim.ref(args[0], axis=attrs.get("axis"), keepdims=bool(attrs.get("keepdims")))
+        extra = {"initial": attrs["initial"]} if "initial" in attrs else {}
+        return prim.ref(args[0], axis=attrs.get("axis"), keepdims=bool(attrs.get("keepdims")),
+                        **extra)
     if node.op == "broadcast_in":
         return prim.ref(*args, axis=attrs.get("axis"), keepdims=attrs.get("keepdims"))
     return prim.ref(*args)

@@ -294,6 +294,15 @@ def _stable_forms(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset
 RULES = (_fold, _identities, _negations, _stable_forms, _strength)
 
 
+def _remap_regions(graph: Graph, moved: dict[int, int]) -> None:
+    """Point custom regions at the replacements ``moved`` of their inputs and names (a
+    rewritten node may be passed into a custom region)."""
+    if moved:
+        graph.regions = [replace(r, inputs=tuple(moved.get(i, i) for i in r.inputs),
+                                 names={k: moved.get(v, v) for k, v in r.names.items()})
+                         for r in graph.regions]
+
+
 def stabilize(graph: Graph) -> Graph:
     """Rewrite naive spellings to stable primitives (:func:`_stable_forms`) before
     differentiation; nodes of custom-gradient regions are left as written."""
@@ -307,11 +316,57 @@ def stabilize(graph: Graph) -> Graph:
         if new is not None and new != nid:
             out.replace_uses(nid, new)
             moved[nid] = new
-    if moved:       # a rewritten node may be passed into a custom region
-        out.regions = [replace(r, inputs=tuple(moved.get(i, i) for i in r.inputs),
-                               names={k: moved.get(v, v) for k, v in r.names.items()})
-                       for r in out.regions]
+    _remap_regions(out, moved)
     return out      # no DCE: a custom region's residuals may have no user yet
+
+
+def expand_logsumexp(graph: Graph) -> Graph:
+    """Each ``logsumexp(x, axis, keepdims)`` (outside custom-gradient regions) as the
+    max-shifted form reverse mode differentiates best, as ``jax.nn.logsumexp`` writes it::
+
+        m = max(x, axis, keepdims, initial=-inf)        (-inf for an empty slice)
+        h = stop_gradient(where(m - m == 0, m, 0))
+        s = sum(exp(x - bc(h)), axis, keepdims)
+        out = where(s == 0, -inf, h + log(where(s == 0, 1, s)))
+
+    Its gradient is ``bc(g / s) * exp(x - bc(h))``, softmax from the same exponentials
+    as the forward: two ``exp`` per element in a fused ``fwd_bwd`` instead of three
+    (the primitive's rule ``p / sum(p)``, p = exp(x - out), sums a second row of
+    them), and as accurate (the division by s cancels the rounding of the shift).
+    Values keep the primitive's conventions: -inf for an empty or all -inf slice (its
+    gradient 0), inf for a +inf element (gradient NaN there, 0 at the finite elements,
+    as ``jax.vjp``), NaN for a NaN; the forward value is within a
+    float32 ulp or two of the primitive's (``log`` of the float32 sum, not of the
+    float64 one).  :func:`gradc.pipeline.build_op` applies it to the graphs it
+    differentiates (vjp, fwd_bwd, jvp); ``forward`` keeps the primitive."""
+    avoid = frozenset().union(*(r.nodes for r in graph.regions))
+    out = graph.copy()
+    moved: dict[int, int] = {}
+    for nid in out.topo_order():
+        node = out.node(nid)
+        if node.op != "logsumexp" or nid in avoid:
+            continue
+        b = Builder(out, node.span)
+        attrs = dict(node.attrs)
+        (x,) = node.args
+        m = b.apply("max", (x,), {**attrs, "initial": -np.inf})
+        zero = b.const(0.0)
+        finite = b.apply("eq", (b.apply("sub", (m, m)), zero))
+        h = b.apply("stop_gradient", (b.apply("where", (finite, m, zero)),))
+        # no zero-cotangent mask (``zero_mask=False``): where x has a +inf element (h = 0,
+        # s = inf) the cotangent g / s is 0 and the mask would turn 0 * inf into a silent
+        # 0; unmasked it is NaN there, as the primitive and jax.vjp give (e <= 1 elsewhere)
+        e = b.apply("exp", (b.apply("sub", (x, b.apply("broadcast_in", (h, x), attrs))),),
+                    {"zero_mask": False})
+        total = b.apply("sum", (e,), attrs)
+        empty = b.apply("eq", (total, zero))
+        safe = b.apply("where", (empty, b.const(1.0), total))
+        lse = b.apply("add", (h, b.apply("log", (safe,))))
+        new = b.apply("where", (empty, b.const(-np.inf), lse))
+        out.replace_uses(nid, new)
+        moved[nid] = new
+    _remap_regions(out, moved)
+    return out
 
 
 def simplify(graph: Graph) -> Graph:

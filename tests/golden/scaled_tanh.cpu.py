@@ -405,9 +405,11 @@ def _g_rows(op, shape, k, empty_ok):
     return r, n, max(1, min(r, 64, (r * n) >> 12))
 
 
-def _g_combine(op, kind, partials, count, shape, t):
-    """A chunk reduction's value from its per-chunk partials (float64, deterministic)."""
-    if kind in ("max", "min") and count == 0:
+def _g_combine(op, kind, partials, count, shape, t, empty_ok=False):
+    """A chunk reduction's value from its per-chunk partials (float64, deterministic);
+    ``empty_ok``: a max or min of nothing is its initial value (the partials' -inf or
+    inf), not NumPy's error."""
+    if kind in ("max", "min") and count == 0 and not empty_ok:
         raise ValueError(f"{op}: zero-size array to reduction operation "
                          f"{'maximum' if kind == 'max' else 'minimum'} which has no identity")
     if kind == "sum":
@@ -815,8 +817,9 @@ def _gd_block(*blocks, kname, flags, dtypes, t, multi):
     return tuple(outs) if multi else outs[0]
 
 
-def _gd_lib(op, t, x, y=None, axis=None, keepdims=False):
-    """Library step ``op`` with Dask's functions (tree reductions, blocked matmul)."""
+def _gd_lib(op, t, x, y=None, axis=None, keepdims=False, empty_ok=False):
+    """Library step ``op`` with Dask's functions (tree reductions, blocked matmul);
+    ``empty_ok``: a max or min of an empty slice is -inf or inf (NumPy's ``initial=``)."""
     import dask.array as da
     if op == "size_ratio":
         return t(math.prod(x.shape) / max(math.prod(y.shape), 1))
@@ -844,6 +847,9 @@ def _gd_lib(op, t, x, y=None, axis=None, keepdims=False):
         r = da.sqrt(da.sum((x / safe) ** 2, axis=axis, keepdims=True)) * safe
         r = da.where(da.isinf(scale), scale, r)
     else:                                       # sum mean prod max min
+        if empty_ok and x.size == 0:
+            shape = _g_result_shape("reduce", x.shape, axis=axis, keepdims=keepdims)
+            return da.full(shape, -np.inf if op == "max" else np.inf, dtype=x.dtype)
         return getattr(da, op)(x, axis=axis, keepdims=keepdims).astype(x.dtype)
     if keepdims:
         return r

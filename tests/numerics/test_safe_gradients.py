@@ -134,6 +134,9 @@ def test_logsumexp_edges(m, dtype):
     check(m.lse, [[-np.inf, -np.inf]], -np.inf, [[0, 0]], dtype)
     check(m.lse, [[1000, 1000]], 1000 + np.log(2), [[0.5, 0.5]], dtype)
     check(m.lse, [[-np.inf, 1]], 1.0, [[0, 1]], dtype)
+    # a +inf element: NaN there (not a silent 0), 0 at the finite ones, as jax.vjp
+    check(m.lse, [[0, np.inf]], np.inf, [[0, np.nan]], dtype)
+    check(m.lse, [np.zeros(0)], -np.inf, [np.zeros(0)], dtype)     # empty: -inf, as NumPy's
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

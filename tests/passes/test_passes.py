@@ -226,3 +226,24 @@ def test_bound_is_proven_only_for_finite_values(expr, want):
     g = build_op(program.ops["f"], program.ops, program.consts).methods["forward"].graph
     got = bound(g, g.outputs[0])
     assert got == pytest.approx(want) if want is not None else got is None, expr
+
+
+def test_logsumexp_is_expanded_in_the_differentiated_graphs_only():
+    """vjp, fwd_bwd and jvp use jax.nn.logsumexp's max-shifted form (softmax from the
+    forward's exponentials: 2 exp per element, not 3); forward keeps the primitive."""
+    program = check_source("op f(x: f32[b, n]) -> y { y = logsumexp(x, axis=1) }", "l.grad")
+    built = build_op(program.ops["f"], program.ops, program.consts)
+    assert "logsumexp" in _ops(built.methods["forward"].graph)
+    for name in ("vjp", "fwd_bwd", "jvp"):
+        g = built.methods[name].graph
+        assert "logsumexp" not in _ops(g), name
+        (m,) = [n for n in g if n.op == "max"]
+        assert m.attr("initial") == -np.inf, name          # -inf for an empty row
+        assert _ops(g).count("exp") == 1, name
+    x = np.array([[1.0, 2.0, 3.0], [-1e4, -1e4 + 1, -np.inf], [1e3, 1e3, 1e3]])
+    p = np.exp(x - x.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    value, grad = interpret(built.methods["fwd_bwd"].graph, [x, np.ones(3)])
+    np.testing.assert_allclose(value, np.log(np.exp(x - x.max(1, keepdims=True)).sum(1))
+                               + x.max(1), rtol=1e-15)
+    np.testing.assert_allclose(grad, p, rtol=1e-15)
