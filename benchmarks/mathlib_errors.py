@@ -123,7 +123,7 @@ UNARY = [
     Fn("softplus", _softplus, _softplus, "max(r, 0.0) + np.log1p(np.exp(-abs(r)))",
        2**-30, 760.0, ("via exp, log1p on [0, 1] (degree 9)", "via exp, log1p")),
     Fn("erf", _erf, _mp(_mpfun("erf")), "math.erf(r)", 2**-30, 6.5,
-       ("float64, rounded", "fdlibm erf")),
+       ("our fits, after Juffa erff", "fdlibm erf")),
     Fn("erfc", _erfc, _mp(_mpfun("erfc")), "math.erfc(r)", 2**-30, 28.0,
        ("float64, rounded", "fdlibm erfc")),
     Fn("sin", np.sin, np.sin, "np.sin(r)", 2**-30, 1e6,

@@ -184,7 +184,7 @@ def _serial_llvm(module, op, *x):
 @pytest.mark.skipif(bool(numba.config.BOUNDSCHECK),
                     reason="NUMBA_BOUNDSCHECK=1: bounds checks keep loops scalar")
 # Vector widths: 256-bit or more; float32 at 4 lanes too, which LLVM picks on AVX2 (AMD
-# Zen 2) where some float32 functions compute in float64 (sin, erf: <4 x double> is 256
+# Zen 2) where some float32 functions compute in float64 (sin, erfc: <4 x double> is 256
 # bits), and where there is AVX-512 it picks 8 or 16.
 @pytest.mark.parametrize("dt, vec", [("f32", r"<(4|8|16) x float>"),
                                      ("f64", r"<(4|8) x double>")])
@@ -208,7 +208,7 @@ def test_library_kernels_prefer_512_bit_vectors(m):
     attributes; on an AVX-512 host (the CI machines) LLVM then vectorises the float32
     loop 16 wide instead of its default 8; elsewhere it takes the widest it has."""
     x = np.linspace(0.1, 0.9, 64).astype(np.float32)
-    ir = _serial_llvm(m, "f_softplus", x)    # float32 throughout (erf, sin... use float64)
+    ir = _serial_llvm(m, "f_softplus", x)    # float32 throughout (erfc, sin... use float64)
     assert '"prefer-vector-width"="512"' in ir
     wide = re.search(r"<16 x float>", ir)
     assert bool(wide) == _host_has_avx512(), "16-wide float32 vectors iff the host has AVX-512"
