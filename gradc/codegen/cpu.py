@@ -14,7 +14,7 @@ from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.passes.fuse import Kernel
 
-FAST_MATH = '{"nsz", "arcp", "contract", "afn"}'
+FAST_MATH = '{"nsz", "contract"}'
 
 
 class CpuPrinter(Printer):

@@ -266,6 +266,27 @@ def test_fast_math_does_not_change_the_library(m, import_module_text):
     np.testing.assert_array_equal(fast.f(x), m.f_sin(x) + m.f_erf(x))
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_fast_math_keeps_sqrt_and_rsqrt_exact_at_zero_inf_and_subnormals(import_module_text, dt):
+    """--fast-math's flags must not let LLVM replace sqrt or 1/sqrt(x) by a reciprocal
+    square root estimate and a Newton step (``arcp``/``afn`` did on an AVX-512 Zen 5:
+    NaN at +-0 and inf, -inf at subnormals in float32)."""
+    text = "op sq(x) -> y { y = sqrt(x) }\nop rs(x) -> y { y = rsqrt(x) }\n" \
+           "op dv(x, z) -> y { y = x / sqrt(z) }"
+    fast, plain = (import_module_text(gradc.compile_source(text, file="fs.grad", fast_math=f),
+                                      f"gradc_test_fast_sqrt_{int(f)}") for f in (True, False))
+    x = np.array([0.0, -0.0, 1e-40, 1e-310, 4.0, 2.0, 7.0, 1e-30, np.inf], dt)
+    ones = np.ones_like(x)
+    with np.errstate(all="ignore"):
+        want_sq, want_rs = np.sqrt(x), dt(1) / np.sqrt(x)
+        for op, want in ((fast.sq, want_sq), (fast.rs, want_rs)):
+            np.testing.assert_allclose(op(x), want, rtol=2 * np.finfo(dt).eps)
+        np.testing.assert_allclose(fast.dv(ones, x), want_rs, rtol=2 * np.finfo(dt).eps)
+        for name in ("sq", "rs"):
+            got, ref = getattr(fast, name).vjp(x, ones)[0], getattr(plain, name).vjp(x, ones)[0]
+            np.testing.assert_allclose(got, ref, rtol=4 * np.finfo(dt).eps, err_msg=name)
+
+
 def test_precise_is_an_option_of_load_and_of_the_cache_key(tmp_path):
     spec = tmp_path / "a.grad"
     spec.write_text("op f(x) -> y { y = exp(x) }\n", encoding="utf-8")

@@ -364,7 +364,7 @@ def test_reductions_read_only_for_their_shape_make_no_loop(import_module_text) -
 @pytest.mark.parametrize("fast_math", [False, True])
 def test_norm_of_subnormal_rows(import_module_text, fast_math) -> None:
     """The row norm's scale is at least the smallest normal number, so its reciprocal
-    (which --fast-math's arcp uses for x / scale) is finite: no NaN for a row whose
+    (which LLVM may use for x / scale) is finite: no NaN for a row whose
     largest element is subnormal."""
     text = gradc.compile_source("op rn(x: f32[b, n]) -> y { y = norm(x, axis=1) }\n"
                                 "op rn64(x: f64[b, n]) -> y { y = norm(x, axis=1) }",
