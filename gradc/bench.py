@@ -39,6 +39,7 @@ import numpy as np
 
 from gradc.bench_frameworks import (Unsupported, jax_functions, numexpr_function,
                                     to_torch, torch_functions)
+from gradc.codegen.runtime_src import _g_env_count
 from gradc.frontend.check import load_program
 from gradc.ir.interpret import interpret
 from gradc.pipeline import build_op
@@ -163,7 +164,7 @@ def copy_kernel() -> Callable:
                 dx[i] = a - b
         _COPY_KERNELS.extend([numba.njit(two_in_two_out), numba.njit(parallel=True)(two_in_two_out)])
     serial, parallel = _COPY_KERNELS
-    threshold = int(os.environ.get("GRADC_PARALLEL_MIN", 1 << 17))
+    threshold = _g_env_count("GRADC_PARALLEL_MIN", os.environ.get("GRADC_PARALLEL_MIN"), 1 << 17)
     return lambda *a: (parallel if a[0].size >= threshold else serial)(*a)
 
 

@@ -545,7 +545,7 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
     tail = ("OPS = {" + ", ".join(f"{n!r}: {py_name(n)}" for n in names) + "}\n"
             f"__all__ = {['OPS', *map(py_name, names)]!r}\n")
     parts = [head, "# --- runtime helpers (copied from gradc) ---\n", _CONSTANTS, helpers,
-             "# --- kernels ---\n", *cpu_sources]
+             _PARALLEL_MIN, "# --- kernels ---\n", *cpu_sources]
     if cuda_kernels is not None:
         parts += ["# --- CUDA run time (copied from gradc) ---\n", cuda_module.runtime_source(),
                   "# --- CUDA kernels ---\n", *cuda_kernels.sources,
@@ -556,20 +556,23 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
 
 _HELPERS = (prelude._g_sum_to, prelude._g_transpose, prelude._g_broadcast_in, prelude._g_logsumexp,
             prelude._g_norm,
-            runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
+            runtime_src._g_env_count, runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
             runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream, runtime_src._g_tangent,
             runtime_src._g_tangent_broadcast,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
             runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_result_shape, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcDask,
             runtime_src._GradcOp, *(getattr(runtime_dask_src, n) for n in runtime_dask_src.HELPERS))
-_CONSTANTS = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"
-              "_G_PARALLEL_MIN = int(os.environ.get('GRADC_PARALLEL_MIN', 1 << 17))\n"
-              "_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"
+_CONSTANTS = ("_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"
               "_G_INTS = {'i32': np.int32, 'i64': np.int64, 'bool': np.bool_}\n"
               "# An empty array per compute dtype: kernels read their dtype from it.\n"
               "_G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}\n"
               "# The native float dtypes: wrappers' fast paths compare dtypes by identity.\n"
               "_G_F32, _G_F64 = np.dtype(np.float32), np.dtype(np.float64)\n")
+
+
+_PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"
+                 "_G_PARALLEL_MIN = _g_env_count('GRADC_PARALLEL_MIN',\n"
+                 "                               os.environ.get('GRADC_PARALLEL_MIN'), 1 << 17)\n")
 
 
 def source_sha256(text: str) -> str:

@@ -13,9 +13,26 @@ import numpy as np
 
 _G_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 _G_INTS = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
-_G_PARALLEL_MIN = 1 << 17
+_G_PARALLEL_MIN = 1 << 17      # _g_env_count('GRADC_PARALLEL_MIN', ...) in modules
 _G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}
 _G_F32, _G_F64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+def _g_env_count(name, text, default):
+    """The non-negative integer an environment variable ``name`` holds (``text``, None
+    when unset: ``default``); ``"1e5"`` is read as 100000.  Anything else is a
+    ValueError naming the variable, not a traceback from ``int()``."""
+    if text is None or not text.strip():
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and value.is_integer()):
+        raise ValueError(f"environment variable {name}={text!r}: expected a non-negative "
+                         f"whole number of elements (such as 131072 or 1e5); unset it for "
+                         f"the default {default}")
+    return int(value)
 
 
 def _g_inputs(op, sig, values):
@@ -25,14 +42,16 @@ def _g_inputs(op, sig, values):
     generic float, dims None for any shape).  Returns ``(arrays, T, RT, dims)``:
     C-contiguous arrays, the float compute dtype ``T`` (float32 for float16
     inputs), the result dtype ``RT`` and the sizes of named dims.  Python
-    scalars are weak (they take the arrays' dtype, as in NumPy 2 and JAX).
+    scalars are weak (they take the arrays' dtype, as in NumPy 2 and JAX), except
+    for a parameter annotated with a float dtype, whose dtype they take
+    (``x: f32`` given ``0.1`` is float32, as ``np.float32(0.1)`` would be).
     Raises TypeError for a wrong dtype, ValueError for a wrong shape.
 
     Fast path, for the usual call (a few microseconds matter on small arrays):
     every argument an exact ``np.ndarray``, C-contiguous, of one native float32
     or float64 dtype (the dtype objects compared by identity) that its parameter
     accepts, of a shape that fits, or a Python ``float`` for a parameter without
-    a shape annotation.  The full checks below would take such arguments as they
+    a dtype or shape annotation.  The full checks below would take such arguments as they
     are (weak floats converted); anything else goes through them.
     """
     t, weak, dims, where = None, False, {}, {}
@@ -49,7 +68,7 @@ def _g_inputs(op, sig, values):
                     _g_bind_dims(op, name, v.shape, shape, dims, where)
                 except ValueError:          # raised again below
                     break
-        elif type(v) is float and not shape and (dt is None or dt in _G_FLOATS):
+        elif type(v) is float and not shape and dt is None:
             weak = True
         else:
             break
@@ -73,11 +92,14 @@ def _g_resolve(op, sig, values, read):
     """Each argument through ``read(name, dtype, value)`` (which checks it and
     returns an array), the sizes of named dims bound and checked across the
     arguments, and the result dtype of the float ones (Python ``int`` and
-    ``float`` are weak: they do not take part).  Returns ``(arrays, RT, dims)``."""
+    ``float`` are weak: they do not take part, except as the declared dtype of
+    an annotated parameter).  Returns ``(arrays, RT, dims)``."""
     arrays, floats, dims, where = [], [], {}, {}
     for (name, dt, shape), v in zip(sig, values):
         a = read(name, dt, v)
-        if dt not in _G_INTS and type(v) is not int and type(v) is not float:
+        if dt in _G_FLOATS:
+            floats.append(_G_FLOATS[dt])
+        elif dt not in _G_INTS and type(v) is not int and type(v) is not float:
             floats.append(a.dtype.type)
         if shape is not None:
             _g_bind_dims(op, name, a.shape, shape, dims, where)

@@ -97,6 +97,40 @@ def test_f32_param_rejects_float64(m) -> None:
         m.g.vjp(ones(2, 3, dtype=np.float32), ones(3), ones(2, 3, dtype=np.float32))
 
 
+_TYPED = """
+op g32(x: f32) -> y { y = x * 3 }
+op g64(x: f64, w) -> y { y = x * w }
+op h16(x: f16) -> y { y = x * 2 }
+op gen(x, w) -> y { y = x * w }
+"""
+
+
+def test_a_python_scalar_takes_the_dtype_of_its_annotated_parameter(import_module_text) -> None:
+    """``x: f32`` given 0.1 computes in float32 as if given np.float32(0.1) (it was
+    float64: the scalar was weak); for generic parameters scalars stay weak."""
+    t = import_module_text(gradc.compile_source(_TYPED, file="typed.grad"), "gradc_test_typed")
+    f32, f64 = np.float32, np.float64
+    for call, want in [
+        (lambda: t.g32(0.1), [f32(0.1) * f32(3)]),
+        (lambda: t.g32(3), [f32(9)]),
+        (lambda: t.g32.vjp(0.1, 1.0), [f32(3)]),
+        (lambda: t.g32.fwd_bwd(0.1, 1.0), [f32(0.1) * f32(3), f32(3)]),
+        (lambda: t.g32.jvp(0.1, 1.0), [f32(0.1) * f32(3), f32(3)]),
+        (lambda: t.g32.unfused(0.1), [f32(0.1) * f32(3)]),
+        (lambda: t.g64(0.1, ones(1, dtype=f32)), [np.array([0.1], f64)]),
+        (lambda: t.h16(1.0), [np.float16(2)]),
+        (lambda: t.gen(0.1, ones(1, dtype=f32)), [np.array([f32(0.1)])]),
+        (lambda: t.gen(0.1, 2.0), [f64(0.2)]),
+    ]:
+        got = call()
+        got = got if isinstance(got, tuple) else (got,)
+        for g, w in zip(got, want, strict=True):
+            assert g.dtype == np.asarray(w).dtype, (g.dtype, w)
+            np.testing.assert_array_equal(g, w)
+    with pytest.raises(TypeError, match=r"'x' must be float32, got float64"):
+        t.g32(np.float64(0.1))
+
+
 @pytest.mark.parametrize("bad", [np.arange(3), np.ones(3, bool), np.array(["a", "b", "c"]),
                                  np.ones(3, complex)], ids=["int", "bool", "str", "complex"])
 def test_generic_param_rejects_non_float_arrays(m, bad) -> None:
@@ -475,3 +509,26 @@ def test_a_default_named_stream_is_an_error() -> None:
         gradc.compile_source("op g(x, stream: nograd = 2.0) -> y {\n    y = x * stream\n}\n",
                              file="stream.grad")
     assert info.value.code == "E207"
+
+
+@pytest.mark.parametrize("text, want", [(None, 131072), ("", 131072), ("4096", 4096),
+                                        ("1e5", 100000), (" 0 ", 0), ("abc", None),
+                                        ("-5", None), ("1.5", None), ("inf", None),
+                                        ("nan", None), ("1e400", None)])
+def test_parallel_threshold_from_the_environment(text, want) -> None:
+    from gradc.codegen.runtime_src import _g_env_count
+    if want is not None:
+        assert _g_env_count("GRADC_PARALLEL_MIN", text, 1 << 17) == want
+    else:
+        with pytest.raises(ValueError, match=r"GRADC_PARALLEL_MIN=.*non-negative whole number"):
+            _g_env_count("GRADC_PARALLEL_MIN", text, 1 << 17)
+
+
+def test_a_bad_parallel_threshold_is_a_clear_error_at_import(import_module_text,
+                                                            monkeypatch) -> None:
+    text = gradc.compile_source("op r(x) -> y { y = sum(x * 2) }", file="r.grad")
+    monkeypatch.setenv("GRADC_PARALLEL_MIN", "abc")
+    with pytest.raises(ValueError, match=r"GRADC_PARALLEL_MIN='abc'"):
+        import_module_text(text, "gradc_test_bad_parallel_min")
+    monkeypatch.setenv("GRADC_PARALLEL_MIN", "1e3")
+    assert import_module_text(text, "gradc_test_parallel_min_1e3")._G_PARALLEL_MIN == 1000
