@@ -177,7 +177,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # x^y: d/dy uses log(x) only where x > 0, so (0, 1) gives (1, 0), not NaN.
     _ew("pow", "x y", np.power,
         ("g * where(y == 0, 0, y * pow(x, y - 1))",
-         "g * where(x > 0, out * log(where(x > 0, x, 1)), 0)"),
+         "g * where(x <= 0, 0, out * log(where(x <= 0, 1, x)))"),
         "_g_pow({x}, {y})", domain=POSITIVE),
     _ew("maximum", "x y", _maximum,
         ("g * ((x > y) + 0.5 * (x == y))", "g * ((y > x) + 0.5 * (x == y))"),

@@ -161,6 +161,20 @@ def test_nan_propagates_through_every_path(mathlib, dtype):
             assert np.isnan(np.ravel(out)[0]) and np.isnan(g[0]), (op, path, out, g)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_pow_exponent_gradient_is_nan_at_a_nan_base(import_module_text, dtype):
+    """d(x^p)/dp is x^p log(x): NaN at x = NaN (it was 0: the mask ``x > 0`` is false
+    at NaN), 0 for x <= 0 (docs/language.md), as JAX and PyTorch give at NaN."""
+    pw = import_module_text(gradc.compile_source("op pw(x, p) -> y { y = x ^ p }",
+                                                 file="pw.grad"), "gradc_test_pow_nan").pw
+    x = np.array([np.nan, np.nan, 0.0, -2.0, 4.0, -np.inf], dtype)
+    p = np.array([1.0, 0.0, 2.0, 3.0, 0.5, 2.0], dtype)
+    for path, out, (gx, gp) in all_paths(pw, [x, p], [np.ones(6, dtype)]):
+        np.testing.assert_array_equal(gp[:4], [np.nan, np.nan, 0, 0], err_msg=path)
+        np.testing.assert_allclose(gp[4], 2 * np.log(4), rtol=4 * np.finfo(dtype).eps)
+        assert gp[5] == 0, path
+
+
 def test_straight_through_forward_is_exact_at_large_inputs(m):
     x = np.array([1e8, -1e8, 0.5, 0.0], np.float32)
     for path, out, (g,) in all_paths(m.sign_ste, [x], [np.ones(4, np.float32)]):
