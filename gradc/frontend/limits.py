@@ -68,7 +68,8 @@ def too_many_tokens(file: str, line: int, column: int) -> LimitError:
 def too_deep(file: str, line: int, column: int, what: str) -> LimitError:
     """``what``: "brackets" (open at once) or "operators" (and calls, inside one another)."""
     detail = ("more than {} brackets open at once" if what == "brackets" else
-              "more than {} operators and calls inside one another").format(MAX_DEPTH)
+              "more than {} operators and calls inside one another; a flat chain such "
+              "as a + b + c + ... nests one level per operator").format(MAX_DEPTH)
     return LimitError(f"an expression is nested too deeply: {detail} (limit MAX_DEPTH); "
                       "split it into several statements", Span(file, line, column), "E122")
 
