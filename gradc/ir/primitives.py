@@ -237,7 +237,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _unary("sinh", np.sinh, "g * cosh(x)", "_g_sinh({x})"),
     _unary("cosh", np.cosh, "g * sinh(x)", "_g_cosh({x})"),
     _unary("tanh", np.tanh, "g * (1 - out * out)", "_g_tanh({x})"),
-    _unary("sigmoid", lambda x: 1 / (1 + np.exp(-x)), "g * out * (1 - out)",
+    _unary("sigmoid", lambda x: 1 / (1 + np.exp(-x)), "g * out * sigmoid(-x)",
            "_g_sigmoid({x})"),
     # softplus(x) = max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|.
     _unary("softplus", lambda x: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),
