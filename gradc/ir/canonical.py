@@ -4,8 +4,8 @@
 keys are equal expressions: products are flattened with their constant factors
 multiplied into ``c``, sums are sorted terms with the first coefficient taken
 out, commutative operands are sorted, ``full_like(_, k)`` is the constant ``k``,
-and reverse mode's NaN-only zero-cotangent mask ``where(g == 0 and ct != ct, 0,
-ct)`` is ``ct``.  Parameters are keyed by name, so values of two different
+reverse mode's NaN-only zero-cotangent mask ``where(g == 0 and ct != ct, 0,
+ct)`` is ``ct``, and ``sigmoid(-a)`` is ``1 - sigmoid(a)``.  Parameters are keyed by name, so values of two different
 graphs over the same parameters compare.  Used by the custom-gradient audit
 (:mod:`gradc.audit`): ``rule = c * derivative`` is seen exactly.
 """
@@ -50,6 +50,11 @@ def canonical(g: Graph, nid: int, unit: frozenset = frozenset(), memo: dict | No
         out = _sum([args[0], b])
     elif op == "where" and _is_nan_mask(g, node):
         out = args[2]        # where(g == 0 and ct is NaN, 0, ct): ct, up to NaN
+    elif op == "sigmoid" and args[0][0] < 0:
+        # sigmoid(-a) = 1 - sigmoid(a): sigmoid's derivative rule is out * sigmoid(-x),
+        # a rule written out * (1 - out) is the same expression
+        flipped = (1.0, (op, node.attrs, ((_r(-args[0][0]), args[0][1]),)))
+        out = _sum([(1.0, ONE), (-1.0, flipped[1])])
     else:
         keys = [(_r(c), k) for c, k in args]
         if op in _COMMUTATIVE:
