@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from markdown_it import MarkdownIt
+from optional import REQUIRE, missing
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]
@@ -114,7 +115,12 @@ def test_code_blocks_run(page, monkeypatch):
             name = f"<{b.page.relative_to(ROOT)}:{b.line}>"
             source = "\n" * b.line + b.text
             linecache.cache[name] = (len(source), None, source.splitlines(True), name)
-            exec(compile(source, name, "exec"), namespace)
+            try:
+                exec(compile(source, name, "exec"), namespace)
+            except ModuleNotFoundError as exc:
+                if exc.name not in REQUIRE:          # an optional part's module: skip
+                    raise
+                missing(exc.name, f"{b.where} imports {exc.name}, which is not installed")
         elif b.lang == "pycon":
             test = doctest.DocTestParser().get_doctest(b.text, namespace, b.where,
                                                        str(b.page), b.line)

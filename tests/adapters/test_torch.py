@@ -23,17 +23,15 @@ torch is an optional extra: without it these tests skip, unless GRADC_REQUIRE_TO
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-if os.environ.get("GRADC_REQUIRE_TORCH") == "1":
-    import torch
-else:
-    torch = pytest.importorskip("torch")
+from optional import import_optional  # noqa: E402
+
+torch = import_optional("torch")
 
 import gradc  # noqa: E402
 from gradc.adapters import derived  # noqa: E402

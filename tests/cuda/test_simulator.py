@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from optional import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,9 +19,7 @@ def _simulator_env(tmp_path: Path) -> dict:
     try:
         import numba.cuda  # noqa: F401  (numba-cuda, the cuda extra)
     except ImportError as exc:
-        if os.environ.get("GRADC_REQUIRE_CUDA") == "1":
-            pytest.fail(f"numba-cuda is needed: {exc}")
-        pytest.skip(f"numba-cuda is needed: {exc}")
+        missing("cuda", f"numba-cuda is needed: {exc}")
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", PYTHONHASHSEED="0")
     env.setdefault("GRADC_CACHE_DIR", str(tmp_path / "cache"))
     return env
