@@ -36,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gradc.codegen.quote import comment, docstring
 from gradc.gradcheck import custom_difference, fitting_inputs, sample_inputs
 from gradc.ir.interpret import interpret
 from gradc.pipeline import CompiledOp, build_op
@@ -279,8 +280,8 @@ def render(plans: list[OpPlan], skipped: dict[str, str], spec_path: str, spec_ar
         "WRONG_DTYPE": [p.name for p in plans if any(k[0] == "f" for _, _, k, _ in p.params)],
     }
     body = {k: _literal(v) for k, v in tables.items()}
-    left_out = "".join(f"\n#   {name}: {why}" for name, why in skipped.items())
-    left_out += "".join(f"\n#   {p.name}, from the finite-difference test: {p.no_fd}"
+    left_out = "".join(f"\n#   {name}: {comment(why)}" for name, why in skipped.items())
+    left_out += "".join(f"\n#   {p.name}, from the finite-difference test: {comment(p.no_fd)}"
                         for p in plans if p.no_fd)
     # The template's tests each follow a line '# @tests TABLE': left out where TABLE is
     # empty (pytest would report an empty parametrisation as a skipped test).
@@ -288,8 +289,11 @@ def render(plans: list[OpPlan], skipped: dict[str, str], spec_path: str, spec_ar
                                flags=re.M)
     text = head + "".join(code for table, code in zip(sections[::2], sections[1::2])
                           if tables[table])
+    # File names go into the docstring escaped, the reasons ops were left out into
+    # comments: no name can end either or start a line of code.
     return string.Template(text.rstrip("\n") + "\n").substitute(
-        spec_name=Path(spec_arg).name, spec_arg=spec_arg, out_name=out_name,
+        spec_name=docstring(Path(spec_arg).name), spec_arg=docstring(spec_arg),
+        out_name=docstring(out_name),
         version=gradc.__version__, left_out=left_out or " none", SPEC_PATH=repr(spec_path),
         TOLERANCES=repr(TOLERANCES), **body)
 

@@ -13,6 +13,8 @@ import keyword
 import os
 from pathlib import Path
 
+from gradc.codegen.quote import docstring
+
 _OWN = {"OPS", "MODULE", "SOURCE", "as_torch", "gradc", "warnings", "Path"}
 
 
@@ -26,7 +28,8 @@ def torch_module_text(spec: str | os.PathLike, out: str | os.PathLike, ops: list
     names = [n for n in ops if n.isidentifier() and not keyword.iskeyword(n) and n not in _OWN]
     opts = "".join(f", {k}={v!r}" for k, v in sorted(options.items()))
     lines = [
-        f'"""PyTorch functions of the ops of {spec.name}, written by gradc compile --emit torch.',
+        f'"""PyTorch functions of the ops of {docstring(spec.name)}, written by gradc compile '
+        "--emit torch.",
         "",
         "Each is gradc.adapters.torch.as_torch(op) (docs/frameworks.md). Needs gradc and torch;",
         "the kernels are compiled into gradc's cache on first import. Do not edit: recompile.",
