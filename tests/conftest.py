@@ -35,6 +35,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda i: file_of(i) not in slow)      # stable: files keep their order
 
 
+# Nothing left behind: the run gets a temp folder of its own (TMPDIR, inherited by the
+# xdist workers and every subprocess), and at the end everything in it must be gone but
+# pytest's own tmp_path folders (``pytest-of-USER``) and the caches other libraries keep
+# there by design (_THEIRS).  Anything else fails the run, naming what was left; then the
+# folder is removed, so the real temp folder is left as the run found it.
+_TEMP_ENV = "GRADC_TEST_TMPDIR"
+_THEIRS = ("pytest-of-", "torchinductor_")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get(_TEMP_ENV) or config.getoption("basetemp", None):
+        return                                  # an xdist worker, or a chosen --basetemp
+    import tempfile
+    private = tempfile.mkdtemp(prefix="gradc-tests-")
+    os.environ[_TEMP_ENV] = os.environ["TMPDIR"] = private
+    tempfile.tempdir = None                     # re-read TMPDIR
+    config.stash[_temp_key] = private
+
+
+_temp_key = pytest.StashKey[str]()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    private = session.config.stash.get(_temp_key, None)
+    if private is None:
+        return
+    import shutil
+    left = sorted(p for p in os.listdir(private) if not p.startswith(_THEIRS))
+    shutil.rmtree(private, ignore_errors=True)
+    if left:
+        session.config.stash[_left_key] = left
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+_left_key = pytest.StashKey[list]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    left = config.stash.get(_left_key, [])
+    if left:
+        terminalreporter.section("files left in the temp folder", red=True)
+        terminalreporter.line(f"FAILED: the tests left {len(left)} file(s) in the temp "
+                              f"folder (write under tmp_path): " + ", ".join(left[:20]), red=True)
+
+
 @pytest.fixture(scope="session")
 def update_golden(request: pytest.FixtureRequest) -> bool:
     """True when the run should rewrite golden files (``pytest --update-golden``)."""
