@@ -307,16 +307,14 @@ def explain(path: str, op_name: str) -> str:
 def unknown_op_error(path, unknown, ops):
     """NameResolutionError for op names ``unknown`` that ``path`` does not define,
     listing its ops and, for a near miss, the likely one (``Mish`` -> ``mish``)."""
-    import difflib
-
     from gradc.errors import NameResolutionError
+    from gradc.frontend.consts import did_you_mean
     lower = {o.lower(): o for o in ops}
-    near = [m for n in unknown for m in (
-        [lower[n.lower()]] if n.lower() in lower else difflib.get_close_matches(n, ops, 1))]
+    notes = [note for n in unknown for note in (
+        [f"did you mean '{lower[n.lower()]}'?"] if n.lower() in lower else did_you_mean(n, ops))]
     return NameResolutionError(
         f"no op{'s' if len(unknown) > 1 else ''} {', '.join(repr(n) for n in unknown)} in "
-        f"{path} (ops: {', '.join(ops)})",
-        notes=[f"did you mean {' or '.join(repr(m) for m in dict.fromkeys(near))}?"] if near else [])
+        f"{path} (ops: {', '.join(ops)})", notes=list(dict.fromkeys(notes)))
 
 
 def _sig(cop) -> str:

@@ -7,7 +7,6 @@ code generation casts them to the dtype they meet.
 """
 from __future__ import annotations
 
-import difflib
 import math
 from typing import Callable, Iterable, Mapping
 
@@ -166,10 +165,37 @@ def _describe(expr: ast.Expr) -> str:
     return "this"
 
 
+# Functions users reach for that are not builtins: how to write each (the note replaces
+# a spelling suggestion, which for 'softmax' was 'max').
+WRITE_AS = {
+    "softmax": "exp(x - logsumexp(x, axis=-1, keepdims=true))",
+    "log_softmax": "x - logsumexp(x, axis=-1, keepdims=true)",
+    "relu": "max(x, 0)",
+    "log_sigmoid": "-softplus(-x)",
+}
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance with transpositions (optimal string alignment)."""
+    prev2, prev = None, list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        row = [i]
+        for j, cb in enumerate(b, 1):
+            row.append(min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (ca != cb)))
+            if prev2 is not None and j > 1 and ca == b[j - 2] and a[i - 2] == cb:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[-1]
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> list[str]:
-    """A note suggesting the candidate closest to ``name``, or no note."""
-    close = difflib.get_close_matches(name, sorted(set(candidates)), n=1)
-    return [f"did you mean '{close[0]}'?"] if close else []
+    """A note on how to write ``name`` (WRITE_AS), or suggesting the candidate a typo
+    away from it (edits at most a third of its length, at least one), or no note."""
+    if name in WRITE_AS:
+        return [f"'{name}' is not a builtin function: write {WRITE_AS[name]}"]
+    limit = max(1, len(name) // 3)
+    near = sorted((edit_distance(name, c), c) for c in set(candidates))
+    return [f"did you mean '{near[0][1]}'?"] if near and near[0][0] <= limit else []
 
 
 def undefined_name(name: str, span: Span, candidates: Iterable[str]) -> NameResolutionError:

@@ -11,6 +11,7 @@ from gradc.errors import GradcError, GradcErrors
 from gradc.frontend import ast
 from gradc.frontend.check import Program, check, check_source, load_program
 from gradc.frontend.parser import parse
+from gradc.frontend.consts import FUNCTIONS, did_you_mean
 
 EXAMPLES = Path(__file__).parent / "spec_examples"
 
@@ -132,6 +133,28 @@ def test_unknown_function_suggests_a_builtin() -> None:
         "    2 |     y = 2 * tanhh(x)\n"
         "      |             ^^^^^\n"
         "    = note: did you mean 'tanh'?")
+
+
+def test_a_function_that_is_not_a_builtin_says_how_to_write_it() -> None:
+    """'softmax' is a typo of nothing: no 'did you mean max' (four edits away)."""
+    assert rendered('''
+        op f(x) -> y {
+            y = softmax(x)
+        }
+    ''').endswith(
+        "    = note: 'softmax' is not a builtin function: write "
+        "exp(x - logsumexp(x, axis=-1, keepdims=true))")
+
+
+@pytest.mark.parametrize("name, near", [("sigmod", "sigmoid"), ("exo", "exp"),
+                                        ("sotfplus", "softplus"), ("sofplus", "softplus")])
+def test_suggestions_are_a_typo_away(name, near) -> None:
+    assert did_you_mean(name, FUNCTIONS) == [f"did you mean '{near}'?"]
+
+
+@pytest.mark.parametrize("name", ["mxx_pool", "hardmax", "tangent"])
+def test_no_suggestion_far_from_every_builtin(name) -> None:
+    assert did_you_mean(name, FUNCTIONS) == []
 
 
 def test_the_caret_line_keeps_the_tabs_of_the_source_line() -> None:
