@@ -83,9 +83,11 @@ def _cmd_check(args) -> int:
     text = sys.stderr if args.json == "-" else sys.stdout     # stdout carries the JSON
     color = use_color(text, args.color)
     program = load_program(args.spec)
-    print(f"{args.spec}: parsed and checked, {len(program.main_ops)} ops", file=text)
-    results = check_program(program, seed=args.seed)
+    results = check_program(program, seed=args.seed)        # compiles: shape errors raise
     audits = {a.op: a for a in audit_program(program, seed=args.seed)}
+    n = len(program.main_ops)
+    print(f"{args.spec}: {n} op{'s' * (n != 1)} parsed, type-checked and compiled; "
+          "gradient checks:", file=text)
     for r in results:
         r.audit = audits.get(r.op)
         print(status(r.line(), on=color), file=text)

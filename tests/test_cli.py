@@ -388,3 +388,13 @@ def test_explain_prints_a_passed_through_parameter_by_name(tmp_path, capsys) -> 
     out = capsys.readouterr().out
     true = out.split("the true derivative, for comparison (grad block ignored):\n")[1]
     assert true.splitlines()[0] == "  grad_x = dy"
+
+
+def test_check_says_checked_only_after_compiling(tmp_path, capsys) -> None:
+    """A shape error is reported without a 'checked' line before it (it printed
+    'parsed and checked, 1 ops', then E301)."""
+    f = tmp_path / "shapes.grad"
+    f.write_text("op f(x: f64[3], w: f64[4]) -> y {\n    y = x * w\n}\n")
+    assert main(["check", str(f)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "error[E301]" in err
