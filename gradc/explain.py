@@ -6,6 +6,7 @@ from collections import Counter
 
 from gradc.codegen.cpu import is_scalar_input, row_inputs
 from gradc.frontend.check import load_program
+from gradc.ir.canonical import is_nan_mask
 from gradc.ir.dump import dump, shape_text
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import INFIX, PRIMITIVES
@@ -21,20 +22,52 @@ _PREC = {"lt": 0, "le": 0, "gt": 0, "ge": 0, "eq": 0, "ne": 0, "add": 1, "sub": 
 
 
 class MathPrinter:
-    """Infix text of graph values; values used more than once get names t1, t2..."""
+    """Infix text of graph values; values used more than once get names t1, t2...
 
-    def __init__(self, graph: Graph) -> None:
+    With ``unmask``, reverse mode's zero-cotangent masks (``where((g == 0) * (v != v),
+    0, v)``: 0 where the cotangent ``g`` is 0 even if ``v`` is inf or NaN) print as
+    ``v``, and :meth:`guards` lists them apart."""
+
+    def __init__(self, graph: Graph, unmask: bool = False) -> None:
         self.graph = graph
-        uses = Counter(a for n in graph for a in n.args)
-        self.shared = [n.id for n in graph
-                       if uses[n.id] > 1 and n.op not in ("param", "const")]
+        self.masks = {n.id: (n.args[2], self._cotangent(n)) for n in graph
+                      if unmask and n.op == "where" and is_nan_mask(graph, n)}
+        uses: Counter = Counter()
+        todo, seen = list(graph.outputs), set()
+        while todo:                   # uses among the values printed (masks see through)
+            nid = self._through(todo.pop())
+            if nid in seen:
+                continue
+            seen.add(nid)
+            args = [self._through(a) for a in graph.node(nid).args]
+            uses.update(args)
+            todo += args
+        self.shared = [n.id for n in graph if uses[n.id] > 1 and n.op not in ("param", "const")]
         self.names = {p: graph.node(p).attr("name") for p in graph.params}
         self.names.update({nid: f"t{k + 1}" for k, nid in enumerate(self.shared)})
+
+    def _cotangent(self, mask) -> int:
+        """The cotangent ``g`` of a zero-cotangent mask (its ``g == 0``)."""
+        cond = self.graph.node(mask.args[0])
+        eq = next(self.graph.node(a) for a in cond.args if self.graph.node(a).op == "eq")
+        return eq.args[0]
+
+    def _through(self, nid: int) -> int:
+        """``nid``, or the value a mask at ``nid`` guards."""
+        return self.masks[nid][0] if nid in self.masks else nid
 
     def definitions(self) -> list[str]:
         return [f"{self.names[n]} = {self.text(n, top=True)}" for n in self.shared]
 
+    def guards(self) -> list[str]:
+        """One line per value a zero-cotangent mask guards (in graph order)."""
+        out = {}
+        for value, g in self.masks.values():
+            out.setdefault(self.text(value), []).append(self.text(g))
+        return [f"{v} is 0 where {' or '.join(dict.fromkeys(gs))} is 0" for v, gs in out.items()]
+
     def text(self, nid: int, top: bool = False) -> str:
+        nid = self._through(nid)
         node = self.graph.node(nid)
         if not top and nid in self.names:
             return self.names[nid]
@@ -272,11 +305,14 @@ def explain(path: str, op_name: str) -> str:
     cop = build_op(op, program.ops, program.consts)
     out = [f"op {op_name}{_sig(cop)}", ""]
     g = cop.methods["vjp"].graph
-    mp = MathPrinter(g)
+    mp = MathPrinter(g, unmask=True)
     out.append("gradient (vjp), after simplification:")
     out += [f"  {d}" for d in mp.definitions()]
     for name, o in zip(g.output_names, g.outputs):
-        out.append(f"  {name} = {mp.text(o, top=o in mp.shared) if o not in mp.shared else mp.names[o]}")
+        out.append(f"  {name} = {mp.names[o] if o in mp.shared else mp.text(o, top=True)}")
+    if mp.masks:
+        out += ["", "zero-cotangent guards (0 times inf or NaN is 0 there, as in JAX and PyTorch):"]
+        out += [f"  {line}" for line in mp.guards()]
     if op.grad is not None:
         true = build_op(op, program.ops, program.consts, custom=False).methods["vjp"].graph
         tp = MathPrinter(true)
@@ -299,8 +335,10 @@ def explain(path: str, op_name: str) -> str:
                                     f"kernel plan of {m} (fused, CPU)", dtypes)
         else:
             out += ["", f"{m}: not available (see the diagnostics: E405)"]
-    out += [""] + plan_text(cop.methods["fwd_bwd"].unfused, "kernel plan of fwd_bwd (unfused)",
-                            dtypes)
+    unfused = cop.methods["fwd_bwd"].unfused
+    _, totals = step_texts(unfused, dtypes)
+    out += ["", f"kernel plan of fwd_bwd (unfused), as .unfused runs it: {len(unfused.steps)} "
+                "step(s), one primitive or library call each"] + totals
     return "\n".join(out)
 
 

@@ -398,3 +398,20 @@ def test_check_says_checked_only_after_compiling(tmp_path, capsys) -> None:
     assert main(["check", str(f)]) == 1
     out, err = capsys.readouterr()
     assert out == "" and "error[E301]" in err
+
+
+def test_explain_prints_the_gradient_without_its_nan_guards(tmp_path, capsys) -> None:
+    """Reverse mode's zero-cotangent masks print apart, not as
+    ``where((dy == 0) * (t2 != t2), 0, t2)`` inside the math; the unfused plan is a
+    summary after the fused plans."""
+    f = tmp_path / "softsign.grad"
+    f.write_text("op softsign(x) -> y {\n    y = x / (1 + abs(x))\n}\n")
+    assert main(["explain", str(f), "softsign"]) == 0
+    out = capsys.readouterr().out
+    gradient = out.split("\n\n")[1]
+    assert gradient.splitlines()[1:] == ["  t1 = 1 + abs(x)",
+                                         "  grad_x = dy / t1 + -dy * x / t1 / t1 * sign(x)"]
+    assert "  dy / t1 is 0 where dy is 0\n  -dy * x / t1 / t1 is 0 where dy is 0" in out
+    assert out.index("(fused, CPU)") < out.index("(unfused)")
+    unfused = out.split("kernel plan of fwd_bwd (unfused)")[1]
+    assert "[0]" not in unfused and "all kernels over shape(x)" in unfused

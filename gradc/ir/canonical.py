@@ -48,7 +48,7 @@ def canonical(g: Graph, nid: int, unit: frozenset = frozenset(), memo: dict | No
     elif op in ("add", "sub"):
         b = args[1] if op == "add" else (-args[1][0], args[1][1])
         out = _sum([args[0], b])
-    elif op == "where" and _is_nan_mask(g, node):
+    elif op == "where" and is_nan_mask(g, node):
         out = args[2]        # where(g == 0 and ct is NaN, 0, ct): ct, up to NaN
     elif op == "sigmoid" and args[0][0] < 0:
         # sigmoid(-a) = 1 - sigmoid(a): sigmoid's derivative rule is out * sigmoid(-x),
@@ -92,7 +92,7 @@ def _sum(terms) -> tuple[float, object]:
     return (lead, ("add", tuple((k, _r(c / lead)) for k, c in items)))
 
 
-def _is_nan_mask(g: Graph, node) -> bool:
+def is_nan_mask(g: Graph, node) -> bool:
     """``where(mul(eq(g, 0), ne(ct, ct)), 0, ct)``: reverse mode's zero-cotangent mask."""
     cond, zero, ct = (g.node(a) for a in node.args)
     if cond.op != "mul" or zero.op != "const" or zero.value != 0:
