@@ -160,6 +160,9 @@ def _bc(expr: str) -> str:
     return out
 
 
+# max(x, lo) of clip's template, NaN when x or lo is (np.maximum's rule).
+_CLIP_LO = "({lo} if ({x} < {lo} or {lo} != {lo}) else {x})"
+
 PRIMITIVES = MappingProxyType({p.name: p for p in [
     # --- sources -----------------------------------------------------------
     Primitive("param", (), SOURCE, None, float_only=False, dtype="same"),
@@ -192,10 +195,11 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _cmp("eq", np.equal, "=="), _cmp("ne", np.not_equal, "!="),
     _ew("where", "c x y", _where, (None, "where(c, g, 0)", "where(c, 0, g)"),
         "({x} if {c} else {y})", float_only=False, dtype="same", linear=(1, 2)),
-    # clip = min(max(x, lo), hi), as np.clip (so hi wins when lo > hi).
+    # clip = min(max(x, lo), hi), as np.clip (so hi wins when lo > hi, and a NaN x, lo
+    # or hi gives NaN, as np.clip and torch.clamp do).
     _ew("clip", "x lo hi", lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
         ("g * (x >= lo) * (x <= hi)", "g * (x < lo) * (lo <= hi)", "g * (max(x, lo) > hi)"),
-        "({hi} if ({lo} if {x} < {lo} else {x}) > {hi} else ({lo} if {x} < {lo} else {x}))",
+        "({hi} if (" + _CLIP_LO + " > {hi} or {hi} != {hi}) else " + _CLIP_LO + ")",
         float_only=False, dtype="same"),
     _ew("full_like", "x v", lambda x, v: np.full_like(x, v, dtype=np.result_type(v)),
         (None, "g"), "{dt}({v})", float_only=False, dtype="same", shape_only=(0,), linear=(1,)),

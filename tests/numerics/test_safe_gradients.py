@@ -175,6 +175,41 @@ def test_pow_exponent_gradient_is_nan_at_a_nan_base(import_module_text, dtype):
         assert gp[5] == 0, path
 
 
+CLIP_SOURCE = """
+op clip3(x, lo, hi) -> y { y = clip(x, lo, hi) }
+op clip_lo(x, lo) -> y { y = clip(x, lo, 1) * 2 }
+"""
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_clip_propagates_nan_bounds_like_np_clip(import_module_text, dtype):
+    """clip(0.5, nan, 1) is NaN, as np.clip, torch.clamp and min(max(x, lo), hi) give
+    (the kernels' comparisons ignored a NaN bound and gave 0.5): every CPU path, the
+    IR interpreter and Dask; tests/cuda/sim checks the CUDA kernels."""
+    import dask.array as da
+
+    from gradc.frontend.check import check_source
+    from gradc.ir.interpret import interpret
+    from gradc.pipeline import build_program
+    m = import_module_text(gradc.compile_source(CLIP_SOURCE, file="clip.grad"),
+                           "gradc_test_clip_nan")
+    nan = np.nan
+    x = np.array([0.5, 0.5, nan, 2.0, -2.0, 0.5, 0.5], dtype)
+    lo = np.array([nan, 0.0, 0.0, 0.0, 0.0, 1.0, nan], dtype)
+    hi = np.array([1.0, nan, 1.0, 1.0, 1.0, 0.0, nan], dtype)
+    want = np.clip(x, lo, hi)
+    assert np.isnan(want[[0, 1, 2, 6]]).all()
+    for path, out, _ in all_paths(m.clip3, [x, lo, hi], [np.ones(7, dtype)]):
+        np.testing.assert_array_equal(out, want, err_msg=path)
+        assert out.dtype == dtype, path
+    for path, out, _ in all_paths(m.clip_lo, [x, nan], [np.ones(7, dtype)]):
+        assert np.isnan(out).all() and out.dtype == dtype, (path, out)
+    lazy = m.clip3(*(da.from_array(a, chunks=3) for a in (x, lo, hi))).compute()
+    np.testing.assert_array_equal(lazy, want)
+    graph = build_program(check_source(CLIP_SOURCE, "clip.grad"))["clip3"].methods["forward"].graph
+    np.testing.assert_array_equal(interpret(graph, [x, lo, hi], dtype)[0], want)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sigmoid_gradient_keeps_its_relative_accuracy_on_both_sides(import_module_text, dtype):
     """sigmoid' = e / (1 + e)^2, e = exp(-|x|), symmetric in x; ``out * (1 - out)`` was 0

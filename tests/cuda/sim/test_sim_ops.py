@@ -312,6 +312,9 @@ op tall(a: f32[m, k], b: f32[k, n]) -> c {
 op half(x: f16[n]) -> y {
     y = x * 2
 }
+op clip3(x, lo, hi) -> y {
+    y = clip(x, lo, hi)
+}
 """
 
 
@@ -349,6 +352,18 @@ def test_empty_and_zero_d_results(edges, lib) -> None:
     assert t.shape == () and float(t.copy_to_host()) == 2.5
     g = edges.OPS["pass_scalar"].cuda.fwd_bwd(x, np.float64(2.5), x, 1.0)
     assert [a.shape for a in g] == [(4,), (), (4,), ()]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_clip_propagates_nan_bounds_like_np_clip(edges, dtype) -> None:
+    nan = np.nan
+    x = np.array([0.5, 0.5, nan, 2.0, -2.0, 0.5], dtype)
+    lo = np.array([nan, 0.0, 0.0, 0.0, 0.0, 1.0], dtype)
+    hi = np.array([1.0, nan, 1.0, 1.0, 1.0, 0.0], dtype)
+    args = [cuda.to_device(a) for a in (x, lo, hi)]
+    op = edges.OPS["clip3"]
+    for dev in (op.cuda, op.cuda.unfused):
+        np.testing.assert_array_equal(dev(*args).copy_to_host(), np.clip(x, lo, hi))
 
 
 def test_two_outputs_are_two_arrays(edges) -> None:
