@@ -19,7 +19,7 @@ property with ids by op name:
   scalar calls of elementwise ops of one parameter;
 * dtypes: float32 in, float32 out; float64 in, float64 out; the declared dtype
   for annotated parameters; an integer array for a generic float parameter, or
-  another float width for an annotated one, is a TypeError (README, *Arguments*).
+  another float width for an annotated one, is a TypeError (docs/generated-module.md, *Dtypes*).
 
 Shapes are chosen as ``gradc check`` chooses them (:func:`gradc.gradcheck.fitting_inputs`)
 and written into the file; values are drawn when the tests run, from a seed per op.

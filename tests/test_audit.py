@@ -243,52 +243,6 @@ def test_gradc_check_prints_the_audit_of_seed_grad(capsys):
     assert "W410" not in captured.err
 
 
-ROOT = EXAMPLES.parent
-
-
-def _fenced(text: str) -> list[str]:
-    """The fenced code blocks of a Markdown text."""
-    parts = text.split("```")
-    return [p.split("\n", 1)[1] for p in parts[1::2]]
-
-
-def _masked(lines: list[str]) -> list[str]:
-    """Finite-difference errors depend on the platform's math library: not compared."""
-    return [re.sub(r"rel\. error \d\.\de[+-]\d\d", "rel. error ?", line) for line in lines]
-
-
-def test_the_readme_section_shows_the_real_output(tmp_path, monkeypatch, capsys):
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Auditing custom gradients")[1].split("\n## ")[0]
-    run, warning = _fenced(section)[:2]
-    monkeypatch.chdir(ROOT)
-    assert main(["check", "examples/seed.grad"]) == 0
-    captured = capsys.readouterr()
-    out = iter(_masked(captured.out.splitlines()))
-    lines = run.splitlines()
-    assert lines[0] == "$ gradc check examples/seed.grad"
-    for line in _masked([l for l in lines[1:] if l != "..."]):
-        assert line in out                    # in order, each somewhere after the last
-    # the W410 shown is that of docs/audit.md's my_ops.grad, and check fails for it
-    blocks = _fenced((ROOT / "docs" / "audit.md").read_text(encoding="utf-8"))
-    spec = next(b for b in blocks if b.startswith("op my_tanh"))
-    (tmp_path / "my_ops.grad").write_text(spec, encoding="utf-8")
-    monkeypatch.chdir(tmp_path)
-    assert main(["check", "my_ops.grad"]) == 1
-    assert warning in capsys.readouterr().err
-
-
-def test_the_docs_example_is_the_real_output(tmp_path, monkeypatch, capsys):
-    blocks = _fenced((ROOT / "docs" / "audit.md").read_text(encoding="utf-8"))
-    spec = next(b for b in blocks if b.startswith("op my_tanh"))
-    shown = next(b for b in blocks if b.startswith("my_ops.grad: parsed"))
-    (tmp_path / "my_ops.grad").write_text(spec, encoding="utf-8")
-    monkeypatch.chdir(tmp_path)
-    assert main(["check", "my_ops.grad"]) == 1       # my_tanh's rule is wrong, unmarked
-    captured = capsys.readouterr()
-    assert _masked((captured.out + captured.err).splitlines()) == _masked(shown.splitlines())
-
-
 def test_a_rule_equal_to_the_derivative_only_at_the_unit_cotangent_is_a_surrogate():
     a = audit("op f(x: f32[b, n]) -> y {\n    y = sum(exp(x), axis=1)\n} grad(dy) -> dx {\n"
               "    dx = exp(x)\n}\n")

@@ -17,11 +17,16 @@ each depends on its info string (the words after the opening fence):
   any number of lines, and ``...`` at the end of a line for the rest of it;
   trailing spaces are ignored.  ``gradc`` and ``python`` run with this
   interpreter, in the repository root.
-- ``grad``: a whole .grad file; it must pass gradc's checker (parsed, names and
-  gradient blocks checked), as a file ``examples/ops.grad`` (so ``import
-  "seed.grad"`` finds the example).  ``grad error``: it must fail with a
-  ``GradcError``, whose rendered message must equal the page's next block when
-  that block's info string is ``text error``.
+- ``grad``: a whole .grad file; ``gradc check`` must pass on it (exit status 0:
+  every gradient checked, every custom rule exact or marked ``surrogate``), as a
+  file ``ops.grad`` beside copies of ``examples/*.grad`` (so ``import "seed.grad"``
+  finds the example).  ``grad error``: it must fail with a ``GradcError``, whose
+  rendered message must equal the page's next block when that block's info string
+  is ``text error``.  ``grad fails``: a bad example that compiles but fails
+  ``gradc check`` (exit status 1); when the next block is ``text``, it is the
+  check's output (finite-difference errors not compared).  ``grad fragment``: part
+  of a file (a template, an excerpt), which must not compile alone.  A block that
+  is not marked ``grad`` must not hold .grad source (``test_grad_text_is_marked``).
 - ``notest`` after the language (``python notest``, ``console notest``):
   illustrative only, not run; each such block says why beside it.
 - Any other block (no info string, ``text``) is not code.
@@ -32,6 +37,7 @@ import doctest
 import linecache
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -207,20 +213,63 @@ def _following(block: Block) -> Block | None:
     return later[0] if later else None
 
 
+def _masked(text: str) -> list[str]:
+    """Lines of a check's output; finite-difference errors depend on the platform's
+    math library, so they are not compared."""
+    return [re.sub(r"rel\. error \d\.\de[+-]\d\d", "rel. error ?", line.rstrip())
+            for line in text.rstrip("\n").splitlines()]
+
+
+def gradc_check(text: str, folder: Path, capsys) -> tuple[int, str]:
+    """``gradc check ops.grad`` on ``text``, in ``folder`` beside copies of the
+    example files: the exit status, and stdout then stderr."""
+    from gradc.cli import main
+    for example in (ROOT / "examples").glob("*.grad"):
+        shutil.copy(example, folder)
+    (folder / "ops.grad").write_text(text, encoding="utf-8")
+    capsys.readouterr()
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        status = main(["check", "ops.grad"])
+    finally:
+        os.chdir(cwd)
+    out = capsys.readouterr()
+    return status, out.out + out.err
+
+
 @pytest.mark.parametrize("block", GRAD, ids=_ids(GRAD))
-def test_grad_blocks_check(block):
+def test_grad_blocks_check(block, tmp_path, capsys):
     from gradc.errors import GradcError
     from gradc.frontend.check import check_source
     file = str(ROOT / "examples" / "ops.grad")          # imports resolve in examples/
-    if "error" not in block.options:
-        check_source(block.text, file)
+    if "error" in block.options or "fragment" in block.options:
+        with pytest.raises(GradcError) as exc:
+            check_source(block.text, file)
+        shown = _following(block)
+        if shown is not None and shown.lang == "text" and "error" in shown.options:
+            rendered = exc.value.render().replace(file, "ops.grad")
+            assert rendered.rstrip() == shown.text.rstrip()
         return
-    with pytest.raises(GradcError) as exc:
-        check_source(block.text, file)
+    status, printed = gradc_check(block.text, tmp_path, capsys)
+    if "fails" not in block.options:
+        assert status == 0, f"{block.where}: gradc check failed:\n{printed}"
+        return
+    assert status == 1, f"{block.where}: gradc check passed on a bad example:\n{printed}"
     shown = _following(block)
-    if shown is not None and shown.lang == "text" and "error" in shown.options:
-        rendered = exc.value.render().replace(file, "ops.grad")
-        assert rendered.rstrip() == shown.text.rstrip()
+    if shown is not None and shown.lang == "text" and not shown.options:
+        assert _masked(printed) == _masked(shown.text), (
+            f"{shown.where}: not what gradc check prints:\n{printed}")
+
+
+GRAD_SOURCE = re.compile(r"^(op [A-Za-z_]\w*\(|import \"|const [A-Za-z_]\w* =)", re.M)
+
+
+def test_grad_text_is_marked():
+    """.grad source shown in a plain block would escape the check above: every block
+    that holds some is marked ``grad`` (``grad fragment`` for a part of a file)."""
+    unmarked = [b.where for b in ALL if b.lang in ("", "text") and GRAD_SOURCE.search(b.text)]
+    assert unmarked == []
 
 
 def test_every_page_has_tested_code():
@@ -270,25 +319,51 @@ def test_relative_links_point_at_files():
             assert path.exists(), f"{page.relative_to(ROOT)}: broken link {target}"
 
 
-# README.md shows some output without its command (plain blocks): each excerpt must
+# docs/cli.md shows some output without its command (plain blocks): each excerpt must
 # still be what the command prints, line for line.
-README_EXCERPTS = {
+CLI_EXCERPTS = {
     "  fwd_bwd (9 nodes):": "gradc compile examples/seed.grad --emit ir --op scaled_tanh",
     "kernel plan of fwd_bwd (fused, CPU): 1 step(s)":
         "gradc explain examples/activations.grad leaky_relu",
     "bad.grad:8:9: error[E201]: unknown function 'tanhh'":
-        "printf 'op f(x, z) -> y {\\n\\n\\n\\n\\n\\n\\n    y = tanhh(x) + z\\n}\\n' > /tmp/bad.grad"
-        " && cd /tmp && gradc check bad.grad",
+        "cd $(mktemp -d) && printf 'op f(x, z) -> y {\\n\\n\\n\\n\\n\\n\\n    y = tanhh(x) + z\\n}\\n'"
+        " > bad.grad && gradc check bad.grad; rm -r $PWD",
 }
 
 
-@pytest.mark.parametrize("first", README_EXCERPTS)
-def test_readme_output_excerpts_are_what_gradc_prints(first):
-    readme = [b for b in blocks(ROOT / "README.md") if b.lang == ""]
-    (block,) = [b for b in readme if b.text.startswith(first)]
+@pytest.mark.parametrize("first", CLI_EXCERPTS)
+def test_cli_output_excerpts_are_what_gradc_prints(first):
+    plain = [b for b in blocks(ROOT / "docs" / "cli.md") if b.lang == ""]
+    (block,) = [b for b in plain if b.text.startswith(first)]
     shown = [l.rstrip() for l in block.text.rstrip("\n").splitlines()]
-    printed = run_command(README_EXCERPTS[first])
+    printed = run_command(CLI_EXCERPTS[first])
     starts = [i for i, l in enumerate(printed) if l == shown[0]]
     assert any(printed[i:i + len(shown)] == shown for i in starts), (
-        f"{block.where}: no longer what '{README_EXCERPTS[first]}' prints:\n"
+        f"{block.where}: no longer what '{CLI_EXCERPTS[first]}' prints:\n"
         + "\n".join(printed))
+
+
+# -- the README and the index -----------------------------------------------------------
+
+def test_readme_fits_on_two_screens():
+    """At most 150 lines, with the sections a new user looks for; the rest is in docs/."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150
+    headings = re.findall(r"^## (.+)$", text, re.M)
+    for heading in ("Quick start", "Tests", "Command line", "What the language cannot do yet"):
+        assert heading in headings, heading
+
+
+def test_no_page_cites_the_spec():
+    """The pages are the reference: they state each rule, never cite the project's
+    design contract (SPEC.md, "SPEC §1"), which is not in the repository."""
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"\bSPEC\b", text), f"{page.relative_to(ROOT)} cites SPEC"
+
+
+def test_index_links_every_page():
+    text = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([\w-]+\.md)\)", text))
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")} - {"index.md"}
+    assert pages - linked == set(), "pages docs/index.md does not list"

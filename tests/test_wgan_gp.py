@@ -3,7 +3,7 @@
 (a) The penalty of the example's critic (a hidden layer: second order through ``@``,
     ``tanh`` and a bias) and the critic's loss match float64 central differences with
     respect to the critic's weights, in a float64 twin of ``wgan_gp.grad``.
-(b) A short training run, as the README runs it but smaller, brings the generator's
+(b) A short training run, as docs/second_order.md runs it but smaller, brings the generator's
     mean and covariance close to the real ones, and the critic's Wasserstein estimate
     down.  No timing is asserted.
 """

@@ -24,7 +24,7 @@ memory) and differentiates with the op's own methods:
 
 Shapes and dtypes of the results (``jax.ShapeDtypeStruct``) come from the op's
 IR, evaluated abstractly with ``jax.eval_shape``; the dtype rule is the
-module's (SPEC §1: float32 in, float32 out; float16 in, float16 out; float64
+module's (float32 in, float32 out; float16 in, float16 out; float64
 needs ``jax_enable_x64``).  Arguments are checked when JAX traces the call, so
 a bad dtype or shape is a TypeError or ValueError there, never an error inside a
 callback.  Keyword parameters (defaults such as ``alpha``) are static: Python

@@ -28,7 +28,7 @@ double backward are the module's fused kernels:
 Arguments: one per parameter without a default, in order (tensors; Python numbers
 are made tensors of the float dtype of the tensor arguments, or of an integer
 parameter's dtype), then the keyword-only parameters by name (Python numbers or
-0-d tensors).  Results are tensors of the module's dtypes (SPEC §1: float32 in,
+0-d tensors).  Results are tensors of the module's dtypes (float32 in,
 float32 out), one or a tuple, on the inputs' device.  Errors are the module's
 (``TypeError``, ``ValueError`` naming the argument), ``NotImplementedError`` for
 forward mode of an op without a JVP (E405) and for double backward of an op that

@@ -9,7 +9,7 @@ the argument; inputs are never written; a rejected ``out=`` is left untouched.
 read or write out of bounds would fail it; ``test_more_than_2_31_elements`` runs a real
 >2^31-element call when ``GRADC_TEST_HUGE=1`` and memory allows.
 
-The conventions tested here are the README's ("Hostile arguments").
+The conventions tested here are docs/generated-module.md's ("Arguments").
 """
 from __future__ import annotations
 
@@ -815,7 +815,7 @@ def test_more_than_2_31_elements(m) -> None:
 # ---- the same under Numba's bounds checking -----------------------------------------------
 
 # The calls most likely to index wrongly (sizes 0 and 1, broadcasting, in place), within
-# CI's time; README's testing section has the command for the whole file.
+# CI's time; docs/contributing.md (Bounds checking) has the command for the whole file.
 BOUNDSCHECK_SUBSET = ("boundscheck_is_on or empty or in_place or out_that_is_an_input "
                       "or zero_dimensional and not dense")
 
