@@ -40,42 +40,49 @@ def compile_source(text: str, *, file: str = "<string>", target: str = "cpu",
     the IR after every pass.  Raises :class:`GradcError` (or
     :class:`GradcErrors` for several) on a user error.
     """
-    from gradc.codegen.module import render_module, source_sha256
     from gradc.frontend.check import check_source
     from gradc.frontend.limits import out_of_stack
-    from gradc.pipeline import build_program
     if target not in ("cpu", "cuda", "all"):
         raise ValueError(f"target must be 'cpu', 'cuda' or 'all', got {target!r}")
     try:        # the limits of gradc.frontend.limits keep the recursion shallow
         program = check_source(text, file)
+    except RecursionError:
+        raise out_of_stack(file) from None
+    return _compile_program(program, file, target=target, fuse=fuse, fast_math=fast_math,
+                            precise=precise, check=check)
+
+
+def _compile_program(program, file: str, *, target: str = "cpu", fuse: bool = True,
+                     fast_math: bool = False, precise: bool = False, check: bool = False) -> str:
+    """:func:`compile_source` of a checked program (the texts it was checked from:
+    ``program.sources``, read from disk once, for :func:`load`'s cache key too)."""
+    from gradc.codegen.module import render_module, source_sha256
+    from gradc.frontend.limits import out_of_stack
+    from gradc.pipeline import build_program
+    try:
         compiled = build_program(program, check=check, fuse=fuse)
     except RecursionError:
         raise out_of_stack(file) from None
-    _warn(compiled)
-    sha = source_sha256(_full_source(program, text))
+    _warn(compiled, 4)                  # compile_source's caller
+    sha = source_sha256(_full_source(program))
     return render_module(Path(file).name, sha, __version__, compiled, fast_math=fast_math,
                          precise=precise, target=target)
 
 
-def _warn(compiled) -> None:
-    """Issue each op's compiler warnings once (:class:`GradcWarning`)."""
+def _warn(compiled, stacklevel: int = 3) -> None:
+    """Issue each op's compiler warnings once (:class:`GradcWarning`), attributed to
+    the caller of the caller of this function (``stacklevel`` 3), or further out."""
     seen = set()
     for cop in compiled.values():
         for w in getattr(cop, "diagnostics", ()):
             if w.severity == "warning" and w.key() not in seen:
                 seen.add(w.key())
-                warnings.warn(w, stacklevel=3)
+                warnings.warn(w, stacklevel=stacklevel)
 
 
-def _full_source(program, text: str) -> str:
+def _full_source(program) -> str:
     """The main text followed by every imported file's text, for the source hash."""
-    parts = [text]
-    for f in program.files[1:]:
-        try:
-            parts.append(Path(f).read_text(encoding="utf-8", errors="replace"))
-        except OSError:
-            pass
-    return "\n\0\n".join(parts)
+    return "\n\0\n".join(program.sources)
 
 
 def compile_file(path: str | os.PathLike, out: str | os.PathLike | None = None,

@@ -116,7 +116,7 @@ def source_of(op, file: str | Path | None = None) -> Source:
                          f"(modules from gradc.load record it); pass source='FILE.grad'")
     src = Source(text, path, name, tuple(sorted(options.items())))
     sha = getattr(module, "SOURCE_SHA256", None)
-    if sha is not None and sha != source_sha256(_full_source(src.program, text)):
+    if sha is not None and sha != source_sha256(_full_source(src.program)):
         raise ValueError(f"{name}: {path} (or a file it imports) is not the source this "
                          f"module was compiled from; reload the module")
     if name not in src.program.main_ops:

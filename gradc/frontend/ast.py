@@ -6,7 +6,7 @@ Built from Lark's parse tree by :mod:`gradc.frontend.to_ast`; consumed by
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Union
 
 from gradc.errors import Span
@@ -174,6 +174,7 @@ Item = Union[Import, Const, OpDef]
 class Module:
     file: str
     items: tuple[Item, ...]
+    text: str = field(default="", repr=False, compare=False)     # what was parsed
 
     @property
     def ops(self) -> tuple[OpDef, ...]:

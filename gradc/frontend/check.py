@@ -53,6 +53,9 @@ class Program:
     consts: dict[str, float]         # every const, evaluated
     files: tuple[str, ...]           # every source file involved, the main file first
     main_ops: tuple[str, ...]        # the ops defined in the main file, in order
+    # The text of each of ``files``, as parsed: each file is read once, so a key or
+    # hash of these is a key of what was compiled, whatever changes on disk meanwhile.
+    sources: tuple[str, ...] = ()
 
 
 def check(module: ast.Module, *, loader: Loader | None = None) -> Program:
@@ -82,8 +85,9 @@ def check(module: ast.Module, *, loader: Loader | None = None) -> Program:
         order = reversed(list(nx.lexicographical_topological_sort(calls)))
         errors.extend(limits.check_inlined(ops, [n for n in order if n in ops]))
     raise_all(errors)
-    return Program(ops, consts, tuple(m.file for m in [modules[-1], *modules[:-1]]),
-                   tuple(op.name for op in module.ops))
+    main_first = [modules[-1], *modules[:-1]]
+    return Program(ops, consts, tuple(m.file for m in main_first),
+                   tuple(op.name for op in module.ops), tuple(m.text for m in main_first))
 
 
 def check_source(text: str, file: str = "<string>", *, loader: Loader | None = None) -> Program:

@@ -80,7 +80,7 @@ class ToAst(Transformer):
                 out[-1] = item
             else:
                 out.append(item)
-        return ast.Module(self.file, tuple(self._finish(i) for i in out))
+        return ast.Module(self.file, tuple(self._finish(i) for i in out), self.text)
 
     def _finish(self, item: Any) -> ast.Item:
         if isinstance(item, _OpItem):

@@ -4,12 +4,17 @@ Location: ``$GRADC_CACHE_DIR``, else ``$XDG_CACHE_HOME/gradc``, else
 ``~/.cache/gradc``.  A module is keyed by the SHA-256 of its sources (the
 file and everything it imports), the gradc version and a fingerprint of its
 sources, the Numba and NumPy versions and the compile options, so a changed input recompiles and an unchanged one is
-imported as is (and Numba's own cache beside it skips JIT compilation too).
+imported as is (and Numba's own cache beside it skips JIT compilation too).  The
+sources are read once: the key is computed from the text that is compiled.
 Writes are atomic (a temporary file, then ``os.replace``), so two processes
 compiling the same file at once both get a complete module; there are no lock
-files, so none can be left stale.  An entry carries the SHA-256 of its text in
-its last line: a truncated, empty or overwritten entry (or a directory in its
-place, or a damaged Numba cache file beside it) is discarded and recompiled.
+files, so none can be left stale.  An entry carries its own name and the SHA-256
+of its text in its last line: a truncated, empty or overwritten entry, a link to
+another entry or a copy of one, a directory in its place, a ``.json`` beside it
+that is not gradc's metadata, or a damaged Numba cache file beside it is discarded
+and recompiled; a Numba cache file that is a whole pickle but fails to load is
+replaced on the first call (:func:`guard_numba_caches`).  When the directory
+cannot be written, :func:`gradc.load` compiles in memory, with a warning.
 
 Each entry ``gradc_<stem>_<key>.py`` has beside it ``gradc_<stem>_<key>.json`` (the
 source path, the files it imports, the options and versions: what ``python -m
@@ -87,7 +92,7 @@ def cache_key(sources: list[str], options: dict) -> str:
     h.update(json.dumps(meta, sort_keys=True).encode())
     for text in sources:
         h.update(b"\0")
-        h.update(text.encode())
+        h.update(text.encode("utf-8", "surrogatepass"))    # a path's undecodable bytes
     return h.hexdigest()
 
 
@@ -127,31 +132,51 @@ def write_atomic(path: str | os.PathLike, text: str, *, parents: bool = False) -
 
 # ---- cache entries: checked before they are imported --------------------------------
 
-_TRAILER = "# gradc cache entry; SHA-256 of the text above: "
+_TRAILER = "# gradc cache entry {}; SHA-256 of the text above: "
 _STALE_TEMP_S = 3600       # a writer's temporary file older than this was left by a crash
 
 
 def write_entry(path: Path, text: str) -> None:
-    """Write a compiled module to the cache, with a last line holding the SHA-256 of
-    its text, so that a truncated or damaged entry is recognised (:func:`entry_is_valid`)."""
+    """Write a compiled module to the cache, with a last line holding its name and the
+    SHA-256 of its text, so that a truncated or damaged entry, or another entry's text
+    in its place (a link to it, a copy), is recognised (:func:`entry_is_valid`)."""
     _remove_stale_temps(path)
-    write_atomic(path, f"{text}{_TRAILER}{hashlib.sha256(text.encode()).hexdigest()}\n",
+    write_atomic(path, f"{text}{_trailer(path)}{hashlib.sha256(text.encode()).hexdigest()}\n",
                  parents=True)
+
+
+def _trailer(path: Path) -> str:
+    return _TRAILER.format(path.stem)
 
 
 def entry_is_valid(path: Path) -> bool:
     """Whether ``path`` is a complete module written by :func:`write_entry` (a
-    regular file whose text matches its trailer), and the Numba cache files
+    regular file, not a link, whose text matches its trailer, which names this
+    entry), its ``.json`` (if any) is gradc's metadata, and the Numba cache files
     beside it are well-formed pickles."""
-    if not path.is_file():
+    if path.is_symlink() or not path.is_file():
         return False
     try:
         data = path.read_bytes()
     except OSError:
         return False
     text, _, last = data[:-1].rpartition(b"\n")
-    expected = _TRAILER.encode() + hashlib.sha256(text + b"\n").hexdigest().encode()
-    return data.endswith(b"\n") and last == expected and _numba_files_ok(path)
+    expected = (_trailer(path).encode("utf-8", "surrogatepass")
+                + hashlib.sha256(text + b"\n").hexdigest().encode())
+    return (data.endswith(b"\n") and last == expected and _metadata_ok(path)
+            and _numba_files_ok(path))
+
+
+def _metadata_ok(path: Path) -> bool:
+    """The entry's ``.json`` is missing (written after the entry) or gradc's metadata
+    (not ``null``, a list or damaged: those failed every load, forever)."""
+    try:
+        _recorded_warnings(path)
+    except FileNotFoundError:
+        return True
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def discard_entry(path: Path) -> None:
@@ -159,7 +184,8 @@ def discard_entry(path: Path) -> None:
     and data files) and a directory in its place; a file there is left for
     :func:`write_entry` to replace atomically (another process may be reading it)."""
     stale = [*(path.parent / "__pycache__").glob(f"{path.stem}.*")]
-    for p in [path, *stale] if path.is_dir() and not path.is_symlink() else stale:
+    stale += [p for p in (path, path.with_suffix(".json")) if p.is_dir() and not p.is_symlink()]
+    for p in stale:
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
         else:
@@ -181,6 +207,28 @@ def _numba_files_ok(path: Path) -> bool:
         except (OSError, ValueError, EOFError):
             return False
     return True
+
+
+def guard_numba_caches(module) -> None:
+    """Make the kernels of ``module`` (an imported entry) compile afresh where loading
+    one from Numba's cache fails: a whole pickle of the wrong data (a TypeError) or
+    damaged LLVM code would otherwise fail every call, in every process.  The index is
+    emptied, so the kernel compiled now replaces the damaged file."""
+    for obj in list(vars(module).values()):
+        cache = getattr(obj, "_cache", None)
+        if callable(getattr(cache, "load_overload", None)) and hasattr(cache, "flush"):
+            cache.load_overload = _guarded(cache, cache.load_overload)
+
+
+def _guarded(cache, load):
+    def load_overload(sig, target_context):
+        try:
+            return load(sig, target_context)
+        except Exception:
+            with contextlib.suppress(Exception):
+                cache.flush()
+            return None
+    return load_overload
 
 
 def _walk_pickle(data: bytes) -> bytes:
@@ -224,14 +272,47 @@ def write_metadata(entry: Path, source: Path, files: list, options: dict,
 
 def read_warnings(entry: Path) -> list:
     """The compiler warnings recorded beside ``entry`` by :func:`write_metadata`
-    (none when its ``.json`` is missing or unreadable)."""
-    from gradc.errors import GradcWarning, Span
+    (none when its ``.json`` is missing or not what :func:`write_metadata` writes)."""
     try:
-        meta = json.loads(entry.with_suffix(".json").read_text(encoding="utf-8"))
-        return [GradcWarning(w["message"], None if w["span"] is None else Span(*w["span"]),
-                             w["code"], w["notes"]) for w in meta.get("warnings", ())]
-    except (OSError, ValueError, KeyError, TypeError):
+        return _recorded_warnings(entry)
+    except (OSError, ValueError):
         return []
+
+
+def _recorded_warnings(entry: Path) -> list:
+    """:func:`read_warnings`, but OSError when the ``.json`` cannot be read and
+    ValueError when it is not what :func:`write_metadata` writes (``null``, a list,
+    a warning missing a field or of another type)."""
+    meta = _read_json(entry.with_suffix(".json"))
+    found = meta.get("warnings") if isinstance(meta, dict) else None
+    try:
+        return [_warning(w) for w in found]
+    except (KeyError, TypeError) as exc:
+        raise ValueError("not gradc's metadata") from exc
+
+
+def _read_json(path: Path):
+    """The JSON value in ``path``; ValueError if it is not JSON (or nested too deeply)."""
+    text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def _warning(w: dict):
+    """One warning as :func:`write_metadata` records it; KeyError or TypeError if not."""
+    from gradc.errors import GradcWarning, Span
+    span = w["span"]
+    if not (isinstance(w["message"], str) and isinstance(w["code"], str)
+            and isinstance(w["notes"], list) and all(isinstance(n, str) for n in w["notes"])):
+        raise TypeError("not a warning")
+    if span is not None and not (isinstance(span, list) and len(span) == 5
+                                 and isinstance(span[0], str)
+                                 and all(isinstance(v, (int, type(None))) for v in span[1:])):
+        raise TypeError("not a span")
+    return GradcWarning(w["message"], None if span is None else Span(*span), w["code"],
+                        w["notes"])
 
 
 @dataclass(frozen=True)
@@ -255,7 +336,7 @@ def entries(root: Path | None = None) -> list[Entry]:
         files = [path, *(f for f in [path.with_suffix(".json")] if f.is_file()),
                  *sorted((root / "__pycache__").glob(f"{path.stem}.*"))]
         try:
-            meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+            meta = _read_json(path.with_suffix(".json"))
         except (OSError, ValueError):
             meta = {}
         sizes = []

@@ -1,7 +1,9 @@
 """``gradc.load(path)``: compile a .grad file through the cache and import it."""
 from __future__ import annotations
 
+import ast
 import importlib.util
+import linecache
 import os
 import re
 import sys
@@ -11,7 +13,8 @@ from types import ModuleType
 from typing import NamedTuple
 
 from gradc.runtime.cache import (cache_dir, cache_key, discard_entry, entry_is_valid,
-                                 read_warnings, write_entry, write_metadata)
+                                 guard_numba_caches, read_warnings, write_entry,
+                                 write_metadata)
 
 
 def load(path: str | os.PathLike, **options) -> ModuleType:
@@ -20,14 +23,20 @@ def load(path: str | os.PathLike, **options) -> ModuleType:
     Compiles only when the cache has no module for these sources, versions and
     options, or a damaged one (see :mod:`gradc.runtime.cache`).  The module is
     registered in ``sys.modules`` as ``gradc_<stem>_<key>``, so loading the same
-    sources again returns the same module.  Raises :class:`gradc.GradcError` for
-    errors in the file and FileNotFoundError when it does not exist.
+    sources again returns the same module.  Each file is read once: the key and the
+    compiled module come from the same text, even when a file changes meanwhile.
+    When the cache directory cannot be written (a file, a dangling link, read-only),
+    the module is compiled in memory, with a RuntimeWarning.  Raises
+    :class:`gradc.GradcError` for errors in the file and FileNotFoundError when it
+    does not exist.
     """
+    from gradc.frontend.check import load_program
     path = _grad_file(path)
-    name, sources, files = _resolve(path, options)
+    program = load_program(path)          # the file and its imports, each read once
+    name = _module_name(path, program.sources, options)
     if name in sys.modules:
         return sys.modules[name]
-    return _through_cache(path, name, sources, files, options)
+    return _through_cache(path, name, program, options)
 
 
 class Origin(NamedTuple):
@@ -46,22 +55,20 @@ def load_text(text: str, file: str | os.PathLike, **options) -> ModuleType:
     the file ``file`` (which need not exist: imports resolve beside it, errors
     name it), through the same cache as :func:`load`."""
     from gradc.frontend.check import check_source
-    from gradc.frontend.parser import read_source
     file = Path(file).resolve()
     program = check_source(text, str(file))
-    sources = [text, *(read_source(f) for f in program.files[1:])]
-    key = cache_key([str(file), *sources], dict(sorted(options.items())))
-    stem = re.sub(r"\W", "_", file.stem)
-    name = f"gradc_{stem}_{key[:16]}"
+    name = _module_name(file, program.sources, options)
     if name in sys.modules:
         return sys.modules[name]
-    return _through_cache(file, name, sources, [file, *program.files[1:]], options)
+    return _through_cache(file, name, program, options)
 
 
 def entry_name(path: Path, options: dict) -> tuple[str, list[str]]:
     """The module name of the cache entry of the .grad file ``path`` (absolute),
     ``gradc_<stem>_<key>``, and the sources read for the key (the file's first)."""
-    return _resolve(path, options)[:2]
+    from gradc.frontend.check import load_program
+    sources = list(load_program(path).sources)
+    return _module_name(path, sources, options), sources
 
 
 def _grad_file(path: str | os.PathLike) -> Path:
@@ -71,51 +78,65 @@ def _grad_file(path: str | os.PathLike) -> Path:
     return path
 
 
-def _resolve(path: Path, options: dict) -> tuple[str, list[str], list]:
-    """The entry's module name, the sources read for its key and their files."""
-    from gradc.frontend.check import load_program
-    from gradc.frontend.parser import read_source
-    program = load_program(path)          # parses imports too, for the key
-    sources = [read_source(f) for f in program.files]
+def _module_name(path: Path, sources, options: dict) -> str:
+    """``gradc_<stem>_<key>``: the key of the file's path, its sources and ``options``."""
     key = cache_key([str(path), *sources], dict(sorted(options.items())))
     stem = re.sub(r"\W", "_", path.stem)
-    return f"gradc_{stem}_{key[:16]}", sources, list(program.files)
+    return f"gradc_{stem}_{key[:16]}"
 
 
-def _through_cache(path: Path, name: str, sources: list[str], files: list,
-                   options: dict) -> ModuleType:
-    """Import the valid cache entry of ``name``, compiled first if it is missing or
-    damaged, and compiled again if importing it fails (damaged bytecode)."""
-    from gradc import GradcWarning, compile_source
+def _through_cache(path: Path, name: str, program, options: dict) -> ModuleType:
+    """Import the valid cache entry of ``name``, compiled from ``program`` first if
+    it is missing or damaged, and compiled again if importing it fails (damaged
+    bytecode); compiled in memory where the cache directory cannot be written."""
     target = cache_dir() / f"{name}.py"
+    origin = Origin(str(path), program.sources[0], dict(options))
+    module = None
+    if not entry_is_valid(target):           # missing, or damaged: (re)compile
+        module = _compile_into(target, name, path, program, options)
+    if module is None:
+        # The compiler's warnings, whether compiled now or long ago (recorded beside
+        # the entry), attributed to the first caller outside gradc.
+        for w in read_warnings(target):
+            warnings.warn(w, stacklevel=_caller_level())
+        try:
+            module = _import(name, target)
+        except Exception:                    # damaged after all (its bytecode, say)
+            discard_entry(target)
+            module = _compile_into(target, name, path, program, options) or \
+                _import(name, target)
+    # what gradc.adapters.derived reads to compile an op's derived ops
+    module.__gradc_origin__ = origin
+    return module
 
-    def write() -> None:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", GradcWarning)
-            text = compile_source(sources[0], file=str(path), **options)
-        for w in caught:                 # others as they came; the compiler's below
-            if not isinstance(w.message, GradcWarning):
-                warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+def _compile_into(target: Path, name: str, path: Path, program,
+                  options: dict) -> ModuleType | None:
+    """Compile ``program`` into the cache entry ``target`` (None: import it), or, if
+    that cannot be written, into a module in memory, returned, with a warning."""
+    from gradc import GradcWarning, _compile_program
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", GradcWarning)
+        text = _compile_program(program, str(path), **options)
+    for w in caught:                     # others as they came; the compiler's below
+        if not isinstance(w.message, GradcWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    ours = [w.message for w in caught if isinstance(w.message, GradcWarning)]
+    try:
         discard_entry(target)
         write_entry(target, text)
-        write_metadata(target, path, files, dict(sorted(options.items())),
-                       [w.message for w in caught if isinstance(w.message, GradcWarning)])
-
-    if not entry_is_valid(target):           # missing, or damaged: (re)compile
-        write()
-    # The compiler's warnings, whether compiled now or long ago (recorded beside the
-    # entry), attributed to the first caller outside gradc.
-    for w in read_warnings(target):
-        warnings.warn(w, stacklevel=_caller_level())
-    try:
-        module = _import(name, target)
-    except Exception:                        # damaged after all (its bytecode, say)
-        discard_entry(target)
-        write()
-        module = _import(name, target)
-    # what gradc.adapters.derived reads to compile an op's derived ops
-    module.__gradc_origin__ = Origin(str(path), sources[0], dict(options))
-    return module
+        write_metadata(target, path, list(program.files), dict(sorted(options.items())), ours)
+        return None
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    level = _caller_level()
+    warnings.warn(f"gradc: cannot write the cache directory {str(target.parent)!r} ({why}): "
+                  f"{path.name} was compiled in memory, and is compiled again in every "
+                  "process (set GRADC_CACHE_DIR to a folder that can be written)",
+                  RuntimeWarning, stacklevel=level)
+    for w in ours:
+        warnings.warn(w, stacklevel=level)
+    return _import_text(name, text)
 
 
 def _caller_level() -> int:
@@ -128,6 +149,25 @@ def _caller_level() -> int:
     return level
 
 
+def _import_text(name: str, text: str) -> ModuleType:
+    """The module of generated ``text``, with no file: its kernels' ``cache=True``
+    (Numba's on-disk cache, which needs the module's file) made ``cache=False``."""
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == "cache":
+            node.value = ast.copy_location(ast.Constant(False), node.value)
+    file = f"<gradc {name}>"
+    linecache.cache[file] = (len(text), None, text.splitlines(True), file)   # tracebacks
+    module = ModuleType(name)
+    sys.modules[name] = module
+    try:
+        exec(compile(tree, file, "exec"), module.__dict__)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
 def _import(name: str, target: Path) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, target)
     module = importlib.util.module_from_spec(spec)
@@ -137,4 +177,5 @@ def _import(name: str, target: Path) -> ModuleType:
     except BaseException:
         del sys.modules[name]
         raise
+    guard_numba_caches(module)
     return module

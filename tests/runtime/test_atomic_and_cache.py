@@ -10,19 +10,24 @@ again.
 from __future__ import annotations
 
 import ast
+import errno
 import importlib.util
+import json
 import os
+import pickle
 import py_compile
 import stat
 import sys
 import time
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 
 import gradc
 from gradc.cli import main
+from gradc.frontend import limits
 from gradc.runtime import cache
 from gradc.runtime.cache import entry_is_valid, write_atomic
 
@@ -216,6 +221,113 @@ def test_damaged_numba_cache_files_are_compiled_again(cached, suffix: str) -> No
     assert not entry_is_valid(entry)
     _works(reload())
     assert entry_is_valid(entry)
+
+
+@pytest.mark.parametrize("suffix", [".nbi", ".nbc"])
+def test_numba_cache_files_of_the_wrong_data_are_compiled_again(cached, suffix: str) -> None:
+    """A whole pickle of other data passes the walk over its opcodes, and failed every
+    call with a TypeError, in every process, before."""
+    src, entry, reload = cached
+    _works(reload())
+    for f in (entry.parent / "__pycache__").glob(f"{entry.stem}.*{suffix}"):
+        version = pickle.dumps(numba.__version__) if suffix == ".nbi" else b""
+        f.write_bytes(version + pickle.dumps((1, 2, 3)))
+    assert entry_is_valid(entry)            # nothing to see without loading the data
+    _works(reload())
+    _works(reload())                        # and the file was replaced by a good one
+
+
+@pytest.mark.parametrize("how", ["a link", "a copy"])
+def test_an_entry_holding_another_entry_is_compiled_again(cached, tmp_path, how: str) -> None:
+    src, entry, reload = cached
+    other = tmp_path / "other.grad"
+    other.write_text("op triple(x) -> y { y = 3 * x }\n")
+    theirs = Path(gradc.load(other).__file__)
+    entry.unlink()
+    entry.symlink_to(theirs) if how == "a link" else entry.write_bytes(theirs.read_bytes())
+    assert not entry_is_valid(entry)
+    _imports(reload())
+    assert entry.is_file() and not entry.is_symlink() and entry_is_valid(entry)
+
+
+def test_the_key_and_the_module_come_from_one_read_of_each_file(tmp_path, monkeypatch) -> None:
+    """An imported file that changes while it is loaded: the entry holds the code of
+    the text its key was computed from.  Here every read of lib.grad after the first
+    sees the new text; before, the key came from the second read and the module from
+    the third, and a process that later found the first text on disk got the new code."""
+    monkeypatch.setenv("GRADC_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "lib.grad").write_text("op twice(x) -> y { y = x * 2 }\n")
+    main_file = tmp_path / "main.grad"
+    main_file.write_text('import "lib.grad"\nop f(x) -> y { y = twice(x) }\n')
+    read, reads = limits.read_capped, []
+
+    def racing_read(path):
+        reads.append(Path(path).name)
+        if Path(path).name == "lib.grad" and reads.count("lib.grad") > 1:
+            return b"op twice(x) -> y { y = x * 3 }\n"
+        return read(path)
+
+    monkeypatch.setattr(limits, "read_capped", racing_read)
+    m = gradc.load(main_file)
+    assert m.f(1.0) == 2.0 and reads.count("lib.grad") == 1
+    monkeypatch.setattr(limits, "read_capped", read)
+    sys.modules.pop(m.__name__)
+    assert gradc.load(main_file).__file__ == m.__file__       # the first text's entry
+
+
+@pytest.mark.parametrize("how", ["a file", "a dangling link", "read-only"])
+def test_a_cache_directory_that_cannot_be_written_compiles_in_memory(
+        tmp_path, monkeypatch, how: str) -> None:
+    root = tmp_path / "cache"
+    if how == "a file":
+        root.write_text("not a folder\n")
+    elif how == "a dangling link":
+        root.symlink_to(tmp_path / "nowhere")
+    else:             # root may write into a folder without write permission: refuse it
+        def refuse(*args, **kwargs):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        monkeypatch.setattr(cache, "write_atomic", refuse)
+    monkeypatch.setenv("GRADC_CACHE_DIR", str(root))
+    src = tmp_path / "ops.grad"
+    src.write_text(SOURCE)
+    with pytest.warns(RuntimeWarning, match="cannot write the cache directory .* compiled "
+                                            "in memory"):
+        m = gradc.load(src)
+    try:
+        _imports(m)
+        assert gradc.load(src) is m
+        if how == "a file":
+            _works(m)                       # the kernels compile without Numba's cache
+    finally:
+        sys.modules.pop(m.__name__, None)
+    assert not root.is_dir() or not list(root.iterdir())
+
+
+@pytest.mark.parametrize("meta", ["null", "[]", '{"warnings": 5}', '{"warnings": [7]}',
+                                  '{"warnings": [{"message": "m", "code": "W1", "notes": [],'
+                                  ' "span": [1, 2]}]}', "[" * 100_000],
+                         ids=["null", "a list", "a number", "a number in the list", "a bad span",
+                              "nested too deeply"])
+def test_metadata_that_is_not_gradcs_is_discarded(cached, meta: str) -> None:
+    """JSON of another shape beside an entry failed every load, forever (AttributeError)."""
+    src, entry, reload = cached
+    entry.with_suffix(".json").write_text(meta)
+    assert not entry_is_valid(entry)
+    _imports(reload())
+    assert json.loads(entry.with_suffix(".json").read_text())["warnings"] == []
+    assert entry_is_valid(entry)
+
+
+def test_a_file_name_that_is_not_utf8(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("GRADC_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / os.fsdecode(b"ops\xff\xfe.grad")
+    src.write_text(SOURCE)
+    m = gradc.load(src)
+    try:
+        _imports(m)
+        assert Path(m.__file__).name.startswith("gradc_ops___") and entry_is_valid(Path(m.__file__))
+    finally:
+        sys.modules.pop(m.__name__, None)
 
 
 def test_temporary_files_of_a_crashed_writer(cached) -> None:
