@@ -113,9 +113,11 @@ class WrapperPrinter:
         labels = tuple(g.node(p).attr("name") for p in params + ups)
         inplace = self._inplace_pairs(params + ups)
         b.line(f"_S = ({', '.join(early)}{',' if len(early) == 1 else ''})")
+        # Upstreams converted first: out= is checked against the arrays the kernels read
+        # (an object's __array__ may give other memory at a second call).
+        self._check_upstreams(ups)
         b.line("_out = " + self.helper("out_tuple", f"_n, out, _S, {kinds!r}, {inputs}, {labels!r}"
                                       + (f", {inplace!r}" if inplace else "")))
-        self._check_upstreams(ups)
         for k, step in enumerate(self.plan.steps):
             if isinstance(step, ReduceKernel):
                 self._reduce_kernel(step, k)
@@ -541,7 +543,7 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
             f"file\n# and recompile.\n"
             f'"""Kernels compiled by gradc from {docstring(file)}.\n\n'
             f'Ops: {", ".join(names)}.\n"""\n'
-            "import inspect\nimport math\nimport os\n\nimport numba\nimport numba.extending\nimport numpy as np\n"
+            "import ctypes\nimport inspect\nimport math\nimport os\nimport site\nimport sys\n\nimport numba\nimport numba.extending\nimport numpy as np\n"
             + ("from numba import cuda\n" if cuda_kernels is not None else "") + "\n"
             f"__gradc_version__ = {version!r}\nSOURCE_SHA256 = {source_sha!r}\n"
             f"TARGET = {target!r}\n")
@@ -559,7 +561,7 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
 
 _HELPERS = (prelude._g_sum_to, prelude._g_transpose, prelude._g_broadcast_in, prelude._g_logsumexp,
             prelude._g_norm,
-            runtime_src._g_env_count, runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
+            runtime_src._g_env_count, runtime_src._g_numba_threads, runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
             runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream, runtime_src._g_tangent,
             runtime_src._g_tangent_broadcast,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
@@ -575,7 +577,10 @@ _CONSTANTS = ("_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.floa
 
 _PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"
                  "_G_PARALLEL_MIN = _g_env_count('GRADC_PARALLEL_MIN',\n"
-                 "                               os.environ.get('GRADC_PARALLEL_MIN'), 1 << 17)\n")
+                 "                               os.environ.get('GRADC_PARALLEL_MIN'), 1 << 17)\n"
+                 "# Numba's TBB threading layer unless the user chose one (_g_numba_threads):\n"
+                 "# OpenMP's spinning workers would slow PyTorch, JAX and BLAS after each loop.\n"
+                 "_G_THREADING = _g_numba_threads(os.environ, numba.config)\n")
 
 
 def source_sha256(text: str) -> str:

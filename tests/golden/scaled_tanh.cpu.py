@@ -5,9 +5,12 @@
 
 Ops: leaky_relu, scaled_tanh.
 """
+import ctypes
 import inspect
 import math
 import os
+import site
+import sys
 
 import numba
 import numba.extending
@@ -115,6 +118,40 @@ def _g_env_count(name, text, default):
                          f"whole number of elements (such as 131072 or 1e5); unset it for "
                          f"the default {default}")
     return int(value)
+
+
+def _g_numba_threads(environ, config):
+    """Where nobody chose how Numba runs its threads, make its TBB threading layer
+    loadable; returns what decided the layer, for ``_G_THREADING``.
+
+    Numba's default order is TBB, then OpenMP, then workqueue, but pip puts the ``tbb``
+    package's ``libtbb.so.12`` in ``<prefix>/lib``, where Numba does not look, so it
+    falls back to OpenMP, whose workers spin for milliseconds after each parallel loop
+    and take the cores from PyTorch's, JAX's and BLAS's threads.  TBB's workers yield
+    and sleep, and TBB is safe for launches from several threads at once (Dask's
+    threaded scheduler; the workqueue layer aborts the process there).  Loading the
+    library is all this does: no variable or setting changes, and nothing happens when
+    the user chose (``NUMBA_THREADING_LAYER``, ``NUMBA_THREADING_LAYER_PRIORITY``,
+    ``numba.config``), when Numba's threads already run (the layer is chosen once per
+    process) or where no ``libtbb.so.12`` is installed (Numba's own choice stands)."""
+    for name in ("NUMBA_THREADING_LAYER", "NUMBA_THREADING_LAYER_PRIORITY"):
+        if environ.get(name):
+            return f"{name}={environ[name]}"
+    if config.THREADING_LAYER != "default":
+        return f"numba.config.THREADING_LAYER={config.THREADING_LAYER!r}"
+    try:
+        return f"chosen before this module: {numba.threading_layer()}"
+    except ValueError:                  # no parallel loop has run yet
+        pass
+    for root in dict.fromkeys((sys.prefix, site.getuserbase())):
+        path = os.path.join(root, "lib", "libtbb.so.12")
+        if sys.platform.startswith("linux") and os.path.exists(path):
+            try:
+                ctypes.CDLL(path)
+            except OSError as exc:
+                return f"numba's default ({path} did not load: {exc})"
+            return f"tbb ({path})"
+    return "numba's default (no tbb package)"
 
 
 def _g_inputs(op, sig, values):
@@ -1077,6 +1114,9 @@ def _g_tanh_overload(x):
 # Loops of fewer elements run on one thread (waking threads costs more there).
 _G_PARALLEL_MIN = _g_env_count('GRADC_PARALLEL_MIN',
                                os.environ.get('GRADC_PARALLEL_MIN'), 1 << 17)
+# Numba's TBB threading layer unless the user chose one (_g_numba_threads):
+# OpenMP's spinning workers would slow PyTorch, JAX and BLAS after each loop.
+_G_THREADING = _g_numba_threads(os.environ, numba.config)
 
 
 # --- kernels ---
@@ -1701,8 +1741,8 @@ class scaled_tanh:
         _n = 'scaled_tanh.vjp'
         (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
         _S = (x.shape,)
-        _out = _g_out_tuple(_n, out, _S, 'f', (x, dy), ('x', 'dy'), ((0, 0), (0, 1)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+        _out = _g_out_tuple(_n, out, _S, 'f', (x, dy), ('x', 'dy'), ((0, 0), (0, 1)))
         _s = x.shape
         _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
         (_gk_scaled_tanh_vjp_0 if _v9.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_vjp_0_serial)(_v9.reshape(-1), x.ravel(), dy.ravel(), _G_WITNESS[_T])
@@ -1715,8 +1755,8 @@ class scaled_tanh:
         _n = 'scaled_tanh.fwd_bwd'
         (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
         _S = (x.shape, x.shape)
-        _out = _g_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+        _out = _g_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1)))
         _s = x.shape
         _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
         _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
@@ -1730,8 +1770,8 @@ class scaled_tanh:
         _n = 'scaled_tanh.jvp'
         (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
         _S = (x.shape, x.shape)
-        _out = _g_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1)))
         x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
+        _out = _g_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1)))
         _s = x.shape
         _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
         _v18 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
@@ -1760,8 +1800,8 @@ class scaled_tanh:
             _n = 'scaled_tanh.unfused.vjp'
             (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
             _S = (x.shape,)
-            _out = _g_out_tuple(_n, out, _S, 'f', (x, dy), ('x', 'dy'), ((0, 0), (0, 1)))
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+            _out = _g_out_tuple(_n, out, _S, 'f', (x, dy), ('x', 'dy'), ((0, 0), (0, 1)))
             _s = x.shape
             _v1 = np.empty(_s, dtype=_T)
             (_gk_scaled_tanh_forward_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_forward_0_serial)(_v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
@@ -1786,8 +1826,8 @@ class scaled_tanh:
             _n = 'scaled_tanh.unfused.fwd_bwd'
             (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
             _S = (x.shape, x.shape)
-            _out = _g_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (1, 1)))
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+            _out = _g_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (1, 1)))
             _s = x.shape
             _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
             (_gk_scaled_tanh_forward_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_forward_0_serial)(_v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
@@ -1812,8 +1852,8 @@ class scaled_tanh:
             _n = 'scaled_tanh.unfused.jvp'
             (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
             _S = (x.shape, x.shape)
-            _out = _g_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (1, 1)))
             x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
+            _out = _g_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (1, 1)))
             _s = x.shape
             _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
             (_gk_scaled_tanh_forward_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_forward_0_serial)(_v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
@@ -1850,8 +1890,8 @@ class scaled_tanh:
             _n = 'scaled_tanh.vjp'
             (x,), _T, _RT, _d = _gd_inputs(_n, _SIG_scaled_tanh, (x,))
             _S = (x.shape,)
-            _out = _gd_out_tuple(_n, out, _S, 'f', (x, dy), ('x', 'dy'), ((0, 0), (0, 1)))
             dy = _gd_upstream(_n, 'dy', dy, x.shape, _T)
+            _out = _gd_out_tuple(_n, out, _S, 'f', (x, dy), ('x', 'dy'), ((0, 0), (0, 1)))
             _s = x.shape
             (_v9, ) = _gd_kernel(_n, '_gk_scaled_tanh_vjp_0', _s, (x, dy, ), (0, 0), (False, False), (_T,), _T, (x, ))
             _r = _gd_finish(_n, _out, (_v9,), _S, _RT, ())
@@ -1861,8 +1901,8 @@ class scaled_tanh:
             _n = 'scaled_tanh.fwd_bwd'
             (x,), _T, _RT, _d = _gd_inputs(_n, _SIG_scaled_tanh, (x,))
             _S = (x.shape, x.shape)
-            _out = _gd_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1)))
             dy = _gd_upstream(_n, 'dy', dy, x.shape, _T)
+            _out = _gd_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1)))
             _s = x.shape
             (_v1, _v9, ) = _gd_kernel(_n, '_gk_scaled_tanh_fwd_bwd_0', _s, (x, dy, ), (0, 0), (False, False), (_T, _T,), _T, (x, ))
             _r = _gd_finish(_n, _out, (_v1, _v9), _S, _RT, ())
@@ -1872,8 +1912,8 @@ class scaled_tanh:
             _n = 'scaled_tanh.jvp'
             (x,), _T, _RT, _d = _gd_inputs(_n, _SIG_scaled_tanh, (x,))
             _S = (x.shape, x.shape)
-            _out = _gd_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1)))
             x_t = _gd_tangent(_n, 'x_t', x_t, x.shape, _T)
+            _out = _gd_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1)))
             _s = x.shape
             (_v1, _v18, ) = _gd_kernel(_n, '_gk_scaled_tanh_jvp_0', _s, (x, x_t, ), (0, 0), (False, False), (_T, _T,), _T, (x, ))
             _r = _gd_finish(_n, _out, (_v1, _v18), _S, _RT, ())
@@ -1909,8 +1949,8 @@ class leaky_relu:
         _n = 'leaky_relu.vjp'
         (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
         _S = (x.shape,)
-        _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+        _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
         _s = x.shape
         _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
         (_gk_leaky_relu_vjp_0 if _v17.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_0_serial)(_v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
@@ -1923,8 +1963,8 @@ class leaky_relu:
         _n = 'leaky_relu.fwd_bwd'
         (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
         _S = (x.shape, x.shape)
-        _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+        _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
         _s = x.shape
         _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
         _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
@@ -1938,8 +1978,8 @@ class leaky_relu:
         _n = 'leaky_relu.jvp'
         (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
         _S = (x.shape, x.shape)
-        _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
         x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
+        _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
         _s = x.shape
         _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
         _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
@@ -1974,8 +2014,8 @@ class leaky_relu:
             _n = 'leaky_relu.unfused.vjp'
             (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
             _S = (x.shape,)
-            _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+            _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
             (_gu_gt if _v3.size >= _G_PARALLEL_MIN else _gu_gt_serial)(_v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
@@ -2012,8 +2052,8 @@ class leaky_relu:
             _n = 'leaky_relu.unfused.fwd_bwd'
             (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
             _S = (x.shape, x.shape)
-            _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (1, 1), (1, 2)))
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
+            _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (1, 1), (1, 2)))
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
             (_gu_gt if _v3.size >= _G_PARALLEL_MIN else _gu_gt_serial)(_v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
@@ -2056,8 +2096,8 @@ class leaky_relu:
             _n = 'leaky_relu.unfused.jvp'
             (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
             _S = (x.shape, x.shape)
-            _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (1, 1), (1, 2)))
             x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
+            _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (1, 1), (1, 2)))
             _s = x.shape
             _v3 = np.empty(_s, dtype=_T)
             (_gu_gt if _v3.size >= _G_PARALLEL_MIN else _gu_gt_serial)(_v3.reshape(-1), x.ravel(), _G_WITNESS[_T])
@@ -2112,8 +2152,8 @@ class leaky_relu:
             _n = 'leaky_relu.vjp'
             (x, alpha), _T, _RT, _d = _gd_inputs(_n, _SIG_leaky_relu, (x, alpha))
             _S = (x.shape,)
-            _out = _gd_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
             dy = _gd_upstream(_n, 'dy', dy, x.shape, _T)
+            _out = _gd_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
             _s = x.shape
             (_v17, ) = _gd_kernel(_n, '_gk_leaky_relu_vjp_0', _s, (x, alpha, dy, ), (0, 0, 0), (False, True, False), (_T,), _T, (x, ))
             _r = _gd_finish(_n, _out, (_v17,), _S, _RT, ())
@@ -2123,8 +2163,8 @@ class leaky_relu:
             _n = 'leaky_relu.fwd_bwd'
             (x, alpha), _T, _RT, _d = _gd_inputs(_n, _SIG_leaky_relu, (x, alpha))
             _S = (x.shape, x.shape)
-            _out = _gd_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
             dy = _gd_upstream(_n, 'dy', dy, x.shape, _T)
+            _out = _gd_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
             _s = x.shape
             (_v5, _v17, ) = _gd_kernel(_n, '_gk_leaky_relu_fwd_bwd_0', _s, (x, alpha, dy, ), (0, 0, 0), (False, True, False), (_T, _T,), _T, (x, ))
             _r = _gd_finish(_n, _out, (_v5, _v17), _S, _RT, ())
@@ -2134,8 +2174,8 @@ class leaky_relu:
             _n = 'leaky_relu.jvp'
             (x, alpha), _T, _RT, _d = _gd_inputs(_n, _SIG_leaky_relu, (x, alpha))
             _S = (x.shape, x.shape)
-            _out = _gd_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
             x_t = _gd_tangent(_n, 'x_t', x_t, x.shape, _T)
+            _out = _gd_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
             _s = x.shape
             (_v5, _v17, ) = _gd_kernel(_n, '_gk_leaky_relu_jvp_0', _s, (x, alpha, x_t, ), (0, 0, 0), (False, True, False), (_T, _T,), _T, (x, ))
             _r = _gd_finish(_n, _out, (_v5, _v17), _S, _RT, ())

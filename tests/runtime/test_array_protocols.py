@@ -154,3 +154,40 @@ def test_array_protocol_errors_name_the_argument(m):
         m.ew(Ints(np.arange(3)), np.ones(3))
     with pytest.raises(TypeError, match="rows.forward: argument 'x' must be float64, got float32"):
         m.rows(Numpy2Like(np.ones((2, 3), np.float32)), np.ones(3))
+
+
+
+
+@pytest.mark.parametrize("method", ["vjp", "jvp"])
+def test_out_overlap_is_checked_on_the_converted_upstream(m, method):
+    """An upstream (or tangent) whose ``__array__`` gives other memory at a later
+    call: the overlap check read the first answers, the kernels a later one, a view
+    overlapping ``out=`` (wrong values).  Now the argument is converted once, before
+    the check, and the kernels read what was checked; the overlapping view given as
+    a plain argument is refused, as it was."""
+    x, y = np.linspace(0.5, 1.5, 5), np.linspace(-1, 2, 5)
+    plain = {"vjp": (x, y, np.ones(5)), "jvp": (x, y, np.ones(5), np.ones(5))}[method]
+    want = getattr(m.ew, method)(*plain)
+    for k in (2, 3) if method == "jvp" else (2,):
+        memory = np.empty(6)
+        out = (np.empty(5), memory[:5])     # vjp: (dx, dy); jvp: (r, r_t)
+        shifted = memory[1:]                # overlaps out[1], not the same array
+
+        class Shifty:
+            calls = 0
+
+            def __array__(self, dtype=None, copy=None):
+                Shifty.calls += 1
+                if Shifty.calls == 1:
+                    return np.ones(5)
+                shifted[:] = 1.0
+                return shifted
+
+        args = list(plain)
+        args[k] = Shifty()
+        got = getattr(m.ew, method)(*args, out=out)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+        assert Shifty.calls == 1
+        args[k] = shifted
+        with pytest.raises(ValueError, match=r"out\[\d\] overlaps input '(dr|x_t|y_t)'$"):
+            getattr(m.ew, method)(*args, out=out)
