@@ -104,8 +104,11 @@ def load_program(path: str | os.PathLike[str]) -> Program:
 # ---- imports ------------------------------------------------------------------
 
 def _read_module(path: str) -> ast.Module:
-    # OSError and UnicodeDecodeError propagate: the import's span reports them.
-    return parse(limits.read_capped(path).decode("utf-8-sig"), path)
+    # OSError and UnicodeDecodeError propagate: the import's span reports them.  Errors
+    # in a file not named .grad (import "/etc/passwd") show no line of it, only the
+    # offending token.
+    return parse(limits.read_capped(path).decode("utf-8-sig"), path,
+                 quote=path.endswith(".grad"))
 
 
 def _key(path: str) -> str:
@@ -119,6 +122,7 @@ def _load(main: ast.Module, loader: Loader,
     order: list[ast.Module] = []
     graph = nx.DiGraph()
     seen: dict[str, ast.Module | None] = {_key(main.file): main}
+    top = os.path.dirname(os.path.realpath(main.file))
 
     def visit(mod: ast.Module) -> None:
         graph.add_node(mod.file)
@@ -128,7 +132,8 @@ def _load(main: ast.Module, loader: Loader,
             path = os.path.normpath(os.path.join(os.path.dirname(mod.file), item.path))
             key = _key(path)
             if key not in seen:
-                seen[key] = _load_one(path, item, loader, errors)
+                shown = any(_inside(path, d) for d in (top, os.path.dirname(mod.file)))
+                seen[key] = _load_one(path, item, loader, errors, shown)
                 if seen[key] is not None:
                     visit(seen[key])
             if seen[key] is not None:
@@ -139,19 +144,45 @@ def _load(main: ast.Module, loader: Loader,
     return order, graph
 
 
-def _load_one(path: str, item: ast.Import, loader: Loader,
-              errors: list[GradcError]) -> ast.Module | None:
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` (links resolved) lies in the folder tree of ``folder``."""
+    try:
+        folder = os.path.realpath(folder)
+        return os.path.commonpath([os.path.realpath(path), folder]) == folder
+    except ValueError:              # another drive (Windows), a NUL in the path
+        return False
+
+
+def _load_one(path: str, item: ast.Import, loader: Loader, errors: list[GradcError],
+              shown: bool) -> ast.Module | None:
+    """The module of the imported file ``path``, or None with its errors added.  When
+    not ``shown`` (a file outside the importing file's folder tree: import
+    "/etc/shadow"), a file that is not readable .grad gets one error at the import,
+    with nothing of its content."""
+    def error(message: str, notes=()) -> None:
+        errors.append(NameResolutionError(message, item.span, "E205", notes))
+
     try:
         return loader(path)
     except FileNotFoundError:
-        errors.append(NameResolutionError(f"cannot find the imported file '{item.path}'",
-                                          item.span, "E205", [f"looked for {path}"]))
-    except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or exc
-        errors.append(NameResolutionError(f"cannot read the imported file '{item.path}': {why}",
-                                          item.span, "E205"))
-    except GradcError as exc:
-        errors.append(exc)
+        error(f"cannot find the imported file '{item.path}'", [f"looked for {path}"])
+        return None
+    except OSError as exc:
+        error(f"cannot read the imported file '{item.path}': {exc.strerror or exc}")
+        return None
+    except (GradcError, UnicodeDecodeError) as exc:
+        if not shown:
+            error(f"cannot import '{item.path}': it is not a .grad file gradc can read, and "
+                  "it lies outside the folder of the importing file, so nothing of it is "
+                  "shown", [f"compile {path} on its own to see its errors"])
+        elif isinstance(exc, GradcError):
+            errors.append(exc)
+        else:
+            error(f"cannot read the imported file '{item.path}': it is not UTF-8 text "
+                  f"(byte {exc.start})")
+    except ValueError:              # from the OS layer: a path no file can have
+        error(f"cannot import '{item.path}': no file can have this name (it holds a NUL "
+              "character or a lone surrogate)")
     return None
 
 

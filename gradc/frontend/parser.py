@@ -106,10 +106,12 @@ def read_source(path: str | os.PathLike[str]) -> str:
                      Span(str(path), line, column), "E205")
 
 
-def parse(text: str, file: str = "<string>") -> ast.Module:
-    """Parse the .grad source ``text`` of ``file``; raise ParseError(s) on bad syntax."""
+def parse(text: str, file: str = "<string>", *, quote: bool = True) -> ast.Module:
+    """Parse the .grad source ``text`` of ``file``; raise ParseError(s) on bad syntax.
+    ``quote=False``: errors in it show no line of it (a file that is not .grad)."""
     text = text.removeprefix("\ufeff")
-    remember_source(file, text)
+    if quote:
+        remember_source(file, text)
     limits.check_file_size(text, file)
     try:
         tree = _lark().parse(text)

@@ -488,6 +488,51 @@ def test_errors_in_imported_files_are_reported(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("path", ["\0", "a\0b.grad", "\ud800.grad"])
+def test_an_import_path_no_file_can_have(path: str) -> None:
+    """A NUL or a lone surrogate: ValueError and UnicodeEncodeError from the OS layer."""
+    [err] = errors_of(f'import "{path}"\nop f(x) -> y {{ y = x }}\n')
+    assert (err.code, err.span.line, err.span.column) == ("E205", 1, 8)
+    assert "no file can have this name" in err.message
+
+
+SECRET = "hunter2-the-secret"
+
+
+def _importing(folder: Path, target: str) -> str:
+    (folder / "main.grad").write_text(f'import "{target}"\nop f(x) -> y {{ y = x }}\n')
+    with pytest.raises(GradcError) as info:
+        load_program(folder / "main.grad")
+    return str(info.value)
+
+
+def test_errors_in_an_imported_file_that_is_not_grad_quote_no_line(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text(f"x = 1 {SECRET}\n{SECRET}: more\n")
+    text = _importing(tmp_path, "notes.txt")
+    assert "notes.txt:1:1: error[E101]: expected an item ('op', 'const' or 'import'), " \
+           "found 'x'" in text and SECRET not in text
+
+
+@pytest.mark.parametrize("content", [f"{SECRET}: 1\n", b"\xff" + SECRET.encode(),
+                                     f"op {SECRET}(x) -> y {{ y = \n"])
+def test_nothing_of_a_file_outside_the_importing_files_folder(tmp_path: Path, content) -> None:
+    """import "/etc/shadow" quoted its first line; a link out of the folder counts."""
+    outside, project = tmp_path / "outside", tmp_path / "project"
+    outside.mkdir(), project.mkdir()
+    secret = outside / "secret.grad"
+    secret.write_bytes(content.encode() if isinstance(content, str) else content)
+    (project / "link.grad").symlink_to(secret)
+    for target in (str(secret), "../outside/secret.grad", "link.grad"):
+        text = _importing(project, target)
+        assert SECRET not in text and "hunter" not in text, text
+        assert text.startswith(f"{project / 'main.grad'}:1:8: error[E205]: cannot import "
+                               f"'{target}': it is not a .grad file gradc can read, and it "
+                               "lies outside the folder of the importing file")
+    # given itself, it is shown
+    with pytest.raises(GradcError, match=SECRET if isinstance(content, str) else "UTF-8"):
+        load_program(secret)
+
+
 def test_missing_main_file(tmp_path: Path) -> None:
     with pytest.raises(GradcError) as info:
         load_program(tmp_path / "none.grad")
