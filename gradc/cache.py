@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from gradc.codegen.quote import comment
 from gradc.runtime.cache import cache_dir, clear, entries
 from gradc.term import close_broken_pipe
 
@@ -41,22 +42,30 @@ def info(root: Path, as_json: bool = False) -> str:
     """The text (or JSON) ``python -m gradc.cache info`` prints for ``root``."""
     now = time.time()
     found = entries(root)
-    rows = [{"module": e.path.name, "source": e.meta.get("source"),
-             "options": e.meta.get("options"), "age_s": round(now - e.mtime, 1),
+    # The metadata is read as JSON, but may hold anything: a field of another type is
+    # shown as unknown.
+    rows = [{"module": e.path.name, "source": _field(e.meta, "source", str),
+             "options": _field(e.meta, "options", dict), "age_s": round(now - e.mtime, 1),
              "size": e.size} for e in found]
     if as_json:
         return json.dumps({"cache_dir": str(root), "entries": len(rows),
                            "size": sum(r["size"] for r in rows), "modules": rows}, indent=2)
     from gradc.bench_report import _table
-    lines = [f"cache directory: {root}",
+    lines = [f"cache directory: {comment(str(root))}",
              f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}, "
              f"{human_size(sum(r['size'] for r in rows))}"]
     if rows:
-        body = [[r["source"] or f"? ({r['module']}, no metadata)",
+        # comment(): names with line breaks, terminal escapes, undecodable bytes
+        body = [[comment(r["source"] or f"? ({r['module']}, no metadata)"),
                  json.dumps(r["options"]) if r["options"] is not None else "?",
                  human_age(r["age_s"]), human_size(r["size"])] for r in rows]
         lines += _table(["source", "options", "age", "size"], body, [None] * len(body), False)
     return "\n".join(lines)
+
+
+def _field(meta: dict, name: str, kind: type):
+    value = meta.get(name)
+    return value if isinstance(value, kind) else None
 
 
 def main(argv: list[str] | None = None) -> int:

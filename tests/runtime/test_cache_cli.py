@@ -69,6 +69,29 @@ def test_an_entry_without_metadata_is_listed(tmp_path, cache, capsys) -> None:
     assert f"? ({os.path.basename(ma.__file__)}, no metadata)" in capsys.readouterr().out
 
 
+def test_info_on_metadata_of_any_shape(tmp_path) -> None:
+    """Metadata of another shape, or naming files that are not UTF-8 or hold terminal
+    escapes, is listed (was TypeError or UnicodeEncodeError); in a fresh process, whose
+    output is not a terminal (strict UTF-8)."""
+    metas = ["null", "[1, 2]", '{"source": 5, "options": "fast"}', '{"source": ["a"]}',
+             '{"source": "/p/ops\\udcff.grad", "options": {"fuse": false}}',
+             '{"source": "/p/\\u001b[2Jops.grad", "options": {"x": "\\ud800"}}']
+    for i, meta in enumerate(metas):
+        (tmp_path / f"gradc_m{i}_0123.py").write_text("# not a module\n")
+        (tmp_path / f"gradc_m{i}_0123.json").write_text(meta)
+    def info(*args: str) -> str:
+        return subprocess.run([sys.executable, "-m", "gradc.cache", "--dir", str(tmp_path),
+                               "info", *args], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"}).stdout
+
+    text = info()
+    assert "6 entries" in text and "/p/ops\\udcff.grad" in text and "\x1b" not in text
+    rows = json.loads(info("--json"))["modules"]
+    assert [(r["source"], r["options"]) for r in rows] == [
+        (None, None), (None, None), (None, None), (None, None),
+        ("/p/ops\udcff.grad", {"fuse": False}), ("/p/\x1b[2Jops.grad", {"x": "\ud800"})]
+
+
 def test_clear_removes_the_entries_and_numba_files(tmp_path, cache, capsys) -> None:
     _two_entries(tmp_path)
     (cache / "gradc_orphan_0123.json").write_text("{}")
