@@ -179,6 +179,22 @@ def test_errors_are_the_in_memory_errors_raised_at_the_call(modules):
         act.swish(x[x > 0])
 
 
+def test_an_object_with_a_dask_graph_that_is_not_a_dask_array(modules):
+    """Was AttributeError ('Fake' object has no attribute 'shape')."""
+    class Fake:
+        __dask_graph__ = None
+
+        def __array__(self, dtype=None, copy=None):
+            return np.ones(3)
+
+    act = modules["activations"]
+    for call in (lambda: act.swish(Fake()), lambda: act.swish.vjp(np.ones(3), Fake()),
+                 lambda: act.swish.jvp(np.ones(3), Fake())):
+        with pytest.raises(TypeError, match=r"swish\.\w+: an argument of type Fake has "
+                                            r"__dask_graph__ but is not a Dask array"):
+            call()
+
+
 CUBE = "op cube(x) -> y {\n    y = x^3\n}\n"
 
 

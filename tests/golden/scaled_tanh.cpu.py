@@ -719,7 +719,13 @@ def _gd_is_dask(v):
 
 
 def _gd_probe(op, v):
-    """A 0-d NumPy stand-in of Dask array ``v``'s dtype and its shape, checked known."""
+    """A 0-d NumPy stand-in of Dask array ``v``'s dtype and its shape, checked known;
+    TypeError for another object with a ``__dask_graph__`` (a Dask bag or dataframe)."""
+    import dask.array as da
+    if not isinstance(v, da.Array):
+        raise TypeError(f"{op}: an argument of type {type(v).__name__} has __dask_graph__ "
+                        "but is not a Dask array (dask.array.Array); pass a Dask or NumPy "
+                        "array")
     shape = tuple(v.shape)
     if any(d != d for d in shape):              # NaN: chunk sizes unknown
         raise ValueError(f"{op}: a Dask argument has unknown chunk sizes (shape {shape}); "
