@@ -1,0 +1,416 @@
+#!/usr/bin/env python
+"""Row-wise ops: gradc's fused fwd_bwd against a copy, jax.jit, PyTorch eager and torch.compile.
+
+Every op of ``examples/rowwise.grad`` (softmax, log-softmax, layer norm, RMS norm and
+cross-entropy over the last axis), float32, at (4096, 1024), (65536, 64) and
+(16, 262144), ``fwd_bwd`` with random upstreams, as:
+
+* ``fused+out``      gradc's fused ``fwd_bwd`` writing preallocated ``out=`` buffers;
+* ``fused``          the same, allocating its results;
+* ``unfused``        ``.unfused.fwd_bwd``: one kernel per primitive (``out=``);
+* ``jax.jit``        the op written with ``jax.nn``/``jax.numpy`` as a JAX user would,
+  ``jax.vjp``, jitted;
+* ``torch``          PyTorch eager's native kernels with autograd: ``torch.softmax``,
+  ``torch.log_softmax``, ``F.layer_norm``, ``F.rms_norm`` (the formula where this
+  torch has none, labelled), ``F.cross_entropy`` with soft targets;
+* ``torch.compile``  the same forward under ``torch.compile`` (``dynamic=False``),
+  autograd's backward compiled with it.
+
+Before timing, every variant's outputs and gradients are compared with a float64
+NumPy reference at a small shape and again at each timed shape; a variant that
+disagrees (or fails) is not timed and is listed with the reason. Each case times
+a Numba 2-read/2-write copy over as many elements (``gradc.bench.copy_kernel``)
+in the same interleaved repeats (``gradc.bench.time_interleaved``: order rotating,
+a short sleep and an untimed call before each timed one, so that the worker
+threads of the library timed before have stopped spinning); medians are printed,
+with each variant's share of the copy (copy's time over its time) and the fastest
+peer's time over its time (> 1: faster than every peer).
+
+Run::
+
+    python benchmarks/bench_rowwise.py
+    python benchmarks/bench_rowwise.py --ops softmax_rows --shapes 4096x1024 --repeat 5
+    python benchmarks/bench_rowwise.py --variants fused+out fused torch --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gradc.bench import (SETTLE, available_variants, copy_kernel, max_rel_err,  # noqa: E402
+                         time_interleaved)
+
+SPEC = ROOT / "examples" / "rowwise.grad"
+SHAPES = ((4096, 1024), (65536, 64), (16, 262144))
+CHECK_SHAPE = (6, 37)
+GRADC = ("fused+out", "fused", "unfused")
+PEERS = ("jax.jit", "torch", "torch.compile")
+VARIANTS = (*GRADC, *PEERS)
+TOL_CHECK = 1e-4    # max |a - b| / max(|b|, 1) against float64, at CHECK_SHAPE
+TOL_TIMED = 1e-3    # the same at the timed shapes (sums over up to 262144 float32)
+
+
+# -- inputs and the float64 reference ------------------------------------------------
+
+
+def make_inputs(op: str, shape: tuple[int, int], seed: int = 0) -> tuple[list, list]:
+    """``(params, upstreams)``, float32: the op's array parameters (defaults left
+    out) and one upstream per output."""
+    rng = np.random.default_rng(seed)
+    f32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)
+    x = f32(rng.standard_normal(shape) * 2)
+    dy = f32(rng.standard_normal(shape))
+    k = shape[-1]
+    if op == "layer_norm":
+        return [x, f32(1 + 0.2 * rng.standard_normal(k)), f32(0.2 * rng.standard_normal(k))], [dy]
+    if op == "rms_norm":
+        return [x, f32(1 + 0.2 * rng.standard_normal(k))], [dy]
+    if op == "xent_rows":
+        t = np.exp(rng.standard_normal(shape))
+        return [x, f32(t / t.sum(-1, keepdims=True))], [np.float32(0.75)]  # soft targets
+    return [x], [dy]
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _logsumexp(x):
+    m = x.max(-1, keepdims=True)
+    return m + np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+def reference(op: str, params: Sequence, ups: Sequence) -> list[np.ndarray]:
+    """The op's outputs and gradients in float64 NumPy, written from the math."""
+    (x, *rest), g = [np.asarray(a, np.float64) for a in params], np.float64(ups[0])
+    mean = lambda a: a.mean(-1, keepdims=True)
+    if op == "softmax_rows":
+        y = _softmax(x)
+        return [y, y * (g - (y * g).sum(-1, keepdims=True))]
+    if op == "log_softmax_rows":
+        return [x - _logsumexp(x), g - _softmax(x) * g.sum(-1, keepdims=True)]
+    if op == "layer_norm":
+        w, b = rest
+        xc = x - mean(x)
+        rstd = 1 / np.sqrt(mean(xc**2) + 1e-5)
+        xhat = xc * rstd
+        gw = g * w
+        return [xhat * w + b, rstd * (gw - mean(gw) - xhat * mean(gw * xhat)),
+                (g * xhat).sum(0), g.sum(0)]
+    if op == "rms_norm":
+        (w,) = rest
+        r = 1 / np.sqrt(mean(x**2) + 1e-6)
+        gw = g * w
+        return [x * r * w, r * gw - r**3 * x * mean(gw * x), (g * x * r).sum(0)]
+    if op == "xent_rows":
+        (t,) = rest
+        return [np.mean(_logsumexp(x)[..., 0] - (x * t).sum(-1)),
+                g / x.shape[0] * (_softmax(x) - t)]
+    raise ValueError(f"no NumPy reference for op '{op}'")
+
+
+# -- the variants ------------------------------------------------------------------------
+
+
+def _jax_math(op: str) -> tuple[Callable, int]:
+    """The op in jax.numpy, and how many leading parameters are differentiated."""
+    import jax
+    import jax.numpy as jnp
+    if op == "softmax_rows":
+        return (lambda x: jax.nn.softmax(x, axis=-1)), 1
+    if op == "log_softmax_rows":
+        return (lambda x: jax.nn.log_softmax(x, axis=-1)), 1
+    if op == "layer_norm":
+        def layer_norm(x, w, b):
+            mu = jnp.mean(x, -1, keepdims=True)
+            var = jnp.mean(jnp.square(x - mu), -1, keepdims=True)
+            return (x - mu) * jax.lax.rsqrt(var + 1e-5) * w + b
+        return layer_norm, 3
+    if op == "rms_norm":
+        return (lambda x, w: x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-6) * w), 2
+    if op == "xent_rows":
+        return (lambda x, t: jnp.mean(jax.nn.logsumexp(x, -1) - jnp.sum(x * t, -1))), 1
+    raise ValueError(op)
+
+
+def jax_runner(op: str, params: list, ups: list) -> Callable[[], list]:
+    """``jax.jit`` of the forward and its ``jax.vjp`` on these inputs."""
+    import jax
+    import jax.numpy as jnp
+    f, n_diff = _jax_math(op)
+
+    @jax.jit
+    def fwd_bwd(params, ups):
+        diff, fixed = params[:n_diff], params[n_diff:]
+        y, pull = jax.vjp(lambda *d: f(*d, *fixed), *diff)
+        return (y, *pull(ups[0]))
+
+    ja, ju = [jnp.asarray(a) for a in params], [jnp.asarray(u) for u in ups]
+    return lambda: jax.block_until_ready(fwd_bwd(ja, ju))
+
+
+def torch_math(op: str) -> tuple[Callable, int, str]:
+    """The op with PyTorch's native kernels, how many leading parameters are
+    differentiated, and a label ('' or what stands in for a missing kernel)."""
+    import torch
+    import torch.nn.functional as F
+    if op == "softmax_rows":
+        return (lambda x: torch.softmax(x, -1)), 1, ""
+    if op == "log_softmax_rows":
+        return (lambda x: torch.log_softmax(x, -1)), 1, ""
+    if op == "layer_norm":
+        return (lambda x, w, b: F.layer_norm(x, w.shape, w, b, eps=1e-5)), 3, ""
+    if op == "rms_norm":
+        if hasattr(F, "rms_norm"):
+            return (lambda x, w: F.rms_norm(x, w.shape, w, eps=1e-6)), 2, ""
+        return ((lambda x, w: x * torch.rsqrt(x.square().mean(-1, keepdim=True) + 1e-6) * w),
+                2, "rms_norm as its formula (no F.rms_norm in this torch)")
+    if op == "xent_rows":      # soft targets whose rows sum to 1: the op's loss
+        return (lambda x, t: F.cross_entropy(x, t)), 1, ""
+    raise ValueError(op)
+
+
+def torch_runner(op: str, params: list, ups: list, compile: bool = False) -> Callable[[], list]:
+    """Eager (or compiled) forward and ``torch.autograd.grad`` on these inputs."""
+    import torch
+    f, n_diff, _ = torch_math(op)
+    if compile:
+        f = torch.compile(f, dynamic=False)
+    ta = [torch.from_numpy(a) for a in params]
+    tu = [torch.from_numpy(np.asarray(u)) for u in ups]
+
+    def fwd_bwd():
+        diff = [a.detach().requires_grad_() for a in ta[:n_diff]]
+        y = f(*diff, *ta[n_diff:])
+        return [y.detach(), *torch.autograd.grad(y, diff, tu[0])]
+    return fwd_bwd
+
+
+def gradc_runner(fn, variant: str, params: list, ups: list) -> Callable[[], object]:
+    """gradc's ``fwd_bwd``: fused into ``out=`` buffers of its own, fused with fresh
+    outputs, or unfused into ``out=`` buffers."""
+    if variant == "fused":
+        return lambda: fn.fwd_bwd(*params, *ups)
+    outs = tuple(np.empty_like(np.asarray(r)) for r in fn.fwd_bwd(*params, *ups))
+    call = fn.fwd_bwd if variant == "fused+out" else fn.unfused.fwd_bwd
+    return lambda: call(*params, *ups, out=outs)
+
+
+def build_variants(module, op: str, names: Sequence[str], params: list,
+                   ups: list) -> tuple[dict[str, Callable[[], object]], dict[str, str]]:
+    """A zero-argument ``fwd_bwd`` call per variant, and why any could not be built."""
+    fn = getattr(module, op)
+    runs, why = {}, {}
+    for v in names:
+        try:
+            if v in GRADC:
+                runs[v] = gradc_runner(fn, v, params, ups)
+            elif v not in available_variants():
+                why[v] = f"{'jax' if v == 'jax.jit' else 'torch'} is not installed"
+            elif v == "jax.jit":
+                runs[v] = jax_runner(op, params, ups)
+            else:
+                runs[v] = torch_runner(op, params, ups, compile=v == "torch.compile")
+        except Exception as exc:        # a framework that cannot express this op
+            why[v] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+    return runs, why
+
+
+def _numpy(r) -> np.ndarray:
+    return r.detach().numpy() if hasattr(r, "detach") else np.asarray(r)
+
+
+def check_variants(runs: dict[str, Callable[[], object]], want: Sequence[np.ndarray],
+                   tol: float) -> tuple[dict[str, float], dict[str, str]]:
+    """Call each variant once: the max relative error of each that agrees with
+    ``want`` (outputs then gradients), and the reason for each that does not (it
+    raised, or returned other shapes, or differs by more than ``tol``)."""
+    errs, wrong = {}, {}
+    for v, run in runs.items():
+        try:
+            got = [_numpy(r) for r in run()]
+        except Exception as exc:
+            wrong[v] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
+            continue
+        if len(got) != len(want):
+            wrong[v] = f"{len(got)} results, expected {len(want)}"
+            continue
+        e = [max_rel_err(g, w) for g, w in zip(got, want)]
+        if not np.all(np.array(e) <= tol):     # NaN disagrees too
+            k = int(np.nanargmax(np.where(np.isnan(e), np.inf, e)))
+            wrong[v] = f"result {k} differs from float64 NumPy by {e[k]:.2g} (tolerance {tol:g})"
+        else:
+            errs[v] = max(e)
+    return errs, wrong
+
+
+# -- one case ----------------------------------------------------------------------------
+
+
+def bench_case(module, op: str, shape: tuple[int, int], names: Sequence[str], repeat: int,
+               settle: float, warmup: int = 2) -> dict:
+    """Medians of every variant that agrees with the float64 reference, and the copy's."""
+    if "torch.compile" in names:
+        import torch._dynamo
+        torch._dynamo.reset()           # one op and shape's guards at a time
+    params, ups = make_inputs(op, shape)
+    runs, not_timed = build_variants(module, op, names, params, ups)
+    errs, wrong = check_variants(runs, reference(op, params, ups), TOL_TIMED)
+    not_timed.update(wrong)
+    timed = {v: runs[v] for v in names if v in errs}
+    n = int(np.prod(shape))
+    arrays = [np.ones(n, np.float32) for _ in range(4)]
+    kernel = copy_kernel()
+    timed["copy"] = lambda: kernel(*arrays)
+    for _ in range(warmup):
+        for run in timed.values():
+            run()
+    samples = time_interleaved(timed, repeat, settle)
+    med = {v: float(np.median(s)) for v, s in samples.items()}
+    peers = [v for v in PEERS if v in errs]
+    fastest = min(peers, key=med.get) if peers else None
+    return {"op": op, "shape": list(shape), "copy_s": med["copy"], "fastest_peer": fastest,
+            "variants": {v: {"median_s": med[v], "samples_s": samples[v],
+                             "pct_copy": 100 * med["copy"] / med[v],
+                             "vs_fastest_peer": med[fastest] / med[v] if fastest else None,
+                             "max_rel_err": errs[v]} for v in errs},
+            "not_timed": not_timed}
+
+
+# -- report ------------------------------------------------------------------------------
+
+
+def _shape(s: Sequence[int]) -> str:
+    return "x".join(map(str, s))
+
+
+def tables(results: list[dict], names: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Two tables, one row per op and shape: median ms (% of copy), and the fastest
+    peer's time over each variant's."""
+    head = ["op", "shape", "copy ms", *names]
+    ms = [[r["op"], _shape(r["shape"]), f"{r['copy_s'] * 1e3:.2f}",
+           *(f"{r['variants'][v]['median_s'] * 1e3:.2f} ({r['variants'][v]['pct_copy']:.0f}%)"
+             if v in r["variants"] else "-" for v in names)] for r in results]
+    ratio = [[r["op"], _shape(r["shape"]), r["fastest_peer"] or "-",
+              *(f"{r['variants'][v]['vs_fastest_peer']:.2f}x"
+                if v in r["variants"] and r["fastest_peer"] else "-" for v in names)]
+             for r in results]
+    return _table(head, ms), _table(["op", "shape", "fastest peer", *names], ratio)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
+    line = lambda r: "  ".join(s.ljust(w) if c < 2 else s.rjust(w)
+                               for c, (s, w) in enumerate(zip(r, widths))).rstrip()
+    return [line(head), "-" * len(line(head)), *map(line, rows)]
+
+
+def _notes(results: list[dict], labels: Sequence[str]) -> list[str]:
+    notes = [f"not timed: {v} for {r['op']} {_shape(r['shape'])}: {why}"
+             for r in results for v, why in r["not_timed"].items()]
+    return notes + [f"note: torch and torch.compile: {label}" for label in labels if label]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--spec", type=Path, default=SPEC, help="the .grad file (default: %(default)s)")
+    p.add_argument("--ops", nargs="+", help="only these ops (default: every op of the file)")
+    p.add_argument("--shapes", nargs="+", metavar="RxC", help="shapes (default: "
+                   + " ".join(map(_shape, SHAPES)) + ")")
+    p.add_argument("--repeat", type=int, default=11, help="timed repeats (default 11)")
+    p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                   metavar="V", help=f"of {', '.join(VARIANTS)} (default: all)")
+    p.add_argument("--settle", type=float, default=SETTLE,
+                   help=f"seconds slept before each timed call (default {SETTLE})")
+    p.add_argument("--note", default="", help="a line printed in the header and stored")
+    p.add_argument("--json", help="write every sample, the errors and the machine here")
+    args = p.parse_args(argv)
+    try:
+        shapes = [tuple(int(d) for d in s.lower().split("x")) for s in args.shapes or
+                  map(_shape, SHAPES)]
+    except ValueError:
+        p.error(f"--shapes: write each shape as ROWSxCOLS, e.g. 4096x1024 (got {args.shapes})")
+    if any(len(s) != 2 or min(s) < 1 for s in shapes):
+        p.error(f"--shapes: two positive sizes each, ROWSxCOLS (got {args.shapes})")
+
+    import numba
+
+    import gradc
+    from gradc.bench_report import machine_info, write_json
+    from gradc.frontend.check import load_program
+    in_file = load_program(args.spec).main_ops
+    ops = args.ops or list(in_file)
+    unknown = [o for o in ops if o not in in_file]
+    if unknown:
+        p.error(f"--ops: {', '.join(unknown)} not in {args.spec} ({', '.join(in_file)})")
+    module = gradc.load(args.spec)
+    names = [v for v in VARIANTS if v in args.variants]
+    threads = numba.get_num_threads()
+    labels = []
+    if any(v.startswith("torch") for v in names) and "torch" in available_variants():
+        import torch
+        torch.set_num_threads(threads)
+        labels = sorted({torch_math(op)[2] for op in ops} - {""})
+    load_before = os.getloadavg()
+    print(f"row-wise fwd_bwd, float32, {args.spec.name}: median of {args.repeat} interleaved "
+          f"repeats; {os.cpu_count()} cores, Numba and torch on {threads} threads; "
+          f"load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
+    if args.note:
+        print(args.note)
+
+    check = {}
+    for op in ops:        # every variant against float64 NumPy at a small shape
+        params, ups = make_inputs(op, CHECK_SHAPE, seed=1)
+        runs, _ = build_variants(module, op, names, params, ups)
+        errs, wrong = check_variants(runs, reference(op, params, ups), TOL_CHECK)
+        check[op] = {"max_rel_err": errs, "wrong": wrong}
+        for v, why in wrong.items():
+            print(f"check at {_shape(CHECK_SHAPE)}: {v} for {op} disagrees: {why}; not timed")
+    results = []
+    t0 = time.perf_counter()
+    for op in ops:
+        wrong = check[op]["wrong"]
+        for shape in shapes:
+            r = bench_case(module, op, shape, [v for v in names if v not in wrong],
+                           args.repeat, args.settle)
+            r["not_timed"].update((v, f"disagreed at the check shape: {why}")
+                                  for v, why in wrong.items())
+            results.append(r)
+            print(f"  {op} {_shape(shape)} done ({time.perf_counter() - t0:.0f} s)",
+                  file=sys.stderr, flush=True)
+    load_after = os.getloadavg()
+    ms, ratio = tables(results, names)
+    print("\nmedian ms (% of copy: the copy's time over the variant's)", *ms, sep="\n")
+    if any(r["fastest_peer"] for r in results):
+        print("\nfastest peer's time over each variant's (> 1: faster than every peer of "
+              f"{', '.join(v for v in PEERS if v in names)})", *ratio, sep="\n")
+    print(f"\ncopy: a Numba 2-read/2-write loop over as many elements; results agree with "
+          f"float64 NumPy to {TOL_CHECK:g} at {_shape(CHECK_SHAPE)}, {TOL_TIMED:g} at the "
+          f"timed shapes; load average after {load_after[0]:.2f} {load_after[1]:.2f} "
+          f"{load_after[2]:.2f}")
+    for line in _notes(results, labels):
+        print(line)
+    if args.json:
+        write_json({"spec": str(args.spec), "shapes": [list(s) for s in shapes],
+                    "repeat": args.repeat, "settle_s": args.settle, "variants": names,
+                    "note": args.note, "check_shape": list(CHECK_SHAPE), "check": check,
+                    "tolerance": {"check": TOL_CHECK, "timed": TOL_TIMED},
+                    "machine": {**machine_info(names),
+                                "loadavg_before": list(load_before),
+                                "loadavg_after": list(load_after)},
+                    "torch_labels": labels, "results": results}, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

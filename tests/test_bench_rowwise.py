@@ -1,0 +1,114 @@
+"""``benchmarks/bench_rowwise.py`` at a tiny shape with gradc's variants, its float64
+NumPy reference against the values written in ``examples/rowwise.grad``, and its
+agreement check, which must keep a variant with wrong results out of the timings.
+Nothing here is about time."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = ("softmax_rows", "log_softmax_rows", "layer_norm", "rms_norm", "xent_rows")
+QUICK = ["--shapes", "3x5", "--repeat", "1", "--settle", "0"]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_rowwise",
+                                                  ROOT / "benchmarks" / "bench_rowwise.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_row_per_op_and_the_json(bench, tmp_path, capsys):
+    out = tmp_path / "rowwise.json"
+    assert bench.main([*QUICK, "--variants", *bench.GRADC, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "disagrees" not in printed and "not timed" not in printed, printed
+    for op in OPS:
+        rows = [line.split() for line in printed.splitlines() if line.startswith(op + " ")]
+        assert len(rows) == 1 and rows[0][1] == "3x5", printed
+        assert len(rows[0]) == 3 + 2 * len(bench.GRADC), rows    # copy, then "ms (%)" each
+    report = json.loads(out.read_text())
+    assert [r["op"] for r in report["results"]] == list(OPS)
+    for r in report["results"]:
+        assert set(r["variants"]) == set(bench.GRADC) and r["fastest_peer"] is None
+        assert all(v["max_rel_err"] <= bench.TOL_TIMED for v in r["variants"].values())
+    assert all(set(c["max_rel_err"]) == set(bench.GRADC) for c in report["check"].values())
+
+
+def test_a_variant_that_disagrees_is_not_timed(bench, monkeypatch, capsys):
+    # a reference whose gradient is off by 1 % stands for a variant that is wrong
+    right = bench.reference
+    off = lambda op, params, ups: [a * (1.01 if k else 1) for k, a in
+                                   enumerate(right(op, params, ups))]
+    monkeypatch.setattr(bench, "reference", off)
+    assert bench.main([*QUICK, "--ops", "softmax_rows", "--variants", "fused"]) == 0
+    printed = capsys.readouterr().out
+    assert "check at 6x37: fused for softmax_rows disagrees: result 1 differs" in printed
+    row = next(line.split() for line in printed.splitlines() if line.startswith("softmax_rows"))
+    assert row[3:] == ["-"], printed
+    assert "not timed: fused for softmax_rows 3x5" in printed
+
+
+def test_the_check_names_each_kind_of_wrong_result(bench):
+    params, ups = bench.make_inputs("softmax_rows", bench.CHECK_SHAPE)
+    want = bench.reference("softmax_rows", params, ups)
+    y, dx = (np.float32(a) for a in want)
+    runs = {"right": lambda: [y, dx],
+            "no <y, dy> term": lambda: [y, y * ups[0]],
+            "nan": lambda: [y, np.where(dx > 0, np.nan, dx)],
+            "one result": lambda: [y],
+            "transposed": lambda: [y, dx.T],
+            "raises": lambda: 1 / 0}
+    errs, wrong = bench.check_variants(runs, want, bench.TOL_CHECK)
+    assert list(errs) == ["right"] and errs["right"] < 1e-6
+    assert wrong["no <y, dy> term"].startswith("result 1 differs from float64 NumPy by")
+    assert wrong["nan"].startswith("result 1 differs")
+    assert wrong["transposed"] == "result 1 differs from float64 NumPy by inf (tolerance 0.0001)"
+    assert wrong["one result"] == "1 results, expected 2"
+    assert wrong["raises"] == "ZeroDivisionError: division by zero"
+
+
+def test_the_reference_gives_the_values_written_in_the_example(bench):
+    """The values of ``examples/rowwise.grad``'s comments."""
+    x = np.array([[1, 2, 3], [0, 0, 0]])
+    x2 = np.array([[1, 2, 4], [-1, 0, 3]])
+    dy = np.array([[1, 0, 0], [0, 1, 0]])
+    w, b, t = np.array([0.5, 1, 2]), np.array([0, 0.1, -0.1]), np.array([[0, 0, 1], [1, 0, 0]])
+    third, ninth = 1 / 3, 1 / 9
+    written = {
+        "softmax_rows": ([x], [[[0.09003057317038046, 0.24472847105479764, 0.6652409557748218],
+                                [third] * 3],
+                               [[0.08192506906499324, -0.022033044520174298, -0.05989202454481893],
+                                [-ninth, 2 * ninth, -ninth]]]),
+        "log_softmax_rows": ([x], [[[-2.40760596444438, -1.40760596444438, -0.40760596444438],
+                                    [-1.0986122886681098] * 3],
+                                   [[0.9099694268296196, -0.24472847105479764,
+                                     -0.6652409557748218], [-third, 2 * third, -third]]]),
+        "layer_norm": ([x2, w, b], [
+            [[-0.5345207657251488, -0.16726038286257452, 2.5726038286257435],
+             [-0.4902894892682321, -0.29223159141458577, 2.6456211399021003]],
+            [[0.11454114585048407, -0.1718100006843098, 0.057268854833825704],
+             [-0.27154468680239785, 0.36206003497654377, -0.09051534817414587]],
+            [-1.0690415314502977, -0.39223159141458575, 0], [1, 1, 0]]),
+        "rms_norm": ([x2, w[:]], [
+            [[0.18898222300588385, 0.7559288920235354, 3.0237155680941417],
+             [-0.2738612376734005, 0, 3.286334852080806]],
+            [[0.179983070815, -0.0179983043818, -0.0359966087635],
+             [0, 0.547722475346801, 0]]]),
+        "xent_rows": ([x2, t], [2.1178649616568572,
+                                [[0.021005033067033024, 0.057097599692297246,
+                                  -0.07810263275933027],
+                                 [-0.4914260872272398, 0.02330631128898695,
+                                  0.4681197759382529]]]),
+    }
+    for op, (params, values) in written.items():
+        got = bench.reference(op, params, [1.0 if op == "xent_rows" else dy])
+        for k, value in enumerate(values):     # rms_norm's dw is not written
+            np.testing.assert_allclose(got[k], value, rtol=1e-9, atol=1e-12, err_msg=f"{op}[{k}]")
