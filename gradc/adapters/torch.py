@@ -492,6 +492,9 @@ def _to_numpy(t: torch.Tensor, name: str) -> np.ndarray:
     """The tensor's memory as a read-only NumPy array: the kernels only read their
     inputs, and JAX hands them read-only arrays too, so that one compile of a kernel
     (Numba's types tell read-only arrays apart) serves both adapters."""
+    if t.layout != torch.strided:       # sparse (COO, CSR...), MKL-DNN: no NumPy view
+        raise TypeError(f"{name}: a tensor of layout {t.layout} is not supported; pass a "
+                        "dense (strided) tensor, e.g. t.to_dense()")
     t = t.detach().resolve_conj().resolve_neg()
     try:
         a = t.numpy()

@@ -272,6 +272,17 @@ def test_layouts_dtypes_and_partial_requires_grad(modules):
         leaky(-torch.ones(3), alpha=torch.tensor(0.25, requires_grad=True))
 
 
+def test_sparse_tensors_are_type_errors_that_say_so(modules):
+    """Was "a float32 tensor has no NumPy dtype"."""
+    sw = as_torch(modules["act"].swish)
+    dense = torch.tensor([[0.0, 1.5], [2.0, 0.0]])
+    for sparse in (dense.to_sparse(), dense.to_sparse_csr()):
+        with pytest.raises(TypeError, match=r"swish: a tensor of layout torch\.sparse_\w+ is not "
+                                            r"supported; pass a dense \(strided\) tensor"):
+            sw(sparse)
+    assert torch.equal(sw(dense.to_sparse().to_dense()), sw(dense))
+
+
 def test_results_never_alias_inputs(modules):
     """sign_ste's rule is dx = dy: the gradient must be new memory (PyTorch)."""
     ste = as_torch(modules["seed"].sign_ste)
