@@ -24,10 +24,11 @@ import numbers
 # builtins its helpers call (a test keeps this list complete).  A fixed list,
 # not ``dir(builtins)``, so that the output does not depend on the Python version.
 RESERVED = frozenset({
-    "np", "numba", "inspect", "math", "os", "OPS", "SOURCE_SHA256", "out",
+    "np", "numba", "ctypes", "inspect", "math", "os", "site", "sys", "OPS", "SOURCE_SHA256",
+    "out",
     "cuda", "stream", "TARGET", "CUDA_KERNELS",
-    "AttributeError", "Exception", "NotImplementedError", "OverflowError", "RuntimeError",
-    "TypeError", "ValueError",
+    "AttributeError", "Exception", "NotImplementedError", "OSError", "OverflowError",
+    "RuntimeError", "TypeError", "ValueError",
     "abs", "all", "any", "bool", "complex", "dict", "enumerate", "float", "getattr",
     "globals", "hasattr", "id", "int", "isinstance", "iter", "len", "list", "map", "max", "min", "next",
     "object",

@@ -1,14 +1,19 @@
 """Argument checking and buffer handling for generated wrappers.
 
 Copied verbatim into generated modules (``inspect.getsource``), like
-:mod:`gradc.codegen.prelude`; uses only ``np`` and ``inspect``.  Numba kernels do not check
-bounds, so these checks are what stands between a bad argument and a write
-out of bounds: every array a kernel touches passes through them.
+:mod:`gradc.codegen.prelude`; uses only ``np``, ``numba`` and the standard library.
+Numba kernels do not check bounds, so these checks are what stands between a bad
+argument and a write out of bounds: every array a kernel touches passes through them.
 """
 from __future__ import annotations
 
+import ctypes
 import inspect
+import os
+import site
+import sys
 
+import numba
 import numpy as np
 
 _G_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
@@ -33,6 +38,40 @@ def _g_env_count(name, text, default):
                          f"whole number of elements (such as 131072 or 1e5); unset it for "
                          f"the default {default}")
     return int(value)
+
+
+def _g_numba_threads(environ, config):
+    """Where nobody chose how Numba runs its threads, make its TBB threading layer
+    loadable; returns what decided the layer, for ``_G_THREADING``.
+
+    Numba's default order is TBB, then OpenMP, then workqueue, but pip puts the ``tbb``
+    package's ``libtbb.so.12`` in ``<prefix>/lib``, where Numba does not look, so it
+    falls back to OpenMP, whose workers spin for milliseconds after each parallel loop
+    and take the cores from PyTorch's, JAX's and BLAS's threads.  TBB's workers yield
+    and sleep, and TBB is safe for launches from several threads at once (Dask's
+    threaded scheduler; the workqueue layer aborts the process there).  Loading the
+    library is all this does: no variable or setting changes, and nothing happens when
+    the user chose (``NUMBA_THREADING_LAYER``, ``NUMBA_THREADING_LAYER_PRIORITY``,
+    ``numba.config``), when Numba's threads already run (the layer is chosen once per
+    process) or where no ``libtbb.so.12`` is installed (Numba's own choice stands)."""
+    for name in ("NUMBA_THREADING_LAYER", "NUMBA_THREADING_LAYER_PRIORITY"):
+        if environ.get(name):
+            return f"{name}={environ[name]}"
+    if config.THREADING_LAYER != "default":
+        return f"numba.config.THREADING_LAYER={config.THREADING_LAYER!r}"
+    try:
+        return f"chosen before this module: {numba.threading_layer()}"
+    except ValueError:                  # no parallel loop has run yet
+        pass
+    for root in dict.fromkeys((sys.prefix, site.getuserbase())):
+        path = os.path.join(root, "lib", "libtbb.so.12")
+        if sys.platform.startswith("linux") and os.path.exists(path):
+            try:
+                ctypes.CDLL(path)
+            except OSError as exc:
+                return f"numba's default ({path} did not load: {exc})"
+            return f"tbb ({path})"
+    return "numba's default (no tbb package)"
 
 
 def _g_inputs(op, sig, values):
