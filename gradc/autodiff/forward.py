@@ -113,13 +113,14 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
     is the transpose.  Raises :class:`GradientError` (E405) naming the op and
     the line of the block where linearity is lost.
     """
+    from gradc.autodiff.higher import block_scope
     from gradc.ir.lower import Lowerer
     op, block = region.op, region.op.grad
     b = Builder(graph)
     since = graph.next_id
     ups = [b.apply("full_like", (o, b.const(math.nan)), span=block.span)
            for o in region.outputs]
-    scope = dict(region.names)
+    scope = block_scope(graph, region)
     scope.update(zip(block.upstreams, ups))
     scope = Lowerer(graph, region.ops, region.consts).body(block.body, scope)
     diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]

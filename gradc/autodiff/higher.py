@@ -85,6 +85,16 @@ def _value_descendants(graph: Graph, wrt: int) -> set[int]:
     return out
 
 
+def block_scope(graph: Graph, region: CustomRegion) -> dict[str, int]:
+    """The names ``region``'s grad block reads: the region's own nodes, or, when the
+    block calls ``grad()``, :func:`residual_scope` (differentiating the region's own
+    nodes would enter its grad block again, without end)."""
+    from gradc.frontend import ast
+    if ast.calls(region.op.grad.body, "grad", region.ops):
+        return residual_scope(graph, region)
+    return dict(region.names)
+
+
 def residual_scope(graph: Graph, region: CustomRegion) -> dict[str, int]:
     """The names a grad block reads, bound to a copy of the region's forward body in
     which the region itself is plain: what ``grad()`` inside the block

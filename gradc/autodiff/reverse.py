@@ -141,17 +141,14 @@ def _instantiate(graph: Graph, rule: str, node: Node, extra: dict[str, int], b: 
 
 def _custom_vjp(graph: Graph, region: CustomRegion, cts: dict[int, list[int]],
                 live: set[int]) -> None:
-    from gradc.autodiff.higher import residual_scope
+    from gradc.autodiff.higher import block_scope
     from gradc.ir.lower import Lowerer
     ups = [_total(graph, cts.pop(o, [])) for o in region.outputs]
     if all(u is None for u in ups):
         return
     op, block = region.op, region.op.grad
     b = Builder(graph)
-    if ast.calls(block.body, "grad", region.ops):   # it differentiates residuals: by their body
-        scope = residual_scope(graph, region)
-    else:
-        scope = dict(region.names)
+    scope = block_scope(graph, region)
     for name, u, o in zip(block.upstreams, ups, region.outputs):
         scope[name] = u if u is not None else b.apply("full_like", (o, b.const(0.0)))
     since = graph.next_id

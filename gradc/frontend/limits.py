@@ -24,7 +24,9 @@ program-wide ones by :func:`check_inlined` after name resolution.
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from typing import Iterable, Mapping
 
 from lark import Tree
@@ -45,9 +47,20 @@ _GRAD_COST = 3
 
 def read_capped(path: str | os.PathLike[str]) -> bytes:
     """The bytes of ``path``, but no more than enough to exceed MAX_FILE_CHARS
-    (a 10 GB file is not read whole only to be rejected)."""
-    with open(path, "rb") as f:
-        return f.read(4 * MAX_FILE_CHARS + 4)
+    (a 10 GB file is not read whole only to be rejected).  Only a regular file is
+    read: a FIFO, a terminal or ``/dev/stdin`` could block forever and ``/dev/zero``
+    never ends, so anything else is an OSError (opened without blocking, then
+    checked, so that a file swapped in between cannot slip through)."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            what = "a folder" if stat.S_ISDIR(mode) else "not a regular file"
+            raise OSError(errno.EINVAL, f"it is {what}", os.fspath(path))
+        with open(fd, "rb", closefd=False) as f:
+            return f.read(4 * MAX_FILE_CHARS + 4)
+    finally:
+        os.close(fd)
 
 
 def check_file_size(text: str, file: str) -> None:

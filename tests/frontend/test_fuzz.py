@@ -673,3 +673,47 @@ def test_grad_of_an_ops_own_output_inside_its_grad_block(import_module_text) -> 
     t, dy = np.array([1.0, 2.0]), np.array([1.0, 10.0])
     np.testing.assert_array_equal(m.g.vjp(t, dy)[0], dy * t)
     np.testing.assert_array_equal(m.h.vjp(t, dy)[0], 3 * dy * t)
+
+
+# ---- hangs found by the second attack (issue 24) ----------------------------------------
+
+def test_grad_inside_a_grad_block_compiles_without_recursion(import_module_text) -> None:
+    """grad() wrt a parameter inside the op's own grad block: forward mode lowered
+    the block over the region's own nodes, whose gradient entered the block again
+    (until Python's stack ran out: a misleading E126 at 1:1 after 13-15 s).  It now
+    differentiates a plain copy of the forward body, as reverse mode does."""
+    source = ("op f(x) -> y {\n    y = sin(x)\n} grad(dy) -> dx {\n"
+              "    dx = grad(sum(dy * y^2), x)\n}\n"
+              "op h(x) -> z {\n    z = f(x) * 3\n}\n")
+    with hard_limit(30), pytest.warns(gradc.GradcWarning, match="W405"):
+        text = gradc.compile_source(source, file="gradblock.grad")
+    m = import_module_text(text, "gradc_fuzz_grad_in_block")
+    x, dy = np.array([0.3, 1.0, 2.0]), np.array([1.0, 2.0, -1.0])
+    np.testing.assert_allclose(m.f.vjp(x, dy)[0], dy * np.sin(2 * x), rtol=1e-14)
+    np.testing.assert_allclose(m.h.vjp(x, dy)[0], 3 * dy * np.sin(2 * x), rtol=1e-14)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@pytest.mark.parametrize("kind", ["fifo", "stdin", "folder", "zero"])
+def test_imports_of_special_files_fail_at_once(tmp_path, kind) -> None:
+    """A FIFO or /dev/stdin blocked forever (/dev/zero would never end): only
+    regular files are read, and anything else is a positioned E205 at the import."""
+    target = {"fifo": tmp_path / "pipe.grad", "stdin": Path("/dev/stdin"),
+              "folder": tmp_path / "dir.grad", "zero": Path("/dev/zero")}[kind]
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "folder":
+        target.mkdir()
+    elif not target.exists():
+        pytest.skip(f"no {target} here")
+    main = tmp_path / "main.grad"
+    main.write_text(f'import "{target}"\nop f(x) -> y {{ y = x }}\n', encoding="utf-8")
+    with hard_limit(20), pytest.raises(gradc.GradcError) as exc:
+        gradc.compile_file(main, tmp_path / "main_gen.py")
+    assert_positioned(exc.value)
+    assert exc.value.code == "E205" and (exc.value.span.line, exc.value.span.column) == (1, 8)
+    assert "a folder" in exc.value.message if kind == "folder" else \
+        "not a regular file" in exc.value.message
+    if kind == "fifo":
+        with hard_limit(20), pytest.raises(gradc.GradcError, match="not a regular file"):
+            gradc.compile_file(target, tmp_path / "pipe_gen.py")     # the main file too
