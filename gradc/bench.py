@@ -19,7 +19,8 @@ annotations (float32 when generic), ``fwd_bwd`` with upstreams of ones, as:
 Frameworks that are not installed are left out (``pip install gradc[bench]``).
 Each result is checked against ``fused+out`` before timing (max relative
 error).  Within each repeat every variant runs once, in an order rotating from
-repeat to repeat, together with two STREAM-like references on arrays of ``n``
+repeat to repeat, each once the threads the previous one woke have gone to sleep
+(:func:`time_interleaved`), together with two STREAM-like references on arrays of ``n``
 elements: a Numba kernel reading two arrays and writing two (the traffic of a
 one-input op's fused ``fwd_bwd``) and ``np.copyto``; medians are reported.
 Effective GB/s counts each input and upstream read once and each result written
@@ -31,6 +32,7 @@ import gc
 import importlib.util
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -50,6 +52,7 @@ REFERENCES = ("copy 2r/2w", "np.copyto")
 DEFAULT_SIZES = (10**6, 10**7)
 ROW = 1000          # columns of rank-2 parameters
 SETTLE = 0.01       # seconds slept before each timed call (see time_interleaved)
+QUIET_LIMIT = 0.2   # the most seconds waited for other threads to sleep (wait_quiet)
 _NEEDS = {"numexpr": "numexpr", "jax.jit": "jax", "torch": "torch", "torch.compile": "torch"}
 
 
@@ -111,22 +114,70 @@ def _compute_dtype(args: list):
 # -- timing --------------------------------------------------------------------------
 
 
+def busy_threads() -> int | None:
+    """How many threads of this process, the calling one aside, are running or waiting
+    for a core (state R in ``/proc/self/task/*/stat``): a library's workers spinning
+    after its last call (OpenMP's spin for milliseconds, OpenBLAS's for about 0.1 s);
+    threads asleep in a wait are S.  None where there is no ``/proc`` (not Linux)."""
+    me = threading.get_native_id()
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    busy = 0
+    for tid in tids:
+        if tid == str(me):
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:                 # the thread has ended
+            continue
+        busy += stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] == b"R"
+    return busy
+
+
+def wait_quiet(limit: float | None = None, poll: float = 0.001,
+               busy: Callable[[], int | None] = busy_threads,
+               sleep: Callable[[float], object] = time.sleep,
+               clock: Callable[[], float] = time.perf_counter) -> bool:
+    """Sleep until no other thread of this process runs (:func:`busy_threads`), so that
+    no library's workers spin while the next one is timed; False if some still ran
+    after ``limit`` seconds (default :data:`QUIET_LIMIT`; a thread of the program's own
+    that never sleeps), True also where threads cannot be seen."""
+    end = clock() + (QUIET_LIMIT if limit is None else limit)
+    while busy():
+        if clock() >= end:
+            return False
+        sleep(poll)
+    return True
+
+
 def time_interleaved(variants: Mapping[str, Callable[[], object]], repeat: int,
-                     settle: float = 0.0, wake: bool = True) -> dict[str, list[float]]:
+                     settle: float = 0.0, wake: bool = True,
+                     quiet: dict | None = None) -> dict[str, list[float]]:
     """Seconds of each callable per repeat; each repeat runs all, order rotating.
 
-    Each visit sleeps ``settle`` seconds (so the worker threads the previous
-    library left spinning go to sleep), calls once untimed if ``wake`` (waking this
+    Each visit sleeps ``settle`` seconds, then waits until no other thread of the
+    process runs (:func:`wait_quiet`: the worker threads the previous library left
+    spinning have gone to sleep; one process, so every library's inputs stay in
+    memory once and a variant's threads are seen and waited for, which they would
+    not be in another process), calls once untimed if ``wake`` (waking this
     library's workers: on a loaded machine a woken thread can wait milliseconds for
-    a core, which a loop calling the same op never sees), then times one call."""
+    a core, which a loop calling the same op never sees), then times one call.
+    ``quiet``, where given, gets ``"busy"``: the names of the variants timed while
+    another thread still ran after :data:`QUIET_LIMIT` seconds (one per visit)."""
     names = list(variants)
     samples: dict[str, list[float]] = {k: [] for k in names}
+    busy = quiet.setdefault("busy", []) if quiet is not None else []
     for r in range(repeat):
         k = r % len(names)
         for name in names[k:] + names[:k]:
             fn = variants[name]
             if settle:
                 time.sleep(settle)
+            if not wait_quiet():
+                busy.append(name)
             if wake:
                 fn()
             t0 = time.perf_counter()
@@ -244,14 +295,16 @@ def bench_case(module, cop, args: list, variants: Sequence[str], fns: dict, why:
     for _ in range(warmup + 1):
         for fn in timed.values():
             fn()
-    samples = time_interleaved(timed, repeat, settle)
+    quiet: dict = {}
+    samples = time_interleaved(timed, repeat, settle, quiet=quiet)
     med = {k: float(np.median(s)) for k, s in samples.items()}
     nbytes = sum(np.asarray(a).nbytes for a in args if np.ndim(a)) + \
         sum(u.nbytes for u in ups) + sum(r.nbytes for r in ref)
     copy_gbs = 4 * ca[0].nbytes / med["copy 2r/2w"] / 1e9
     res = {"op": cop.op.name, "n": int(n), "dtype": np.dtype(dtype).name,
            "shapes": {p.name: list(np.shape(a)) for p, a in zip(cop.params, args)},
-           "bytes": int(nbytes), "variants": {}, "references": {}, "unavailable": unavailable}
+           "bytes": int(nbytes), "variants": {}, "references": {}, "unavailable": unavailable,
+           "busy": {v: quiet["busy"].count(v) for v in dict.fromkeys(quiet["busy"])}}
     for v in first:
         gbs = nbytes / med[v] / 1e9
         res["variants"][v] = {"median_s": med[v], "min_s": min(samples[v]),

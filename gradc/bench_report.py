@@ -149,6 +149,7 @@ def format_report(report: dict, color: bool = False) -> str:
         out.append(f"load average (1 min) before {m['loadavg_before'][0]}, after "
                    f"{m['loadavg_after'][0]} (this run adds up to its thread count; more "
                    "means other work shared the cores)")
+    out += [style(w, "bold", on=color) for w in interference(report)]
     for n in report["sizes"]:
         cases = [r for r in report["results"] if r["n"] == n]
         if cases:
@@ -156,6 +157,34 @@ def format_report(report: dict, color: bool = False) -> str:
     out += [""] + _legend(report["numpy"], report["variants"])
     notes = _notes(report)
     return "\n".join(out + ([""] + notes if notes else []))
+
+
+LOAD_IDLE = 0.5
+"""A 1-minute load average from which other work is taken to share the cores."""
+
+
+def interference(report: dict) -> list[str]:
+    """Warnings that the times may include other work's: a load average of
+    :data:`LOAD_IDLE` or more before the run (other work running), or above the usable
+    cores after it (more threads ran than there are cores: this run alone keeps at
+    most one per core busy while it is timed), and variants timed while a thread of
+    this process still ran (one that never slept within the bench's limit)."""
+    m, out = report["machine"], []
+    before, after = m.get("loadavg_before"), m.get("loadavg_after")
+    cores = m.get("cpus_usable") or m.get("cpu_count") or 1
+    if before and after and (before[0] >= LOAD_IDLE or after[0] > cores):
+        out.append(f"warning: interference: load average {before[0]} before the run and "
+                   f"{after[0]} after it on {cores} usable cores: other work competed for "
+                   "the cores, so the times may be inflated and the ratios skewed; rerun "
+                   "on an idle machine")
+    busy: dict[str, int] = {}
+    for r in report["results"]:
+        for v, k in r.get("busy", {}).items():
+            busy[v] = busy.get(v, 0) + k
+    if busy:
+        out.append("warning: another thread of this process still ran when these were "
+                   "timed (times per variant): " + ", ".join(f"{v} {k}" for v, k in busy.items()))
+    return out
 
 
 def _size_block(n: int, cases: list[dict], order: Sequence[str], color: bool) -> list[str]:

@@ -266,8 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--skip", nargs="+", default=[], metavar="V",
                    help="leave these variants out (torch.compile compiles for seconds per op)")
     b.add_argument("--settle", type=float, default=0.01, metavar="S",
-                   help="seconds slept before each timed call, so one library's spinning "
-                        "threads stop before the next runs (default 0.01)")
+                   help="seconds slept before each timed call (default 0.01); then it "
+                        "waits until no other thread of the process runs (up to 0.2 s), so "
+                        "no library's threads spin while another is timed")
     b.add_argument("--json", metavar="FILE|-", help="write every measurement and machine info; "
                    "'-': JSON to stdout, the tables to stderr")
     b.add_argument("--plot", metavar="FILE.png", help="plot effective GB/s (matplotlib)")

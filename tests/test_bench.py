@@ -150,6 +150,104 @@ def test_plot(tiny, tmp_path):
     assert (tmp_path / "one.png").read_bytes()[:4] == b"\x89PNG"
 
 
+# -- variants timed one library at a time, and the interference warning -----------------
+
+
+def test_interference_warning_in_the_report(tiny):
+    from gradc.bench_report import interference
+    report = _quick(tiny, ("fused+out",), ops=["leaky"])
+    cores = report["machine"]["cpus_usable"]
+    m, (r,) = report["machine"], report["results"]
+    m["loadavg_before"], m["loadavg_after"], r["busy"] = [0.1, 0, 0], [cores - 0.5, 0, 0], {}
+    assert interference(report) == []
+    assert "warning" not in format_report(report)
+    for before, after in (([0.5, 0, 0], [0.6, 0, 0]), ([0.0, 0, 0], [cores + 0.1, 0, 0])):
+        m["loadavg_before"], m["loadavg_after"] = before, after
+        (line,) = interference(report)
+        assert line.startswith(f"warning: interference: load average {before[0]} before the "
+                               f"run and {after[0]} after it on {cores} usable cores")
+        assert line in format_report(report).splitlines()
+    m["loadavg_before"], m["loadavg_after"] = [0.0, 0, 0], [0.0, 0, 0]
+    r["busy"] = {"fused+out": 2, "copy 2r/2w": 1}
+    assert interference(report) == ["warning: another thread of this process still ran when "
+                                     "these were timed (times per variant): fused+out 2, "
+                                     "copy 2r/2w 1"]
+
+
+def test_wait_quiet_waits_for_busy_threads_and_gives_up_at_the_limit():
+    from gradc.bench import wait_quiet
+    clock, states = [0.0], iter([2, 1, 1, 0, 3])
+    sleep = lambda s: clock.__setitem__(0, clock[0] + s)
+    assert wait_quiet(1.0, 0.25, busy=lambda: next(states), sleep=sleep, clock=lambda: clock[0])
+    assert clock[0] == 0.75 and next(states) == 3                   # stopped at the first 0
+    clock[0] = 0.0
+    assert not wait_quiet(1.0, 0.25, busy=lambda: 1, sleep=sleep, clock=lambda: clock[0])
+    assert clock[0] == 1.0
+    assert wait_quiet(1.0, 0.25, busy=lambda: None, sleep=sleep, clock=lambda: clock[0])
+
+
+def _spinner():
+    """A thread that runs without the GIL (as a library's workers do) until ``stop``
+    is set; ``seen[1]`` is 1 once it has left its loop."""
+    import threading
+    import numba
+
+    @numba.njit(nogil=True, cache=False)
+    def spin(flag, seen):
+        n = 0
+        while flag[0] == 0:          # seen may alias flag: the load stays in the loop
+            n += 1
+            seen[0] = n
+        seen[1] = 1
+
+    flag, seen = np.zeros(1, np.int64), np.zeros(2, np.int64)
+    spin(np.ones(1, np.int64), np.zeros(2, np.int64))               # compile here
+    t = threading.Thread(target=spin, args=(flag, seen), daemon=True)
+    t.start()
+    while seen[0] == 0:              # running, not waiting for the GIL to start
+        pass
+    return t, flag, seen
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads seen through /proc")
+def test_busy_threads_sees_a_spinning_thread_not_a_sleeping_one():
+    import threading
+    from gradc.bench import busy_threads, wait_quiet
+    done = threading.Event()
+    sleeper = threading.Thread(target=done.wait, daemon=True)
+    sleeper.start()
+    t, flag, seen = _spinner()
+    assert busy_threads() >= 1 and not wait_quiet(0.01)
+    flag[0] = 1
+    t.join()
+    assert seen[1] == 1 and wait_quiet(30.0) and sleeper.is_alive()
+    done.set()
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads seen through /proc")
+def test_no_variant_is_timed_while_another_variants_threads_spin(monkeypatch):
+    """A variant that leaves a thread spinning (stopped by a timer, as OpenMP's workers
+    stop after their spin count) and one that records whether any still spins: the
+    second is never timed (nor woken) while the first's threads run."""
+    import threading
+    import gradc.bench as bench
+    monkeypatch.setattr(bench, "QUIET_LIMIT", 30.0)
+    spinners, spinning_when_timed = [], []
+
+    def leave_spinning():
+        t, flag, seen = _spinner()
+        threading.Timer(0.02, flag.__setitem__, (0, 1)).start()
+        spinners.append(seen)
+
+    def probe():
+        spinning_when_timed.append(sum(s[1] == 0 for s in spinners))
+
+    quiet: dict = {}
+    bench.time_interleaved({"spin": leave_spinning, "probe": probe}, 4, quiet=quiet)
+    assert len(spinners) == 8 and len(spinning_when_timed) == 8
+    assert spinning_when_timed == [0] * 8 and quiet == {"busy": []}
+
+
 # -- the framework versions of the IR, against the generated kernels -------------------
 
 
