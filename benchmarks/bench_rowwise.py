@@ -20,11 +20,13 @@ Before timing, every variant's outputs and gradients are compared with a float64
 NumPy reference at a small shape and again at each timed shape; a variant that
 disagrees (or fails) is not timed and is listed with the reason. Each case times
 a Numba 2-read/2-write copy over as many elements (``gradc.bench.copy_kernel``)
-in the same interleaved repeats (``gradc.bench.time_interleaved``: order rotating,
-a short sleep and an untimed call before each timed one, so that the worker
-threads of the library timed before have stopped spinning); medians are printed,
-with each variant's share of the copy (copy's time over its time) and the fastest
-peer's time over its time (> 1: faster than every peer).
+in the same interleaved repeats (``gradc.bench.time_interleaved``: order rotating;
+before each timed call a short sleep, a wait until no other thread of the process
+runs, so that no library's workers spin while another is timed, and an untimed
+call); medians are printed, with each variant's share of the copy (copy's time
+over its time) and the fastest peer's time over its time (> 1: faster than every
+peer), then warnings where the load average shows other work or a variant was
+timed while another thread still ran (``gradc.bench_report.interference``).
 
 Run::
 
@@ -275,7 +277,8 @@ def bench_case(module, op: str, shape: tuple[int, int], names: Sequence[str], re
     for _ in range(warmup):
         for run in timed.values():
             run()
-    samples = time_interleaved(timed, repeat, settle)
+    quiet: dict = {}
+    samples = time_interleaved(timed, repeat, settle, quiet=quiet)
     med = {v: float(np.median(s)) for v, s in samples.items()}
     peers = [v for v in PEERS if v in errs]
     fastest = min(peers, key=med.get) if peers else None
@@ -284,7 +287,8 @@ def bench_case(module, op: str, shape: tuple[int, int], names: Sequence[str], re
                              "pct_copy": 100 * med["copy"] / med[v],
                              "vs_fastest_peer": med[fastest] / med[v] if fastest else None,
                              "max_rel_err": errs[v]} for v in errs},
-            "not_timed": not_timed}
+            "not_timed": not_timed,
+            "busy": {v: quiet["busy"].count(v) for v in dict.fromkeys(quiet["busy"])}}
 
 
 # -- report ------------------------------------------------------------------------------
@@ -346,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import numba
 
     import gradc
-    from gradc.bench_report import machine_info, write_json
+    from gradc.bench_report import interference, machine_info, write_json
     from gradc.frontend.check import load_program
     in_file = load_program(args.spec).main_ops
     ops = args.ops or list(in_file)
@@ -398,17 +402,17 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"float64 NumPy to {TOL_CHECK:g} at {_shape(CHECK_SHAPE)}, {TOL_TIMED:g} at the "
           f"timed shapes; load average after {load_after[0]:.2f} {load_after[1]:.2f} "
           f"{load_after[2]:.2f}")
-    for line in _notes(results, labels):
+    report = {"spec": str(args.spec), "shapes": [list(s) for s in shapes],
+              "repeat": args.repeat, "settle_s": args.settle, "variants": names,
+              "note": args.note, "check_shape": list(CHECK_SHAPE), "check": check,
+              "tolerance": {"check": TOL_CHECK, "timed": TOL_TIMED},
+              "machine": {**machine_info(names), "loadavg_before": list(load_before),
+                          "loadavg_after": list(load_after)},
+              "torch_labels": labels, "results": results}
+    for line in [*_notes(results, labels), *interference(report)]:
         print(line)
     if args.json:
-        write_json({"spec": str(args.spec), "shapes": [list(s) for s in shapes],
-                    "repeat": args.repeat, "settle_s": args.settle, "variants": names,
-                    "note": args.note, "check_shape": list(CHECK_SHAPE), "check": check,
-                    "tolerance": {"check": TOL_CHECK, "timed": TOL_TIMED},
-                    "machine": {**machine_info(names),
-                                "loadavg_before": list(load_before),
-                                "loadavg_after": list(load_after)},
-                    "torch_labels": labels, "results": results}, args.json)
+        write_json(report, args.json)
     return 0
 
 
