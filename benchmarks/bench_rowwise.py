@@ -325,6 +325,11 @@ def _notes(results: list[dict], labels: Sequence[str]) -> list[str]:
     return notes + [f"note: torch and torch.compile: {label}" for label in labels if label]
 
 
+def _loadavg() -> list[float]:
+    """The 1, 5 and 15-minute load averages, to 2 decimals (as printed)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--spec", type=Path, default=SPEC, help="the .grad file (default: %(default)s)")
@@ -365,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import torch
         torch.set_num_threads(threads)
         labels = sorted({torch_math(op)[2] for op in ops} - {""})
-    load_before = os.getloadavg()
+    load_before = _loadavg()
     print(f"row-wise fwd_bwd, float32, {args.spec.name}: median of {args.repeat} interleaved "
           f"repeats; {os.cpu_count()} cores, Numba and torch on {threads} threads; "
           f"load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
@@ -392,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(r)
             print(f"  {op} {_shape(shape)} done ({time.perf_counter() - t0:.0f} s)",
                   file=sys.stderr, flush=True)
-    load_after = os.getloadavg()
+    load_after = _loadavg()
     ms, ratio = tables(results, names)
     print("\nmedian ms (% of copy: the copy's time over the variant's)", *ms, sep="\n")
     if any(r["fastest_peer"] for r in results):
@@ -406,8 +411,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               "repeat": args.repeat, "settle_s": args.settle, "variants": names,
               "note": args.note, "check_shape": list(CHECK_SHAPE), "check": check,
               "tolerance": {"check": TOL_CHECK, "timed": TOL_TIMED},
-              "machine": {**machine_info(names), "loadavg_before": list(load_before),
-                          "loadavg_after": list(load_after)},
+              "machine": {**machine_info(names), "loadavg_before": load_before,
+                          "loadavg_after": load_after},
               "torch_labels": labels, "results": results}
     for line in [*_notes(results, labels), *interference(report)]:
         print(line)

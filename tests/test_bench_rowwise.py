@@ -39,6 +39,8 @@ def test_a_row_per_op_and_the_json(bench, tmp_path, monkeypatch, capsys):
         assert len(rows) == 1 and rows[0][1] == "3x5", printed
         assert len(rows[0]) == 3 + 2 * len(bench.GRADC), rows    # copy, then "ms (%)" each
     report = json.loads(out.read_text())
+    loads = report["machine"]["loadavg_before"] + report["machine"]["loadavg_after"]
+    assert len(loads) == 6 and all(round(x, 2) == x for x in loads), loads
     assert [r["op"] for r in report["results"]] == list(OPS)
     for r in report["results"]:
         assert set(r["variants"]) == set(bench.GRADC) and r["fastest_peer"] is None
