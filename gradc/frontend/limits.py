@@ -16,11 +16,21 @@ E125   MAX_INLINED_SIZE     operations of an op once the ops it calls are inline
                             chain of ops that each call the previous one twice
                             doubles it at every step) and grad() expanded
 E126   (Python's limit)     the compiler hit Python's recursion limit anyway
+E127   MAX_GRAPH_SIZE       operations of an op's graph as the compiler builds it:
+                            the ops it calls inlined and every grad() expanded,
+                            common subexpressions counted once (checked after each
+                            grad(), at the one that crosses it, and for the whole
+                            op); the methods' graphs are a few times this, and
+                            compile time grows with it
 =====  ===================  ========================================================
 
-The real files of ``examples/`` use a few hundred tokens and nest less than ten
-deep.  The parse-time limits are enforced in :mod:`gradc.frontend.parser`; the
-program-wide ones by :func:`check_inlined` after name resolution.
+The real files of ``examples/`` use a few hundred tokens, nest less than ten
+deep and build graphs of at most 41 operations.  The parse-time limits are
+enforced in :mod:`gradc.frontend.parser`; the program-wide ones by
+:func:`check_inlined` after name resolution; MAX_GRAPH_SIZE by :class:`GraphSize`
+while an op is lowered (what ``grad()`` builds is known only then: its size
+depends on the graph it differentiates, names bound by earlier statements
+included, not on the text).
 """
 from __future__ import annotations
 
@@ -29,6 +39,7 @@ import os
 import stat
 from typing import Iterable, Mapping
 
+import networkx as nx
 from lark import Tree
 
 from gradc.errors import LimitError, Span
@@ -40,6 +51,7 @@ MAX_DEPTH = 100
 MAX_STATEMENTS = 1_000
 MAX_INLINED_DEPTH = 200
 MAX_INLINED_SIZE = 5_000
+MAX_GRAPH_SIZE = 2_000
 
 # A grad(EXPR, NAME) call builds EXPR's gradient graph: counted as this many copies.
 _GRAD_COST = 3
@@ -179,3 +191,60 @@ class _Measure:
             if isinstance(e, ast.Call) and e.func == "grad":
                 scale *= _GRAD_COST
             todo.extend((c, level, scale) for c in ast.children(e))
+
+
+# ---- the graph an op lowers to ----------------------------------------------------
+
+# Nodes as built, before common subexpressions are merged, per MAX_GRAPH_SIZE: a bound
+# on the memory of a graph whose copies CSE would merge.
+_RAW_FACTOR = 8
+
+
+def distinct_nodes(graph) -> int:
+    """The nodes of ``graph`` (a :class:`gradc.ir.graph.Graph`) that remain once
+    common subexpressions are merged (CSE's structural key, params distinct)."""
+    canon: dict[int, int] = {}
+    seen: dict[tuple, int] = {}
+    for nid in nx.topological_sort(graph.dg):
+        node = graph.node(nid)
+        if node.op == "param":
+            canon[nid] = nid
+            continue
+        key = (node.op, tuple(canon[a] for a in node.args), node.attrs, node.dtype,
+               None if node.args else node.shape)
+        canon[nid] = seen.setdefault(key, nid)
+    return len(set(canon.values()))
+
+
+class GraphSize:
+    """MAX_GRAPH_SIZE for the graph of one op while it is lowered.
+
+    :meth:`check` after each ``grad()``: the graph only grows while lowering, by
+    at most one distinct operation per node added, so the distinct nodes are
+    counted again (linear time) only once the nodes added since the last count
+    could have crossed the limit."""
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.counted_at = 0          # nodes in the graph at the last count
+        self.distinct = 0            # distinct nodes then
+
+    def check(self, graph, span: Span | None, at_grad: bool = True) -> None:
+        """``span``: the grad() just expanded, or (``at_grad=False``) the op."""
+        raw = len(graph)
+        if raw - self.counted_at + self.distinct <= MAX_GRAPH_SIZE:
+            return
+        self.counted_at, self.distinct = raw, distinct_nodes(graph)
+        if self.distinct <= MAX_GRAPH_SIZE and raw <= _RAW_FACTOR * MAX_GRAPH_SIZE:
+            return
+        size = (f"{self.distinct:,} operations (common subexpressions counted once)"
+                if self.distinct > MAX_GRAPH_SIZE else f"{raw:,} operations as built")
+        how = ("once the ops it calls are inlined and grad() is expanded here" if at_grad
+               else "once the ops it calls are inlined")
+        advice = ("each grad() differentiates the whole expression it is given, names "
+                  "bound by earlier statements included, so nesting or chaining grad() "
+                  "multiplies the size: take fewer derivatives of derivatives" if at_grad
+                  else "each call copies the callee's body: split the op into ops called "
+                  "one after the other")
+        raise LimitError(f"op '{self.op}' builds {size} {how} (limit MAX_GRAPH_SIZE = "
+                         f"{MAX_GRAPH_SIZE:,}); {advice}", span, "E127")

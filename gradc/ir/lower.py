@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 from gradc.errors import GradientError, NameResolutionError, ShapeError, Span
 from gradc.frontend import ast
 from gradc.frontend.builtins import CONSTANTS
+from gradc.frontend.limits import GraphSize
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, CustomRegion, Graph
 from gradc.ir.primitives import BINARY_OPS, COMPARE_OPS, PRIMITIVES
@@ -94,8 +95,10 @@ class Lowerer:
     """Lowers expressions of a program's ops into one graph."""
 
     def __init__(self, graph: Graph, ops: Mapping[str, ast.OpDef], consts: Mapping[str, float],
-                 *, rules: bool = False, span: Span | None = None, custom: bool = True) -> None:
+                 *, rules: bool = False, span: Span | None = None, custom: bool = True,
+                 size: GraphSize | None = None) -> None:
         self.graph = graph
+        self.size = size                 # MAX_GRAPH_SIZE, checked after each grad()
         self.custom = custom             # False: ignore grad blocks (the true derivative)
         self.ops = ops
         self.consts = consts
@@ -178,7 +181,8 @@ class Lowerer:
         bound = self._bind(op, call, scope)
         start = self.graph.next_id
         inner: Scope = dict(bound)
-        inner = Lowerer(self.graph, self.ops, self.consts, custom=self.custom).body(op.body, inner)
+        inner = Lowerer(self.graph, self.ops, self.consts, custom=self.custom,
+                        size=self.size).body(op.body, inner)
         outs = [inner[o] for o in op.outputs]
         if len(outs) != 1:
             raise ShapeError(f"op '{op.name}' returns {len(outs)} outputs and cannot be "
@@ -223,6 +227,8 @@ class Lowerer:
             raise GradientError(f"grad() with respect to '{target.id}', which is not a float "
                                 "value (integer and bool values have no gradient)", target.span)
         g = gradient(self.graph, f, wrt, self.b.const(1.0, FLOAT, e.span))
+        if self.size is not None:       # None inside a grad block: checked by the caller
+            self.size.check(self.graph, e.span)
         if g is None:
             return self.b.apply("full_like", (wrt, self.b.const(0.0, FLOAT, e.span)), span=e.span)
         return g
@@ -245,9 +251,11 @@ def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
         shape = None if dims is None else Shape(dims)
         scope[p.name] = b.param(p.name, shape, _DTYPE_OF[t.dtype if t else None], p.span)
         graph.params.append(scope[p.name])
-    lowerer = Lowerer(graph, ops, consts, custom=custom)
+    size = GraphSize(op.name)
+    lowerer = Lowerer(graph, ops, consts, custom=custom, size=size)
     start = graph.next_id
     scope = lowerer.body(op.body, scope)
+    size.check(graph, op.span, at_grad=False)     # inlined calls without grad() too
     outs = [scope[o] for o in op.outputs]
     if op.grad is not None and custom:    # the op's own grad block replaces its derivative
         outs = [o if o >= start else lowerer.b.apply("identity", (o,), span=op.span)

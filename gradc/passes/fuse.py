@@ -51,38 +51,70 @@ def _is_fusable(graph: Graph, nid: int) -> bool:
 
 
 class _Groups:
-    """Fusion groups and the quotient graph over them, updated merge by merge."""
+    """Fusion groups and the quotient graph over them, updated merge by merge.
+
+    A group is named by one of its nodes (its id, what :func:`group_elementwise`
+    returns); in the quotient graph ``q`` it is one unit, the root of its members'
+    union-find tree.  A merge moves the edges of the unit with fewer of them (and
+    re-roots that tree), so that growing one big group node by node costs time in
+    proportion to the nodes, not to their square."""
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.group_of: dict[int, int] = {}
-        self.q = graph.dg.copy()          # units: group ids and unfused node ids
+        self.parent: dict[int, int] = {}      # fusable node -> its tree's parent
+        self.label: dict[int, int] = {}       # unit (a root) -> the group's id
+        self.alive: set[int] = set()          # group ids not merged away
+        self.q = graph.dg.copy()          # units: group roots and unfused node ids
         order = graph.topo_order()
         self.pos = {n: k for k, n in enumerate(order)}   # a unit's first member's position
         self.horizon = len(order)         # units starting later cannot lead back
 
     def add(self, nid: int) -> None:
-        self.group_of[nid] = nid
+        self.parent[nid] = nid
+        self.label[nid] = nid
+        self.alive.add(nid)
+
+    def __contains__(self, nid: int) -> bool:
+        return nid in self.parent
+
+    def _root(self, nid: int) -> int:
+        root = nid
+        while self.parent[root] != root:
+            root = self.parent[root]
+        while self.parent[nid] != root:           # path compression
+            self.parent[nid], nid = root, self.parent[nid]
+        return root
+
+    def group(self, nid: int) -> int:
+        return self.label[self._root(nid)]
+
+    def group_of(self) -> dict[int, int]:
+        return {n: self.group(n) for n in self.parent}
 
     def groups(self) -> list[int]:
-        return sorted(set(self.group_of.values()))
+        return sorted(self.alive)
 
     def try_merge(self, a: int, b: int) -> None:
         """Merge group ``a`` into ``b`` unless a path between them leaves both
         (which would make the plan cyclic)."""
-        if a == b or self._joined_outside(a, b) or self._joined_outside(b, a):
+        if a == b:
             return
-        for n, g in self.group_of.items():
-            if g == a:
-                self.group_of[n] = b
-        for p in list(self.q.predecessors(a)):
-            if p != b:
-                self.q.add_edge(p, b)
-        for c in list(self.q.successors(a)):
-            if c != b:
-                self.q.add_edge(b, c)
-        self.q.remove_node(a)
-        self.pos[b] = min(self.pos[a], self.pos[b])
+        ua, ub = self._root(a), self._root(b)
+        if self._joined_outside(ua, ub) or self._joined_outside(ub, ua):
+            return
+        keep, gone = (ua, ub) if self.q.degree(ua) > self.q.degree(ub) else (ub, ua)
+        for p in list(self.q.predecessors(gone)):
+            if p != keep:
+                self.q.add_edge(p, keep)
+        for c in list(self.q.successors(gone)):
+            if c != keep:
+                self.q.add_edge(keep, c)
+        self.q.remove_node(gone)
+        self.parent[gone] = keep
+        self.label[keep] = b
+        del self.label[gone]
+        self.alive.discard(a)
+        self.pos[keep] = min(self.pos[ua], self.pos[ub])
 
     def _joined_outside(self, src: int, dst: int) -> bool:
         stack = [s for s in self.q.successors(src) if s != dst]
@@ -111,18 +143,18 @@ def group_elementwise(graph: Graph, fuse: bool = True) -> dict[int, int]:
         # successors come later too: no path through them returns to nid.
         groups.horizon = groups.pos[nid]
         shape = graph.node(nid).shape
-        for g in sorted({groups.group_of[a] for a in graph.node(nid).args
-                         if a in groups.group_of and graph.node(a).shape == shape}):
-            groups.try_merge(g, groups.group_of[nid])
+        for g in sorted({groups.group(a) for a in graph.node(nid).args
+                         if a in groups and graph.node(a).shape == shape}):
+            groups.try_merge(g, groups.group(nid))
     groups.horizon = len(groups.pos)
     if fuse:                            # horizontal: independent loops over one shape
         for gid in groups.groups():
             for other in groups.groups():
-                if other < gid and gid in groups.q and other in groups.q and \
+                if other < gid and gid in groups.alive and other in groups.alive and \
                         graph.node(other).shape == graph.node(gid).shape:
                     groups.try_merge(other, gid)
-        return _sink(graph, groups.group_of)
-    return groups.group_of
+        return _sink(graph, groups.group_of())
+    return groups.group_of()
 
 
 def _sink(graph: Graph, group_of: dict[int, int]) -> dict[int, int]:
@@ -332,9 +364,11 @@ def recompute_residuals(plan: KernelPlan) -> KernelPlan:
         return plan
     g = plan.graph
     steps = list(plan.steps)
+    order = {n: k for k, n in enumerate(g.topo_order())}
     changed = True
     while changed:
         changed = False
+        index = _StepIndex(g, steps)       # one per plan: lookups, not scans, per value
         for s, step in enumerate(steps):
             if not isinstance(step, Kernel) or isinstance(step, MatmulEpilogue):
                 continue
@@ -342,7 +376,7 @@ def recompute_residuals(plan: KernelPlan) -> KernelPlan:
             for v in step.outputs:
                 if levels.get(v, "E") != "E":     # a reduce kernel's row values
                     continue
-                new = _recompute_in_readers(g, steps, s, v)
+                new = _recompute_in_readers(g, steps, s, v, index, order)
                 if new is not None:
                     steps = new
                     changed = True
@@ -352,13 +386,32 @@ def recompute_residuals(plan: KernelPlan) -> KernelPlan:
     return KernelPlan(g, tuple(steps), plan.fused)
 
 
-def _recompute_in_readers(g: Graph, steps: list, s: int, v: int) -> list | None:
-    found = _recompute_cones(g, steps, s, v)
+class _StepIndex:
+    """Which steps read each value (as :func:`_reads` says) and in how many kernels
+    each node is computed, for one list of steps."""
+
+    def __init__(self, g: Graph, steps: list) -> None:
+        self.readers: dict[int, list[int]] = {}
+        self.kernels_of: dict[int, int] = {}
+        for q, st in enumerate(steps):
+            if isinstance(st, Kernel):
+                read = set(st.inputs).union(*(g.node(n).shape.dyn for n in st.nodes))
+                for n in st.nodes:
+                    self.kernels_of[n] = self.kernels_of.get(n, 0) + 1
+            else:
+                node = g.node(st.node)
+                read = set(node.args) | node.shape.dyn
+            for v in read:
+                self.readers.setdefault(v, []).append(q)
+
+
+def _recompute_in_readers(g: Graph, steps: list, s: int, v: int, index: _StepIndex,
+                          order: dict[int, int]) -> list | None:
+    found = _recompute_cones(g, steps, s, v, index=index)
     if isinstance(found, str):
         return None
     cones, scalars = found
     producer = steps[s]
-    order = {n: k for k, n in enumerate(g.topo_order())}
     steps = list(steps)
     for q, cone in cones.items():
         h = steps[q]
@@ -379,13 +432,16 @@ def why_stored(plan: KernelPlan, s: int, v: int, ref=lambda n: f"%{n}") -> str:
     return found if isinstance(found, str) else ""
 
 
-def reading_steps(graph: Graph, steps, s: int, v: int) -> list[int]:
+def reading_steps(graph: Graph, steps, s: int, v: int,
+                  index: _StepIndex | None = None) -> list[int]:
     """The positions of the steps other than ``s`` that read ``v``."""
+    if index is not None:
+        return [q for q in index.readers.get(v, ()) if q != s]
     return [q for q, st in enumerate(steps) if q != s and _reads(graph, st, v)]
 
 
-def _recompute_cones(g: Graph, steps: list, s: int, v: int, ref=lambda n: f"%{n}"
-                     ) -> tuple[dict, dict] | str:
+def _recompute_cones(g: Graph, steps: list, s: int, v: int, ref=lambda n: f"%{n}",
+                     index: _StepIndex | None = None) -> tuple[dict, dict] | str:
     """For each step H that reads ``v`` (stored by step ``s``): the nodes H would
     recompute and the scalars it would read in addition; or why ``v`` must stay
     stored (an output, a reader that is not a loop over the same shape, a value
@@ -395,7 +451,8 @@ def _recompute_cones(g: Graph, steps: list, s: int, v: int, ref=lambda n: f"%{n}
         return "an output of the method: always stored"
     if g.node(v).op == "broadcast_in" and not g.node(g.node(v).args[0]).shape.is_scalar:
         return "a broadcast of an array: loops read the array itself"
-    readers = reading_steps(g, steps, s, v)
+    index = index or _StepIndex(g, steps)
+    readers = reading_steps(g, steps, s, v, index)
     for q in readers:
         st = steps[q]
         if type(st) is not Kernel:
@@ -411,9 +468,7 @@ def _recompute_cones(g: Graph, steps: list, s: int, v: int, ref=lambda n: f"%{n}
     cones, scalars = {}, {}
     for q in readers:
         # Values H computes itself; what it recomputes already counts again.
-        again = {n for n in steps[q].nodes
-                 if any(n in st.nodes for r, st in enumerate(steps) if r != q
-                        and isinstance(st, Kernel))}
+        again = {n for n in steps[q].nodes if index.kernels_of.get(n, 0) > 1}
         have = set(steps[q].inputs) | (set(steps[q].nodes) - again)
         cone, todo, extra = {v}, [v], set()
         while todo:

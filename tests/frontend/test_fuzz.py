@@ -569,6 +569,18 @@ def _deep_ops() -> str:
         f"op f{i}(x) -> y {{ y = f{i - 1}(x){terms} }}\n" for i in range(1, 40))
 
 
+def _nested_grads(levels: int) -> str:
+    e = "sin(x) * exp(x) * tanh(x)"
+    for _ in range(levels):
+        e = f"grad(sum({e}), x)"
+    return f"op f(x) -> y {{\n    y = {e}\n}}\n"
+
+
+def _chained_grads(n: int) -> str:
+    lines = "".join(f"    t{i} = grad(sum(sin(t{i - 1}) * t{i - 1}), x)\n" for i in range(1, n + 1))
+    return f"op f(x) -> y {{\n    t0 = x\n{lines}    y = t{n}\n}}\n"
+
+
 def _body(lines: str) -> str:
     return "op f(x) -> y {\n" + lines + "    y = x\n}\n"
 
@@ -589,6 +601,13 @@ HUGE = {
     "nested grad()": (lambda: "op f(x) -> y { y = " + "grad(sum(" * 12 + "x^3" + "), x)" * 12
                       + " }\n", "MAX_INLINED_SIZE"),
     "a chain of deep ops": (_deep_ops, "MAX_INLINED_DEPTH"),
+    # issue 24: past 900 s (four levels: 61 s and a 3.1 MB module), and past 900 s and
+    # 1.35 GB: within the static count, the size of what grad() builds is not
+    "five nested grad()": (lambda: _nested_grads(5), "MAX_GRAPH_SIZE"),
+    "eleven chained grad()": (lambda: _chained_grads(11), "MAX_GRAPH_SIZE"),
+    "a 2500-operation body": (lambda: _body("".join(
+        f"    t{i} = sin(t{i - 1}) * x + cos(t{i - 1}) * x - exp(t{i - 1}) / (1 + x)\n"
+        for i in range(1, 251)).replace("t0", "x")), "MAX_GRAPH_SIZE"),
 }
 
 
@@ -612,6 +631,14 @@ def test_huge_inputs_hit_a_named_limit_quickly(case: str) -> None:
     assert elapsed < 15, f"{case}: {elapsed:.1f} s (tracemalloc slows it down)"
     assert peak < 400 * 2**20, f"{case}: {peak / 2**20:.0f} MiB"
     assert len(err.render()) < 2000          # long lines are cut around the caret
+
+
+def test_graph_size_is_positioned_at_the_grad_that_crosses_it() -> None:
+    """Statements 1-4 of the chain build 735 operations, the fifth 2,238 (limit 2,000)."""
+    with hard_limit(HARD_LIMIT), pytest.raises(gradc.GradcError) as exc:
+        gradc.compile_source(_chained_grads(11), file="chain.grad")
+    assert (exc.value.code, exc.value.span.line, exc.value.span.column) == ("E127", 7, 10)
+    assert "2,238 operations" in exc.value.message
 
 
 def test_limits_are_positioned_where_they_are_crossed() -> None:
