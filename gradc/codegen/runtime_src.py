@@ -63,7 +63,8 @@ def _g_numba_threads(environ, config):
         return f"chosen before this module: {numba.threading_layer()}"
     except ValueError:                  # no parallel loop has run yet
         pass
-    for root in dict.fromkeys((sys.prefix, site.getuserbase())):
+    # this environment's, the user site's, and the base's (a venv that sees its packages)
+    for root in dict.fromkeys((sys.prefix, site.getuserbase(), sys.base_prefix)):
         path = os.path.join(root, "lib", "libtbb.so.12")
         if sys.platform.startswith("linux") and os.path.exists(path):
             try:
