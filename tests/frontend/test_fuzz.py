@@ -11,7 +11,14 @@ input:
   reductions with axis=/keepdims=, grad(EXPR, NAME), .T and @ on annotated
   shapes, calls of other ops, hostile names; some are also imported and run;
 * mutations of valid programs (characters and tokens deleted, inserted, swapped);
+* hostile programs (:func:`hostile_programs`): valid ones renamed with hostile names,
+  grad() nested, chained and inside grad blocks to any depth, imports of special
+  files (a FIFO, /dev/stdin, /dev/zero, a folder), read from files with hostile names;
 * random text and random bytes.
+
+Each input must end within HARD_LIMIT seconds (SIGALRM interrupts it) with the
+process's peak memory under MEMORY_LIMIT (checked after each input).  Generated
+modules are written under pytest's temp folders only.
 
 CI runs a few hundred examples in all (derandomised, see tests/conftest.py).
 A longer run: ``GRADC_FUZZ_EXAMPLES=2000 python -m pytest tests/frontend/test_fuzz.py``
@@ -20,13 +27,11 @@ A longer run: ``GRADC_FUZZ_EXAMPLES=2000 python -m pytest tests/frontend/test_fu
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import re
 import signal
 import string
 import sys
-import tempfile
 import time
 import tracemalloc
 from dataclasses import dataclass, field
@@ -103,31 +108,39 @@ def assert_positioned(err: gradc.GradcError) -> None:
         assert f":{e.span.line}:{e.span.column}:" in e.render()
 
 
+# Peak memory of the test process (resident set), checked after each input: an input
+# that makes the compiler take more fails there.  GRADC_FUZZ_EXAMPLES=2000 stays
+# within it (see the module docstring).
+MEMORY_LIMIT = 3 * 2**30
+
+
+def peak_rss() -> int:
+    """The process's peak resident set in bytes (0 where unknown)."""
+    try:
+        import resource
+    except ImportError:
+        return 0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def check_memory(what: str) -> None:
+    assert peak_rss() < MEMORY_LIMIT, \
+        f"peak memory {peak_rss() / 2**20:.0f} MiB after {what!r} (limit {MEMORY_LIMIT >> 20} MiB)"
+
+
 def compile_outcome(text: str, file: str = "fuzz.grad") -> str | gradc.GradcError:
-    """The module text, or the GradcError; anything else fails the test."""
+    """The module text, or the GradcError; anything else fails the test, and so do
+    more than HARD_LIMIT seconds or a peak memory past MEMORY_LIMIT."""
     with hard_limit(HARD_LIMIT):
         try:
             module = gradc.compile_source(text, file=file)
         except gradc.GradcError as err:
             assert_positioned(err)
+            check_memory(text[:200])
             return err
     compile(module, "generated.py", "exec")
-    return module
-
-
-_IMPORTED = [0]
-
-
-def import_text(text: str, stem: str):
-    """Import module text from a real file (Numba's cache needs one), not kept in
-    sys.modules."""
-    _IMPORTED[0] += 1
-    directory = Path(tempfile.mkdtemp(prefix="gradc-fuzz-"))
-    path = directory / f"{stem}_{_IMPORTED[0]}.py"
-    path.write_text(text, encoding="utf-8")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    check_memory(text[:200])
     return module
 
 
@@ -396,15 +409,16 @@ VALID_PROGRAM_ERRORS = re.compile(r"E3(01|02|04|05)|E40\d")
 
 
 @fuzz_settings(60)
-@given(programs())
-def test_valid_programs_compile_or_fail_with_a_position(program: Program) -> None:
+@given(program=programs())
+def test_valid_programs_compile_or_fail_with_a_position(program: Program,
+                                                       import_module_text) -> None:
     out = compile_outcome(program.text)
     if isinstance(out, gradc.GradcError):
         codes = [e.code for e in getattr(out, "errors", [out])]
         assert all(VALID_PROGRAM_ERRORS.fullmatch(c) for c in codes), \
             f"{out.render()}\n--- program ---\n{program.text}"
         return
-    m = import_text(out, "fuzz_valid")
+    m = import_module_text(out, "fuzz_valid")
     assert set(m.OPS) == {op.name for op in program.ops}
     for op in program.ops:
         assert m.OPS[op.name].__name__ == op.name
@@ -437,14 +451,14 @@ def _same(a, b) -> None:
 @pytest.mark.slow
 @settings(max_examples=examples(4), deadline=None, derandomize=not LONG,
           suppress_health_check=list(HealthCheck))
-@given(programs(max_ops=2))
-def test_generated_programs_run_consistently(program: Program) -> None:
+@given(program=programs(max_ops=2))
+def test_generated_programs_run_consistently(program: Program, import_module_text) -> None:
     """Forward, vjp, fwd_bwd and jvp, fused and unfused, agree on small float inputs;
     the only exceptions are TypeError and ValueError (shapes the program cannot take),
     and NotImplementedError from the jvp of an op whose grad block is not linear."""
     out = compile_outcome(program.text)
     assume(isinstance(out, str))
-    m = import_text(out, "fuzz_run")
+    m = import_module_text(out, "fuzz_run")
     rng = np.random.default_rng(0)
     for info in program.ops:
         op = m.OPS[info.name]
@@ -525,6 +539,83 @@ def mutants(draw) -> str:
 @given(mutants())
 def test_mutated_programs_compile_or_fail_with_a_position(text: str) -> None:
     compile_outcome(text)
+
+
+# ---- hostile programs: names, file names, grad() nesting, special imports --------------
+
+HOSTILE_NAMES = ["__class__", "__builtins__", "_gk_f_forward_0", "_T", "_RT", "_S", "_n",
+                 "_out", "out", "np", "numba", "cuda", "OPS", "TARGET", "self", "cls", "def",
+                 "print", "exec", "eval", "coding", "x\u0301", "\u00e9t\u00e9", "\u03b1",
+                 "\ufb01", "\u212a", "a" * 200]
+HOSTILE_FILES = ["a.grad", "my ops.grad", 'q"uote.grad', "q'uote.grad", 'tri"""ple.grad',
+                 "back\\slash.grad", "new\nline.grad", "cr\rline.grad", "tab\t.grad",
+                 "\u2028sep.grad", "\u00e9.grad", "# comment.grad", "{brace}.grad",
+                 "%s%d.grad", "../up.grad", "x" * 300 + ".grad"]
+# Imported paths: special files (no blocking, a positioned error), missing ones, folders.
+SPECIAL_IMPORTS = ["/dev/stdin", "/dev/zero", "/dev/null", "/dev/tty", "/proc/self/fd/0",
+                   "FIFO", "FOLDER", "missing.grad", ".", ""]
+
+
+def _grad_nest(e: str, levels: int, wrt: str) -> str:
+    for _ in range(levels):
+        e = f"grad(sum({e}), {wrt})"
+    return e
+
+
+@st.composite
+def hostile_programs(draw) -> tuple[str, str]:
+    """(text, file name): a valid program renamed with hostile names, with grad()
+    nested or chained to any depth, and imports of special files."""
+    text = draw(programs(max_ops=2)).text
+    for _ in range(draw(st.integers(0, 3))):       # rename a name everywhere
+        names = sorted(set(re.findall(r"\b[A-Za-z_]\w*\b", text)))
+        old = draw(st.sampled_from(names))
+        text = re.sub(rf"\b{re.escape(old)}\b", draw(st.sampled_from(HOSTILE_NAMES)), text)
+    kind = draw(st.sampled_from(["nest", "chain", "block", "none"]))
+    levels = draw(st.integers(1, 7))
+    inner = draw(st.sampled_from(["sin(x) * exp(x) * tanh(x)", "x^3", "sigmoid(x) * x",
+                                  "logsumexp(x) * x", "clip(x, -1, 1)^2"]))
+    if kind == "nest":
+        text += f"op deep(x) -> y {{\n    y = {_grad_nest(inner, levels, 'x')}\n}}\n"
+    elif kind == "chain":
+        lines = "".join(f"    t{i} = grad(sum({inner.replace('x', f't{i - 1}')} * t{i - 1}), x)\n"
+                        for i in range(1, levels + 2))
+        text += f"op chain(x) -> y {{\n    t0 = x\n{lines}    y = t{levels + 1}\n}}\n"
+    elif kind == "block":
+        text += (f"op blk(x) -> y {{\n    y = {inner}\n}} grad(dy) -> dx {{\n"
+                 f"    dx = {_grad_nest('dy * y^2', min(levels, 3), 'x')}\n}}\n")
+    for _ in range(draw(st.integers(0, 2))):
+        text = f'import "{draw(st.sampled_from(SPECIAL_IMPORTS))}"\n' + text
+    return text, draw(st.sampled_from(HOSTILE_FILES))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+@fuzz_settings(40)
+@given(case=hostile_programs())
+def test_hostile_programs_end_quickly_in_a_module_or_a_positioned_error(case,
+                                                                        tmp_path_factory) -> None:
+    """Each input within HARD_LIMIT seconds and MEMORY_LIMIT, read from a file whose
+    name is hostile, next to a FIFO and a folder it may import."""
+    text, name = case
+    folder = tmp_path_factory.mktemp("hostile")
+    os.mkfifo(folder / "fifo.grad")
+    (folder / "folder.grad").mkdir()
+    text = text.replace('"FIFO"', '"fifo.grad"').replace('"FOLDER"', '"folder.grad"')
+    try:
+        path = folder / name
+        path.write_text(text, encoding="utf-8")
+    except (OSError, ValueError):             # a name this file system refuses
+        path = folder / "hostile.grad"
+        path.write_text(text, encoding="utf-8")
+    with hard_limit(HARD_LIMIT):
+        try:
+            out = gradc.compile_file(path, folder / "gen.py")
+        except gradc.GradcError as err:
+            assert_positioned(err)
+            check_memory(text[:200])
+            return
+    compile(Path(out).read_text(encoding="utf-8"), "generated.py", "exec")
+    check_memory(text[:200])
 
 
 # ---- random text and bytes ---------------------------------------------------------
