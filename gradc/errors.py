@@ -114,9 +114,13 @@ class GradcWarning(UserWarning):
     """
 
     def __init__(self, message: str, span: Span | None = None, code: str = "W400",
-                 notes: Sequence[str] = (), severity: str = "warning") -> None:
+                 notes: Sequence[str] = (), severity: str = "warning",
+                 intended: bool = False) -> None:
         self.message, self.span, self.code, self.notes = message, span, code, tuple(notes)
         self.severity = severity      # "warning", or "note": shown by explain only
+        # about a rule the user marked 'surrogate': shown when compiled, not again each
+        # time the module is loaded from gradc's cache
+        self.intended = intended
         super().__init__(self.render())
 
     def render(self) -> str:

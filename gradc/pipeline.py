@@ -101,10 +101,21 @@ def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
     except GradientError as exc:      # a grad block that cannot be transposed (E405)
         compiled.missing["jvp"] = exc.render()
         compiled.diagnostics.append(GradcWarning(
-            exc.message + "; its jvp method raises this error", exc.span, "W405", exc.notes))
+            exc.message + "; its jvp method raises this error", exc.span, "W405", exc.notes,
+            intended=in_surrogate_rule(exc.span, ops)))
     else:
         compiled.methods["jvp"] = _method("jvp", tangent, check)
     return compiled
+
+
+def in_surrogate_rule(span, ops: Mapping[str, ast.OpDef]) -> bool:
+    """Whether ``span`` lies in a grad block marked ``surrogate`` (an intended rule)."""
+    for op in ops.values():
+        g = op.grad
+        if g is not None and g.surrogate and span is not None and g.body and \
+                span.file == g.span.file and g.span.line <= span.line <= g.body[-1].span.line:
+            return True
+    return False
 
 
 def _differentiate(primal: Graph, compiled: CompiledOp) -> Graph:

@@ -3,7 +3,7 @@
 A test that needs a part the machine lacks skips, saying what is missing and how to
 install it, unless the part's ``GRADC_REQUIRE_*`` variable is ``1``: then it fails.
 The README's test command requires CUDA (the ``cuda`` extra it installs); CI's command
-requires all three (README, "Tests").
+requires all three (README.md, "Tests"; tests/test_ci.py).
 """
 from __future__ import annotations
 

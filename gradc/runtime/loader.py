@@ -125,7 +125,12 @@ def _compile_into(target: Path, name: str, path: Path, program,
     try:
         discard_entry(target)
         write_entry(target, text)
-        write_metadata(target, path, list(program.files), dict(sorted(options.items())), ours)
+        # warnings about rules marked 'surrogate' were shown now; not again on each load
+        write_metadata(target, path, list(program.files), dict(sorted(options.items())),
+                       [w for w in ours if not w.intended])
+        for w in ours:                   # the others: from the metadata, as on every load
+            if w.intended:
+                warnings.warn(w, stacklevel=_caller_level())
         return None
     except OSError as exc:
         why = exc.strerror or str(exc)
