@@ -76,6 +76,22 @@ def select_op(cop) -> None:
     ranks = [len(p.shape) for p in cop.params if p.shape is not None]
     if any(r > 2 for r in ranks):
         raise Skip("a parameter of rank > 2")
+    if input_rank(cop) > 2:
+        raise Skip(f"reduces over axis {input_rank(cop) - 1}: inputs of rank > 2 are not "
+                   "benchmarked")
+
+
+def input_rank(cop) -> int:
+    """The rank unannotated parameters need: 1, or more where a method reduces over a
+    further axis (``sum(x, axis=(0, 1))`` needs 2)."""
+    rank = 1
+    for m in cop.methods.values():
+        for node in m.graph:
+            axis = node.attr("axis", None)
+            for a in (axis if isinstance(axis, tuple) else () if axis is None else (axis,)):
+                if isinstance(a, int):
+                    rank = max(rank, a + 1 if a >= 0 else -a)
+    return rank
 
 
 def make_inputs(cop, n: int, rng) -> list:
@@ -92,8 +108,10 @@ def make_inputs(cop, n: int, rng) -> list:
         if p.has_default:
             out.append(np.asarray(p.default))
             continue
-        shape = (n,) if p.shape is None else tuple(
-            d if isinstance(d, int) else dims.setdefault(d, n) for d in p.shape)
+        if p.shape is None:
+            shape = (max(n // ROW, 1), min(ROW, n)) if input_rank(cop) == 2 else (n,)
+        else:
+            shape = tuple(d if isinstance(d, int) else dims.setdefault(d, n) for d in p.shape)
         x = rng.standard_normal(shape) * 3
         dt = {"f64": np.float64, "f16": np.float16, "i32": np.int32, "i64": np.int64,
               "bool": np.bool_}.get(p.dtype, np.float32)
@@ -411,6 +429,11 @@ def run_bench(path: str | Path, sizes: Sequence[int] = DEFAULT_SIZES, repeat: in
                                           warmup, (numpy_refs or {}).get(cop.op.name), settle))
             except Skip as exc:
                 skipped.append({"op": cop.op.name, "n": n, "reason": str(exc)})
+            except (ValueError, TypeError, IndexError) as exc:    # inputs the op refuses
+                shapes = ", ".join(str(np.shape(a)) for a in args or ())
+                skipped.append({"op": cop.op.name, "n": n, "reason":
+                                f"the op refused inputs of shapes {shapes} ({exc}); "
+                                "annotate its parameters' shapes (x: f32[b, k])"})
             args = None
             gc.collect()
             bar.update(1)

@@ -354,3 +354,12 @@ def test_frameworks_beyond_elementwise(modules, name):
     if importlib.util.find_spec("torch"):
         got = torch_functions(cop)[1](*to_torch(args), *to_torch([up]))
         _agree([v.detach().numpy() for v in got], both, f"torch {name}")
+
+
+def test_bench_gives_an_op_reducing_over_axis_1_rank_2_inputs(tmp_path):
+    """A grad block summing over axis=(0, 1) ended in 'internal error' (1-D inputs)."""
+    f = tmp_path / "ax.grad"
+    f.write_text("op sq(x) -> y {\n    y = x * x\n} grad(dy) -> dx surrogate {\n"
+                 "    dx = dy * sum(x, axis=(0, 1))\n}\n")
+    report = run_bench(f, sizes=[2000], variants=["fused"], repeat=1, warmup=0, progress=None)
+    assert report["skipped"] == [] and [r["op"] for r in report["results"]] == ["sq"]
