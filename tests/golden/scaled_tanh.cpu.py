@@ -640,6 +640,12 @@ class _GradcOp:
                             f"keyword-only, as every parameter with a default: "
                             f"{call}(..., {names[0]}=...)") from None
 
+    def _bare(self, exc):
+        """``exc`` without the frames below the public method when it is one of the
+        op's own argument errors (its message starts with the op's name), so that a
+        traceback ends at the caller's line; any other keeps its frames."""
+        return exc.with_traceback(None) if str(exc).startswith(self.__name__) else exc
+
     def _relabel(self, method, exc):
         """Raise NumPy's own ValueErrors (AxisError...) again with the method's name
         (``op.unfused.vjp`` for an unfused one); return if ``exc`` has it (ours do)."""
@@ -660,9 +666,9 @@ class _GradcOp:
     def __call__(self, /, *args, **kwargs):
         try:
             return self._forward(*args, **kwargs)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, IndexError) as exc:
             self._failed("forward", exc)
-            raise
+            raise self._bare(exc)  # a refused argument: the checks' frames left out
         except _GradcDask:
             return self._run_dask("forward", args, kwargs)
 
@@ -674,9 +680,9 @@ class _GradcOp:
         def call(*args, **kwargs):
             try:
                 return run(*args, **kwargs)
-            except (ValueError, TypeError) as exc:
+            except (ValueError, TypeError, IndexError) as exc:
                 self._failed(method, exc)
-                raise
+                raise self._bare(exc)  # a refused argument: the checks' frames left out
             except _GradcDask:
                 return self._run_dask(method, args, kwargs)
 

@@ -122,3 +122,24 @@ def test_compiler_warnings_are_shown_again_from_the_cache(tmp_path, cache):
     assert f"{src}:4:5: warning[W405]: op 'c' has no forward mode" in message
     assert "4 |     dx = ones_like(dy)" in message and "|     ^^" in message
 
+
+
+def test_a_refused_argument_raises_from_the_public_method(tmp_path, cache):
+    """The traceback of an argument error ends one frame below the caller's line (the
+    public method), not 3-8 frames into the generated module's checks."""
+    import traceback
+    import numpy as np
+    import gradc
+    src = tmp_path / "t.grad"
+    src.write_text("op t(x) -> y {\n    y = tanh(x)\n}\n")
+    m = gradc.load(src)
+    for call in (lambda: m.t.fwd_bwd(np.ones(3), np.ones(4)), lambda: m.t(np.ones(3), out=1)):
+        try:
+            call()
+        except (ValueError, TypeError) as exc:
+            frames = traceback.extract_tb(exc.__traceback__)
+            # this test, its lambda, the public method: none of the checks' frames
+            assert str(exc).startswith("t") and len(frames) == 3, frames
+            assert frames[-1].name in ("call", "__call__"), frames
+        else:
+            raise AssertionError("no error")
