@@ -4,9 +4,11 @@ Fenced blocks are found with markdown-it-py (CommonMark), and what is done with
 each depends on its info string (the words after the opening fence):
 
 - ``python``: run.  A page's python blocks run in order in one namespace, as a
-  reader would type them into one interpreter, with the repository root as the
-  working directory.  (README.md's fragments use arrays they do not define:
-  ``README_SETUP`` below defines them.)
+  reader would type them into one interpreter, in a fresh working directory that
+  links to the repository's top-level entries (``examples/``...), as a reader's
+  checkout would hold them: the files a page writes land there, never in the
+  repository, and two runs never share one.  (README.md's fragments use arrays they
+  do not define: ``README_SETUP`` below defines them.)
 - ``pycon``: an interactive session (``>>>`` prompts and what they print), run by
   the standard library's ``doctest`` in the same namespace, in page order with
   the python blocks; the output must be what is shown (``...`` elides, and runs
@@ -16,7 +18,7 @@ each depends on its info string (the words after the opening fence):
   its expected output (stdout and stderr together).  A line ``...`` stands for
   any number of lines, and ``...`` at the end of a line for the rest of it;
   trailing spaces are ignored.  ``gradc`` and ``python`` run with this
-  interpreter, in the repository root.
+  interpreter, in the page's working directory.
 - ``grad``: a whole .grad file; ``gradc check`` must pass on it (exit status 0:
   every gradient checked, every custom rule exact or marked ``surrogate``), as a
   file ``ops.grad`` beside copies of ``examples/*.grad`` (so ``import "seed.grad"``
@@ -102,11 +104,23 @@ PAGES_RUN = sorted({b.page for b in _run("python") + _run("pycon") + _run("conso
 DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
+def checkout(folder: Path) -> Path:
+    """``folder`` made to look like the repository's root, where a reader runs the
+    pages' commands: a link to each of its top-level entries (``examples/``...)."""
+    for entry in ROOT.iterdir():
+        if not entry.name.startswith("."):
+            (folder / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+    return folder
+
+
 @pytest.mark.parametrize("page", PAGES_RUN, ids=[str(p.relative_to(ROOT)) for p in PAGES_RUN])
-def test_code_blocks_run(page, monkeypatch):
+def test_code_blocks_run(page, monkeypatch, tmp_path):
     """The page's python, pycon and console blocks, in page order (a console block
-    may use a file a python block wrote, as a reader's shell would)."""
-    monkeypatch.chdir(ROOT)
+    may use a file a python block wrote, as a reader's shell would), in a folder of
+    their own: what a page writes in its working directory stays out of the
+    repository."""
+    cwd = checkout(tmp_path)
+    monkeypatch.chdir(cwd)
     monkeypatch.syspath_prepend(str(ROOT))
     namespace = {"__name__": "__docs__"}
     if page.name == "README.md":
@@ -136,7 +150,7 @@ def test_code_blocks_run(page, monkeypatch):
             runner.run(test, out=out.append, clear_globs=False)
             assert runner.failures == 0, "".join(out)
         elif b.lang == "console":
-            run_session(b)
+            run_session(b, cwd)
 
 
 # -- console ----------------------------------------------------------------------------
@@ -176,20 +190,20 @@ def matches(expected: list[str], actual: list[str]) -> bool:
     return re.fullmatch("".join(pattern), "".join(l + "\n" for l in actual)) is not None
 
 
-def run_command(command: str) -> list[str]:
+def run_command(command: str, cwd: Path = ROOT) -> list[str]:
     prelude = (f'gradc() {{ "{sys.executable}" -m gradc.cli "$@"; }}; '
                f'python() {{ "{sys.executable}" "$@"; }}; ')
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100"}
     env.pop("NO_COLOR", None)
-    proc = subprocess.run(["bash", "-c", prelude + command], cwd=ROOT, env=env,
+    proc = subprocess.run(["bash", "-c", prelude + command], cwd=cwd, env=env,
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           timeout=300)
     return [l.rstrip() for l in proc.stdout.rstrip("\n").splitlines()]
 
 
-def run_session(block: Block) -> None:
+def run_session(block: Block, cwd: Path = ROOT) -> None:
     for command, expected in session(block.text):
-        actual = run_command(command)
+        actual = run_command(command, cwd)
         assert matches(expected, actual), (
             f"{block.where}: $ {command}\n--- shown\n" + "\n".join(expected)
             + "\n--- printed\n" + "\n".join(actual))
