@@ -4,7 +4,9 @@ Every op whose parameters fit a flat benchmark (generic or rank-1 parameters
 get ``n`` elements; rank-2 ones ``n / 1000`` rows of 1000, as ``add_bias`` or a
 1000-class ``softmax_xent``; ops with ``@`` are left to
 ``benchmarks/bench_mlp.py``) is run at each size ``n`` in the float dtype of its
-annotations (float32 when generic), ``fwd_bwd`` with upstreams of ones, as:
+annotations (float32 when generic), ``fwd_bwd`` with upstreams of ones.  ``shapes``
+(``--shape NAME=DIMS``) gives parameters' shapes instead (:func:`input_shapes`).
+Each op is run as:
 
 * ``fused+out``   gradc's fused ``fwd_bwd`` writing preallocated ``out=`` buffers;
 * ``fused``       the same, allocating its results, as users call it;
@@ -69,16 +71,18 @@ def available_variants() -> tuple[str, ...]:
 # -- inputs -----------------------------------------------------------------------
 
 
-def select_op(cop) -> None:
-    """Raise :class:`Skip` unless ``cop`` fits this benchmark."""
+def select_op(cop, shapes: Mapping[str, tuple] | None = None) -> None:
+    """Raise :class:`Skip` unless ``cop`` fits this benchmark (a parameter of rank
+    > 2 only where ``shapes`` gives its shape)."""
     if any(n.op == "matmul" for n in cop.methods["fwd_bwd"].graph):
         raise Skip("uses @ (matmul): see benchmarks/bench_mlp.py")
-    ranks = [len(p.shape) for p in cop.params if p.shape is not None]
-    if any(r > 2 for r in ranks):
-        raise Skip("a parameter of rank > 2")
-    if input_rank(cop) > 2:
-        raise Skip(f"reduces over axis {input_rank(cop) - 1}: inputs of rank > 2 are not "
-                   "benchmarked")
+    given = _given(cop, shapes)
+    if any(len(p.shape) > 2 for p in cop.params
+           if p.shape is not None and p.name not in given):
+        raise Skip("a parameter of rank > 2 (give its shape with --shape NAME=DIMS)")
+    if input_rank(cop) > 2 and not any(p.shape is None for p in cop.params if p.name in given):
+        raise Skip(f"reduces over axis {input_rank(cop) - 1}: inputs of rank > 2 are "
+                   "benchmarked only with shapes given (--shape NAME=DIMS)")
 
 
 def input_rank(cop) -> int:
@@ -94,24 +98,115 @@ def input_rank(cop) -> int:
     return rank
 
 
-def make_inputs(cop, n: int, rng) -> list:
-    """One value per parameter, in order: defaults as 0-d arrays, rank <= 1
-    parameters with ``n`` elements, rank-2 ones ``(n // ROW, ROW)`` (named dims
-    kept consistent), values N(0, 3^2) (integers: rounded; bool: random)."""
+def parse_shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``"x=4096,1024"`` or ``"x=4096x1024"`` -> ``("x", (4096, 1024))``; ValueError
+    naming the problem for anything else."""
+    name, eq, dims = (part.strip() for part in text.partition("="))
+    if not eq:
+        raise ValueError(f"{text!r} is not NAME=DIMS (e.g. x=4096,1024)")
+    if not name:
+        raise ValueError(f"{text!r}: no parameter name before '='")
+    if not name.isidentifier():
+        raise ValueError(f"{text!r}: {name!r} is not a parameter name")
+    if not dims:
+        raise ValueError(f"{text!r}: no dimensions after '=' (e.g. {name}=4096,1024)")
+    out = []
+    for d in dims.replace("\u00d7", ",").replace("x", ",").split(","):
+        d = d.strip()
+        if not d.isdigit() or not d.isascii():
+            raise ValueError(f"{text!r}: dimension {d!r} is not a positive integer"
+                             if d else f"{text!r}: an empty dimension")
+        if int(d) == 0:
+            raise ValueError(f"{text!r}: dimensions must be positive, got 0")
+        out.append(int(d))
+    return name, tuple(out)
+
+
+class ShapeError(ValueError):
+    """A ``shapes`` argument that is malformed or names no benchmarked parameter
+    (``gradc bench`` exits 2)."""
+
+
+def check_shapes(shapes: Mapping | None) -> dict[str, tuple[int, ...]]:
+    """``shapes`` as ``{name: (dims...)}`` (an int for one dim); :class:`ShapeError`
+    for a name that is not a string or dims that are not positive integers."""
+    out = {}
+    for name, dims in (shapes or {}).items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ShapeError(f"shape for {name!r}: not a parameter name")
+        dims = (dims,) if isinstance(dims, (int, np.integer)) else dims
+        try:
+            dims = tuple(dims)
+        except TypeError:
+            raise ShapeError(f"shape of {name}: {dims!r} is not a tuple of dims") from None
+        if not dims or any(isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer))
+                           or d <= 0 for d in dims):
+            raise ShapeError(f"shape of {name}: {dims!r}: dims must be positive integers "
+                             "(at least one)")
+        out[name] = tuple(int(d) for d in dims)
+    return out
+
+
+def _given(cop, shapes: Mapping[str, tuple] | None) -> dict[str, tuple]:
+    """The shapes of ``shapes`` that apply to ``cop``: its parameters without a default
+    (a default is passed as the scalar it is)."""
+    return {p.name: tuple(shapes[p.name]) for p in cop.params
+            if shapes and p.name in shapes and not p.has_default}
+
+
+def input_shapes(cop, n: int, shapes: Mapping[str, tuple] | None = None) -> list:
+    """The shape of each parameter, in order (None for one with a default, passed as
+    its default): a shape in ``shapes`` as given; unannotated parameters ``(n,)``, or
+    ``(n // ROW, ROW)`` where the op reduces over axis 1, or the shape given to another
+    unannotated parameter (they broadcast together); rank <= 1 annotated ones ``n``
+    elements per named dim, rank-2 ones ``(n // ROW, ROW)``; named dims kept consistent,
+    those of given shapes first (a rank-2 parameter with one dim fixed by them gets
+    about ``n`` elements)."""
+    given = _given(cop, shapes)
     dims: dict = {}
     for p in cop.params:
-        if p.shape is not None and len(p.shape) == 2:
-            for d, size in zip(p.shape, (max(n // ROW, 1), min(ROW, n))):
+        shape = given.get(p.name)
+        if shape is not None and p.shape is not None and len(p.shape) == len(shape):
+            for d, size in zip(p.shape, shape):
+                if not isinstance(d, int):
+                    dims.setdefault(d, size)
+    fixed = dict(dims)
+    for p in cop.params:
+        if p.shape is not None and len(p.shape) == 2 and p.name not in given:
+            rows, cols = (None if isinstance(d, int) else fixed.get(d) for d in p.shape)
+            if rows is None and cols is not None:
+                rows = max(n // cols, 1)
+            elif cols is None and rows is not None:
+                cols = max(n // rows, 1)
+            else:
+                rows, cols = max(n // ROW, 1), min(ROW, n)
+            for d, size in zip(p.shape, (rows, cols)):
                 dims.setdefault(d, size)
+    follow = next((given[p.name] for p in cop.params if p.name in given and p.shape is None),
+                  None)
     out = []
     for p in cop.params:
         if p.has_default:
+            out.append(None)
+        elif p.name in given:
+            out.append(given[p.name])
+        elif p.shape is None:
+            out.append(follow if follow is not None else
+                       (max(n // ROW, 1), min(ROW, n)) if input_rank(cop) == 2 else (n,))
+        else:
+            out.append(tuple(d if isinstance(d, int) else dims.setdefault(d, n)
+                             for d in p.shape))
+    return out
+
+
+def make_inputs(cop, n: int, rng, shapes: Mapping[str, tuple] | None = None) -> list:
+    """One value per parameter, in order: defaults as 0-d arrays, the others of the
+    shapes of :func:`input_shapes`, values N(0, 3^2) (integers: rounded; bool: random)."""
+    out = []
+    for p, shape in zip(cop.params, input_shapes(cop, n, shapes)):
+        if p.has_default:
             out.append(np.asarray(p.default))
             continue
-        if p.shape is None:
-            shape = (max(n // ROW, 1), min(ROW, n)) if input_rank(cop) == 2 else (n,)
-        else:
-            shape = tuple(d if isinstance(d, int) else dims.setdefault(d, n) for d in p.shape)
         x = rng.standard_normal(shape) * 3
         dt = {"f64": np.float64, "f16": np.float16, "i32": np.int32, "i64": np.int64,
               "bool": np.bool_}.get(p.dtype, np.float32)
@@ -387,63 +482,107 @@ def run_bench(path: str | Path, sizes: Sequence[int] = DEFAULT_SIZES, repeat: in
               warmup: int = 2, variants: Sequence[str] | None = None,
               ops: Sequence[str] | None = None, precise: bool = False,
               numpy_refs: Mapping[str, Callable] | None = None,
-              progress: bool | None = None, settle: float = SETTLE) -> dict:
+              progress: bool | None = None, settle: float = SETTLE,
+              shapes: Mapping[str, Sequence[int]] | None = None) -> dict:
     """Benchmark every op of ``path`` that fits at every size; the report as a dict
     (what ``--json`` writes).  ``variants``: a subset of :data:`VARIANTS` (default:
-    all available); ``progress``: a tqdm bar on stderr (default: when it is a TTY)."""
+    all available); ``progress``: a tqdm bar on stderr (default: when it is a TTY);
+    ``shapes``: ``{parameter name: dims}`` used for every op with a parameter of that
+    name, instead of a shape chosen from ``n`` (:func:`input_shapes`; an op whose
+    shapes are all given runs once, not once per size; its results have
+    ``shapes_given``); :class:`ShapeError` for a name no benchmarked op has."""
     import gradc
     from gradc.bench_report import machine_info
     load_before = _loadavg()
+    shapes = check_shapes(shapes)
     variants = tuple(v for v in (variants or available_variants()) if v in VARIANTS)
     program = load_program(path)
     unknown = [n for n in ops or () if n not in program.main_ops]
     if unknown:
         from gradc.explain import unknown_op_error
         raise unknown_op_error(path, unknown, program.main_ops)
-    module = gradc.load(path, **({"precise": True} if precise else {}))
-    _set_threads(variants)
-    rng = np.random.default_rng(0)
     selected, skipped = [], []
     for name in program.main_ops:
         if ops is not None and name not in ops:
             continue
         try:
             cop = build_op(program.ops[name], program.ops, program.consts)
-            select_op(cop)
+            select_op(cop, shapes)
             selected.append(cop)
         except Skip as exc:
             skipped.append({"op": name, "reason": str(exc)})
         except Exception as exc:        # an op this version cannot compile
             skipped.append({"op": name, "reason": f"{type(exc).__name__}: {exc}"})
+    _check_shape_names(shapes, selected, skipped, program)
+    module = gradc.load(path, **({"precise": True} if precise else {}))
+    _set_threads(variants)
+    rng = np.random.default_rng(0)
     bar = _progress(len(selected) * len(sizes), progress)
     results = []
     for cop in selected:
         dtype = _compute_dtype(make_inputs(cop, 2, rng))
         fns, why = build_frameworks(cop, variants, dtype)
+        given = {k: list(v) for k, v in _given(cop, shapes).items()}
+        done = set()
         for n in sizes:
             bar.set_postfix_str(f"{cop.op.name} n={n:.0e}")
+            case = tuple(input_shapes(cop, n, shapes))
+            if case in done:            # every shape given or fixed by them: run once
+                bar.update(1)
+                continue
+            done.add(case)
+            at = {"n": n, "shapes": given} if given else {"n": n}
+            args = None
             try:
-                args = make_inputs(cop, n, rng)
+                args = make_inputs(cop, n, rng, shapes)
                 _check_memory(cop, args)
-                results.append(bench_case(module, cop, args, variants, fns, why, repeat,
-                                          warmup, (numpy_refs or {}).get(cop.op.name), settle))
+                res = bench_case(module, cop, args, variants, fns, why, repeat, warmup,
+                                 (numpy_refs or {}).get(cop.op.name), settle)
+                results.append({**res, "shapes_given": given})
             except Skip as exc:
-                skipped.append({"op": cop.op.name, "n": n, "reason": str(exc)})
+                skipped.append({"op": cop.op.name, **at, "reason": str(exc)})
             except (ValueError, TypeError, IndexError) as exc:    # inputs the op refuses
-                shapes = ", ".join(str(np.shape(a)) for a in args or ())
-                skipped.append({"op": cop.op.name, "n": n, "reason":
-                                f"the op refused inputs of shapes {shapes} ({exc}); "
-                                "annotate its parameters' shapes (x: f32[b, k])"})
+                used = ", ".join(f"{p.name} {np.shape(a)}" for p, a in zip(cop.params, args)
+                                 if np.ndim(a)) if args else "?"
+                advice = ("the shapes given do not fit it: give shapes it accepts "
+                          "(--shape NAME=DIMS for each parameter)" if given else
+                          "annotate its parameters' shapes (x: f32[b, k]) or give them "
+                          "(--shape NAME=DIMS)")
+                skipped.append({"op": cop.op.name, **at, "reason":
+                                f"the op refused inputs of shapes {used} ({exc}); {advice}"})
             args = None
             gc.collect()
             bar.update(1)
     bar.close()
     return {"spec": str(path), "sizes": list(sizes), "repeat": repeat, "warmup": warmup,
+            "shapes": {k: list(v) for k, v in shapes.items()},
             "settle_s": settle, "variants": list(variants), "precise": precise,
             "numpy": "hand-written" if numpy_refs else "IR interpreter (op by op)",
             "machine": {**machine_info(variants), "loadavg_before": load_before,
                         "loadavg_after": _loadavg()},
             "results": results, "skipped": skipped}
+
+
+def _check_shape_names(shapes: Mapping[str, tuple], selected: list, skipped: list,
+                       program) -> None:
+    """:class:`ShapeError` unless every name in ``shapes`` is a parameter (without a
+    default) of a benchmarked op."""
+    params = list(dict.fromkeys(p.name for cop in selected for p in cop.params
+                                if not p.has_default))
+    unknown = [k for k in shapes if k not in params]
+    if not unknown:
+        return
+    notes = []
+    for k in unknown:
+        defaults = [cop.op.name for cop in selected
+                    if any(p.name == k and p.has_default for p in cop.params)]
+        if defaults:
+            notes.append(f"{k} has a default in {', '.join(defaults)} (passed as that scalar)")
+        notes += [f"{s['op']} has a parameter {k} but is not benchmarked: {s['reason']}"
+                  for s in skipped if any(p.name == k for p in program.ops[s["op"]].params)]
+    raise ShapeError(f"no benchmarked op has a parameter named {', '.join(unknown)} "
+                     f"(their parameters: {', '.join(params) or 'none'})"
+                     + "".join(f"; {note}" for note in notes))
 
 
 def _loadavg() -> list[float] | None:
@@ -505,8 +644,8 @@ def bench_file(path: str | Path, n: int | None = 10**7, repeat: int = 11,
                variants: Sequence[str] = (*GRADC_VARIANTS, "numpy"),
                progress: bool | None = False, color: bool = False, **kw) -> str:
     """The benchmark tables of ``path`` as text (gradc's variants and NumPy by
-    default; :func:`run_bench` for the rest; ``progress`` as there; ``color``:
-    ANSI styles)."""
+    default; :func:`run_bench` for the rest, ``shapes={"x": (4096, 1024)}`` among
+    them; ``progress`` as there; ``color``: ANSI styles)."""
     from gradc.bench_report import format_report
     sizes = sizes or ([n] if n else DEFAULT_SIZES)
     return format_report(run_bench(path, sizes, repeat, variants=variants, precise=precise,

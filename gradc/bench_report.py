@@ -151,9 +151,15 @@ def format_report(report: dict, color: bool = False) -> str:
                    "means other work shared the cores)")
     out += [style(w, "bold", on=color) for w in interference(report)]
     for n in report["sizes"]:
-        cases = [r for r in report["results"] if r["n"] == n]
+        cases = [r for r in report["results"] if r["n"] == n and not r.get("shapes_given")]
         if cases:
             out += [""] + _size_block(n, cases, report["variants"], color)
+    shaped: dict[str, list[dict]] = {}      # shapes given (--shape): a block per shapes
+    for r in report["results"]:
+        if r.get("shapes_given"):
+            shaped.setdefault(shapes_label(r["shapes"]), []).append(r)
+    for label, cases in shaped.items():
+        out += [""] + _size_block(cases[0]["n"], cases, report["variants"], color, label)
     out += [""] + _legend(report["numpy"], report["variants"])
     notes = _notes(report)
     return "\n".join(out + ([""] + notes if notes else []))
@@ -187,14 +193,24 @@ def interference(report: dict) -> list[str]:
     return out
 
 
-def _size_block(n: int, cases: list[dict], order: Sequence[str], color: bool) -> list[str]:
+def shapes_label(shapes: dict) -> str:
+    """``{"x": [8, 16], "b": [16], "alpha": []}`` -> ``"x 8×16, b 16"`` (scalars left out)."""
+    return ", ".join(f"{k} {'×'.join(map(str, v))}" for k, v in shapes.items() if v)
+
+
+def _size_block(n: int, cases: list[dict], order: Sequence[str], color: bool,
+                label: str | None = None) -> list[str]:
+    """The tables of the cases at size ``n``, or (``label``) of the shapes given."""
     import numpy as np
     cols = [v for v in order if any(v in c["variants"] for c in cases)]
     ref = {k: float(np.median([c["references"][k]["median_s"] for c in cases]))
            for k in ("copy 2r/2w", "np.copyto")}
     gbs = {k: float(np.median([c["references"][k]["gbs"] for c in cases])) for k in ref}
     dt = cases[0]["dtype"]
-    out = [f"n = {n:,} ({dt}, {n * np.dtype(dt).itemsize / 1e6:g} MB per array); copy: "
+    mb = n * np.dtype(dt).itemsize / 1e6
+    head = f"shapes {label} ({dt}, {mb:g} MB in the largest array)" if label is not None \
+        else f"n = {n:,} ({dt}, {mb:g} MB per array)"
+    out = [f"{head}; copy: "
            f"numba 2-read/2-write {_num(ref['copy 2r/2w'] * 1e3)} ms = "
            f"{gbs['copy 2r/2w']:.1f} GB/s, np.copyto {_num(ref['np.copyto'] * 1e3)} ms = "
            f"{gbs['np.copyto']:.1f} GB/s (medians over ops)"]
@@ -247,7 +263,8 @@ def _notes(report: dict) -> list[str]:
         notes.append(f"not installed or not selected: {', '.join(missing)} "
                      "(pip install gradc[bench])")
     for s in report["skipped"]:
-        at = f" at n = {s['n']:,}" if "n" in s else ""
+        at = f" at shapes {shapes_label(s['shapes'])}" if s.get("shapes") else \
+            f" at n = {s['n']:,}" if "n" in s else ""
         notes.append(f"skipped: {s['op']}{at}: {s['reason']}")
     return notes
 

@@ -130,7 +130,7 @@ def _cmd_explain(args) -> int:
 
 
 def _cmd_bench(args) -> int:
-    from gradc.bench import VARIANTS, available_variants, run_bench
+    from gradc.bench import VARIANTS, ShapeError, available_variants, run_bench
     from gradc.bench_report import format_report, plot_report, write_json
     from gradc.term import use_color
     unknown = [v for v in (args.variants or []) + args.skip if v not in VARIANTS]
@@ -142,10 +142,21 @@ def _cmd_bench(args) -> int:
         print("error: --repeat must be at least 1, --warmup and --settle not negative",
               file=sys.stderr)
         return 2
+    shapes: dict = {}
+    for name, dims in args.shape or ():
+        if name in shapes and shapes[name] != dims:
+            print(f"error: --shape {name} given twice ({','.join(map(str, shapes[name]))} "
+                  f"and {','.join(map(str, dims))})", file=sys.stderr)
+            return 2
+        shapes[name] = dims
     variants = [v for v in args.variants or available_variants() if v not in args.skip]
     sizes = [args.n] if args.n else args.sizes
-    report = run_bench(args.spec, sizes, args.repeat, args.warmup, variants, args.ops,
-                       args.precise, settle=args.settle)
+    try:
+        report = run_bench(args.spec, sizes, args.repeat, args.warmup, variants, args.ops,
+                           args.precise, settle=args.settle, shapes=shapes)
+    except ShapeError as exc:
+        print(f"error: --shape: {exc}", file=sys.stderr)
+        return 2
     text = sys.stderr if args.json == "-" else sys.stdout     # stdout carries the JSON
     print(format_report(report, color=use_color(text, args.color)), file=text)
     if args.json:
@@ -185,6 +196,15 @@ def _size(text: str) -> int:
     if n <= 0:
         raise argparse.ArgumentTypeError(f"sizes must be positive, got {n}")
     return n
+
+
+def _shape(text: str) -> tuple[str, tuple[int, ...]]:
+    """``x=4096,1024`` or ``x=4096x1024`` (``gradc bench --shape``)."""
+    from gradc.bench import parse_shape
+    try:
+        return parse_shape(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _cmd_graph(args) -> int:
@@ -257,6 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--sizes", type=_size, nargs="+", default=[10**6, 10**7], metavar="N",
                    help="elements per array (default 1e6 1e7; 1e4 to 1e8 as memory allows)")
     b.add_argument("--n", type=_size, help="one size (same as --sizes N)")
+    b.add_argument("--shape", type=_shape, action="append", metavar="NAME=DIMS",
+                   help="the shape of every benchmarked op's parameter NAME, e.g. "
+                        "x=4096,1024 or x=4096x1024 (repeatable); other parameters are "
+                        "chosen to fit it; an op whose shapes all follow from those given "
+                        "runs once")
     b.add_argument("--repeat", type=int, default=11, help="timed repeats (default 11)")
     b.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
     b.add_argument("--ops", nargs="+", metavar="OP", help="only these ops")

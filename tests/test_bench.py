@@ -363,3 +363,130 @@ def test_bench_gives_an_op_reducing_over_axis_1_rank_2_inputs(tmp_path):
                  "    dx = dy * sum(x, axis=(0, 1))\n}\n")
     report = run_bench(f, sizes=[2000], variants=["fused"], repeat=1, warmup=0, progress=None)
     assert report["skipped"] == [] and [r["op"] for r in report["results"]] == ["sq"]
+
+
+# -- --shape: the shapes of an op's inputs given by the user ----------------------------
+
+SHAPED = """
+op rowmax(x) -> y {
+    y = x - max(x, axis=-1, keepdims=true)
+}
+op bias(x: f32[n, k], b: f32[k]) -> y {
+    y = softplus(x + b)
+}
+op leaky(x, alpha: nograd = 0.01) -> y {
+    y = where(x > 0, x, alpha * x)
+}
+op project(x: f32[n, k], w: f32[k]) -> y {
+    y = x @ w
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def shaped(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("bench_shape") / "shaped.grad"
+    path.write_text(SHAPED, encoding="utf-8")
+    return path
+
+
+def _cop(path, name):
+    program = load_program(path)
+    return build_op(program.ops[name], program.ops, program.consts)
+
+
+@pytest.mark.parametrize("value", ["x=8,16", "x=8x16"])
+def test_cli_bench_shape_sets_the_inputs_shape(shaped, tmp_path, capsys, value):
+    """A row-wise op gets 8 rows of 16 (it would get n elements in one row), once
+    although two sizes are asked for; the report labels the block by the shapes."""
+    out = tmp_path / "bench.json"
+    rc = main(["bench", str(shaped), "--shape", value, "--sizes", "1e3", "2e3",
+               "--repeat", "1", "--warmup", "0", "--settle", "0", "--ops", "rowmax",
+               "--variants", "fused+out", "numpy", "--json", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0
+    report = json.loads(out.read_text())
+    (r,) = report["results"]
+    assert r["shapes"] == {"x": [8, 16]} and r["shapes_given"] == {"x": [8, 16]}
+    assert r["n"] == 128 and r["bytes"] == 4 * 128 * 4     # x, dy, y, dx: float32
+    assert r["variants"]["numpy"]["max_rel_err"] < TOL
+    assert report["shapes"] == {"x": [8, 16]} and report["skipped"] == []
+    assert "shapes x 8×16 (float32" in text and "n = 1,000" not in text
+
+
+def test_bench_shape_rowwise_kernel_sees_rows(shaped):
+    """What the op computes on the given shape: each row's max subtracted (a 1-D
+    input would have one max)."""
+    cop = _cop(shaped, "rowmax")
+    args = make_inputs(cop, 1000, np.random.default_rng(0), {"x": (8, 16)})
+    (x,) = args
+    y = gradc.load(shaped).rowmax(x)
+    assert x.shape == (8, 16) and np.allclose(y.max(axis=-1), 0)
+
+
+def test_input_shapes_keep_named_dims_consistent(shaped):
+    from gradc.bench import input_shapes
+    bias, rowmax, leaky = (_cop(shaped, n) for n in ("bias", "rowmax", "leaky"))
+    assert input_shapes(bias, 10**6) == [(1000, 1000), (1000,)]          # as before
+    assert input_shapes(bias, 10**6, {"x": (4096, 1024)}) == [(4096, 1024), (1024,)]
+    assert input_shapes(bias, 10**6, {"b": (64,)}) == [(15625, 64), (64,)]  # ~n elements
+    assert input_shapes(bias, 10**6, {"x": (8, 16), "b": (10,)}) == [(8, 16), (10,)]
+    assert input_shapes(rowmax, 1000, {"w": (3,)}) == [(1000,)]
+    assert input_shapes(leaky, 1000, {"x": (2, 3), "alpha": (5,)}) == [(2, 3), None]
+
+
+def test_bench_shape_fixes_the_other_parameters(shaped):
+    report = _quick(shaped, ("fused+out",), ops=["bias"], shapes={"x": (8, 16)})
+    (r,) = report["results"]
+    assert r["shapes"] == {"x": [8, 16], "b": [16]} and r["shapes_given"] == {"x": [8, 16]}
+
+
+@pytest.mark.parametrize("shapes,why", [
+    ({"x": (8, 16), "b": 10}, "dim 'k' is 16 in argument 'x' but 10 in argument 'b'"),
+    ({"x": (16,)}, "argument 'x' must have 2 dims ['n', 'k'], got shape (16,)"),
+])
+def test_bench_shape_the_op_refuses_is_skipped_with_its_reason(shaped, shapes, why):
+    report = _quick(shaped, ("fused+out",), ops=["bias"], shapes=shapes)
+    assert report["results"] == []
+    (s,) = report["skipped"]
+    assert s["op"] == "bias" and why in s["reason"] and "shapes given" in s["reason"]
+    assert f"skipped: bias at shapes x {'×'.join(map(str, shapes['x']))}" in \
+        format_report(report)
+
+
+@pytest.mark.parametrize("value,message", [
+    ("x=", "no dimensions after '='"),
+    ("x=a,b", "dimension 'a' is not a positive integer"),
+    ("x=0,3", "dimensions must be positive, got 0"),
+    ("=3", "no parameter name before '='"),
+    ("x=3,", "an empty dimension"),
+    ("x", "is not NAME=DIMS"),
+])
+def test_cli_bench_malformed_shape_is_a_usage_error(shaped, capsys, value, message):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", str(shaped), "--shape", value])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"error: argument --shape: {value!r}: {message}" in err or \
+        f"error: argument --shape: {value!r} {message}" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--shape", "z=3"], "no benchmarked op has a parameter named z (their parameters: x, b)"),
+    (["--shape", "alpha=3"], "alpha has a default in leaky"),
+    (["--shape", "w=3"], "project has a parameter w but is not benchmarked: uses @"),
+    (["--shape", "b=3", "--ops", "rowmax"], "named b (their parameters: x)"),
+    (["--shape", "x=3", "--shape", "x=4"], "--shape x given twice (3 and 4)"),
+])
+def test_cli_bench_shape_of_no_parameter_is_an_error(shaped, capsys, args, message):
+    assert main(["bench", str(shaped), "--sizes", "1e3", "--repeat", "1", *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_run_bench_checks_shapes():
+    from gradc.bench import ShapeError
+    for bad in ({"x": (0, 3)}, {"x": ()}, {"x": "8,16"}, {"x": (2.5,)}, {3: (2,)}):
+        with pytest.raises(ShapeError):
+            run_bench(EXAMPLES / "seed.grad", [1000], shapes=bad)
