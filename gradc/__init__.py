@@ -1,6 +1,6 @@
 """gradc: a source-to-source compiler for gradient rules.
 
-Public API (SPEC §2):
+Public API (docs/generated-module.md describes it):
 
 * :func:`compile_source` — .grad text to the text of a standalone Python module;
 * :func:`compile_file` — a .grad file to a module file;

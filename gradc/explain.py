@@ -105,7 +105,8 @@ COMPUTE_DTYPES = ("float32", "float64")
 def compute_dtypes(params) -> tuple[str, ...]:
     """The compute dtypes ``T`` an op with parameters ``params``
     (:class:`gradc.ir.lower.ParamInfo`) can run in: NumPy's result type of its float
-    arguments, float16 computed in float32 (the generated module's rule, SPEC §1).
+    arguments, float16 computed in float32 (the generated module's rule:
+    docs/generated-module.md, *Dtypes*).
     An ``f64`` parameter makes it float64 only; ``f32``/``f16`` ones with no generic
     float parameter, float32 only; an op without float arguments computes in float64."""
     floats = [p.dtype for p in params if not p.has_default and p.dtype not in ("i32", "i64", "bool")]

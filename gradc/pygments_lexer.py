@@ -19,7 +19,7 @@ from gradc import syntax
 
 
 class GradLexer(RegexLexer):
-    """Tokens of a .grad file (SPEC §1); nothing the grammar accepts is an Error token."""
+    """Tokens of a .grad file (docs/language.md); nothing the grammar accepts is an Error token."""
 
     name = "gradc"
     aliases = ["grad", "gradc"]

@@ -1,4 +1,4 @@
-"""``gradc testgen SPEC.grad -o test_ops.py``: a pytest file for the user's own CI.
+"""``gradc testgen FILE.grad -o test_ops.py``: a pytest file for the user's own CI.
 
 The file imports the module through :func:`gradc.load` (the .grad file is found
 relative to the test file, by the relative path from the test file's directory
@@ -294,7 +294,7 @@ def render(plans: list[OpPlan], skipped: dict[str, str], spec_path: str, spec_ar
     return string.Template(text.rstrip("\n") + "\n").substitute(
         spec_name=docstring(Path(spec_arg).name), spec_arg=docstring(spec_arg),
         out_name=docstring(out_name),
-        version=gradc.__version__, left_out=left_out or " none", SPEC_PATH=repr(spec_path),
+        version=gradc.__version__, left_out=left_out or " none", GRAD_PATH=repr(spec_path),
         TOLERANCES=repr(TOLERANCES), **body)
 
 

@@ -72,7 +72,7 @@ def test_what_the_seed_file_tests(tmp_path, capsys) -> None:
     text = out.read_text()
     t = tables(text)
     rel = Path(os.path.relpath(EXAMPLES / "seed.grad", tmp_path)).as_posix()
-    assert f"SPEC = Path(__file__).resolve().parent / {rel!r}\n" in text
+    assert f"GRAD_FILE = Path(__file__).resolve().parent / {rel!r}\n" in text
     assert t["FINITE_DIFFERENCES"] == ["softmax_xent", "critic", "gradient_penalty"]
     assert list(t["CUSTOM"]) == ["custom_linear", "sign_ste", "clipped_relu", "scaled_tanh",
                                  "mlp"]
@@ -97,7 +97,7 @@ def test_the_file_is_deterministic(tmp_path) -> None:
     c, _ = write_tests(EXAMPLES / "activations.grad", tmp_path / "test_a.py")
     diff = [(x, y) for x, y in zip(a.read_text().splitlines(), c.read_text().splitlines())
             if x != y]
-    assert [x.split(" / ")[0] for x, _ in diff] == ["SPEC = Path(__file__).resolve().parent"]
+    assert [x.split(" / ")[0] for x, _ in diff] == ["GRAD_FILE = Path(__file__).resolve().parent"]
 
 
 MUTANT = """

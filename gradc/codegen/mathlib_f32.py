@@ -237,8 +237,8 @@ def _g_log1p_unit_f32(e):
 
 
 def _g_softplus_f32(x):
-    """softplus: ``max(x, 0) + log1p(exp(-|x|))`` (SPEC's stable form), the log1p
-    :func:`_g_log1p_unit_f32`."""
+    """softplus: ``max(x, 0) + log1p(exp(-|x|))`` (the stable form of
+    docs/language.md), the log1p :func:`_g_log1p_unit_f32`."""
     return (x if x > np.float32(0.0) else np.float32(0.0)) + _g_log1p_unit_f32(_g_exp_f32(-abs(x)))
 
 

@@ -242,7 +242,8 @@ def _g_sigmoid_f64(x):
 
 
 def _g_softplus_f64(x):
-    """softplus: ``max(x, 0) + log1p(exp(-|x|))`` (SPEC's stable form)."""
+    """softplus: ``max(x, 0) + log1p(exp(-|x|))`` (the stable form of
+    docs/language.md)."""
     return (x if x > 0.0 else 0.0) + _g_log1p_f64(_g_exp_f64(-abs(x)))
 
 

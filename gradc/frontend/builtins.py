@@ -1,4 +1,5 @@
-"""The builtin functions of the .grad language (SPEC §1) and their call forms.
+"""The builtin functions of the .grad language (docs/language.md, *Builtins*) and
+their call forms.
 
 This table is what the checker validates calls against; how each builtin is
 lowered to IR primitives lives in :mod:`gradc.ir.lower`.

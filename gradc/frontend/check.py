@@ -1,4 +1,5 @@
-"""Semantic checks of a parsed .grad file and the files it imports (SPEC §1).
+"""Semantic checks of a parsed .grad file and the files it imports (the rules of
+docs/language.md).
 
 :func:`check` resolves imports, evaluates constants, checks every op's names,
 calls, outputs and grad block, rejects recursion, and reports all errors

@@ -3,8 +3,8 @@
 :class:`Builder` is the only way nodes are created, by lowering, by autodiff
 and by passes, so every node gets its shape class and dtype from one place:
 the kind of its primitive (:mod:`gradc.ir.primitives`).  Literals are weak:
-a ``const`` takes the dtype of the arrays it meets, as SPEC §1 requires
-(float32 in, float32 math, float32 out).
+a ``const`` takes the dtype of the arrays it meets, as docs/language.md says of
+numbers (float32 in, float32 math, float32 out).
 """
 from __future__ import annotations
 

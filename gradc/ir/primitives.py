@@ -27,9 +27,9 @@ the host wrapper for primitives that are kernel boundaries (reductions,
 matmul, layout).  Derivative sources: standard calculus; the tie and kink
 conventions (``sign'(0) = 0``, ``abs'(0) = 0``, ties split evenly for
 ``maximum``/``minimum`` and the ``max``/``min`` reductions) follow PyTorch and
-JAX as SPEC §1 requires; ``clip`` passes the gradient on the closed interval
-``[lo, hi]`` (``torch.clamp``); ``norm`` has gradient 0 at 0 (the minimum-norm
-subgradient).
+JAX (docs/numerics.md, *Kinks, ties and plateaus*); ``clip`` passes the gradient
+on the closed interval ``[lo, hi]`` (``torch.clamp``); ``norm`` has gradient 0 at
+0 (the minimum-norm subgradient).
 """
 from __future__ import annotations
 

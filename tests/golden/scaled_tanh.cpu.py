@@ -571,8 +571,8 @@ class _GradcDask(Exception):
 
 class _GradcOp:
     """A compiled op: call it for the forward pass; ``vjp``, ``fwd_bwd``, ``jvp``,
-    ``unfused`` and ``cuda`` as in SPEC §2; ``spec`` is its source text and
-    ``signature`` its parameter list.  ``keywords`` maps the keyword-only
+    ``unfused`` and ``cuda`` as in docs/generated-module.md; ``spec`` is its source
+    text and ``signature`` its parameter list.  ``keywords`` maps the keyword-only
     parameters whose Python name in the wrappers differs (``lambda`` is
     ``lambda_`` there) to that name; ``missing`` maps a method the op cannot
     have (``jvp`` through a grad block that is not linear) to the compiler's
