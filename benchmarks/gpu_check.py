@@ -450,7 +450,9 @@ def main(argv=None) -> int:
     else:
         import tempfile
         # the references are computed below, at --check-size and --dtypes only
-        paths = prepare(Path(tempfile.mkdtemp(prefix="gradc-gpu-")), references=False)
+        # removed when this process exits (the modules are imported by then)
+        workdir = tempfile.TemporaryDirectory(prefix="gradc-gpu-")
+        paths = prepare(Path(workdir.name), references=False)
     mods = {p.stem: import_path(p) for p in paths}
     math_mods = {k: mods.pop(k) for k in ("math_gen", "math_fast_gen") if k in mods}
     dev = cuda.get_current_device()

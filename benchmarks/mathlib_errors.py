@@ -186,11 +186,12 @@ def harness(names=None, parallel: bool = True):
     for name in ("_g_f32_bits", "_g_f64_bits", "_g_f64_int"):
         if f"def {name}" not in text[1]:
             text.insert(2, mathlib._intrinsic(name))
-    path = Path(tempfile.mkdtemp(prefix="gradc_mathlib_")) / "mathlib_harness.py"
-    path.write_text("\n\n".join(text), encoding="utf-8")
-    spec = importlib.util.spec_from_file_location("mathlib_harness", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    with tempfile.TemporaryDirectory(prefix="gradc_mathlib_") as folder:
+        path = Path(folder) / "mathlib_harness.py"
+        path.write_text("\n\n".join(text), encoding="utf-8")
+        spec = importlib.util.spec_from_file_location("mathlib_harness", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)        # compiled from memory on first call
     return module
 
 

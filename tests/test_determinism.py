@@ -28,7 +28,7 @@ def _compiles(p: Path) -> bool:
     """Whether gradc accepts ``p`` (the shared folder also holds examples of the next
     language, such as arrays.grad, which gradc does not compile yet)."""
     try:
-        gradc.compile_source(p.read_text(encoding="utf-8"), p.name)
+        gradc.compile_source(p.read_text(encoding="utf-8"), file=p.name)
     except gradc.GradcError:
         return False
     return True

@@ -42,6 +42,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,6 +123,10 @@ def test_code_blocks_run(page, monkeypatch, tmp_path):
     cwd = checkout(tmp_path)
     monkeypatch.chdir(cwd)
     monkeypatch.syspath_prepend(str(ROOT))
+    temp = tmp_path / "temp"                 # what a page leaves in the temp folder
+    temp.mkdir()                             # (Dask's dask-scratch-space) goes here
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)
     namespace = {"__name__": "__docs__"}
     if page.name == "README.md":
         namespace.update(README_SETUP())

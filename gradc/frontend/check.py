@@ -123,7 +123,10 @@ def _load(main: ast.Module, loader: Loader,
     order: list[ast.Module] = []
     graph = nx.DiGraph()
     seen: dict[str, ast.Module | None] = {_key(main.file): main}
-    top = os.path.dirname(os.path.realpath(main.file))
+    try:
+        top = os.path.dirname(os.path.realpath(main.file))
+    except ValueError:              # a NUL in a file name given as text (compile_source)
+        top = os.path.dirname(os.path.abspath(main.file))
 
     def visit(mod: ast.Module) -> None:
         graph.add_node(mod.file)

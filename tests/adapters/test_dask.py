@@ -214,6 +214,7 @@ def test_two_worker_processes_of_a_local_cluster(modules, tmp_path):
     gradc cache) put on their ``sys.path``, where they also find Numba's cache of
     the kernels; and ``client.upload_file`` of a module file, for workers that share
     no file system.  The workers import the modules by name, never gradc."""
+    import dask
     from dask.distributed import Client, LocalCluster
 
     act, seed = modules["activations"], modules["seed"]
@@ -225,8 +226,9 @@ def test_two_worker_processes_of_a_local_cluster(modules, tmp_path):
     onehot = np.eye(7, dtype=np.float32)[rng.integers(0, 7, 301)]
     want = (*act.swish.fwd_bwd(x, np.ones_like(x)), *seed.softmax_xent.fwd_bwd(logits, onehot, 1.0),
             *cube.cube.fwd_bwd(x, x))
-    with LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+    with dask.config.set({"temporary-directory": str(tmp_path)}), \
+            LocalCluster(n_workers=2, processes=True, threads_per_worker=1,
+                         dashboard_address=None) as cluster, Client(cluster) as client:
         shared = str(Path(act.__file__).parent)            # a directory the workers share
         client.run(lambda: sys.path.insert(0, shared))     # a lambda: pickled with its code
         client.upload_file(str(tmp_path / "gradc_dask_cube.py"))             # or the file itself
