@@ -3,22 +3,23 @@
 
 The model of ``examples/train_digits.py`` (two layers, hidden layer ``scaled_tanh``:
 ``tanh`` forward, gradient ``dy * (1 - y^2) * 0.5``) on scikit-learn's digits, trained
-with Adam under ``jax.jit``, three ways:
+with Adam under ``jax.jit``, four ways:
 
 * ``gradc scaled_tanh``: a JAX model whose hidden activation is the gradc op
-  (``as_jax(m.scaled_tanh)``: forward and backward in gradc's fused kernels, the
-  matmuls and the loss in JAX);
+  (``as_jax(m.scaled_tanh)``: its forward and its rule as gradc plans them, lowered
+  to ``jax.numpy`` and fused by XLA with the matmuls and the loss);
+* ``gradc scaled_tanh, kernels``: the same with ``lowering="kernels"``: forward and
+  backward in gradc's fused kernels, called back from XLA;
 * ``gradc mlp + xent``: the whole model and loss as gradc ops (``as_jax(m.mlp)``,
   ``as_jax(m.softmax_xent)``);
 * ``pure JAX``: the same model written in JAX, ``scaled_tanh`` a ``jax.custom_vjp``
   scaling ``tanh'`` by 0.5.
 
-All three compute the same function and gradients (float32), so they follow the same
+All four compute the same function and gradients (float32), so they follow the same
 trajectory up to rounding; the script prints the time per training step of each and
-their held-out accuracy.  A gradc op costs a host callback per call
-(``jax.pure_callback``), which XLA cannot fuse into its own kernels: at this size the
-pure-JAX model is faster, and gradc pays off where its fused kernels replace several
-of XLA's passes over large arrays, or where the rule exists only as a .grad file.
+their held-out accuracy.  With gradc's kernels an op costs a host callback per call
+(``jax.pure_callback``), which XLA cannot fuse into its own kernels: at this size that
+is slower than pure JAX, which the default lowering matches.
 
 Run::
 
@@ -42,13 +43,14 @@ PARAM_NAMES = ("w1", "b1", "w2", "b2")
 
 
 def models(module):
-    """``{name: loss(params, x, onehot)}`` for the three ways of writing the model."""
+    """``{name: loss(params, x, onehot)}`` for the four ways of writing the model."""
     import jax
     import jax.numpy as jnp
 
     from gradc.adapters.jax import as_jax
 
     st, mlp, xent = as_jax(module.scaled_tanh), as_jax(module.mlp), as_jax(module.softmax_xent)
+    st_kernels = as_jax(module.scaled_tanh, lowering="kernels")
 
     def jax_xent(logits, onehot):
         return jnp.mean(jax.nn.logsumexp(logits, axis=1) - jnp.sum(onehot * logits, axis=1))
@@ -73,6 +75,7 @@ def models(module):
 
     return {
         "gradc scaled_tanh": layers(st),
+        "gradc scaled_tanh, kernels": layers(st_kernels),
         "gradc mlp + xent": lambda p, x, onehot: xent(mlp(x, *(p[k] for k in PARAM_NAMES)),
                                                       onehot),
         "pure JAX": layers(scaled_tanh),
@@ -151,9 +154,9 @@ def main(argv: list[str] | None = None) -> dict:
             r = results[name]
             print(f"{name}: {r['steps']} steps, last loss {r['loss']:.4f}, "
                   f"test accuracy {r['accuracy']:.3f}", flush=True)
-    print(f"{'model':<20} {'ms/step':>9} {'first step s':>13} {'loss':>8} {'accuracy':>9}")
+    print(f"{'model':<28} {'ms/step':>9} {'first step s':>13} {'loss':>8} {'accuracy':>9}")
     for name, r in results.items():
-        print(f"{name:<20} {r['step_s'] * 1e3:9.3f} {r['first_s']:13.2f} {r['loss']:8.4f} "
+        print(f"{name:<28} {r['step_s'] * 1e3:9.3f} {r['first_s']:13.2f} {r['loss']:8.4f} "
               f"{r['accuracy']:9.3f}")
     return results
 

@@ -55,7 +55,7 @@ from gradc.codegen.module import param_text
 from gradc.frontend.check import Program, check_source
 from gradc.frontend.parser import read_source
 from gradc.ir.lower import ParamInfo, param_infos
-from gradc.pipeline import tangent_names, upstream_names
+from gradc.pipeline import CompiledOp, build_op, tangent_names, upstream_names
 
 KINDS = ("vjp", "jvp")
 
@@ -83,6 +83,13 @@ class Source:
     @property
     def outputs(self) -> tuple[str, ...]:
         return self.program.ops[self.name].outputs
+
+    @cached_property
+    def compiled(self) -> CompiledOp:
+        """The op's methods as gradc plans them (lowered, differentiated, simplified):
+        the graphs its kernels compute, for an adapter that lowers them itself."""
+        program = self.program
+        return build_op(program.ops[self.name], program.ops, program.consts)
 
 
 def require_op(op, adapter: str) -> None:

@@ -1,8 +1,20 @@
 """JAX adapter: a gradc op as a JAX function (``jax.custom_vjp`` or ``jax.custom_jvp``).
 
-``as_jax(m.scaled_tanh)`` is a function of JAX arrays that runs the op's kernels
-through ``jax.pure_callback`` (on the CPU: the kernels read and write host
-memory) and differentiates with the op's own methods:
+``as_jax(m.scaled_tanh)`` is a function of JAX arrays that computes the op and
+differentiates it as gradc does: its custom rules, its derivatives.  Two
+lowerings compute the values:
+
+* ``lowering="xla"`` (the default): the op's graph, and the graphs of the
+  derivatives gradc derives from its rules, written with ``jax.numpy``
+  (:mod:`gradc.ir.interpret_frameworks`), so that XLA compiles them with the
+  ops around the call and fuses them there, as it fuses ``jax.nn.silu``, on
+  every device JAX runs on.  Inside ``jax.jit`` this is the fast path: a
+  callback is a wall XLA cannot fuse across, and it waits for the host.
+* ``lowering="kernels"``: gradc's own kernels (the op's module, and the derived
+  ops' modules) through ``jax.pure_callback``: on the CPU they read and write
+  host memory.  For code XLA compiles poorly, measured with ``gradc bench``.
+
+Either way the derivatives come from the op's own methods' definitions:
 
 * ``mode="rev"`` (the default): a ``jax.custom_vjp``.  Its ``fwd`` calls the
   op's forward and keeps the inputs as residuals; its ``bwd`` calls ``vjp``,
@@ -54,34 +66,39 @@ from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, SOURCE
 _FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 _INTS = derived.INTEGER_DTYPES
 MODES = ("rev", "fwd")
+LOWERINGS = ("xla", "kernels")
 
 
-def as_jax(op, *, mode: str = "rev", source=None) -> "JaxOp":
+def as_jax(op, *, mode: str = "rev", lowering: str = "xla", source=None) -> "JaxOp":
     """The gradc op ``op`` (``gradc.load(path).NAME``) as a JAX function.
 
-    ``mode``: "rev" (a ``jax.custom_vjp``) or "fwd" (a ``jax.custom_jvp``), see
-    the module docstring.  ``source``: the op's .grad file, for a module not
-    loaded by ``gradc.load`` (``gradc compile -o``).  Raises ValueError for an
-    unknown mode or source, TypeError for what is not an op of a generated module
-    (a method, a NumPy function), NotImplementedError for ``mode="fwd"`` on an op
-    without forward mode (E405) and for an op its module could not compile."""
+    ``mode``: "rev" (a ``jax.custom_vjp``) or "fwd" (a ``jax.custom_jvp``);
+    ``lowering``: "xla" (``jax.numpy``, fused by XLA) or "kernels" (gradc's
+    kernels through ``jax.pure_callback``), see the module docstring.
+    ``source``: the op's .grad file, for a module not loaded by ``gradc.load``
+    (``gradc compile -o``).  Raises ValueError for an unknown mode, lowering or
+    source, TypeError for what is not an op of a generated module (a method, a
+    NumPy function), NotImplementedError for ``mode="fwd"`` on an op without
+    forward mode (E405) and for an op its module could not compile."""
     derived.require_op(op, "as_jax")
     if mode not in MODES:
         raise ValueError(f"mode must be 'rev' or 'fwd', got {mode!r}")
-    return JaxOp(op, mode, derived.source_of(op, source))
+    if lowering not in LOWERINGS:
+        raise ValueError(f"lowering must be 'xla' or 'kernels', got {lowering!r}")
+    return JaxOp(op, mode, derived.source_of(op, source), lowering)
 
 
 class JaxOp:
     """A gradc op as a JAX function: ``f(*inputs, **keywords)``, inputs as for the
     op's forward (JAX arrays, NumPy arrays, Python numbers), one output or a tuple."""
 
-    def __init__(self, op, mode: str, src: derived.Source) -> None:
+    def __init__(self, op, mode: str, src: derived.Source, lowering: str = "xla") -> None:
         try:                        # fail here, not at the first call
             import jax  # noqa: F401
         except ImportError as exc:
             raise ImportError("gradc.adapters.jax needs JAX: pip install 'gradc[jax]'") from exc
         from gradc.ir.lower import lower_op
-        self.op, self.mode, self.__name__ = op, mode, op.__name__
+        self.op, self.mode, self.lowering, self.__name__ = op, mode, lowering, op.__name__
         for method in ("forward", "vjp") + (("jvp",) if mode == "fwd" else ()):
             why = _missing(op, method)
             if why:
@@ -97,7 +114,8 @@ class JaxOp:
         self._shapes: dict[tuple, tuple] = {}
 
     def __repr__(self) -> str:
-        return f"<JAX ({self.mode}) gradc op {self.__name__}{self.op.signature}>"
+        return (f"<JAX ({self.mode}, {self.lowering}) gradc op "
+                f"{self.__name__}{self.op.signature}>")
 
     def __call__(self, *args, **keywords):
         kw = self._keywords(keywords)
@@ -128,7 +146,8 @@ class JaxOp:
         fn = _Fn(self.__name__, tuple(p.differentiable for p in self._params), n_out,
                  partial(_call_op, self.op, kw), partial(self._out_specs, kw),
                  lambda: self._src, lambda: self.op, kw,
-                 "expand_dims" if self._elementwise else "sequential")
+                 "expand_dims" if self._elementwise else "sequential", self.lowering,
+                 lambda: (self._src.compiled.methods["forward"].graph, 0))
         return fn.rev() if self.mode == "rev" else fn.fwd()
 
     def _out_specs(self, kw: dict, args: tuple) -> tuple:
@@ -171,7 +190,10 @@ class _Fn:
     ``run`` computes it on NumPy arrays (the results as a tuple); ``specs`` gives
     the results' ShapeDtypeStructs for the arguments; ``source()`` is the gradc op
     whose methods differentiate it and ``op()`` that op compiled (both made on
-    first use: a derivative's op is compiled only when it is differentiated)."""
+    first use: a derivative's op is compiled only when it is differentiated).
+    With ``lowering="xla"`` it is ``graph()`` in ``jax.numpy`` instead: the graph
+    of the method that ``run`` calls (the op's forward, or the VJP or JVP of the
+    op this one differentiates), as gradc plans it; no module is compiled."""
 
     name: str
     diff: tuple[bool, ...]         # per argument: does it get a gradient / take a tangent
@@ -182,13 +204,42 @@ class _Fn:
     op: Callable[[], Any]
     keywords: dict
     vmap: str                      # "expand_dims", "broadcast_all" or "sequential"
+    lowering: str                  # "xla": graph()'s outputs in jax.numpy; "kernels": run
+    graph: Callable[[], tuple]     # (graph, index of its first output that is ours)
     _made: dict = field(default_factory=dict)
 
     def __call__(self, args: tuple) -> tuple:
         import jax
+        if self.lowering == "xla":
+            return self._xla(args)
         specs = self.specs(args)
         host = partial(_host, self.run, tuple(np.ndim(a) for a in args), specs)
         return tuple(jax.pure_callback(host, specs, *args, vmap_method=self.vmap))
+
+    def _xla(self, args: tuple) -> tuple:
+        """``graph()``'s outputs from ``start`` on, on ``args`` and the keywords, in
+        ``jax.numpy`` (float16 computed in float32 and rounded at the end, as the
+        generated module does)."""
+        import jax
+
+        from gradc.ir.interpret_frameworks import jax_framework, lower_graph, want_dtype
+        graph, start = self.graph()
+        names = [graph.node(p).attr("name") for p in graph.params]
+        positional = [n for n in names if n not in self.keywords]
+        floats = [np.dtype(a.dtype) for a, n in zip(args, positional)
+                  if graph.node(graph.params[names.index(n)]).dtype not in _INTS]
+        rt = np.dtype(jax.dtypes.canonicalize_dtype(np.result_type(*floats) if floats
+                                                    else np.float64))
+        if ("xla", rt) not in self._made:
+            compute = np.dtype(np.float32) if rt == np.float16 else rt
+            targets = graph.outputs[start:]
+            self._made["xla", rt] = (
+                lower_graph(graph, graph.params, targets, jax_framework(), compute),
+                tuple(want_dtype(graph.node(t).dtype, rt) for t in targets))
+        run, dtypes = self._made["xla", rt]
+        values = dict(zip(positional, args))
+        outs = run(*(self.keywords[n] if n in self.keywords else values[n] for n in names))
+        return tuple(o if o.dtype == dt else o.astype(dt) for o, dt in zip(outs, dtypes))
 
     def derivative(self, kind: str) -> "_Fn":
         """The function computing this one's VJP (``kind="vjp"``: of the arguments
@@ -197,23 +248,29 @@ class _Fn:
         if kind in self._made:
             return self._made[kind]
         # The op whose method computes the derivative, compiled now, while JAX traces
-        # (an error here is the caller's, not a callback's).
-        n, kw, op = len(self.diff), self.keywords, self.op()
+        # (an error here is the caller's, not a callback's); the XLA lowering needs
+        # its source only.
+        n, kw = len(self.diff), self.keywords
+        op = self.op() if self.lowering == "kernels" else None
         source = _once(lambda: derived.derive(self.source(), kind))
+        methods = lambda: self.source().compiled.methods                # noqa: E731
         if kind == "vjp":
             wrt = [i for i, d in enumerate(self.diff) if d]
             fn = _Fn(f"{self.name}.vjp", self.diff + (True,) * self.n_out, len(wrt),
                      lambda *a: _tuple(op.vjp(*a, **kw)),
                      lambda args: tuple(_struct(args[i]) for i in wrt), source,
-                     _once(lambda: derived.compile_op(source())), kw, _derived_vmap(self.vmap))
+                     _once(lambda: derived.compile_op(source())), kw, _derived_vmap(self.vmap),
+                     self.lowering, lambda: (methods()["vjp"].graph, 0))
         else:
-            why = _missing(op, "jvp")
+            why = _missing(op, "jvp") if op is not None else \
+                self.source().compiled.missing.get("jvp")
             if why:
                 raise NotImplementedError(f"{self.name}: no forward mode: {why}")
             fn = _Fn(f"{self.name}.jvp", self.diff + (True,) * sum(self.diff), self.n_out,
                      lambda *a: _tuple(op.jvp(*a, **kw))[self.n_out:],
                      lambda args: self.specs(args[:n]), source,
-                     _once(lambda: derived.compile_op(source())), kw, _derived_vmap(self.vmap))
+                     _once(lambda: derived.compile_op(source())), kw, _derived_vmap(self.vmap),
+                     self.lowering, lambda: (methods()["jvp"].graph, self.n_out))
         self._made[kind] = fn
         return fn
 
@@ -226,7 +283,8 @@ class _Fn:
         if "primal" not in self._made:
             src = derived.primal(self.source())
             self._made["primal"] = self if src is None else dataclasses.replace(
-                self, source=lambda: src, op=_once(lambda: derived.compile_op(src)), _made={})
+                self, source=lambda: src, op=_once(lambda: derived.compile_op(src)), _made={},
+                graph=lambda: (src.compiled.methods["forward"].graph, 0))
         return self._made["primal"]
 
     def rev(self) -> Callable:

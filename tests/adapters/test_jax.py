@@ -1,7 +1,9 @@
 """The JAX adapter (gradc.adapters.jax): every op of the spec examples through
 ``jax.test_util.check_grads``, orders 1 and 2, reverse mode (``custom_vjp``) and
 forward mode (``custom_jvp``) where the op has one; under ``jax.jit`` and
-``jax.vmap``; float32 and float64.
+``jax.vmap``; float32 and float64; the custom rules, jit, vmap and dtypes with
+both lowerings (``jax.numpy`` fused by XLA, and gradc's kernels in callbacks),
+which must agree with each other and with the module's own methods.
 
 Ops whose custom rule is not the derivative (custom_linear, sign_ste,
 clipped_relu, scaled_tanh, and mlp, whose hidden layer is scaled_tanh) fail
@@ -45,6 +47,11 @@ def seed():
 @pytest.fixture(scope="module")
 def act():
     return gradc.load(EXAMPLES / "activations.grad")
+
+
+@pytest.fixture(params=["xla", "kernels"])
+def lowering(request):
+    return request.param
 
 
 @pytest.fixture
@@ -127,10 +134,10 @@ def _dot(a, b):
 
 
 @pytest.mark.parametrize("name", sorted(CUSTOM))
-def test_custom_rules_match_the_ops_methods_and_jax_semantics(name, seed64, x64):
+def test_custom_rules_match_the_ops_methods_and_jax_semantics(name, seed64, x64, lowering):
     op = seed64.OPS[name]
     xs = tuple(jnp.asarray(away(s)) for s in CUSTOM[name])
-    f = as_jax(op)
+    f = as_jax(op, lowering=lowering)
     y, pull = jax.vjp(f, *xs)
     u = jnp.asarray(RNG.standard_normal(np.shape(y)))
     np.testing.assert_allclose(y, op(*map(np.asarray, xs)), rtol=1e-12)
@@ -151,7 +158,7 @@ def test_custom_rules_match_the_ops_methods_and_jax_semantics(name, seed64, x64)
         with pytest.raises(NotImplementedError, match=r"E405.*no forward mode"):
             as_jax(op, mode="fwd")
         return
-    g = as_jax(op, mode="fwd")
+    g = as_jax(op, mode="fwd", lowering=lowering)
     ts = tuple(jnp.asarray(RNG.standard_normal(x.shape)) for x in xs)
     y_t = jax.jvp(g, xs, ts)[1]
     np.testing.assert_allclose(y_t, op.jvp(*map(np.asarray, xs + ts))[1], rtol=1e-12,
@@ -165,17 +172,17 @@ def test_custom_rules_match_the_ops_methods_and_jax_semantics(name, seed64, x64)
     np.testing.assert_allclose(jnp.vdot(u, fwd2), rev2, rtol=1e-10)
 
 
-def test_second_derivative_of_scaled_tanh_is_the_rule_differentiated(seed, x64):
+def test_second_derivative_of_scaled_tanh_is_the_rule_differentiated(seed, x64, lowering):
     """docs/second_order.md: d/dx [0.5 (1 - tanh(x)^2)] = -y (1 - y^2), as JAX's own
     custom_vjp (fwd saving y) gives; in both modes (forward mode under jax.jit); the
     third derivative too (a derived op of a derived op)."""
     x = jnp.asarray([0.7, -1.3, 0.0])
     y = np.tanh(np.asarray(x))
     want = -y * (1 - y ** 2)
-    f = as_jax(seed.scaled_tanh)
+    f = as_jax(seed.scaled_tanh, lowering=lowering)
     rev = jax.grad(lambda x: jax.grad(lambda x: f(x).sum())(x).sum())(x)
     np.testing.assert_allclose(rev, want, rtol=1e-12)
-    g = as_jax(seed.scaled_tanh, mode="fwd")
+    g = as_jax(seed.scaled_tanh, mode="fwd", lowering=lowering)
     one = jnp.ones(3)
     tangent = lambda x: jax.jvp(g, (x,), (one,))[1]             # noqa: E731
     fwd = jax.jit(lambda x: jax.jvp(tangent, (x,), (one,))[1])(x)
@@ -299,10 +306,11 @@ def _mlp_args(dtype):
     return [jnp.asarray(RNG.standard_normal(s), dtype) for s in shapes]
 
 
-def test_jit_float32(seed):
+def test_jit_float32(seed, lowering):
     """A loss of softmax_xent(mlp(...)) under jax.jit: values and gradients are the
     module's own (float32 in, float32 out)."""
-    mlp, xent = as_jax(seed.mlp), as_jax(seed.softmax_xent)
+    mlp, xent = (as_jax(seed.mlp, lowering=lowering),
+                 as_jax(seed.softmax_xent, lowering=lowering))
     args = _mlp_args(jnp.float32)
     oh = jnp.asarray(onehot(8, 3), jnp.float32)
 
@@ -321,8 +329,8 @@ def test_jit_float32(seed):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
-def test_float16_and_float64_dtypes(act, x64):
-    f = as_jax(act.swish)
+def test_float16_and_float64_dtypes(act, x64, lowering):
+    f = as_jax(act.swish, lowering=lowering)
     for dt in (jnp.float16, jnp.float32, jnp.float64):
         x = jnp.asarray([-1.0, 0.5, 2.0], dt)
         y, dx = jax.jit(jax.value_and_grad(lambda x: f(x).sum()))(x)
@@ -331,14 +339,14 @@ def test_float16_and_float64_dtypes(act, x64):
                                    rtol=1e-3 if dt == jnp.float16 else 1e-6)
 
 
-def test_vmap_elementwise_aligns_ranks_and_keeps_gradients_per_example(tmp_path):
+def test_vmap_elementwise_aligns_ranks_and_keeps_gradients_per_example(tmp_path, lowering):
     """An elementwise op runs once for the batch; a gradient of an unbatched input
     stays per example (not summed over the batch); an (n,) input meets an (m, n)
     one as NumPy broadcasting says, not against the batch dim."""
     path = tmp_path / "ew.grad"
     path.write_text("op mul_add(x, y) -> z {\n    z = x * y + sin(x)\n}\n")
     m = gradc.load(path)
-    f = as_jax(m.mul_add)
+    f = as_jax(m.mul_add, lowering=lowering)
     xs = jnp.asarray(RNG.standard_normal((5, 3)), jnp.float32)     # batch of (3,)
     y = jnp.asarray(RNG.standard_normal((2, 3)), jnp.float32)      # one (2, 3), unbatched
     out = jax.vmap(f, in_axes=(0, None))(xs, y)
@@ -355,8 +363,10 @@ def test_vmap_elementwise_aligns_ranks_and_keeps_gradients_per_example(tmp_path)
     np.testing.assert_allclose(gx, want, rtol=1e-5)
 
 
-def test_vmap_of_an_op_with_annotated_shapes_is_sequential(seed):
-    mlp = as_jax(seed.mlp)
+def test_vmap_of_an_op_with_annotated_shapes(seed, lowering):
+    """Each example sees the shapes the op was written for (with kernels: one call
+    per example)."""
+    mlp = as_jax(seed.mlp, lowering=lowering)
     args = _mlp_args(jnp.float32)
     batch = jnp.stack([args[0], 2 * args[0]])
     out = jax.jit(jax.vmap(mlp, in_axes=(0, None, None, None, None)))(batch, *args[1:])
@@ -401,11 +411,32 @@ def test_errors(seed, act, seed64):
         leaky(jnp.ones(3), beta=1.0)
     with pytest.raises(ValueError, match=r"mode must be"):
         as_jax(act.swish, mode="both")
+    with pytest.raises(ValueError, match=r"lowering must be 'xla' or 'kernels', got 'numba'"):
+        as_jax(act.swish, lowering="numba")
     with pytest.raises(ValueError, match=r"add_bias: dim 'k' is 3 in argument 'x' but 4"):
         as_jax(act.add_bias)(jnp.ones((2, 3), jnp.float32), jnp.ones(4, jnp.float32))
     # the keyword is static: a different alpha traces a different function
     g = jax.grad(lambda x: leaky(x, alpha=0.25).sum())(-jnp.ones(3))
     np.testing.assert_allclose(g, 0.25)
+
+
+def test_the_lowerings_differ_in_what_xla_sees(act):
+    """With "xla" the jitted step is XLA's own code (no callback, so XLA fuses it
+    with its neighbours) and no derived op is compiled; with "kernels" the forward
+    and the VJP are host callbacks into gradc's kernels."""
+    x = jnp.linspace(-2, 2, 8, dtype=jnp.float32)
+    for lowering, callbacks in (("xla", 0), ("kernels", 2)):
+        f = as_jax(act.swish, lowering=lowering)
+        step = jax.jit(jax.grad(lambda x: (f(x) * x).sum()))
+        text = str(step.trace(x).jaxpr)
+        assert text.count("pure_callback") == callbacks, text
+        np.testing.assert_allclose(step(x), jax.grad(lambda x: (x * jax.nn.sigmoid(x) * x)
+                                                     .sum())(x), rtol=1e-5, atol=1e-6)
+    # the VJP is gradc's derivative (its tie rule for max and abs at 0), not JAX's
+    f = as_jax(act.softplus_stable)
+    x = np.asarray([0.0, 1e30, -1e30, np.inf, -np.inf, np.nan], np.float32)
+    np.testing.assert_array_equal(jax.grad(lambda x: f(x).sum())(jnp.asarray(x)),
+                                  act.softplus_stable.vjp(x, np.ones(6, np.float32))[0])
 
 
 def test_a_module_compiled_with_gradc_compile_needs_its_source(tmp_path):
@@ -424,8 +455,9 @@ def test_a_module_compiled_with_gradc_compile_needs_its_source(tmp_path):
         as_jax(act_gen.swish)
     f = as_jax(act_gen.swish, source=EXAMPLES / "activations.grad")
     x = jnp.asarray([0.5, -1.0])
-    np.testing.assert_allclose(jax.grad(lambda x: f(x).sum())(x),
-                               act_gen.swish.vjp(np.asarray(x), np.ones(2, np.float32))[0])
+    np.testing.assert_allclose(jax.grad(lambda x: f(x).sum())(x),       # XLA's rounding
+                               act_gen.swish.vjp(np.asarray(x), np.ones(2, np.float32))[0],
+                               rtol=1e-6)
     with pytest.raises(ValueError, match=r"not the source this module was compiled from"):
         as_jax(act_gen.swish, source=EXAMPLES / "seed.grad")
 
