@@ -5,14 +5,17 @@ Two questions, for one threading setting per process (Numba picks its threading 
 once per process, so each setting runs in child processes of its own):
 
 1. A training step (batch 4096, an MLP 784 -> 1024 -> 10, cross-entropy, backward)
-   with gradc's ``swish`` (``as_torch`` / ``as_jax`` of ``examples/activations.grad``,
-   its forward and VJP kernels) against the same step with the framework's own
-   activation (``F.silu``, ``jax.nn.silu``): the ratio of their medians.
+   with gradc's ``swish`` (``as_torch`` / ``as_jax`` of ``examples/activations.grad``:
+   its forward and VJP kernels for PyTorch; for JAX, the default lowering, which XLA
+   fuses, and gradc's kernels in callbacks, ``lowering="kernels"``) against the same
+   step with the framework's own activation (``F.silu``, ``jax.nn.silu``): the ratio
+   of their medians.
 2. The framework's own small ops (a 512x512 matmul, a fwd+bwd of ``tanh`` on 256x256),
    the ones a spinning thread pool slows most, and its native step: timed in rounds
    before any gradc call, then in the same rounds with gradc's step added (once gradc
    ran); and, within those, right after gradc's activation on 4096x1024 (its threaded
-   kernel, Numba's workers just done) next to right after the framework's own.
+   kernel, Numba's workers just done; for JAX the "kernels" lowering) next to right
+   after the framework's own.
 
 Within a child, every round runs every variant once, in an order rotating from
 round to round, and medians are reported; the parent alternates the settings
@@ -120,26 +123,33 @@ def child_jax(n: int) -> dict:
     fb_j = jax.jit(jax.grad(lambda v: jnp.tanh(v).sum()))
     own = {"matmul 512": lambda: mm_j(a, b).block_until_ready(),
            "fwd+bwd 256x256": lambda: fb_j(xs).block_until_ready()}
-    swish = as_jax(load_swish())
-    swish_j, silu_j = jax.jit(swish), jax.jit(jax.nn.silu)
+    # the default lowering (XLA fuses the op's jax.numpy graphs) in the step; gradc's
+    # threaded kernels (lowering="kernels", host callbacks) in a step of their own
+    # and as the call the framework's own ops are timed right after
+    swish, kernels = as_jax(load_swish()), as_jax(load_swish(), lowering="kernels")
+    kernels_j, silu_j = jax.jit(kernels), jax.jit(jax.nn.silu)
     return phases(own, make_step(jax.nn.silu), lambda: silu_j(big).block_until_ready(),
-                  make_step(swish), lambda: swish_j(big).block_until_ready(), "jax", n)
+                  make_step(swish), lambda: kernels_j(big).block_until_ready(), "jax", n,
+                  {"step, gradc swish, kernels": make_step(kernels)})
 
 
-def phases(own: dict, native, native_call, mine, gradc_call, fw: str, n: int) -> dict:
+def phases(own: dict, native, native_call, mine, gradc_call, fw: str, n: int,
+           extra: dict | None = None) -> dict:
     """The framework's ``own`` ops, its step with its activation (``native``) and its
     ``own`` ops right after its activation on 4096x1024 (``native_call``), timed before
-    any gradc call, then again with gradc's step (``mine``) and the ``own`` ops right
-    after gradc's activation on 4096x1024 (``gradc_call``, the threaded kernel) added
-    to the rounds: the same work in both phases, but for gradc's."""
+    any gradc call, then again with gradc's step (``mine``), the ``extra`` steps, and
+    the ``own`` ops right after gradc's activation on 4096x1024 (``gradc_call``, the
+    threaded kernel) added to the rounds: the same work in both phases, but for
+    gradc's."""
     framework = {f"step, {fw} silu": native, **own,
                  **{f"{k} after a {fw} silu": (native_call, f) for k, f in own.items()}}
     for f in (native, native_call, *own.values()):
         f()
     before = rounds(framework, n)
-    for f in (mine, gradc_call):
+    extra = extra or {}
+    for f in (mine, gradc_call, *extra.values()):
         f()
-    after = rounds({**framework, "step, gradc swish": mine,
+    after = rounds({**framework, "step, gradc swish": mine, **extra,
                     **{f"{k} after a gradc call": (gradc_call, f) for k, f in own.items()}}, n)
     return {"before": before, "after": after}
 
@@ -176,6 +186,11 @@ def summary(framework: str, setting: str, runs: list[dict]) -> list[str]:
              f"  training step: {other} silu {step_native * 1e3:.2f} ms, gradc swish "
              f"{step_gradc * 1e3:.2f} ms, ratio {step_gradc / step_native:.3f} "
              f"({'within' if step_gradc <= 1.10 * step_native else 'NOT within'} 10 %)"]
+    for k in runs[0]["after"]:
+        if k.startswith("step, gradc swish, "):
+            t = med("after", k)
+            lines.append(f"  training step with gradc swish, {k[19:]}: {t * 1e3:.2f} ms, "
+                         f"ratio {t / step_native:.3f}")
     b, a = med("before", f"step, {other} silu"), step_native
     lines.append(f"  {other} step alone {b * 1e3:.2f} ms, once gradc ran {a * 1e3:.2f} "
                  f"({a / b:.2f}x)")

@@ -21,7 +21,7 @@ Either way the derivatives come from the op's own methods' definitions:
   which recomputes what it needs from the inputs in one fused pass.
   ``jax.grad``, ``jax.vjp`` and ``jax.jacrev`` work, to any order: ``bwd`` is
   itself a ``custom_vjp`` whose ``bwd`` calls the ``vjp`` of the op's VJP,
-  compiled by gradc on first use (:mod:`gradc.adapters.derived`).  As JAX
+  derived by gradc on first use (:mod:`gradc.adapters.derived`).  As JAX
   differentiates its own ``custom_vjp``, ``fwd``'s primal output is
   differentiated through the forward body at second order (a ``custom_vjp``
   over the op without its grad block, :func:`gradc.adapters.derived.primal`),
@@ -29,8 +29,9 @@ Either way the derivatives come from the op's own methods' definitions:
   for ``custom_vjp`` functions.
 * ``mode="fwd"``: a ``jax.custom_jvp`` whose rule calls the op's ``jvp``;
   ``jax.jvp`` and ``jax.jacfwd`` work, to any order (the rule's tangent is a
-  ``custom_jvp`` over the op's JVP op).  Reverse mode does not: JAX would
-  transpose the rule, and a callback has no transpose.  An op without forward
+  ``custom_jvp`` over the op's JVP op).  Reverse mode works with the "xla"
+  lowering, where JAX transposes the rule's ``jax.numpy`` code, and not with
+  "kernels": a callback has no transpose.  An op without forward
   mode (a grad block not linear in its upstream, E405) raises
   NotImplementedError with the compiler's error.
 
@@ -43,7 +44,8 @@ callback.  Keyword parameters (defaults such as ``alpha``) are static: Python
 numbers, fixed when the function is traced.  ``nograd`` parameters are
 constants to JAX (their cotangent and tangent are zero), as are integer ones.
 
-Under ``jax.vmap``: an elementwise op (every node elementwise, no annotated
+Under ``jax.vmap``, the "xla" lowering is batched by JAX as its own code is.
+With "kernels", an elementwise op (every node elementwise, no annotated
 shape) is called once for the whole batch, ``vmap_method="expand_dims"`` for
 its forward and ``"broadcast_all"`` for its derivatives (a gradient of an
 unbatched input must stay per-example, which a broadcast would sum); the
