@@ -541,6 +541,10 @@ def run_bench(path: str | Path, sizes: Sequence[int] = DEFAULT_SIZES, repeat: in
                 results.append({**res, "shapes_given": given})
             except Skip as exc:
                 skipped.append({"op": cop.op.name, **at, "reason": str(exc)})
+            except MemoryError as exc:      # inputs too large to make (--sizes 1e12)
+                skipped.append({"op": cop.op.name, **at, "reason":
+                                f"its inputs do not fit in memory ({exc}): choose smaller "
+                                f"--sizes or --shape"})
             except (ValueError, TypeError, IndexError) as exc:    # inputs the op refuses
                 used = ", ".join(f"{p.name} {np.shape(a)}" for p, a in zip(cop.params, args)
                                  if np.ndim(a)) if args else "?"

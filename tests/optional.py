@@ -25,7 +25,7 @@ def missing(part: str, why: str) -> None:
     msg = f"{why} ({INSTALL[part]})"
     if os.environ.get(var) == "1":
         pytest.fail(f"{msg}, and {var}=1 requires it", pytrace=False)
-    pytest.skip(msg)
+    pytest.skip(msg, allow_module_level=True)      # also from a module's top level
 
 
 def import_optional(module: str, part: str | None = None) -> ModuleType:

@@ -490,3 +490,12 @@ def test_run_bench_checks_shapes():
     for bad in ({"x": (0, 3)}, {"x": ()}, {"x": "8,16"}, {"x": (2.5,)}, {3: (2,)}):
         with pytest.raises(ShapeError):
             run_bench(EXAMPLES / "seed.grad", [1000], shapes=bad)
+
+
+def test_inputs_too_large_for_memory_are_skipped_with_the_reason(shaped):
+    """--shape x=4000000x4000000 (64 TB): numpy's MemoryError is a skip that says
+    so, not an 'internal error'."""
+    report = _quick(shaped, ("fused+out",), ops=["rowmax"], shapes={"x": (4_000_000, 4_000_000)})
+    assert report["results"] == []
+    (s,) = report["skipped"]
+    assert "do not fit in memory" in s["reason"] and "smaller --sizes or --shape" in s["reason"]

@@ -2,6 +2,7 @@
 folder in the temp folder on every run)."""
 from __future__ import annotations
 
+import sys
 import tempfile
 
 from gradc import demo
@@ -13,6 +14,8 @@ def test_demo_writes_only_to_the_cache(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TMPDIR", str(tmp))
     monkeypatch.setattr(tempfile, "tempdir", None)          # re-read TMPDIR
     monkeypatch.setenv("GRADC_CACHE_DIR", str(cache))
+    for name in [k for k in sys.modules if k.startswith("gradc_seed_")]:
+        monkeypatch.delitem(sys.modules, name)     # loaded by an earlier test: load again
     # steps 4 and 5 (timing at 10^6 elements, training) are tested on their own
     # (tests/test_bench.py, tests/test_digits.py): here they print a line
     monkeypatch.setattr("gradc.bench.bench_file", lambda *a, **k: "bench")

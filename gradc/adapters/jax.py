@@ -123,6 +123,7 @@ class JaxOp:
         kw = self._keywords(keywords)
         args = _arrays(self.__name__, self._params, args)
         _check_args(self.__name__, self._params, args, list(self._defaults))
+        self._out_specs(dict(kw), args)       # shapes that do not fit: the op's ValueError
         fn = self._fns.get(kw)
         if fn is None:
             fn = self._fns[kw] = self._function(dict(kw))

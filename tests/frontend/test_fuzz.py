@@ -36,7 +36,6 @@ import sys
 import time
 import tracemalloc
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -55,8 +54,9 @@ LONG = int(os.environ.get("GRADC_FUZZ_EXAMPLES", "0"))
 # Generated grad blocks may well be nonlinear in their upstreams (W401): not the point here.
 pytestmark = pytest.mark.filterwarnings("ignore::gradc.errors.GradcWarning")
 
-# Seconds one example may take before the test fails (besides Hypothesis's deadline,
-# which only reports after the fact, this interrupts a hang).
+# Seconds one example may take before the test fails: SIGALRM interrupts a hang.  The
+# only time bound: Hypothesis's deadline is off, as in every test (tests/conftest.py),
+# since a shared machine made a 5-deep grad() take 29 s where it takes 5.
 HARD_LIMIT = 60
 
 
@@ -65,9 +65,8 @@ def examples(n: int) -> int:
     return LONG or n
 
 
-def fuzz_settings(n: int, deadline_s: float | None = 20) -> settings:
-    return settings(max_examples=examples(n),
-                    deadline=None if deadline_s is None else timedelta(seconds=deadline_s),
+def fuzz_settings(n: int) -> settings:
+    return settings(max_examples=examples(n), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much])
 
@@ -642,7 +641,7 @@ def test_hostile_programs_end_quickly_in_a_module_or_a_positioned_error(case,
 GRAMMAR_CHARS = string.ascii_letters[:12] + string.digits[:4] + "_ (){}[],;:=<>+-*/@^.#\"\n\t"
 
 
-@fuzz_settings(150, deadline_s=10)
+@fuzz_settings(150)
 @given(st.one_of(st.text(alphabet=GRAMMAR_CHARS, max_size=300),
                  st.text(max_size=200),
                  st.lists(st.sampled_from(SNIPPETS), max_size=60).map("".join)))
@@ -650,7 +649,7 @@ def test_random_text_compiles_or_fails_with_a_position(text: str) -> None:
     compile_outcome(text)
 
 
-@fuzz_settings(60, deadline_s=10)
+@fuzz_settings(60)
 @given(data=st.binary(max_size=300))
 def test_random_bytes_in_a_file_fail_with_a_position(data: bytes, tmp_path_factory) -> None:
     path = tmp_path_factory.mktemp("bytes") / "random.grad"
