@@ -1,6 +1,8 @@
 """The report of ``gradc bench``: aligned tables, the JSON file and the plot."""
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import math
 import os
@@ -257,11 +259,14 @@ def _notes(report: dict) -> list[str]:
             if r["op"] not in ops:
                 ops.append(r["op"])
     notes = [f"not run: {v} for {', '.join(ops)}: {why}" for (v, why), ops in reasons.items()]
-    missing = [v for v in ("numexpr", "jax.jit", "torch", "torch.compile")
-               if v not in report["variants"]]
-    if missing:
-        notes.append(f"not installed or not selected: {', '.join(missing)} "
-                     "(pip install gradc[bench])")
+    left_out = [v for v in ("numexpr", "jax.jit", "torch", "torch.compile")
+                if v not in report["variants"]]
+    absent = [v for v in left_out if importlib.util.find_spec(v.split(".")[0]) is None]
+    if absent:
+        notes.append(f"not installed: {', '.join(absent)} (pip install gradc[bench])")
+    if len(absent) < len(left_out):
+        notes.append("not selected: " + ", ".join(v for v in left_out if v not in absent)
+                     + " (--variants)")
     for s in report["skipped"]:
         at = f" at shapes {shapes_label(s['shapes'])}" if s.get("shapes") else \
             f" at n = {s['n']:,}" if "n" in s else ""

@@ -190,9 +190,13 @@ def _size(text: str) -> int:
     """``1000000``, ``1e6``, ``10**6`` or ``10^6``."""
     try:
         base, _, exp = text.replace("^", "**").partition("**")
-        n = int(base) ** int(exp) if exp else int(float(text))
+        n = int(base) ** int(exp) if exp else float(text)
+        if n != int(n):
+            raise ValueError(text)             # 2.5 elements
+        n = int(n)
     except (ValueError, OverflowError):
-        raise argparse.ArgumentTypeError(f"not a size: {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not a size (a whole number of elements): "
+                                         f"{text!r}") from None
     if n <= 0:
         raise argparse.ArgumentTypeError(f"sizes must be positive, got {n}")
     return n

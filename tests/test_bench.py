@@ -499,3 +499,23 @@ def test_inputs_too_large_for_memory_are_skipped_with_the_reason(shaped):
     assert report["results"] == []
     (s,) = report["skipped"]
     assert "do not fit in memory" in s["reason"] and "smaller --sizes or --shape" in s["reason"]
+
+
+@pytest.mark.parametrize("value", ["2.5", "1e-3", "nan", "inf"])
+def test_cli_bench_size_must_be_a_whole_number(tiny, capsys, value):
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", str(tiny), "--sizes", value])
+    assert exc.value.code == 2
+    assert "not a size (a whole number of elements)" in capsys.readouterr().err
+
+
+def test_peers_left_out_are_named_installed_or_not(tiny):
+    """A peer that is installed but not among --variants is 'not selected', not 'not
+    installed' (jax and numpy are in the test extra)."""
+    text = format_report(_quick(tiny, ("fused+out",)))
+    assert "not selected: " in text and "jax.jit" in text.split("not selected: ")[1]
+    assert "not installed or not selected" not in text
+    for line in text.splitlines():
+        if line.lstrip().startswith("not installed:"):
+            assert all(importlib.util.find_spec(v.split(".")[0]) is None
+                       for v in line.split(":", 1)[1].split("(")[0].replace(",", " ").split())
