@@ -186,6 +186,15 @@ def _cmd_testgen(args) -> int:
     return 0
 
 
+def _output_file(text: str) -> str:
+    """A file to write at the end (``-``: stdout): its folder must exist now, so that a
+    run of minutes does not end in an error about the path."""
+    if text != "-" and not Path(text).parent.is_dir():
+        raise argparse.ArgumentTypeError(f"no folder {str(Path(text).parent)!r} to write "
+                                         f"{text!r} in")
+    return text
+
+
 def _size(text: str) -> int:
     """``1000000``, ``1e6``, ``10**6`` or ``10^6``."""
     try:
@@ -267,7 +276,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "differences; jvp against vjp; second order)")
     k.add_argument("spec")
     k.add_argument("--seed", type=int, default=0)
-    k.add_argument("--json", metavar="FILE|-",
+    k.add_argument("--json", metavar="FILE|-", type=_output_file,
                    help="also write the results as JSON (per op: each check's name, error, "
                         "tolerance, passed); '-': JSON to stdout, the text to stderr")
     k.add_argument("--precise", action="store_true",
@@ -298,9 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds slept before each timed call (default 0.01); then it "
                         "waits until no other thread of the process runs (up to 0.2 s), so "
                         "no library's threads spin while another is timed")
-    b.add_argument("--json", metavar="FILE|-", help="write every measurement and machine info; "
+    b.add_argument("--json", metavar="FILE|-", type=_output_file,
+                   help="write every measurement and machine info; "
                    "'-': JSON to stdout, the tables to stderr")
-    b.add_argument("--plot", metavar="FILE.png", help="plot effective GB/s (matplotlib)")
+    b.add_argument("--plot", metavar="FILE.png", type=_output_file,
+                   help="plot effective GB/s (matplotlib)")
     b.add_argument("--precise", action="store_true", help=_PRECISE)
     _color_option(b)
     b.set_defaults(fn=_cmd_bench)

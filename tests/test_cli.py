@@ -50,6 +50,22 @@ def test_an_output_in_a_missing_folder_is_an_error_not_a_new_folder(tmp_path, ca
     assert not out.parent.exists()
 
 
+@pytest.mark.parametrize("argv", [["check", "{src}", "--json", "{out}"],
+                                  ["bench", "{src}", "--json", "{out}"],
+                                  ["bench", "{src}", "--plot", "{out}"]])
+def test_reports_to_a_missing_folder_are_refused_before_any_work(tmp_path, capsys, argv):
+    """--json/--plot in a folder that does not exist: a usage error at once (it was an
+    OSError after every check or measurement had run)."""
+    src = tmp_path / "ops.grad"
+    src.write_text("op f(x) -> y { y = x * 2 }\n")
+    out = tmp_path / "typo" / "report.json"
+    with pytest.raises(SystemExit) as exc:
+        main([a.format(src=src, out=out) for a in argv])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"no folder '{out.parent}' to write '{out}' in" in err and "parsed" not in err
+
+
 @pytest.mark.parametrize("argv", [["testgen", "{src}", "-o", "-"],
                                   ["compile", "{src}", "--emit", "torch", "-o", "-"]])
 def test_outputs_that_must_be_files_refuse_dash(tmp_path, monkeypatch, capsys, argv):
