@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 import gradc
@@ -65,8 +65,14 @@ def examples(n: int) -> int:
     return LONG or n
 
 
+# Hypothesis's explain phase runs a failing example under sys.settrace, which made a
+# 4-deep grad() chain take over HARD_LIMIT on that run only (a FlakyFailure at 2,000
+# examples): timed runs go without it.
+UNTRACED = tuple(p for p in Phase if p is not Phase.explain)
+
+
 def fuzz_settings(n: int) -> settings:
-    return settings(max_examples=examples(n), deadline=None,
+    return settings(max_examples=examples(n), deadline=None, phases=UNTRACED,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much])
 
