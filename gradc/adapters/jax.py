@@ -161,7 +161,7 @@ class JaxOp:
         if key not in self._shapes:
             floats = [np.dtype(a.dtype) for a, p in zip(args, self._params)
                       if p.dtype not in _INTS]
-            rt = jax.dtypes.canonicalize_dtype(np.result_type(*floats) if floats else np.float64)
+            rt = _float_dtype(floats)
             g = self._graph
             run = lower_graph(g, g.params, g.outputs, jax_framework(), rt)
             values = iter(args)
@@ -223,16 +223,13 @@ class _Fn:
         """``graph()``'s outputs from ``start`` on, on ``args`` and the keywords, in
         ``jax.numpy`` (float16 computed in float32 and rounded at the end, as the
         generated module does)."""
-        import jax
-
         from gradc.ir.interpret_frameworks import jax_framework, lower_graph, want_dtype
         graph, start = self.graph()
         names = [graph.node(p).attr("name") for p in graph.params]
         positional = [n for n in names if n not in self.keywords]
         floats = [np.dtype(a.dtype) for a, n in zip(args, positional)
                   if graph.node(graph.params[names.index(n)]).dtype not in _INTS]
-        rt = np.dtype(jax.dtypes.canonicalize_dtype(np.result_type(*floats) if floats
-                                                    else np.float64))
+        rt = _float_dtype(floats)
         if ("xla", rt) not in self._made:
             compute = np.dtype(np.float32) if rt == np.float16 else rt
             targets = graph.outputs[start:]
@@ -352,6 +349,14 @@ def _host(run: Callable, ranks: tuple, specs: tuple, *arrays) -> tuple:
     outs = run(*arrays)
     return tuple(np.asarray(o, dtype=s.dtype).reshape(batch + tuple(s.shape))
                  for o, s in zip(outs, specs))
+
+
+def _float_dtype(floats: list) -> np.dtype:
+    """The float dtype an op computes in for float arguments of dtypes ``floats``
+    (NumPy's promotion; float64 with none), as JAX has it (float32 without x64)."""
+    import jax
+    return np.dtype(jax.dtypes.canonicalize_dtype(np.result_type(*floats) if floats
+                                                  else np.float64))
 
 
 def _call_op(op, kw: dict, *arrays) -> tuple:
