@@ -82,14 +82,14 @@ def test_the_check_names_each_kind_of_wrong_result(bench):
     assert wrong["raises"] == "ZeroDivisionError: division by zero"
 
 
-def test_the_reference_gives_the_values_written_in_the_example(bench):
-    """The values of ``examples/rowwise.grad``'s comments."""
+def _written():
+    """The inputs, upstream and values of ``examples/rowwise.grad``'s comments."""
     x = np.array([[1, 2, 3], [0, 0, 0]])
     x2 = np.array([[1, 2, 4], [-1, 0, 3]])
     dy = np.array([[1, 0, 0], [0, 1, 0]])
     w, b, t = np.array([0.5, 1, 2]), np.array([0, 0.1, -0.1]), np.array([[0, 0, 1], [1, 0, 0]])
     third, ninth = 1 / 3, 1 / 9
-    written = {
+    return dy, {
         "softmax_rows": ([x], [[[0.09003057317038046, 0.24472847105479764, 0.6652409557748218],
                                 [third] * 3],
                                [[0.08192506906499324, -0.022033044520174298, -0.05989202454481893],
@@ -115,7 +115,30 @@ def test_the_reference_gives_the_values_written_in_the_example(bench):
                                  [-0.4914260872272398, 0.02330631128898695,
                                   0.4681197759382529]]]),
     }
+
+
+def test_the_reference_gives_the_values_written_in_the_example(bench):
+    """The values of ``examples/rowwise.grad``'s comments, from the NumPy reference."""
+    dy, written = _written()
     for op, (params, values) in written.items():
         got = bench.reference(op, params, [1.0 if op == "xent_rows" else dy])
         for k, value in enumerate(values):     # rms_norm's dw is not written
             np.testing.assert_allclose(got[k], value, rtol=1e-9, atol=1e-12, err_msg=f"{op}[{k}]")
+
+
+def test_the_generated_module_gives_the_values_written_in_the_example():
+    """The same values from gradc's module (float64), fused and unfused: forward, then
+    the VJP's gradients in order."""
+    import gradc
+    module = gradc.load(ROOT / "examples" / "rowwise.grad")
+    dy, written = _written()
+    for name, (params, values) in written.items():
+        args = [np.asarray(p, np.float64) for p in params]
+        up = np.float64(1.0) if name == "xent_rows" else np.asarray(dy, np.float64)
+        for op in (getattr(module, name), getattr(module, name).unfused):
+            grads = op.vjp(*args, up)
+            got = [op(*args), *(grads if isinstance(grads, tuple) else (grads,))]
+            for k, value in enumerate(values):
+                np.testing.assert_allclose(got[k], value, rtol=1e-9, atol=1e-12,
+                                           err_msg=f"{name}[{k}]")
+
