@@ -258,6 +258,8 @@ class WrapperPrinter:
             return f"_g_result_shape({node.op!r}, {', '.join(args)})"
         if node.op in ("sum_to", "broadcast_in"):
             return args[1]                  # the shape of ``like``
+        if node.op == "shape_check":
+            return args[0]
         if node.op == "size_ratio":
             return "()"
         raise CodegenError(f"no run-time shape rule for '{node.op}'", node.span)
@@ -402,7 +404,9 @@ class WrapperPrinter:
     def _library_text(self, node, fields: dict[str, str]) -> str:
         """The expression computing library step ``node`` from its operands."""
         lib = PRIMITIVES[node.op].lib
-        text = lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **fields)
+        attrs = {k: node.attr(k) for k in PRIMITIVES[node.op].attrs}
+        text = lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **attrs,
+                          **fields)
         if node.attr("initial") is not None:          # np.max(..., initial=-np.inf)
             text = f"{text[:-1]}, initial={_float_literal(node.attr('initial'))})"
         return text
@@ -559,7 +563,7 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
-_HELPERS = (prelude._g_sum_to, prelude._g_transpose, prelude._g_broadcast_in, prelude._g_logsumexp,
+_HELPERS = (prelude._g_sum_to, prelude._g_shape_check, prelude._g_transpose, prelude._g_broadcast_in, prelude._g_logsumexp,
             prelude._g_norm,
             runtime_src._g_env_count, runtime_src._g_numba_threads, runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
             runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream, runtime_src._g_tangent,
