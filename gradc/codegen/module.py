@@ -251,15 +251,18 @@ class WrapperPrinter:
         if nid not in node.shape.dyn:
             return self.shape_expr(node.shape, early=True)
         args = [self.shape_expr(self.graph.node(a).shape, early=True) for a in node.args]
-        if PRIMITIVES[node.op].kind == "reduction":
+        prim = PRIMITIVES[node.op]
+        if prim.shape_like is not None:
+            return args[prim.shape_like]
+        if prim.np_shape is not None:
+            return _shape_call(prim, node, args)
+        if prim.kind == "reduction":
             return (f"_g_result_shape('reduce', {args[0]}, axis={node.attr('axis')!r}, "
                     f"keepdims={node.attr('keepdims')!r})")
         if node.op in ("matmul", "transpose"):
             return f"_g_result_shape({node.op!r}, {', '.join(args)})"
         if node.op in ("sum_to", "broadcast_in"):
             return args[1]                  # the shape of ``like``
-        if node.op == "shape_check":
-            return args[0]
         if node.op == "size_ratio":
             return "()"
         raise CodegenError(f"no run-time shape rule for '{node.op}'", node.span)
@@ -404,15 +407,20 @@ class WrapperPrinter:
     def _library_text(self, node, fields: dict[str, str]) -> str:
         """The expression computing library step ``node`` from its operands."""
         lib = PRIMITIVES[node.op].lib
-        attrs = {k: node.attr(k) for k in PRIMITIVES[node.op].attrs}
-        text = lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **attrs,
-                          **fields)
+        attrs = {"axis": node.attr("axis"), "keepdims": node.attr("keepdims"),
+                 **{k: node.attr(k) for k in PRIMITIVES[node.op].attrs}}
+        text = lib.format(**attrs, **fields)
         if node.attr("initial") is not None:          # np.max(..., initial=-np.inf)
             text = f"{text[:-1]}, initial={_float_literal(node.attr('initial'))})"
         return text
 
     def _shape_only(self, node, args: list[str]) -> str:
         """A value kept only as a run-time shape source: a view of one zero, no work."""
+        prim = PRIMITIVES[node.op]
+        if prim.shape_like is not None or prim.np_shape is not None:
+            shape = (f"np.shape({args[prim.shape_like]})" if prim.shape_like is not None else
+                     _shape_call(prim, node, [f"np.shape({a})" for a in args]))
+            return f"np.broadcast_to(np.zeros((), _T), {shape})  # only its shape is used"
         kind = "reduce" if PRIMITIVES[node.op].kind == "reduction" else node.op
         shapes = ", ".join(f"np.shape({a})" for a in args)
         extra = (f", axis={node.attr('axis')!r}, keepdims={node.attr('keepdims')!r}"
@@ -570,7 +578,9 @@ _HELPERS = (prelude._g_sum_to, prelude._g_shape_check, prelude._g_transpose, pre
             runtime_src._g_tangent_broadcast,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
             runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_result_shape, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcDask,
-            runtime_src._GradcOp, *(getattr(runtime_dask_src, n) for n in runtime_dask_src.HELPERS))
+            runtime_src._GradcOp, *(getattr(runtime_dask_src, n) for n in runtime_dask_src.HELPERS),
+            # the run-time functions of the registry's primitives (their CPU and Dask lowerings)
+            *dict.fromkeys(fn for p in PRIMITIVES.values() for fn in (*p.helpers, p.dask) if fn))
 _CONSTANTS = ("_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"
               "_G_INTS = {'i32': np.int32, 'i64': np.int64, 'bool': np.bool_}\n"
               "# An empty array per compute dtype: kernels read their dtype from it.\n"
@@ -585,6 +595,12 @@ _PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads co
                  "# Numba's TBB threading layer unless the user chose one (_g_numba_threads):\n"
                  "# OpenMP's spinning workers would slow PyTorch, JAX and BLAS after each loop.\n"
                  "_G_THREADING = _g_numba_threads(os.environ, numba.config)\n")
+
+
+def _shape_call(prim, node, shapes: list[str]) -> str:
+    """The call of ``prim``'s NumPy shape function on run-time ``shapes``."""
+    kw = "".join(f", {k}={node.attr(k)!r}" for k in prim.attrs)
+    return f"{prim.np_shape.__name__}({', '.join(shapes)}{kw})"
 
 
 def source_sha256(text: str) -> str:
