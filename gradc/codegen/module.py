@@ -561,10 +561,10 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
             f"TARGET = {target!r}\n")
     tail = ("OPS = {" + ", ".join(f"{n!r}: {py_name(n)}" for n in names) + "}\n"
             f"__all__ = {['OPS', *map(py_name, names)]!r}\n")
-    parts = [head, "# --- runtime helpers (copied from gradc) ---\n", _CONSTANTS, helpers,
-             _PARALLEL_MIN, "# --- kernels ---\n", *cpu_sources]
+    parts = [head, RUNTIME_MARK, _CONSTANTS, helpers,
+             _PARALLEL_MIN, GENERATED_MARK, *cpu_sources]
     if cuda_kernels is not None:
-        parts += ["# --- CUDA run time (copied from gradc) ---\n", cuda_module.runtime_source(),
+        parts += [CUDA_RUNTIME_MARK, cuda_module.runtime_source(),
                   "# --- CUDA kernels ---\n", *cuda_kernels.sources,
                   cuda_module.kernel_table(cuda_kernels)]
     parts += ["# --- ops ---\n", *op_texts, tail]
@@ -601,6 +601,21 @@ def _shape_call(prim, node, shapes: list[str]) -> str:
     """The call of ``prim``'s NumPy shape function on run-time ``shapes``."""
     kw = "".join(f", {k}={node.attr(k)!r}" for k in prim.attrs)
     return f"{prim.np_shape.__name__}({', '.join(shapes)}{kw})"
+
+
+# The sections of a module: the run time copied from gradc (the same in every module,
+# tested as the code it is, tests/codegen) and what is generated for the .grad file.
+RUNTIME_MARK = "# --- runtime helpers (copied from gradc) ---\n"
+GENERATED_MARK = "# --- kernels ---\n"
+CUDA_RUNTIME_MARK = "# --- CUDA run time (copied from gradc) ---\n"
+
+
+def generated_part(text: str) -> str:
+    """``text`` (a generated module) without the run time copied from gradc: the
+    header and what is generated for the ops, the part a golden file pins down."""
+    head, _, rest = text.partition(RUNTIME_MARK)
+    _, _, generated = rest.partition(GENERATED_MARK)
+    return head + "# [run time copied from gradc: left out]\n\n\n" + GENERATED_MARK + generated
 
 
 def source_sha256(text: str) -> str:
