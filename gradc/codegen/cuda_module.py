@@ -62,7 +62,7 @@ class CudaWrapperPrinter(WrapperPrinter):
         prim = PRIMITIVES[node.op]
         axis, keepdims = node.attr("axis"), node.attr("keepdims")
         x = fields.get("x")
-        if prim.kind == "reduction":
+        if prim.kind == "reduction" and node.op in rt.REDUCTIONS:
             empty = ", empty_ok=True" if node.attr("initial") is not None else ""
             return f"_gc_reduce({node.op!r}, {x}, {axis!r}, {keepdims!r}, stream{empty})"
         if node.op == "matmul":

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from gradc.codegen.cpu import is_scalar_input
 from gradc.codegen.module import _OUT_DTYPE, WrapperPrinter
+from gradc.codegen.runtime_dask_src import LIBRARY_OPS
+from gradc.errors import CodegenError
 from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.fuse import Kernel, KernelPlan
 
@@ -56,6 +58,8 @@ class DaskWrapperPrinter(WrapperPrinter):
         if prim.dask is not None:           # the primitive's own Dask lowering
             kw = "".join(f", {k}={node.attr(k)!r}" for k in prim.attrs)
             return f"{prim.dask.__name__}(_T, {args}{kw})"
+        if node.op not in LIBRARY_OPS:
+            raise CodegenError(f"'{node.op}' has no Dask lowering", node.span)
         kw = (f", axis={node.attr('axis')!r}, keepdims={bool(node.attr('keepdims'))!r}"
               if "axis" in dict(node.attrs) else "")
         kw += ", empty_ok=True" if node.attr("initial") is not None else ""

@@ -150,6 +150,8 @@ def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
 
 
 KERNELS = ("_gck_gather", "_gck_rows")
+# The reductions _gc_reduce computes (the CUDA printer lowers no other).
+REDUCTIONS = ("sum", "mean", "prod", "max", "min", "logsumexp", "norm")
 # _gck_matmul is printed by gradc.codegen.cuda.render_cuda_matmul, like the matmul
 # kernels with a fused epilogue.
 

@@ -251,6 +251,10 @@ def _gd_finish(op, outs, results, shapes, rt, inputs):
 
 
 # What gradc.codegen.module copies into every module with CPU kernels, in order.
+# The library steps _gd_lib computes (the Dask printer lowers no other; a primitive
+# may bring its own Dask function instead, Primitive.dask).
+LIBRARY_OPS = ("size_ratio", "shape_check", "matmul", "transpose", "sum_to", "broadcast_in",
+               "logsumexp", "norm", "sum", "mean", "prod", "max", "min")
 HELPERS = ("_gd_is_dask", "_gd_probe", "_gd_inputs", "_gd_upstream", "_gd_tangent",
            "_gd_out_tuple", "_gd_index", "_gd_template", "_gd_kernel", "_gd_block", "_gd_lib",
            "_gd_finish")

@@ -90,6 +90,8 @@ def lower_graph(graph: Graph, inputs: Sequence[int], targets: Sequence[int], fw:
                 if PRIMITIVES[node.op].kind == REDUCTION or node.op == "broadcast_in" else \
                 {k: attrs.get(k, d) for k, d in PRIMITIVES[node.op].defaults.items()}
             fn = fw.ops.get(node.op) or getattr(PRIMITIVES[node.op], fw.name)
+            if fn is None:
+                raise NotImplementedError(f"{fw.name} has no lowering of '{node.op}'")
             steps.append(("op", unit, fn, args, kw))
     outs = tuple(spec(t) for t in targets)
     return partial(_run, tuple(inputs), tuple(steps), outs, fw)
