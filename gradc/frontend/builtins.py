@@ -25,27 +25,31 @@ class Builtin:
     kwarg_kinds: tuple[tuple[str, str], ...] = (("axis", "axis"), ("keepdims", "bool"))
 
 
-_UNARY = ("abs sign exp exp2 expm1 log log2 log10 log1p sqrt rsqrt square reciprocal "
-          "sin cos tan asin acos atan sinh cosh tanh sigmoid softplus erf erfc floor "
-          "ceil round ones_like zeros_like stop_gradient").split()
-_REDUCE = ("sum", "mean", "prod", "logsumexp", "norm")
+_REDUCTION_KWARGS = (("axis", "axis"), ("keepdims", "bool"))
+
+
+def _derived(p) -> list[Builtin]:
+    """The builtins of a public primitive: its name and aliases, taking its operands
+    and attributes passed positionally, and its keywords (a reduction's axis= and
+    keepdims=)."""
+    n = len(p.params) + len(p.attr_params)
+    kinds = (_REDUCTION_KWARGS if p.kind == "reduction" else
+             tuple((k, kind) for k, kind, _ in p.keywords
+                   if kind != "internal" and k not in p.attr_params))
+    return [Builtin(name, n, n, tuple(k for k, _ in kinds), p.kind, kinds)
+            for name in (p.name, *p.aliases)]
+
 
 BUILTINS = MappingProxyType({b.name: b for b in [
-    *(Builtin(n, 1, 1) for n in _UNARY),
-    Builtin("atan2", 2, 2), Builtin("pow", 2, 2),
-    Builtin("clip", 3, 3), Builtin("where", 3, 3), Builtin("full_like", 2, 2),
+    # The registry's public primitives, under their names and aliases.
+    *(b for p in PRIMITIVES.values() if p.public for b in _derived(p)),
+    # Sugar: full_like(x, 1) and full_like(x, 0).
+    Builtin("ones_like", 1, 1), Builtin("zeros_like", 1, 1),
     # max/min: one argument (with axis=/keepdims=) reduces, two are elementwise.
     Builtin("max", 1, 2, ("axis", "keepdims"), "special"),
     Builtin("min", 1, 2, ("axis", "keepdims"), "special"),
-    *(Builtin(n, 1, 1, ("axis", "keepdims"), "reduction") for n in _REDUCE),
     # grad(EXPR, NAME): gradient of a scalar expression w.r.t. a name.
     Builtin("grad", 2, 2, (), "special"),
-    # The registry's public primitives, under their names and aliases.
-    *(Builtin(name, len(p.params) + len(p.attr_params), len(p.params) + len(p.attr_params),
-              tuple(k for k, kind, _ in p.keywords
-                    if kind != "internal" and k not in p.attr_params),
-              p.kind, tuple((k, kind) for k, kind, _ in p.keywords if kind != "internal"))
-      for p in PRIMITIVES.values() if p.public for name in (p.name, *p.aliases)),
 ]})
 
 CONSTANTS = MappingProxyType({"pi": 3.141592653589793, "e": 2.718281828459045,

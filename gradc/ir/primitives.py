@@ -146,6 +146,7 @@ def _ew(name, params, ref, vjp, cpu, **kw) -> Primitive:
 
 
 def _unary(name, ref, vjp, cpu, **kw) -> Primitive:
+    kw.setdefault("public", True)       # a builtin of the language, but for neg, cast, identity
     return _ew(name, "x", ref, (vjp,), cpu, **kw)
 
 
@@ -161,7 +162,8 @@ def _red(name, ref, local, lib, **kw) -> Primitive:
     JVP ``sum(x_t * (local))`` over the reduced axes (``local`` first: the
     tangent times ``x`` may overflow where their quotient by the norm would not)."""
     rules = {"vjp": (_bc(f"bc(g) * {local}"),),
-             "jvp": (_bc(f"sum(x_t * ({local}), axis=axis, keepdims=keepdims)"),)}
+             "jvp": (_bc(f"sum(x_t * ({local}), axis=axis, keepdims=keepdims)"),),
+             "public": True}
     return Primitive(name, ("x",), REDUCTION, ref, lib=lib, **{**rules, **kw})
 
 
@@ -404,12 +406,13 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
         dtype="same", jvp=("x_t * y", "x * y_t"), linear=(0, 1), multilinear=True),
     _ew("div", "x y", np.divide, ("g / y", "-g * out / y"), "({x} / {y})", domain=NONZERO,
         jvp=("x_t / y", "-y_t * out / y"), linear=(0,)),
-    _unary("neg", np.negative, "-g", "(-{x})", float_only=False, dtype="same", linear=(0,)),
+    _unary("neg", np.negative, "-g", "(-{x})", float_only=False, dtype="same", linear=(0,),
+           public=False),
     # x^y: d/dy uses log(x) only where x > 0, so (0, 1) gives (1, 0), not NaN.
     _ew("pow", "x y", np.power,
         ("g * where(y == 0, 0, y * pow(x, y - 1))",
          "g * where(x <= 0, 0, out * log(where(x <= 0, 1, x)))"),
-        "_g_pow({x}, {y})", domain=POSITIVE),
+        "_g_pow({x}, {y})", domain=POSITIVE, public=True),
     _ew("maximum", "x y", _maximum,
         ("g * ((x > y) + 0.5 * (x == y))", "g * ((y > x) + 0.5 * (x == y))"),
         "({x} if ({x} > {y} or {x} != {x}) else {y})", float_only=False, dtype="same"),
@@ -417,23 +420,25 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
         ("g * ((x < y) + 0.5 * (x == y))", "g * ((y < x) + 0.5 * (x == y))"),
         "({x} if ({x} < {y} or {x} != {x}) else {y})", float_only=False, dtype="same"),
     _ew("atan2", "y x", np.arctan2, ("g * x / (x * x + y * y)", "-g * y / (x * x + y * y)"),
-        "_g_atan2({y}, {x})", domain=NONZERO),
+        "_g_atan2({y}, {x})", domain=NONZERO, public=True),
     _cmp("lt", np.less, "<"), _cmp("le", np.less_equal, "<="),
     _cmp("gt", np.greater, ">"), _cmp("ge", np.greater_equal, ">="),
     _cmp("eq", np.equal, "=="), _cmp("ne", np.not_equal, "!="),
     _ew("where", "c x y", _where, (None, "where(c, g, 0)", "where(c, 0, g)"),
-        "({x} if {c} else {y})", float_only=False, dtype="same", linear=(1, 2)),
+        "({x} if {c} else {y})", float_only=False, dtype="same", linear=(1, 2), public=True),
     # clip = min(max(x, lo), hi), as np.clip (so hi wins when lo > hi, and a NaN x, lo
     # or hi gives NaN, as np.clip and torch.clamp do).
     _ew("clip", "x lo hi", lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
         ("g * (x >= lo) * (x <= hi)", "g * (x < lo) * (lo <= hi)", "g * (max(x, lo) > hi)"),
         "({hi} if (" + _CLIP_LO + " > {hi} or {hi} != {hi}) else " + _CLIP_LO + ")",
-        float_only=False, dtype="same"),
+        float_only=False, dtype="same", public=True),
     _ew("full_like", "x v", lambda x, v: np.full_like(x, v, dtype=np.result_type(v)),
-        (None, "g"), "{dt}({v})", float_only=False, dtype="same", shape_only=(0,), linear=(1,)),
-    _unary("cast", lambda x: x, "g", "{dt}({x})", float_only=False, linear=(0,)),
+        (None, "g"), "{dt}({v})", float_only=False, dtype="same", shape_only=(0,), linear=(1,),
+        public=True),
+    _unary("cast", lambda x: x, "g", "{dt}({x})", float_only=False, linear=(0,), public=False),
     # identity: marks a custom-gradient call's result; removed by simplification.
-    _unary("identity", lambda x: x, "g", "{x}", float_only=False, dtype="same", linear=(0,)),
+    _unary("identity", lambda x: x, "g", "{x}", float_only=False, dtype="same", linear=(0,),
+           public=False),
     _unary("stop_gradient", lambda x: x, None, "{x}", float_only=False, dtype="same",
            differentiable=False, linear=(0,)),
     # --- elementwise math ----------------------------------------------------
@@ -491,10 +496,12 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
          f"where(x == 0, where(bc(sum(x == 0, {_ALONG})) == 1, "
          f"bc(prod(where(x == 0, 1, x), {_ALONG})), 0), bc(out) / where(x == 0, 1, x))",
          "np.prod({x}, axis={axis}, keepdims={keepdims})", domain=NONZERO),
+    # max and min: their builtins take one argument (these) or two (maximum, minimum),
+    # so frontend.builtins spells them out.
     _red("max", np.max, _TIE, "np.max({x}, axis={axis}, keepdims={keepdims})",
-         float_only=False, dtype="same"),
+         float_only=False, dtype="same", public=False),
     _red("min", np.min, _TIE, "np.min({x}, axis={axis}, keepdims={keepdims})",
-         float_only=False, dtype="same"),
+         float_only=False, dtype="same", public=False),
     # d lse / dx = softmax(x) = p / sum(p), p = exp(x - lse). Dividing by sum(p)
     # (1 up to rounding) removes the rounding of ``out`` itself: in float32,
     # exp(1000 - fl(1000 + ln 2)) is 0.499985, p / sum(p) is 0.5. All -inf
