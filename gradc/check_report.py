@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Sequence
 
 from gradc.gradcheck import TOL, TOL_ADJOINT, TOL_SECOND, CheckResult
-from gradc.term import write_output
+from gradc.tools.term import write_output
 
 
 def _num(x: float | None) -> float | None:

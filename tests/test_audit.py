@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gradc.audit import audit_program
-from gradc.cli import main
+from gradc.tools.cli import main
 from gradc.frontend.check import check_source, load_program
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import gradc
-from gradc.bench import Skip, make_inputs, max_rel_err, run_bench, select_op
-from gradc.bench_frameworks import (Unsupported, jax_functions, numexpr_function,
+from gradc.tools.bench import Skip, make_inputs, max_rel_err, run_bench, select_op
+from gradc.tools.bench_frameworks import (Unsupported, jax_functions, numexpr_function,
                                     to_torch, torch_functions)
-from gradc.bench_report import format_report, plot_report
-from gradc.cli import main
+from gradc.tools.bench_report import format_report, plot_report
+from gradc.tools.cli import main
 from gradc.frontend.check import load_program
 from gradc.pipeline import build_op
 
@@ -103,7 +103,7 @@ TRAFFIC = {"custom_linear": (12, 12), "sign_ste": (16, 16), "clipped_relu": (16,
 
 @pytest.mark.parametrize("name", sorted(TRAFFIC))
 def test_plan_traffic_counts_the_bytes_each_plan_moves(name):
-    from gradc.bench import plan_traffic
+    from gradc.tools.bench import plan_traffic
     file = EXAMPLES / ("activations.grad" if name == "add_bias" else "seed.grad")
     program = load_program(file)
     cop = build_op(program.ops[name], program.ops, program.consts)
@@ -154,7 +154,7 @@ def test_plot(tiny, tmp_path):
 
 
 def test_interference_warning_in_the_report(tiny):
-    from gradc.bench_report import interference
+    from gradc.tools.bench_report import interference
     report = _quick(tiny, ("fused+out",), ops=["leaky"])
     cores = report["machine"]["cpus_usable"]
     m, (r,) = report["machine"], report["results"]
@@ -175,7 +175,7 @@ def test_interference_warning_in_the_report(tiny):
 
 
 def test_wait_quiet_waits_for_busy_threads_and_gives_up_at_the_limit():
-    from gradc.bench import wait_quiet
+    from gradc.tools.bench import wait_quiet
     clock, states = [0.0], iter([2, 1, 1, 0, 3])
     sleep = lambda s: clock.__setitem__(0, clock[0] + s)
     assert wait_quiet(1.0, 0.25, busy=lambda: next(states), sleep=sleep, clock=lambda: clock[0])
@@ -212,7 +212,7 @@ def _spinner():
 @pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="threads seen through /proc")
 def test_busy_threads_sees_a_spinning_thread_not_a_sleeping_one():
     import threading
-    from gradc.bench import busy_threads, wait_quiet
+    from gradc.tools.bench import busy_threads, wait_quiet
     done = threading.Event()
     sleeper = threading.Thread(target=done.wait, daemon=True)
     sleeper.start()
@@ -230,7 +230,7 @@ def test_no_variant_is_timed_while_another_variants_threads_spin(monkeypatch):
     stop after their spin count) and one that records whether any still spins: the
     second is never timed (nor woken) while the first's threads run."""
     import threading
-    import gradc.bench as bench
+    import gradc.tools.bench as bench
     monkeypatch.setattr(bench, "QUIET_LIMIT", 30.0)
     spinners, spinning_when_timed = [], []
 
@@ -425,7 +425,7 @@ def test_bench_shape_rowwise_kernel_sees_rows(shaped):
 
 
 def test_input_shapes_keep_named_dims_consistent(shaped):
-    from gradc.bench import input_shapes
+    from gradc.tools.bench import input_shapes
     bias, rowmax, leaky = (_cop(shaped, n) for n in ("bias", "rowmax", "leaky"))
     assert input_shapes(bias, 10**6) == [(1000, 1000), (1000,)]          # as before
     assert input_shapes(bias, 10**6, {"x": (4096, 1024)}) == [(4096, 1024), (1024,)]
@@ -486,7 +486,7 @@ def test_cli_bench_shape_of_no_parameter_is_an_error(shaped, capsys, args, messa
 
 
 def test_run_bench_checks_shapes():
-    from gradc.bench import ShapeError
+    from gradc.tools.bench import ShapeError
     for bad in ({"x": (0, 3)}, {"x": ()}, {"x": "8,16"}, {"x": (2.5,)}, {3: (2,)}):
         with pytest.raises(ShapeError):
             run_bench(EXAMPLES / "seed.grad", [1000], shapes=bad)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gradc.cli import main
+from gradc.tools.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -234,7 +234,7 @@ def test_explain_counts_bytes_at_the_compute_dtypes_the_op_can_have(tmp_path, ca
         assert main(["explain", str(spec), op]) == 0
         fused = capsys.readouterr().out.split("kernel plan of forward (fused, CPU)")[1]
         assert f"all kernels over shape(x): 2 array(s) per element {want}" in fused, fused
-    from gradc.explain import compute_dtypes
+    from gradc.tools.explain import compute_dtypes
     from gradc.ir.lower import ParamInfo
     p = lambda dt, default=False: ParamInfo("p", dt, None, 0.5 if default else None,  # noqa: E731
                                             default, True)
@@ -335,7 +335,7 @@ def test_explain_unknown_op(capsys):
 
 
 def test_console_script_entry_point():
-    r = subprocess.run([sys.executable, "-m", "gradc.cli", "--help"], capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "gradc", "--help"], capture_output=True,
                        text=True)
     assert r.returncode == 0 and "compile" in r.stdout
 

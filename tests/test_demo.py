@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import tempfile
 
-from gradc import demo
+from gradc.tools import demo
 
 
 def test_demo_writes_only_to_the_cache(tmp_path, monkeypatch, capsys):
@@ -18,7 +18,7 @@ def test_demo_writes_only_to_the_cache(tmp_path, monkeypatch, capsys):
         monkeypatch.delitem(sys.modules, name)     # loaded by an earlier test: load again
     # steps 4 and 5 (timing at 10^6 elements, training) are tested on their own
     # (tests/test_bench.py, tests/test_digits.py): here they print a line
-    monkeypatch.setattr("gradc.bench.bench_file", lambda *a, **k: "bench")
+    monkeypatch.setattr("gradc.tools.bench.bench_file", lambda *a, **k: "bench")
 
     class Train:
         @staticmethod

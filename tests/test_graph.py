@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from optional import missing
 
-from gradc.cli import main
+from gradc.tools.cli import main
 from gradc.errors import GradcWarning
-from gradc.explain import emit_ir, explain, plan_text
+from gradc.tools.explain import emit_ir, explain, plan_text
 from gradc.frontend.check import load_program
-from gradc.graph import GraphError, graph_dot, label, quote, write_graph
+from gradc.tools.draw import GraphError, graph_dot, label, quote, write_graph
 from gradc.passes.fuse_reduce import cpu_plan
 from gradc.pipeline import build_op
 

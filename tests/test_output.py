@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gradc.cli import main
-from gradc.term import status, strip, style, use_color
+from gradc.tools.cli import main
+from gradc.tools.term import status, strip, style, use_color
 
 ROOT = Path(__file__).resolve().parents[1]
 ACTIVATIONS = ROOT / "examples" / "activations.grad"
@@ -33,14 +33,14 @@ QUICK_BENCH = ["--sizes", "1e3", "--repeat", "2", "--warmup", "0", "--settle", "
 
 
 def run_in_pty(args: list[str], **env: str) -> str:
-    """Run ``python -m gradc.cli ARGS`` with stdout and stderr on a pseudo-terminal;
+    """Run ``python -m gradc ARGS`` with stdout and stderr on a pseudo-terminal;
     everything it wrote, decoded."""
     leader, follower = pty.openpty()
     # A new pseudo-terminal is 0 columns wide, and tqdm draws nothing in 0 columns.
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
     environ = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "TERM")}
     environ.update(PYTHONPATH=str(ROOT), TERM="xterm", **env)
-    proc = subprocess.Popen([sys.executable, "-m", "gradc.cli", *args], stdin=follower,
+    proc = subprocess.Popen([sys.executable, "-m", "gradc", *args], stdin=follower,
                             stdout=follower, stderr=follower, env=environ, cwd=ROOT)
     os.close(follower)
     chunks = []

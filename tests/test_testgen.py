@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import gradc
-from gradc.cli import main
-from gradc.testgen import write_tests
+from gradc.tools.cli import main
+from gradc.tools.testgen import write_tests
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ROOT = EXAMPLES.parent
@@ -270,7 +270,7 @@ def test_the_generator_draws_what_the_file_draws(tmp_path, name, op) -> None:
     """The generator chooses seeds on the inputs the file's make_inputs draws."""
     from gradc.frontend.check import load_program
     from gradc.pipeline import build_op
-    from gradc.testgen import drawn_inputs, plan_program
+    from gradc.tools.testgen import drawn_inputs, plan_program
     out, _ = write_tests(EXAMPLES / name, tmp_path / "test_x.py")
     generated = _import(out)
     program = load_program(EXAMPLES / name)

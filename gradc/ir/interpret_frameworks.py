@@ -10,7 +10,7 @@ tests as a second oracle.  Both frameworks are optional imports.
 
 :func:`lower_graph` turns the part of a graph between some nodes and some
 targets into a function of the framework; custom-gradient regions can be
-handed to a callback, which is how :mod:`gradc.bench_frameworks` wraps them in
+handed to a callback, which is how :mod:`gradc.tools.bench_frameworks` wraps them in
 ``jax.custom_vjp`` or ``torch.autograd.Function``.
 """
 from __future__ import annotations

@@ -18,7 +18,7 @@ cannot be written, :func:`gradc.load` compiles in memory, with a warning.
 
 Each entry ``gradc_<stem>_<key>.py`` has beside it ``gradc_<stem>_<key>.json`` (the
 source path, the files it imports, the options and versions: what ``python -m
-gradc.cache info`` shows) and, under ``__pycache__/``, Python's bytecode and Numba's
+gradc.tools.cache_cmd info`` shows) and, under ``__pycache__/``, Python's bytecode and Numba's
 index and data files of its kernels.
 """
 from __future__ import annotations

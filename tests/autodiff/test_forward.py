@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import gradc
-from gradc.cli import main
+from gradc.tools.cli import main
 from gradc.frontend.check import check_source, load_program
 from gradc.gradcheck import check_jvp, check_second_order, sample_inputs
 from gradc.ir.interpret import interpret

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 
 import gradc
-from gradc.cli import main
+from gradc.tools.cli import main
 from gradc.frontend import limits
 from gradc.runtime import cache
 from gradc.runtime.cache import entry_is_valid, write_atomic

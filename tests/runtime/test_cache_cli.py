@@ -1,4 +1,4 @@
-"""``python -m gradc.cache info|clear`` and the metadata beside each entry."""
+"""``python -m gradc.tools.cache_cmd info|clear`` and the metadata beside each entry."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import time
 import pytest
 
 import gradc
-from gradc.cache import human_age, human_size, main
+from gradc.tools.cache_cmd import human_age, human_size, main
 from gradc.runtime.cache import entries
 
 
@@ -80,7 +80,7 @@ def test_info_on_metadata_of_any_shape(tmp_path) -> None:
         (tmp_path / f"gradc_m{i}_0123.py").write_text("# not a module\n")
         (tmp_path / f"gradc_m{i}_0123.json").write_text(meta)
     def info(*args: str) -> str:
-        return subprocess.run([sys.executable, "-m", "gradc.cache", "--dir", str(tmp_path),
+        return subprocess.run([sys.executable, "-m", "gradc.tools.cache_cmd", "--dir", str(tmp_path),
                                "info", *args], capture_output=True, text=True, check=True,
                               env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"}).stdout
 
@@ -103,16 +103,16 @@ def test_clear_removes_the_entries_and_numba_files(tmp_path, cache, capsys) -> N
 
 
 def test_python_dash_m(tmp_path, cache) -> None:
-    out = subprocess.run([sys.executable, "-m", "gradc.cache", "--dir", str(tmp_path / "none"),
+    out = subprocess.run([sys.executable, "-m", "gradc.tools.cache_cmd", "--dir", str(tmp_path / "none"),
                           "info"], capture_output=True, text=True, check=True).stdout
     assert out.startswith(f"cache directory: {tmp_path / 'none'}\n0 entries")
-    bad = subprocess.run([sys.executable, "-m", "gradc.cache", "purge"], capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "gradc.tools.cache_cmd", "purge"], capture_output=True,
                          text=True)
     assert bad.returncode == 2 and "invalid choice: 'purge'" in bad.stderr
 
 
-@pytest.mark.parametrize("command", [["-m", "gradc.cache", "info"], ["-m", "gradc.cli", "--help"],
-                                     ["-m", "gradc.cli", "compile", "examples/activations.grad",
+@pytest.mark.parametrize("command", [["-m", "gradc.tools.cache_cmd", "info"], ["-m", "gradc", "--help"],
+                                     ["-m", "gradc", "compile", "examples/activations.grad",
                                       "--emit", "ir"]])
 def test_output_into_a_closed_pipe_ends_quietly(command) -> None:
     """``... | head``: the reader is gone before the first write; no traceback, exit 0."""

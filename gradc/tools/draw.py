@@ -6,7 +6,7 @@ one node per IR node, labelled as :func:`gradc.ir.dump.dump` prints it (id,
 op and arguments, dtype and shape class, source line), one edge per operand
 (dashed where only the operand's shape is read), and one cluster per kernel of
 the fused CPU plan (:func:`gradc.passes.fuse_reduce.cpu_plan`), labelled as
-``gradc explain`` describes it (:func:`gradc.explain.step_texts`): what it
+``gradc explain`` describes it (:func:`gradc.tools.explain.step_texts`): what it
 fuses, what it reads and stores and the bytes it moves per element.  A node
 that a later kernel recomputes is drawn once, in the first kernel; the later
 kernel's label says ``recomputes``.  Library calls (matmul, reductions NumPy
@@ -34,7 +34,7 @@ from pathlib import Path
 
 from gradc.autodiff.reverse import outermost_regions
 from gradc.errors import NameResolutionError, Span
-from gradc.explain import MathPrinter, _sig, compute_dtypes, step_texts
+from gradc.tools.explain import MathPrinter, _sig, compute_dtypes, step_texts
 from gradc.frontend.check import load_program
 from gradc.ir.dump import node_fields
 from gradc.ir.graph import Graph

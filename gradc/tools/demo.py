@@ -34,7 +34,7 @@ def examples_dir() -> Path:
             return path
     except (ModuleNotFoundError, TypeError):
         pass
-    return Path(__file__).resolve().parent.parent / "examples"
+    return Path(__file__).resolve().parents[2] / "examples"
 
 
 def _fmt(a) -> str:
@@ -74,10 +74,10 @@ def run_demo(quick: bool = False, color: bool = False) -> int:
     (training) only.  Returns the exit status: 0, or 1 when a value or a
     gradient check disagrees."""
     import gradc
-    from gradc.bench import bench_file
+    from gradc.tools.bench import bench_file
     from gradc.frontend.check import load_program
     from gradc.gradcheck import check_program
-    from gradc.term import status, style
+    from gradc.tools.term import status, style
 
     def head(text: str) -> None:
         print(style(text, "bold", "cyan", on=color))

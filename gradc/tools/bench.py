@@ -41,7 +41,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from gradc.bench_frameworks import (Unsupported, jax_functions, numexpr_function,
+from gradc.tools.bench_frameworks import (Unsupported, jax_functions, numexpr_function,
                                     to_torch, torch_functions)
 from gradc.codegen.runtime_src import _g_env_count
 from gradc.frontend.check import load_program
@@ -433,9 +433,9 @@ def bench_case(module, cop, args: list, variants: Sequence[str], fns: dict, why:
 def plan_traffic(cop, dtype=np.float32) -> dict:
     """Bytes per element, at compute dtype ``dtype`` (float32 or float64), that
     ``fwd_bwd``'s fused CPU plan and its unfused plan move over the op's largest loop
-    shape (:func:`gradc.explain.element_traffic`): their ratio bounds how much faster
+    shape (:func:`gradc.tools.explain.element_traffic`): their ratio bounds how much faster
     fusion can make a memory-bound op."""
-    from gradc.explain import element_traffic
+    from gradc.tools.explain import element_traffic
     from gradc.passes.fuse_reduce import cpu_plan
     method = cop.methods["fwd_bwd"]
     at = "float32" if np.dtype(dtype) == np.float16 else np.dtype(dtype).name  # T of float16
@@ -492,14 +492,14 @@ def run_bench(path: str | Path, sizes: Sequence[int] = DEFAULT_SIZES, repeat: in
     shapes are all given runs once, not once per size; its results have
     ``shapes_given``); :class:`ShapeError` for a name no benchmarked op has."""
     import gradc
-    from gradc.bench_report import machine_info
+    from gradc.tools.bench_report import machine_info
     load_before = _loadavg()
     shapes = check_shapes(shapes)
     variants = tuple(v for v in (variants or available_variants()) if v in VARIANTS)
     program = load_program(path)
     unknown = [n for n in ops or () if n not in program.main_ops]
     if unknown:
-        from gradc.explain import unknown_op_error
+        from gradc.tools.explain import unknown_op_error
         raise unknown_op_error(path, unknown, program.main_ops)
     selected, skipped = [], []
     for name in program.main_ops:
@@ -650,7 +650,7 @@ def bench_file(path: str | Path, n: int | None = 10**7, repeat: int = 11,
     """The benchmark tables of ``path`` as text (gradc's variants and NumPy by
     default; :func:`run_bench` for the rest, ``shapes={"x": (4096, 1024)}`` among
     them; ``progress`` as there; ``color``: ANSI styles)."""
-    from gradc.bench_report import format_report
+    from gradc.tools.bench_report import format_report
     sizes = sizes or ([n] if n else DEFAULT_SIZES)
     return format_report(run_bench(path, sizes, repeat, variants=variants, precise=precise,
                                    progress=progress, **kw), color=color)

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from gradc.term import style, use_color, write_output
+from gradc.tools.term import style, use_color, write_output
 
 _LEGEND = (
     ("fused+out", "gradc's fused fwd_bwd writing preallocated out= buffers"),
@@ -243,7 +243,7 @@ def _size_block(n: int, cases: list[dict], order: Sequence[str], color: bool,
 
 
 def _best_other(vs: dict) -> str:
-    from gradc.bench import GRADC_VARIANTS
+    from gradc.tools.bench import GRADC_VARIANTS
     others = {k: r["median_s"] for k, r in vs.items() if k not in GRADC_VARIANTS}
     if not others or "fused+out" not in vs:
         return "-"
@@ -340,5 +340,5 @@ def plot_report(report: dict, path: str | Path) -> None:
 
 
 def stdout_is_tty() -> bool:
-    """Whether stdout gets colour under ``--color auto`` (see :mod:`gradc.term`)."""
+    """Whether stdout gets colour under ``--color auto`` (see :mod:`gradc.tools.term`)."""
     return use_color(sys.stdout)

@@ -13,8 +13,6 @@ from pathlib import Path
 
 from gradc.errors import GradcError, GradcWarning
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-
 
 def _cmd_compile(args) -> int:
     if args.emit == "ir":
@@ -22,7 +20,7 @@ def _cmd_compile(args) -> int:
             print("error: --emit ir prints the IR to stdout and writes no file: drop -o "
                   "(or redirect the output)", file=sys.stderr)
             return 2
-        from gradc.explain import emit_ir
+        from gradc.tools.explain import emit_ir
         print(emit_ir(args.spec, args.op, check=args.debug))
         return 0
     if args.op:
@@ -79,7 +77,7 @@ def _cmd_check(args) -> int:
     from gradc.frontend.check import load_program
     from gradc.audit import audit_program, rule_users
     from gradc.gradcheck import check_program
-    from gradc.term import status, use_color
+    from gradc.tools.term import status, use_color
     text = sys.stderr if args.json == "-" else sys.stdout     # stdout carries the JSON
     color = use_color(text, args.color)
     program = load_program(args.spec)
@@ -124,15 +122,15 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_explain(args) -> int:
-    from gradc.explain import explain
+    from gradc.tools.explain import explain
     print(explain(args.spec, args.op))
     return 0
 
 
 def _cmd_bench(args) -> int:
-    from gradc.bench import VARIANTS, ShapeError, available_variants, run_bench
-    from gradc.bench_report import format_report, plot_report, write_json
-    from gradc.term import use_color
+    from gradc.tools.bench import VARIANTS, ShapeError, available_variants, run_bench
+    from gradc.tools.bench_report import format_report, plot_report, write_json
+    from gradc.tools.term import use_color
     unknown = [v for v in (args.variants or []) + args.skip if v not in VARIANTS]
     if unknown:
         print(f"error: unknown variant(s) {', '.join(unknown)} (choose from "
@@ -175,7 +173,7 @@ def _cmd_bench(args) -> int:
 
 
 def _cmd_testgen(args) -> int:
-    from gradc.testgen import write_tests
+    from gradc.tools.testgen import write_tests
     if _refuse_stdout(args.output, "the test file"):
         return 2
     out, n = write_tests(args.spec, args.output)
@@ -213,7 +211,7 @@ def _size(text: str) -> int:
 
 def _shape(text: str) -> tuple[str, tuple[int, ...]]:
     """``x=4096,1024`` or ``x=4096x1024`` (``gradc bench --shape``)."""
-    from gradc.bench import parse_shape
+    from gradc.tools.bench import parse_shape
     try:
         return parse_shape(text)
     except ValueError as exc:
@@ -221,7 +219,7 @@ def _shape(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def _cmd_graph(args) -> int:
-    from gradc.graph import DEFAULT_METHOD, GraphError, graph_dot, output_format, write_graph
+    from gradc.tools.draw import DEFAULT_METHOD, GraphError, graph_dot, output_format, write_graph
     try:
         output_format(args.output)          # a bad suffix fails before compiling
         dot = graph_dot(args.spec, args.op, args.method or [DEFAULT_METHOD], check=args.debug)
@@ -233,8 +231,8 @@ def _cmd_graph(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from gradc.demo import run_demo
-    from gradc.term import use_color
+    from gradc.tools.demo import run_demo
+    from gradc.tools.term import use_color
     return run_demo(quick=args.quick, color=use_color(sys.stdout, args.color))
 
 
@@ -243,7 +241,7 @@ _PRECISE = ("libm for every transcendental function instead of the vectorised ma
 
 
 def _color_option(parser: argparse.ArgumentParser) -> None:
-    from gradc.term import MODES
+    from gradc.tools.term import MODES
     parser.add_argument("--color", choices=MODES, default="auto",
                         help="colour tables and statuses: auto (default) when the output is "
                              "a terminal and NO_COLOR is not set")
@@ -362,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         print(exc.render(), file=sys.stderr)
         return 1
     except BrokenPipeError:          # e.g. piped into head
-        from gradc.term import close_broken_pipe
+        from gradc.tools.term import close_broken_pipe
         return close_broken_pipe()
     except OSError as exc:           # a missing file, a full disk, a directory as -o ...
         print(f"error: {exc}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""``python -m gradc.cache info|clear``: what :func:`gradc.load` has cached, and
+"""``python -m gradc.tools.cache_cmd info|clear``: what :func:`gradc.load` has cached, and
 removing it.  A thin argparse layer over :mod:`gradc.runtime.cache`.
 
 ``info`` prints the cache directory, the number of entries and their total size,
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gradc.codegen.quote import comment
 from gradc.runtime.cache import cache_dir, clear, entries
-from gradc.term import close_broken_pipe
+from gradc.tools.term import close_broken_pipe
 
 
 def human_size(n: float) -> str:
@@ -39,7 +39,7 @@ def human_age(seconds: float) -> str:
 
 
 def info(root: Path, as_json: bool = False) -> str:
-    """The text (or JSON) ``python -m gradc.cache info`` prints for ``root``."""
+    """The text (or JSON) ``python -m gradc.tools.cache_cmd info`` prints for ``root``."""
     now = time.time()
     found = entries(root)
     # The metadata is read as JSON, but may hold anything: a field of another type is
@@ -50,7 +50,7 @@ def info(root: Path, as_json: bool = False) -> str:
     if as_json:
         return json.dumps({"cache_dir": str(root), "entries": len(rows),
                            "size": sum(r["size"] for r in rows), "modules": rows}, indent=2)
-    from gradc.bench_report import _table
+    from gradc.tools.bench_report import _table
     lines = [f"cache directory: {comment(str(root))}",
              f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}, "
              f"{human_size(sum(r['size'] for r in rows))}"]
@@ -69,7 +69,7 @@ def _field(meta: dict, name: str, kind: type):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gradc.cache",
+    p = argparse.ArgumentParser(prog="python -m gradc.tools.cache_cmd",
                                 description="The cache of modules compiled by gradc.load "
                                             "($GRADC_CACHE_DIR, else ~/.cache/gradc).")
     p.add_argument("--dir", type=Path, help="the cache directory (default: the one "
