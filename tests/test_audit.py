@@ -1,4 +1,4 @@
-"""The custom-gradient audit (gradc/audit.py): each grad block against the derivative."""
+"""The custom-gradient audit (gradc/audit/custom_rules.py): each grad block against the derivative."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gradc.audit import audit_program
+from gradc.audit.custom_rules import audit_program
 from gradc.tools.cli import main
 from gradc.frontend.check import check_source, load_program
 

@@ -73,10 +73,10 @@ def _emit_torch(args) -> int:
 
 
 def _cmd_check(args) -> int:
-    from gradc.check_report import report_dict, write_report
+    from gradc.audit.report import report_dict, write_report
     from gradc.frontend.check import load_program
-    from gradc.audit import audit_program, rule_users
-    from gradc.gradcheck import check_program
+    from gradc.audit.custom_rules import audit_program, rule_users
+    from gradc.audit.gradcheck import check_program
     from gradc.tools.term import status, use_color
     text = sys.stderr if args.json == "-" else sys.stdout     # stdout carries the JSON
     color = use_color(text, args.color)

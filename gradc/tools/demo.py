@@ -76,7 +76,7 @@ def run_demo(quick: bool = False, color: bool = False) -> int:
     import gradc
     from gradc.tools.bench import bench_file
     from gradc.frontend.check import load_program
-    from gradc.gradcheck import check_program
+    from gradc.audit.gradcheck import check_program
     from gradc.tools.term import status, style
 
     def head(text: str) -> None:

@@ -6,7 +6,7 @@ from collections import Counter
 
 from gradc.codegen.cpu import is_scalar_input, row_inputs
 from gradc.frontend.check import load_program
-from gradc.ir.canonical import is_nan_mask
+from gradc.audit.canonical import is_nan_mask
 from gradc.ir.dump import dump, shape_text
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import INFIX, PRIMITIVES
@@ -320,7 +320,7 @@ def explain(path: str, op_name: str) -> str:
         out += ["", "the true derivative, for comparison (grad block ignored):"]
         out += [f"  {d}" for d in tp.definitions()]
         out += [f"  {n} = {tp.text(o, top=True)}" for n, o in zip(true.output_names, true.outputs)]
-        from gradc.audit import audit_op
+        from gradc.audit.custom_rules import audit_op
         audit = audit_op(op, program.ops, program.consts)
         out += ["", "audit of the custom rule against the true derivative (as gradc check):"]
         out += [f"  {line}" for line in audit.lines(head="")]

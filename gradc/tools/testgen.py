@@ -21,7 +21,7 @@ property with ids by op name:
   for annotated parameters; an integer array for a generic float parameter, or
   another float width for an annotated one, is a TypeError (docs/generated-module.md, *Dtypes*).
 
-Shapes are chosen as ``gradc check`` chooses them (:func:`gradc.gradcheck.fitting_inputs`)
+Shapes are chosen as ``gradc check`` chooses them (:func:`gradc.audit.gradcheck.fitting_inputs`)
 and written into the file; values are drawn when the tests run, from a seed per op.
 The text depends only on the .grad files, the output path and gradc's version.
 """
@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from gradc.codegen.quote import comment, docstring
-from gradc.gradcheck import custom_difference, fitting_inputs, sample_inputs
+from gradc.audit.gradcheck import custom_difference, fitting_inputs, sample_inputs
 from gradc.ir.interpret import interpret
 from gradc.pipeline import CompiledOp, build_op
 

@@ -21,7 +21,7 @@ import pytest
 import gradc
 from gradc.tools.cli import main
 from gradc.frontend.check import check_source, load_program
-from gradc.gradcheck import check_jvp, check_second_order, sample_inputs
+from gradc.audit.gradcheck import check_jvp, check_second_order, sample_inputs
 from gradc.ir.interpret import interpret
 from gradc.pipeline import build_op
 

@@ -1,11 +1,11 @@
-"""The canonical form of graph values (gradc/ir/canonical.py): values of two graphs
+"""The canonical form of graph values (gradc/audit/canonical.py): values of two graphs
 compared symbolically, up to a constant factor."""
 from __future__ import annotations
 
 import pytest
 
 from gradc.frontend.check import check_source
-from gradc.ir.canonical import canonical, clip_bounds, proportion, reads_params
+from gradc.audit.canonical import canonical, clip_bounds, proportion, reads_params
 from gradc.pipeline import build_op
 
 

@@ -7,7 +7,7 @@ out, commutative operands are sorted, ``full_like(_, k)`` is the constant ``k``,
 reverse mode's NaN-only zero-cotangent mask ``where(g == 0 and ct != ct, 0,
 ct)`` is ``ct``, and ``sigmoid(-a)`` is ``1 - sigmoid(a)``.  Parameters are keyed by name, so values of two different
 graphs over the same parameters compare.  Used by the custom-gradient audit
-(:mod:`gradc.audit`): ``rule = c * derivative`` is seen exactly.
+(:mod:`gradc.audit.custom_rules`): ``rule = c * derivative`` is seen exactly.
 """
 from __future__ import annotations
 

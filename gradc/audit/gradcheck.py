@@ -45,7 +45,7 @@ class CheckResult:
     jvp_error: float | None = None      # adjoint identity, relative; None: no jvp
     jvp_missing: str = ""               # why the op has no jvp (E405's first line)
     second_error: float = 0.0           # d/dt vjp by forward mode vs differences
-    audit: object = None                # gradc.audit.AuditResult of the op's own grad block
+    audit: object = None                # gradc.audit.custom_rules.AuditResult of the op's own grad block
 
     @property
     def passed(self) -> bool:

@@ -22,7 +22,7 @@ against differences of the VJP).  ``custom`` says whether the op's gradient
 uses a grad block; ``custom_rel_diff`` (custom ops only) is
 ``|custom - true| / |true|`` over random cotangents, information rather than a
 check.  ``audit`` (ops with a grad block of their own) is the custom-gradient
-audit (``gradc.audit.AuditResult.to_dict``: ``kind`` exact/scaled/clipped/surrogate,
+audit (``gradc.audit.custom_rules.AuditResult.to_dict``: ``kind`` exact/scaled/clipped/surrogate,
 ``summary``, ``surrogate`` as declared, and per gradient the evidence; see
 docs/audit.md).  ``passed`` is true when every check that ran passed.
 """
@@ -33,7 +33,7 @@ import math
 from pathlib import Path
 from typing import Sequence
 
-from gradc.gradcheck import TOL, TOL_ADJOINT, TOL_SECOND, CheckResult
+from gradc.audit.gradcheck import TOL, TOL_ADJOINT, TOL_SECOND, CheckResult
 from gradc.tools.term import write_output
 
 

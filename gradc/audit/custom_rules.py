@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from gradc.errors import GradcWarning, NotSupportedError, Span
-from gradc.gradcheck import fitting_inputs, sample_inputs
-from gradc.ir.canonical import clip_bounds, proportion, reads_params
+from gradc.audit.gradcheck import fitting_inputs, sample_inputs
+from gradc.audit.canonical import clip_bounds, proportion, reads_params
 from gradc.ir.interpret import interpret
 from gradc.pipeline import CompiledOp, build_op
 
