@@ -14,8 +14,8 @@ from pygments.token import Comment, Error, Keyword, Name, Number, Operator, Punc
 
 from gradc.frontend.builtins import BUILTINS, CONSTANTS, DTYPES
 from gradc.frontend.parser import grammar_path
-from gradc.pygments_lexer import GradLexer
-from gradc.syntax import grammar_keywords
+from gradc.editors.pygments_lexer import GradLexer
+from gradc.editors.syntax import grammar_keywords
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.grad"))
@@ -119,6 +119,9 @@ def test_the_entry_point_registers_the_lexer():
     assert metadata.EntryPoint("gradc", value, "pygments.lexers").load() is GradLexer
     assert any("pygments" in dep for dep in project["optional-dependencies"]["docs"])
     installed = [e for e in metadata.entry_points(group="pygments.lexers") if e.name == "gradc"]
+    if installed and installed[0].value != value:     # installed from an older pyproject.toml
+        pytest.skip(f"the installed gradc registers {installed[0].value}, this tree {value}: "
+                    "reinstall (pip install -e .) to check that Pygments finds the lexer")
     if installed:                 # an installed gradc (CI's pip install -e): Pygments finds it
         from pygments.lexers import get_lexer_by_name, get_lexer_for_filename
         assert type(get_lexer_by_name("gradc")) is GradLexer
@@ -127,7 +130,7 @@ def test_the_entry_point_registers_the_lexer():
 
 def test_pygmentize_highlights_a_file():
     r = subprocess.run([sys.executable, "-m", "pygments", "-x", "-l",
-                        f"{ROOT / 'gradc' / 'pygments_lexer.py'}:GradLexer", "-f", "html",
+                        f"{ROOT / 'gradc' / 'editors' / 'pygments_lexer.py'}:GradLexer", "-f", "html",
                         str(ROOT / "examples" / "seed.grad")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert '<span class="k">op</span>' in r.stdout and '<span class="nb">tanh</span>' in r.stdout

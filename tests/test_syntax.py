@@ -13,7 +13,7 @@ from pathlib import Path
 import onigurumacffi
 import pytest
 
-from gradc import syntax
+from gradc.editors import syntax
 from gradc.frontend.builtins import BUILTINS, CONSTANTS, DTYPES
 from gradc.frontend.calls import KEEPDIMS_NAMES
 from gradc.frontend.parser import grammar_path
@@ -36,7 +36,7 @@ def words_of(regex: str) -> set[str]:
 
 def test_the_file_is_the_generated_grammar():
     assert TM.read_text(encoding="utf-8") == syntax.textmate_json(), \
-        "regenerate it: python -m gradc.syntax > grammars/grad.tmLanguage.json"
+        "regenerate it: python -m gradc.editors.syntax > grammars/grad.tmLanguage.json"
     g = grammar()
     assert g["scopeName"] == "source.grad" and g["fileTypes"] == ["grad"]
     assert [p["include"] for p in g["patterns"]] == [f"#{k}" for k in g["repository"]]
@@ -110,8 +110,8 @@ def test_scopes_of_the_examples():
 
 
 def test_the_property_list_form_is_the_same_grammar():
-    """``python -m gradc.syntax --plist`` (Sublime Text's form) holds the same grammar."""
-    r = subprocess.run([sys.executable, "-m", "gradc.syntax", "--plist"], capture_output=True,
+    """``python -m gradc.editors.syntax --plist`` (Sublime Text's form) holds the same grammar."""
+    r = subprocess.run([sys.executable, "-m", "gradc.editors.syntax", "--plist"], capture_output=True,
                        cwd=ROOT, check=True)
     assert plistlib.loads(r.stdout) == grammar()
     assert r.stdout.startswith(b"<?xml") and b"<string>source.grad</string>" in r.stdout

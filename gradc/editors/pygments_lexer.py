@@ -3,7 +3,7 @@
 Registered as a Pygments plugin by gradc's entry point (``pygments.lexers``),
 so installing gradc (with Pygments, e.g. ``pip install 'gradc[docs]'``) makes
 ``gradc``/``grad`` and ``*.grad`` known to Pygments, Sphinx and MkDocs.  The
-words come from gradc's own tables (:mod:`gradc.syntax`): the grammar's
+words come from gradc's own tables (:mod:`gradc.editors.syntax`): the grammar's
 keywords (``grad`` where a grad block starts, ``grad(dy) -> dx``; the builtin
 ``grad(EXPR, NAME)`` elsewhere), the builtin functions (a name followed by
 ``(``), constants, the
@@ -15,7 +15,7 @@ from pygments.lexer import RegexLexer, bygroups, words
 from pygments.token import (Comment, Keyword, Name, Number, Operator, Punctuation, String,
                             Whitespace)
 
-from gradc import syntax
+from gradc.editors import syntax
 
 
 class GradLexer(RegexLexer):
