@@ -6,7 +6,7 @@ Public API (docs/generated-module.md describes it):
 * :func:`compile_file` — a .grad file to a module file;
 * :func:`load` — compile (cached on disk) and import a .grad file;
 * :func:`install_import_hook`, :func:`uninstall_import_hook` — ``import NAME`` of a
-  ``NAME.grad`` on ``sys.path`` (:mod:`gradc.runtime.import_hook`).
+  ``NAME.grad`` on ``sys.path`` (:mod:`gradc.loader.import_hook`).
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def compile_file(path: str | os.PathLike, out: str | os.PathLike | None = None,
     half-written, and is left as it was when compiling fails.
     """
     from gradc.frontend.parser import read_source
-    from gradc.runtime.cache import write_atomic
+    from gradc.loader.disk_cache import write_atomic
     path = Path(path)
     text = read_source(path)
     module = compile_source(text, file=str(path), **options)
@@ -106,7 +106,7 @@ def compile_file(path: str | os.PathLike, out: str | os.PathLike | None = None,
 def load(path: str | os.PathLike, **options):
     """Compile ``path`` (cached on disk by source, gradc, Numba and NumPy versions and
     options) and return the imported module."""
-    from gradc.runtime.loader import load as _load
+    from gradc.loader.load import load as _load
     return _load(path, **options)
 
 
@@ -114,12 +114,12 @@ def install_import_hook(**options):
     """Make ``import NAME`` compile and import ``NAME.grad`` found on ``sys.path``
     (a ``NAME.py`` takes precedence), through :func:`load`'s cache; ``options`` as
     for :func:`compile_source`.  Returns the finder, a context manager that
-    uninstalls it.  See :mod:`gradc.runtime.import_hook`."""
-    from gradc.runtime.import_hook import install_import_hook as _install
+    uninstalls it.  See :mod:`gradc.loader.import_hook`."""
+    from gradc.loader.import_hook import install_import_hook as _install
     return _install(**options)
 
 
 def uninstall_import_hook() -> bool:
     """Remove the hook of :func:`install_import_hook`; returns whether one was there."""
-    from gradc.runtime.import_hook import uninstall_import_hook as _uninstall
+    from gradc.loader.import_hook import uninstall_import_hook as _uninstall
     return _uninstall()

@@ -1,5 +1,5 @@
 """``python -m gradc.tools.cache_cmd info|clear``: what :func:`gradc.load` has cached, and
-removing it.  A thin argparse layer over :mod:`gradc.runtime.cache`.
+removing it.  A thin argparse layer over :mod:`gradc.loader.disk_cache`.
 
 ``info`` prints the cache directory, the number of entries and their total size,
 then per entry (oldest first) the .grad file it was compiled from, the compile
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from gradc.codegen.quote import comment
-from gradc.runtime.cache import cache_dir, clear, entries
+from gradc.loader.disk_cache import cache_dir, clear, entries
 from gradc.tools.term import close_broken_pipe
 
 

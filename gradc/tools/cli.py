@@ -57,7 +57,7 @@ def _emit_torch(args) -> int:
     write a module of PyTorch functions that loads it (gradc.adapters.emit)."""
     from gradc import load
     from gradc.adapters.emit import torch_module_text
-    from gradc.runtime.cache import write_atomic
+    from gradc.loader.disk_cache import write_atomic
     options = {k: v for k, v, default in (("target", args.target, "cpu"),
                                           ("fuse", not args.no_fuse, True),
                                           ("fast_math", args.fast_math, False),

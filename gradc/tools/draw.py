@@ -291,7 +291,7 @@ def write_graph(dot: str, path: str | os.PathLike) -> Path:
     (through a temporary file beside it) or left as it was.  Raises GraphError for
     an unknown suffix or when ``dot`` fails, GraphvizMissing when it is not on
     ``PATH``, OSError when the file cannot be written."""
-    from gradc.runtime.cache import write_atomic
+    from gradc.loader.disk_cache import write_atomic
     path = Path(path)
     fmt = output_format(path)
     if fmt is None:

@@ -65,12 +65,12 @@ def strip(text: str) -> str:
 
 def write_output(path: str, text: str) -> None:
     """``text`` to the file ``path`` (replaced atomically: see
-    :func:`gradc.runtime.cache.write_atomic`), or to stdout when ``path`` is ``-``."""
+    :func:`gradc.loader.disk_cache.write_atomic`), or to stdout when ``path`` is ``-``."""
     if str(path) == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    from gradc.runtime.cache import write_atomic
+    from gradc.loader.disk_cache import write_atomic
     write_atomic(path, text)
 
 

@@ -328,7 +328,7 @@ def write_tests(spec: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, 
     """Write the test file of ``spec`` to ``out`` (atomically); returns the path and
     the number of tests it holds.  Raises :class:`gradc.GradcError` for errors in
     the file and OSError when it cannot be read or ``out`` written."""
-    from gradc.runtime.cache import write_atomic
+    from gradc.loader.disk_cache import write_atomic
     import warnings
 
     from gradc.errors import GradcWarning

@@ -36,7 +36,7 @@ torch = import_optional("torch")
 import gradc  # noqa: E402
 from gradc.adapters import derived  # noqa: E402
 from gradc.adapters.torch import as_torch  # noqa: E402
-from gradc.runtime.cache import cache_dir, write_atomic  # noqa: E402
+from gradc.loader.disk_cache import cache_dir, write_atomic  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 F64 = torch.float64

@@ -1,7 +1,7 @@
 """Atomic output and cache recovery (issue 3, section 3.3).
 
 ``gradc compile -o OUT.py``, :func:`gradc.compile_file` and the cache write through
-:func:`gradc.runtime.cache.write_atomic`: an existing output is replaced whole or
+:func:`gradc.loader.disk_cache.write_atomic`: an existing output is replaced whole or
 left as it was.  :func:`gradc.load` recovers from a damaged cache directory
 (truncated, empty or garbage entries, a directory in place of a file, damaged
 bytecode or Numba cache files, temporary files of a crashed writer) by compiling
@@ -28,8 +28,8 @@ import pytest
 import gradc
 from gradc.tools.cli import main
 from gradc.frontend import limits
-from gradc.runtime import cache
-from gradc.runtime.cache import entry_is_valid, write_atomic
+from gradc.loader import disk_cache as cache
+from gradc.loader.disk_cache import entry_is_valid, write_atomic
 
 SOURCE = "op double(x) -> y { y = 2 * x }\n"
 PACKAGE = Path(gradc.__file__).resolve().parent

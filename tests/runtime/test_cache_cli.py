@@ -11,7 +11,7 @@ import pytest
 
 import gradc
 from gradc.tools.cache_cmd import human_age, human_size, main
-from gradc.runtime.cache import entries
+from gradc.loader.disk_cache import entries
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import gradc
-from gradc.runtime.cache import entries
-from gradc.runtime.import_hook import GradFinder, GradLoader
+from gradc.loader.disk_cache import entries
+from gradc.loader.import_hook import GradFinder, GradLoader
 
 NAMES = ("hook_ops", "hook_pkg", "hook_pkg.inner_ops", "hook_ns", "hook_ns.ns_ops",
          "hook_bad", "hook_shadow", "hook_main")

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import gradc
-from gradc.runtime.cache import cache_dir, entries, entry_is_valid
-from gradc.runtime.loader import entry_name
+from gradc.loader.disk_cache import cache_dir, entries, entry_is_valid
+from gradc.loader.load import entry_name
 
 
 @pytest.fixture

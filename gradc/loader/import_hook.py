@@ -7,7 +7,7 @@ modules, packages, extension modules, namespace packages) failed to find: a
 over ``my_ops.grad``, and the hook costs nothing for imports that succeed without
 it.  ``import pkg.my_ops`` looks for ``my_ops.grad`` in ``pkg.__path__`` (a regular or
 a namespace package).  The module is compiled through :func:`gradc.load`'s cache
-(:mod:`gradc.runtime.cache`) and registered in ``sys.modules`` under the imported
+(:mod:`gradc.loader.disk_cache`) and registered in ``sys.modules`` under the imported
 name; its ``__file__`` is the .grad file, its attributes (``OPS``, the ops) are those
 of the module :func:`gradc.load` returns for the file, which is also in
 ``sys.modules`` under its own name, ``__gradc_module__``.  ``importlib.reload`` compiles again when
@@ -43,7 +43,7 @@ class GradLoader(importlib.abc.Loader):
         """Fill ``module`` with the attributes of ``gradc.load(path)``'s module (its
         name, file, spec and loader stay the imported ones'): the kernels keep the
         cache entry's module name, which Numba's on-disk cache records and imports."""
-        from gradc.runtime.loader import load
+        from gradc.loader.load import load
         compiled = load(self.path, **self.options)
         own = {k: module.__dict__[k] for k in _OWN if k in module.__dict__}
         module.__dict__.update(compiled.__dict__)

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
 
-from gradc.runtime.cache import (cache_dir, cache_key, discard_entry, entry_is_valid,
+from gradc.loader.disk_cache import (cache_dir, cache_key, discard_entry, entry_is_valid,
                                  guard_numba_caches, read_warnings, write_entry,
                                  write_metadata)
 
@@ -21,7 +21,7 @@ def load(path: str | os.PathLike, **options) -> ModuleType:
     """Import the module compiled from the .grad file ``path``.
 
     Compiles only when the cache has no module for these sources, versions and
-    options, or a damaged one (see :mod:`gradc.runtime.cache`).  The module is
+    options, or a damaged one (see :mod:`gradc.loader.disk_cache`).  The module is
     registered in ``sys.modules`` as ``gradc_<stem>_<key>``, so loading the same
     sources again returns the same module.  Each file is read once: the key and the
     compiled module come from the same text, even when a file changes meanwhile.

@@ -47,10 +47,11 @@ def cache_dir() -> Path:
 
 
 # The parts of gradc that decide a module's text: the front end, the IR, the
-# differentiation, the passes, the code generators, and the runtime that loads modules.
-# The CLI, the adapters (their derived ops are hashed as sources), bench, audit, explain,
-# graph and testgen are left out, so editing them keeps the cache.
-_COMPILER_PARTS = ("frontend", "ir", "autodiff", "passes", "codegen", "runtime",
+# differentiation, the passes, the code generators, and the loader that loads modules.
+# The tools (gradc/tools: the CLI, bench, explain, draw, testgen), the audit (gradc/audit),
+# the editors' syntax files and the adapters (their derived ops are hashed as sources) are
+# left out, so editing them keeps the cache.
+_COMPILER_PARTS = ("frontend", "ir", "autodiff", "passes", "codegen", "loader",
                    "__init__.py", "pipeline.py", "errors.py")
 
 
