@@ -1,7 +1,7 @@
 """gradc's ops written for the frameworks users would otherwise use, from gradc's IR.
 
 * JAX and PyTorch: the op's forward graph evaluated with ``jax.numpy`` or
-  ``torch`` (:mod:`gradc.ir.interpret_frameworks`) and differentiated by the
+  ``torch`` (:mod:`gradc.adapters.framework_lowering`) and differentiated by the
   framework's own autodiff; an op with a ``grad`` block (or a call of one) is a
   ``jax.custom_vjp`` or ``torch.autograd.Function`` whose backward is the grad
   block's graph over the forward's residuals.  ``fwd_bwd`` returns the outputs
@@ -22,7 +22,7 @@ import numpy as np
 
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, CustomRegion, Graph
-from gradc.ir.interpret_frameworks import (Framework, jax_framework, lower_graph,
+from gradc.adapters.framework_lowering import (Framework, jax_framework, lower_graph,
                                            torch_framework)
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, SOURCE
 

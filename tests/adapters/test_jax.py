@@ -113,7 +113,7 @@ def jax_reference(module, name):
     """The op written in JAX from gradc's IR, each custom rule a jax.custom_vjp
     (gradc.tools.bench_frameworks): JAX's own semantics for the second order."""
     from gradc.tools.bench_frameworks import forward_function
-    from gradc.ir.interpret_frameworks import jax_framework
+    from gradc.adapters.framework_lowering import jax_framework
     from gradc.pipeline import build_op
     program = check_source(module.__gradc_origin__.text, module.__gradc_origin__.file)
     cop = build_op(program.ops[name], program.ops, program.consts)

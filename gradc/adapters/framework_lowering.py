@@ -4,9 +4,10 @@
 Each framework is a table from primitive names to its functions, mirroring the
 NumPy references of :mod:`gradc.ir.primitives` (``np.tanh`` -> ``jnp.tanh`` /
 ``torch.tanh``), so the graph becomes a function the framework can trace,
-differentiate and compile (``jax.jit``, ``torch.compile``).  Used by ``gradc
-bench`` to compare gradc with what users would otherwise write, and by the
-tests as a second oracle.  Both frameworks are optional imports.
+differentiate and compile (``jax.jit``, ``torch.compile``).  Used by
+:func:`gradc.adapters.jax.as_jax` (``lowering="xla"``), by ``gradc bench`` to compare
+gradc with what users would otherwise write, and by the tests as a second oracle.
+Both frameworks are optional imports.
 
 :func:`lower_graph` turns the part of a graph between some nodes and some
 targets into a function of the framework; custom-gradient regions can be
