@@ -109,8 +109,7 @@ def source_of(op, file: str | Path | None = None) -> Source:
 
     Raises ValueError when neither is known, and when the source on disk is not
     the one the module was compiled from (its ``SOURCE_SHA256``)."""
-    from gradc import _full_source
-    from gradc.codegen.module import source_sha256
+    from gradc.codegen.module import program_sha256
     name = op.__name__
     module = sys.modules.get(type(op).__module__)
     origin = origin_of(op)
@@ -123,7 +122,7 @@ def source_of(op, file: str | Path | None = None) -> Source:
                          f"(modules from gradc.load record it); pass source='FILE.grad'")
     src = Source(text, path, name, tuple(sorted(options.items())))
     sha = getattr(module, "SOURCE_SHA256", None)
-    if sha is not None and sha != source_sha256(_full_source(src.program)):
+    if sha is not None and sha != program_sha256(src.program):
         raise ValueError(f"{name}: {path} (or a file it imports) is not the source this "
                          f"module was compiled from; reload the module")
     if name not in src.program.main_ops:

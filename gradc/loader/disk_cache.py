@@ -52,7 +52,7 @@ def cache_dir() -> Path:
 # the editors' syntax files and the adapters (their derived ops are hashed as sources) are
 # left out, so editing them keeps the cache.
 _COMPILER_PARTS = ("frontend", "ir", "autodiff", "passes", "codegen", "loader",
-                   "__init__.py", "pipeline.py", "errors.py")
+                   "__init__.py", "pipeline.py", "errors.py", "version.py")
 
 
 def compiler_sources() -> list[Path]:
@@ -84,9 +84,9 @@ def cache_key(sources: list[str], options: dict) -> str:
     import numba
     import numpy
 
-    import gradc
+    from gradc.version import __version__
     h = hashlib.sha256()
-    meta = {"gradc": gradc.__version__, "compiler": compiler_fingerprint(), "numba": numba.__version__, "numpy": numpy.__version__,
+    meta = {"gradc": __version__, "compiler": compiler_fingerprint(), "numba": numba.__version__, "numpy": numpy.__version__,
             "options": options,
             # settings read from the environment when a module is written
             "env": {k: os.environ.get(k, "") for k in ("GRADC_CUDA_UNROLL",)}}
@@ -260,9 +260,9 @@ def write_metadata(entry: Path, source: Path, files: list, options: dict,
     import numba
     import numpy
 
-    import gradc
+    from gradc.version import __version__
     meta = {"source": str(source), "imports": [str(f) for f in files[1:]], "options": options,
-            "gradc": gradc.__version__, "numba": numba.__version__, "numpy": numpy.__version__,
+            "gradc": __version__, "numba": numba.__version__, "numpy": numpy.__version__,
             "warnings": [{"message": w.message, "code": w.code, "notes": list(w.notes),
                           "span": None if w.span is None else
                           [w.span.file, w.span.line, w.span.column, w.span.end_line,

@@ -114,10 +114,11 @@ def _compile_into(target: Path, name: str, path: Path, program,
                   options: dict) -> ModuleType | None:
     """Compile ``program`` into the cache entry ``target`` (None: import it), or, if
     that cannot be written, into a module in memory, returned, with a warning."""
-    from gradc import GradcWarning, _compile_program
+    from gradc.codegen.module import compile_program
+    from gradc.errors import GradcWarning
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", GradcWarning)
-        text = _compile_program(program, str(path), **options)
+        text = compile_program(program, str(path), **options)
     for w in caught:                     # others as they came; the compiler's below
         if not isinstance(w.message, GradcWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -33,8 +33,8 @@ import textwrap
 from pathlib import Path
 
 from gradc.autodiff.reverse import outermost_regions
+from gradc.codegen.module import signature_text
 from gradc.errors import NameResolutionError, Span
-from gradc.tools.explain import MathPrinter, _sig, compute_dtypes, step_texts
 from gradc.frontend.check import load_program
 from gradc.ir.dump import node_fields
 from gradc.ir.graph import Graph
@@ -42,6 +42,7 @@ from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.fuse import Kernel
 from gradc.passes.fuse_reduce import cpu_plan
 from gradc.pipeline import build_op
+from gradc.tools.explain import MathPrinter, compute_dtypes, step_texts
 
 METHODS = ("forward", "vjp", "fwd_bwd", "jvp")
 # ``both``: the forward and the gradient (vjp) as two graphs side by side.
@@ -254,7 +255,7 @@ def graph_dot(path: str | os.PathLike, op_name: str, methods=(DEFAULT_METHOD,), 
             why = cop.missing[m].splitlines()[0].replace("error[E405]: ", "")
             raise GraphError(f"op {op_name} has no {m} method: {why}")
     rules = _rule_lines(program.ops)
-    title = f"{Path(path).name}: op {op_name}{_sig(cop)}"
+    title = f"{Path(path).name}: op {op_name}{signature_text(cop)}"
     out = ["digraph " + quote(op_name) + " {",
            f"  graph {attrs(labelloc='t', labeljust='l', fontname='Helvetica', fontsize='11')};",
            f"  node {attrs(fontname='Courier', fontsize='10')};",

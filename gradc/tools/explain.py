@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gradc.codegen.cpu import is_scalar_input, row_inputs
-from gradc.frontend.check import load_program
 from gradc.audit.canonical import is_nan_mask
+from gradc.codegen.cpu import is_scalar_input, row_inputs
+from gradc.codegen.module import signature_text
+from gradc.frontend.check import load_program
 from gradc.ir.dump import dump, shape_text
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import INFIX, PRIMITIVES
@@ -304,7 +305,7 @@ def explain(path: str, op_name: str) -> str:
         raise unknown_op_error(path, [op_name], program.main_ops)
     op = program.ops[op_name]
     cop = build_op(op, program.ops, program.consts)
-    out = [f"op {op_name}{_sig(cop)}", ""]
+    out = [f"op {op_name}{signature_text(cop)}", ""]
     g = cop.methods["vjp"].graph
     mp = MathPrinter(g, unmask=True)
     out.append("gradient (vjp), after simplification:")
@@ -356,19 +357,13 @@ def unknown_op_error(path, unknown, ops):
         f"{path} (ops: {', '.join(ops)})", notes=list(dict.fromkeys(notes)))
 
 
-def _sig(cop) -> str:
-    from gradc.codegen.module import _signature_text
-    return _signature_text(cop)
-
-
 def emit_ir(path: str, op_names: list[str] | None = None, *, check: bool = False) -> str:
     """``gradc compile --emit ir``: the optimised graph of every method (forward, vjp,
     fwd_bwd, jvp) of every op of ``path`` (or of ``op_names``), as codegen receives it:
     after simplification, CSE and DCE (:func:`gradc.ir.dump.dump`)."""
-    from gradc import _warn
     from gradc.errors import GradcError, NotSupportedError, raise_all
     from gradc.frontend.limits import out_of_stack
-    from gradc.pipeline import METHODS
+    from gradc.pipeline import METHODS, issue_warnings
     try:
         program = load_program(path)
         unknown = [n for n in op_names or () if n not in program.ops]
@@ -388,7 +383,7 @@ def emit_ir(path: str, op_names: list[str] | None = None, *, check: bool = False
             except GradcError as exc:
                 errors.append(exc)
                 continue
-            out += ["", f"op {name}{_sig(cop)}"]
+            out += ["", f"op {name}{signature_text(cop)}"]
             for m in METHODS:
                 if m not in cop.methods:
                     why = cop.missing[m].splitlines()[0].replace("error[E405]: ", "")
@@ -399,5 +394,5 @@ def emit_ir(path: str, op_names: list[str] | None = None, *, check: bool = False
         raise_all(errors)
     except RecursionError:
         raise out_of_stack(str(path)) from None
-    _warn(compiled)
+    issue_warnings(compiled)
     return "\n".join(out)
