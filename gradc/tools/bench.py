@@ -41,14 +41,14 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from gradc.tools.bench_frameworks import (Unsupported, jax_functions, numexpr_function,
-                                    to_torch, torch_functions)
-from gradc.codegen.runtime_src import _g_env_count
+from gradc.codegen.runtime_src import parallel_min
 from gradc.frontend.check import load_program
 from gradc.ir.interpret import interpret
 from gradc.pipeline import build_op
+from gradc.tools.bench_frameworks import (Unsupported, jax_functions, numexpr_function,
+                                          to_torch, torch_functions)
+from gradc.tools.bench_report import GRADC_VARIANTS, format_report, machine_info
 
-GRADC_VARIANTS = ("fused+out", "fused", "unfused")
 VARIANTS = (*GRADC_VARIANTS, "numpy", "numexpr", "jax.jit", "torch", "torch.compile")
 REFERENCES = ("copy 2r/2w", "np.copyto")
 DEFAULT_SIZES = (10**6, 10**7)
@@ -328,7 +328,7 @@ def copy_kernel() -> Callable:
                 dx[i] = a - b
         _COPY_KERNELS.extend([numba.njit(two_in_two_out), numba.njit(parallel=True)(two_in_two_out)])
     serial, parallel = _COPY_KERNELS
-    threshold = _g_env_count("GRADC_PARALLEL_MIN", os.environ.get("GRADC_PARALLEL_MIN"), 1 << 17)
+    threshold = parallel_min()
     return lambda *a: (parallel if a[0].size >= threshold else serial)(*a)
 
 
@@ -492,7 +492,6 @@ def run_bench(path: str | Path, sizes: Sequence[int] = DEFAULT_SIZES, repeat: in
     shapes are all given runs once, not once per size; its results have
     ``shapes_given``); :class:`ShapeError` for a name no benchmarked op has."""
     import gradc
-    from gradc.tools.bench_report import machine_info
     load_before = _loadavg()
     shapes = check_shapes(shapes)
     variants = tuple(v for v in (variants or available_variants()) if v in VARIANTS)
@@ -650,7 +649,6 @@ def bench_file(path: str | Path, n: int | None = 10**7, repeat: int = 11,
     """The benchmark tables of ``path`` as text (gradc's variants and NumPy by
     default; :func:`run_bench` for the rest, ``shapes={"x": (4096, 1024)}`` among
     them; ``progress`` as there; ``color``: ANSI styles)."""
-    from gradc.tools.bench_report import format_report
     sizes = sizes or ([n] if n else DEFAULT_SIZES)
     return format_report(run_bench(path, sizes, repeat, variants=variants, precise=precise,
                                    progress=progress, **kw), color=color)

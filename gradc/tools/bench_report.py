@@ -11,7 +11,10 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from gradc.tools.term import style, use_color, write_output
+from gradc.tools.term import style, table, use_color, write_output
+
+# gradc's own variants; the others in a report are its peers (the "best other" column)
+GRADC_VARIANTS = ("fused+out", "fused", "unfused")
 
 _LEGEND = (
     ("fused+out", "gradc's fused fwd_bwd writing preallocated out= buffers"),
@@ -116,23 +119,6 @@ def _num(v: float) -> str:
     return f"{v:.4f}"
 
 
-def _table(head: Sequence[str], rows: list[list[str]], bold: list[int | None],
-           color: bool) -> list[str]:
-    """Columns right-aligned (the first left-aligned); ``bold[r]`` a column to stress.
-    With ``color`` the heading is bold and the stressed cell bold green, styled
-    after padding so that the columns stay aligned."""
-    widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
-    fmt = lambda r, c: r[c].ljust(widths[c]) if c == 0 else r[c].rjust(widths[c])
-    lines = ["  " + style("  ".join(fmt(head, c) for c in range(len(head))).rstrip(), "bold",
-                          on=color)]
-    for r, b in zip(rows, bold):
-        cells = [fmt(r, c) for c in range(len(head))]
-        if b is not None:
-            cells[b] = style(cells[b], "bold", "green", on=color)
-        lines.append("  " + "  ".join(cells).rstrip())
-    return lines
-
-
 def format_report(report: dict, color: bool = False) -> str:
     """Per size: median ms, effective GB/s (% of copy) and max relative error."""
     m = report["machine"]
@@ -228,22 +214,21 @@ def _size_block(n: int, cases: list[dict], order: Sequence[str], color: bool,
         fastest = min((k for k in cols if k in vs), key=lambda k: vs[k]["median_s"],
                       default=None)
         bold.append(None if fastest is None else 1 + cols.index(fastest))
-    out += _table(["median ms", *cols, "best other"], ms_rows, bold, color)
-    out += [""] + _table(["GB/s (% copy)", *cols], gb_rows, [None] * len(cases), color)
-    out += [""] + _table(["max rel err", *cols[1:]], err_rows, [None] * len(cases), color)
+    out += table(["median ms", *cols, "best other"], ms_rows, bold, color)
+    out += [""] + table(["GB/s (% copy)", *cols], gb_rows, [None] * len(cases), color)
+    out += [""] + table(["max rel err", *cols[1:]], err_rows, [None] * len(cases), color)
     fusion = [[c["op"], f"{vs['unfused']['median_s'] / vs['fused+out']['median_s']:.1f}x",
                f"{t['unfused_B']} / {t['fused_B']} B = {t['unfused_B'] / t['fused_B']:.1f}x"
                + ("" if t.get("dtype", "float32") == "float32" else f" ({t['dtype']})")]
               for c in cases for vs, t in [(c["variants"], c.get("traffic"))]
               if t and t["fused_B"] and {"unfused", "fused+out"} <= vs.keys()]
     if fusion:
-        out += [""] + _table(["unfused / fused+out", "time", "bytes per element"], fusion,
+        out += [""] + table(["unfused / fused+out", "time", "bytes per element"], fusion,
                              [None] * len(fusion), color)
     return out
 
 
 def _best_other(vs: dict) -> str:
-    from gradc.tools.bench import GRADC_VARIANTS
     others = {k: r["median_s"] for k, r in vs.items() if k not in GRADC_VARIANTS}
     if not others or "fused+out" not in vs:
         return "-"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gradc.codegen.quote import comment
 from gradc.loader.disk_cache import cache_dir, clear, entries
-from gradc.tools.term import close_broken_pipe
+from gradc.tools.term import close_broken_pipe, table
 
 
 def human_size(n: float) -> str:
@@ -50,7 +50,6 @@ def info(root: Path, as_json: bool = False) -> str:
     if as_json:
         return json.dumps({"cache_dir": str(root), "entries": len(rows),
                            "size": sum(r["size"] for r in rows), "modules": rows}, indent=2)
-    from gradc.tools.bench_report import _table
     lines = [f"cache directory: {comment(str(root))}",
              f"{len(rows)} entr{'y' if len(rows) == 1 else 'ies'}, "
              f"{human_size(sum(r['size'] for r in rows))}"]
@@ -59,7 +58,7 @@ def info(root: Path, as_json: bool = False) -> str:
         body = [[comment(r["source"] or f"? ({r['module']}, no metadata)"),
                  json.dumps(r["options"]) if r["options"] is not None else "?",
                  human_age(r["age_s"]), human_size(r["size"])] for r in rows]
-        lines += _table(["source", "options", "age", "size"], body, [None] * len(body), False)
+        lines += table(["source", "options", "age", "size"], body, [None] * len(body), False)
     return "\n".join(lines)
 
 

@@ -1,4 +1,4 @@
-"""Terminal output: whether to colour, and the few styles the reports use.
+"""Terminal output: whether to colour, the few styles the reports use, aligned tables.
 
 Colour follows the common conventions: ``--color always`` and ``never`` decide;
 ``auto`` (the default) colours a stream that is a terminal, unless the
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import sys
-from typing import TextIO
+from typing import Sequence, TextIO
 
 MODES = ("auto", "always", "never")
 
@@ -43,6 +43,23 @@ def style(text: str, *names: str, on: bool = True) -> str:
     if not on or not names:
         return text
     return f"\x1b[{';'.join(_SGR[n] for n in names)}m{text}\x1b[0m"
+
+
+def table(head: Sequence[str], rows: list[list[str]], bold: list[int | None],
+          color: bool) -> list[str]:
+    """Columns right-aligned (the first left-aligned); ``bold[r]`` a column to stress.
+    With ``color`` the heading is bold and the stressed cell bold green, styled
+    after padding so that the columns stay aligned."""
+    widths = [max(len(r[c]) for r in [head, *rows]) for c in range(len(head))]
+    fmt = lambda r, c: r[c].ljust(widths[c]) if c == 0 else r[c].rjust(widths[c])
+    lines = ["  " + style("  ".join(fmt(head, c) for c in range(len(head))).rstrip(), "bold",
+                          on=color)]
+    for r, b in zip(rows, bold):
+        cells = [fmt(r, c) for c in range(len(head))]
+        if b is not None:
+            cells[b] = style(cells[b], "bold", "green", on=color)
+        lines.append("  " + "  ".join(cells).rstrip())
+    return lines
 
 
 def status(line: str, on: bool = True) -> str:
