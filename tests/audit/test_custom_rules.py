@@ -11,7 +11,7 @@ from gradc.audit.custom_rules import audit_program
 from gradc.tools.cli import main
 from gradc.frontend.check import check_source, load_program
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from gradc.tools.cli import main
 from gradc.frontend.check import load_program
 from gradc.pipeline import build_op
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TOL = 2e-5          # max |a - b| / max(|b|, 1), float32
 
 TINY = """

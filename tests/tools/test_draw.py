@@ -28,7 +28,7 @@ from gradc.tools.draw import GraphError, graph_dot, label, quote, write_graph
 from gradc.passes.fuse_reduce import cpu_plan
 from gradc.pipeline import build_op
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEED, ACT = ROOT / "examples" / "seed.grad", ROOT / "examples" / "activations.grad"
 EXAMPLE_OPS = [(f, op) for f in (SEED, ACT) for op in load_program(f).main_ops]
 HAVE_DOT = shutil.which("dot") is not None

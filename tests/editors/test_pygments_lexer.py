@@ -17,7 +17,7 @@ from gradc.frontend.parser import grammar_path
 from gradc.editors.pygments_lexer import GradLexer
 from gradc.editors.syntax import grammar_keywords
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "examples").glob("*.grad"))
 
 

@@ -17,7 +17,7 @@ def test_demo_writes_only_to_the_cache(tmp_path, monkeypatch, capsys):
     for name in [k for k in sys.modules if k.startswith("gradc_seed_")]:
         monkeypatch.delitem(sys.modules, name)     # loaded by an earlier test: load again
     # steps 4 and 5 (timing at 10^6 elements, training) are tested on their own
-    # (tests/test_bench.py, tests/test_digits.py): here they print a line
+    # (tests/tools/test_bench.py, tests/test_digits.py): here they print a line
     monkeypatch.setattr("gradc.tools.bench.bench_file", lambda *a, **k: "bench")
 
     class Train:

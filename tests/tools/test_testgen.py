@@ -17,7 +17,7 @@ import gradc
 from gradc.tools.cli import main
 from gradc.tools.testgen import write_tests
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ROOT = EXAMPLES.parent
 
 

@@ -20,7 +20,7 @@ from gradc.frontend.parser import grammar_path
 
 from test_pygments_lexer import lark_keywords
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TM = ROOT / "grammars" / "grad.tmLanguage.json"
 
 

@@ -17,7 +17,7 @@ import pytest
 from gradc.tools.cli import main
 from gradc.tools.term import status, strip, style, use_color
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ACTIVATIONS = ROOT / "examples" / "activations.grad"
 ESC = "\x1b["
 

@@ -9,7 +9,7 @@ import pytest
 
 from gradc.tools.cli import main
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def test_compile_writes_a_standalone_module(tmp_path, capsys):
@@ -105,7 +105,7 @@ def test_check_reports_every_op_and_custom_rules(capsys):
                "softmax_xent", "gradient_penalty"):
         assert f"ok   {op}:" in out
     assert "scaled_tanh: true derivative (grad blocks ignored) vs finite differences" in out
-    # Ops with a grad block of their own get the audit (tests/test_audit.py); an op that
+    # Ops with a grad block of their own get the audit (tests/audit/test_custom_rules.py); an op that
     # only calls one (mlp) is compared with its true derivative as a whole.
     assert "audit of the custom rule: scaled: differs from d/dx by a factor 0.5 everywhere" in out
     assert "mlp: true derivative (grad blocks ignored) vs finite differences, rel. error" in out
