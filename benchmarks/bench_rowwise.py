@@ -48,8 +48,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gradc.tools.bench import (SETTLE, available_variants, copy_kernel, max_rel_err,  # noqa: E402
-                         time_interleaved)
+from gradc.tools.bench import (SETTLE, available_variants, copy_kernel,  # noqa: E402
+                               max_rel_err, time_interleaved)
 
 SPEC = ROOT / "examples" / "rowwise.grad"
 SHAPES = ((4096, 1024), (65536, 64), (16, 262144))
@@ -355,8 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import numba
 
     import gradc
-    from gradc.tools.bench_report import interference, machine_info, write_json
     from gradc.frontend.check import load_program
+    from gradc.tools.bench_report import interference, machine_info, write_json
     in_file = load_program(args.spec).main_ops
     ops = args.ops or list(in_file)
     unknown = [o for o in ops if o not in in_file]

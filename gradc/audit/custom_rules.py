@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gradc.errors import GradcWarning, NotSupportedError, Span
-from gradc.audit.gradcheck import fitting_inputs, sample_inputs
 from gradc.audit.canonical import clip_bounds, proportion, reads_params
+from gradc.audit.gradcheck import fitting_inputs, sample_inputs
+from gradc.errors import GradcWarning, NotSupportedError, Span
 from gradc.ir.interpret import interpret
 from gradc.pipeline import CompiledOp, build_op
 

@@ -13,8 +13,8 @@ from types import ModuleType
 from typing import NamedTuple
 
 from gradc.loader.disk_cache import (cache_dir, cache_key, discard_entry, entry_is_valid,
-                                 guard_numba_caches, read_warnings, write_entry,
-                                 write_metadata)
+                                     guard_numba_caches, read_warnings, write_entry,
+                                     write_metadata)
 
 
 def load(path: str | os.PathLike, **options) -> ModuleType:

@@ -21,9 +21,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from gradc.ir.builder import Builder
-from gradc.ir.graph import FLOAT, CustomRegion, Graph
 from gradc.adapters.framework_lowering import (Framework, jax_framework, lower_graph,
-                                           torch_framework)
+                                               torch_framework)
+from gradc.ir.graph import FLOAT, CustomRegion, Graph
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, SOURCE
 
 FRAMEWORKS = ("numexpr", "jax.jit", "torch", "torch.compile")

@@ -74,9 +74,9 @@ def run_demo(quick: bool = False, color: bool = False) -> int:
     (training) only.  Returns the exit status: 0, or 1 when a value or a
     gradient check disagrees."""
     import gradc
-    from gradc.tools.bench import bench_file
-    from gradc.frontend.check import load_program
     from gradc.audit.gradcheck import check_program
+    from gradc.frontend.check import load_program
+    from gradc.tools.bench import bench_file
     from gradc.tools.term import status, style
 
     def head(text: str) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gradc.frontend.check import check_source
 from gradc.audit.canonical import canonical, clip_bounds, proportion, reads_params
+from gradc.frontend.check import check_source
 from gradc.pipeline import build_op
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from gradc.audit.custom_rules import audit_program
-from gradc.tools.cli import main
 from gradc.frontend.check import check_source, load_program
+from gradc.tools.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 
 import gradc
-from gradc.tools.cli import main
 from gradc.frontend import limits
 from gradc.loader import disk_cache as cache
 from gradc.loader.disk_cache import entry_is_valid, write_atomic
+from gradc.tools.cli import main
 
 SOURCE = "op double(x) -> y { y = 2 * x }\n"
 PACKAGE = Path(gradc.__file__).resolve().parent

@@ -19,7 +19,7 @@ import pytest
 import gradc
 from gradc.tools.bench import Skip, make_inputs, max_rel_err, run_bench, select_op
 from gradc.tools.bench_frameworks import (Unsupported, jax_functions, numexpr_function,
-                                    to_torch, torch_functions)
+                                          to_torch, torch_functions)
 from gradc.tools.bench_report import format_report, plot_report
 from gradc.tools.cli import main
 from gradc.frontend.check import load_program

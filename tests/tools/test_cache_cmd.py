@@ -10,8 +10,8 @@ import time
 import pytest
 
 import gradc
-from gradc.tools.cache_cmd import human_age, human_size, main
 from gradc.loader.disk_cache import entries
+from gradc.tools.cache_cmd import human_age, human_size, main
 
 
 @pytest.fixture

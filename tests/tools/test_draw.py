@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from optional import missing
 
-from gradc.tools.cli import main
 from gradc.errors import GradcWarning
-from gradc.tools.explain import emit_ir, explain, plan_text
 from gradc.frontend.check import load_program
-from gradc.tools.draw import GraphError, graph_dot, label, quote, write_graph
 from gradc.passes.fuse_reduce import cpu_plan
 from gradc.pipeline import build_op
+from gradc.tools.cli import main
+from gradc.tools.draw import GraphError, graph_dot, label, quote, write_graph
+from gradc.tools.explain import emit_ir, explain, plan_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED, ACT = ROOT / "examples" / "seed.grad", ROOT / "examples" / "activations.grad"
