@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 import networkx as nx
 import numpy as np
 
+from gradc.codegen import prelude
 from gradc.ir.graph import FLOAT, CustomRegion, Graph, outermost_regions, unit_order
 from gradc.ir.primitives import PRIMITIVES, REDUCTION
 
@@ -87,7 +88,8 @@ def lower_graph(graph: Graph, inputs: Sequence[int], targets: Sequence[int], fw:
                          for i, a in enumerate(node.args))
             attrs = dict(node.attrs)
             kw = {"axis": attrs.get("axis"), "keepdims": bool(attrs.get("keepdims"))} \
-                if PRIMITIVES[node.op].kind == REDUCTION or node.op == "broadcast_in" else {}
+                if PRIMITIVES[node.op].kind == REDUCTION or node.op == "broadcast_in" else \
+                {k: attrs[k] for k in PRIMITIVES[node.op].attrs}
             steps.append(("op", unit, fw.ops[node.op], args, kw))
     outs = tuple(spec(t) for t in targets)
     return partial(_run, tuple(inputs), tuple(steps), outs, fw)
@@ -152,6 +154,7 @@ def jax_framework() -> Framework:
         broadcast_in=lambda x, like, axis, keepdims: jnp.broadcast_to(
             _expand(x, jnp.ndim(like), axis, keepdims, jnp.expand_dims), jnp.shape(like)),
         size_ratio=lambda x, y: np.float32(np.size(x) / max(np.size(y), 1)),
+        shape_check=lambda x, like, message: prelude.shape_check(x, jnp.shape(like), message),
     )
     return Framework("jax", ops, dtype=np.dtype,
                      asarray=lambda v, dt: np.asarray(v, dtype=dt),
@@ -224,6 +227,7 @@ def torch_framework() -> Framework:
         broadcast_in=lambda x, like, axis, keepdims: _expand(
             x, like.ndim, axis, keepdims, torch.unsqueeze).expand(like.shape),
         size_ratio=lambda x, y: torch.tensor(x.numel() / max(y.numel(), 1)),
+        shape_check=lambda x, like, message: prelude.shape_check(x, tuple(like.shape), message),
     )
     return Framework("torch", ops, dtype=_torch_dtype, asarray=_torch_asarray,
                      cast=lambda v, dt: v if v.dtype == dt else v.to(dt),

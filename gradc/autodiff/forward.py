@@ -27,8 +27,9 @@ import math
 from typing import Mapping, Sequence
 
 from gradc.autodiff.linearity import classify, describe_upstreams, is_symbolic_zero
-from gradc.autodiff.reverse import (check_gradient_count, instantiate, is_zero, live_units,
-                                    mask_zero_cotangent, spelling, total, unbroadcast, vjp)
+from gradc.autodiff.reverse import (check_gradient_count, custom_cotangent, instantiate, is_zero,
+                                    live_units, mask_zero_cotangent, spelling, total,
+                                    unbroadcast, vjp)
 from gradc.errors import GradientError
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, CustomRegion, Graph, Node
@@ -133,7 +134,8 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
         g = scope[gname]
         if t is None or is_symbolic_zero(graph, g):
             continue
-        roots.append(unbroadcast(Builder(graph, span=graph.node(g).span), g, a))
+        gb = Builder(graph, span=graph.node(g).span)
+        roots.append(unbroadcast(gb, custom_cotangent(gb, region, gname, g, p.name, a), a))
         seeds.append(t)
     out = vjp(graph, roots, seeds, ups) if roots else [None] * len(ups)
     leaked = _values_read(graph, [t for t in out if t is not None]) & set(ups)

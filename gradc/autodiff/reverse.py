@@ -160,8 +160,7 @@ def _custom_vjp(graph: Graph, region: CustomRegion, cts: dict[int, list[int]],
     check_gradient_count(region, len(diff))
     _check_linear(graph, region, [scope[n] for n in block.upstreams], scope, since)
     for (p, a), gname in zip(diff, block.outputs):
-        ct = scope[gname]
-        _check_custom_shape(graph, region, gname, ct, p.name, a)
+        ct = custom_cotangent(b, region, gname, scope[gname], p.name, a)
         if a in live and not is_zero(graph, ct):
             cts.setdefault(a, []).append(unbroadcast(b, ct, a))
 
@@ -214,6 +213,26 @@ def _broadcasts_to(shape, other) -> bool:
 def spelling(op: str) -> str:
     """The .grad spelling of a primitive, for messages."""
     return INFIX.get(op) or {"neg": "unary -", "maximum": "max", "minimum": "min"}.get(op, op)
+
+
+def custom_cotangent(b: Builder, region: CustomRegion, gname: str, ct: int, pname: str,
+                     arg: int) -> int:
+    """Gradient ``gname`` (node ``ct``) of ``region``'s grad block for parameter
+    ``pname`` (node ``arg``), checked against the parameter's shape: statically
+    where both shapes are known (:func:`_check_custom_shape`), else at run time
+    (``shape_check``: the parameter's shape must broadcast to the gradient's, or a
+    smaller gradient would be broadcast up to it, silently wrong).  Both walkers
+    take a grad block's gradients through here."""
+    graph = b.graph
+    _check_custom_shape(graph, region, gname, ct, pname, arg)
+    got, want = graph.node(ct).shape, graph.node(arg).shape
+    if graph.node(ct).op == "const" or _broadcasts_to(want, got):
+        return ct           # a constant broadcasts; otherwise true for every run-time shape
+    message = (f"gradient '{gname}' of op '{region.op.name}' has shape {{got}}, but parameter "
+               f"'{pname}' has shape {{want}}: a custom gradient must have its parameter's "
+               "shape, or a shape the parameter was broadcast to (it is summed back)")
+    return b.apply("shape_check", (ct, arg), {"message": message},
+                   span=graph.node(ct).span or region.op.grad.span)
 
 
 def _check_custom_shape(graph: Graph, region: CustomRegion, gname: str, ct: int, pname: str,

@@ -73,7 +73,7 @@ class CudaWrapperPrinter(WrapperPrinter):
             return f"_gc_sum_to({x}, {fields['like']}.shape, stream)"
         if node.op == "broadcast_in":
             return f"_gc_broadcast_in({x}, {fields['like']}.shape, {axis!r}, {keepdims!r}, stream)"
-        if node.op == "size_ratio":             # a host scalar from two shapes
+        if node.op in ("size_ratio", "shape_check"):     # from shapes alone, on the host
             return super()._library_text(node, fields)
         raise CodegenError(f"'{node.op}' has no CUDA lowering", node.span)
 

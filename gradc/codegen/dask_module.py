@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from gradc.codegen.cpu import is_scalar_input
 from gradc.codegen.wrappers import OUT_DTYPE, WrapperPrinter
+from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.fuse import Kernel, KernelPlan
 
 
@@ -54,4 +55,5 @@ class DaskWrapperPrinter(WrapperPrinter):
         kw = (f", axis={node.attr('axis')!r}, keepdims={bool(node.attr('keepdims'))!r}"
               if "axis" in dict(node.attrs) else "")
         kw += ", empty_ok=True" if node.attr("initial") is not None else ""
+        kw += "".join(f", {k}={node.attr(k)!r}" for k in PRIMITIVES[node.op].attrs)
         return f"_gd_lib({node.op!r}, _T, {args}{kw})"

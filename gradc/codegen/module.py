@@ -154,7 +154,7 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
-_HELPERS = (prelude._g_sum_to, prelude._g_transpose, prelude._g_broadcast_in, prelude._g_logsumexp,
+_HELPERS = (prelude._g_sum_to, prelude._g_shape_check, prelude._g_transpose, prelude._g_broadcast_in, prelude._g_logsumexp,
             prelude._g_norm,
             runtime_src._g_env_count, runtime_src._g_numba_threads, runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
             runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream, runtime_src._g_tangent,

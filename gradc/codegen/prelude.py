@@ -31,6 +31,24 @@ def _g_sum_to(g, shape):
     return np.broadcast_to(g, shape)
 
 
+def _g_shape_check(g, shape, message):
+    """``g`` itself, after checking that ``shape`` broadcasts to ``g``'s shape.
+
+    A custom gradient must have its parameter's shape, or a shape the parameter
+    was broadcast to (it is then summed back): where shapes are known only at
+    run time, this is the check (a smaller gradient would otherwise be broadcast
+    up to the parameter, silently wrong).  ``message`` names the gradient and the
+    parameter, with ``{got}`` and ``{want}`` fields for the shapes."""
+    got, want = tuple(np.shape(g)), tuple(shape)
+    try:
+        ok = np.broadcast_shapes(got, want) == got
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(message.format(got=got, want=want))
+    return g
+
+
 def _g_transpose(x):
     """``x`` transposed: a view (np.matmul passes it to BLAS as a transposed operand,
     where a copy of a 4096 x 1024 float32 array took 30 ms), copied to C order when
@@ -90,6 +108,7 @@ def _g_reduce(fn, x, axis, keepdims, dtype):
 # the oracle and the generated code share one implementation, under public names: the
 # ``_g_`` names are the generated module's namespace, for gradc/codegen alone.
 sum_to = _g_sum_to
+shape_check = _g_shape_check
 broadcast_in = _g_broadcast_in
 logsumexp = _g_logsumexp
 norm = _g_norm

@@ -20,7 +20,7 @@ import math
 
 import numpy as np
 
-from gradc.codegen.prelude import _g_sum_to
+from gradc.codegen.prelude import _g_shape_check, _g_sum_to
 from gradc.codegen.runtime_src import (_G_WITNESS, _g_flat, _g_float_input, _g_int_input,
                                        _g_resolve, _g_result_shape, _g_tangent,
                                        _g_tangent_broadcast,
@@ -196,12 +196,14 @@ def _gd_block(*blocks, kname, flags, dtypes, t, multi):
     return tuple(outs) if multi else outs[0]
 
 
-def _gd_lib(op, t, x, y=None, axis=None, keepdims=False, empty_ok=False):
+def _gd_lib(op, t, x, y=None, axis=None, keepdims=False, empty_ok=False, message=None):
     """Library step ``op`` with Dask's functions (tree reductions, blocked matmul);
     ``empty_ok``: a max or min of an empty slice is -inf or inf (NumPy's ``initial=``)."""
     import dask.array as da
     if op == "size_ratio":
         return t(math.prod(x.shape) / max(math.prod(y.shape), 1))
+    if op == "shape_check":
+        return _g_shape_check(x, tuple(y.shape), message)
     x = x if _gd_is_dask(x) else da.asarray(x)
     if op == "matmul":
         return da.matmul(x, y if _gd_is_dask(y) else da.asarray(y))

@@ -256,6 +256,8 @@ class WrapperPrinter:
             return f"_g_result_shape({node.op!r}, {', '.join(args)})"
         if node.op in ("sum_to", "broadcast_in"):
             return args[1]                  # the shape of ``like``
+        if node.op == "shape_check":
+            return args[0]
         if node.op == "size_ratio":
             return "()"
         raise CodegenError(f"no run-time shape rule for '{node.op}'", node.span)
@@ -400,7 +402,9 @@ class WrapperPrinter:
     def _library_text(self, node, fields: dict[str, str]) -> str:
         """The expression computing library step ``node`` from its operands."""
         lib = PRIMITIVES[node.op].lib
-        text = lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **fields)
+        attrs = {k: node.attr(k) for k in PRIMITIVES[node.op].attrs}
+        text = lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **attrs,
+                          **fields)
         if node.attr("initial") is not None:          # np.max(..., initial=-np.inf)
             text = f"{text[:-1]}, initial={_float_literal(node.attr('initial'))})"
         return text

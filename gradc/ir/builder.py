@@ -17,7 +17,8 @@ from gradc.ir.shapes import (SCALAR, BroadcastError, Shape, broadcast, matmul_st
                              reduce_static)
 
 # Operands whose dtype is unified for "same"-dtype primitives (default: all).
-_VALUE_ARGS = {"where": (1, 2), "full_like": (1,), "sum_to": (0,), "broadcast_in": (0,)}
+_VALUE_ARGS = {"where": (1, 2), "full_like": (1,), "sum_to": (0,), "broadcast_in": (0,),
+               "shape_check": (0,)}
 _INT_RANK = {"bool": 0, "i32": 1, "i64": 2}
 
 
@@ -99,6 +100,8 @@ class Builder:
                 return opaque if s.dyn else Shape(tuple(reversed(s.static)))
             if op in ("sum_to", "broadcast_in"):
                 return shapes[1]
+            if op == "shape_check":
+                return shapes[0]
             if op == "size_ratio":
                 return SCALAR
         except BroadcastError as exc:

@@ -76,6 +76,9 @@ class Primitive:
     # ``multilinear`` (``mul``, ``matmul``: linear in each one separately).
     linear: tuple[int, ...] = ()
     multilinear: bool = False
+    # Attributes (beyond a reduction's axis and keepdims) passed to ``ref`` and the
+    # library template as keywords.
+    attrs: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.jvp and self.kind == ELEMENTWISE:
@@ -97,7 +100,7 @@ class Primitive:
 # NaN; not square: 2 * inf.)
 _BOUNDED = frozenset("""add sub neg identity cast where clip full_like abs maximum minimum
     atan tanh sigmoid softplus erf erfc sum mean max min transpose sum_to
-    broadcast_in matmul""".split())
+    broadcast_in matmul shape_check""".split())
 
 
 def _ew(name, params, ref, vjp, cpu, **kw) -> Primitive:
@@ -296,6 +299,15 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               ("sum_to(g, x)", None), jvp=("sum_to(x_t, like)", None),
               lib="_g_sum_to({x}, {like}.shape)",
               float_only=False, dtype="same", shape_only=(1,), linear=(0,)),
+    # shape_check(g, like): g, once like's shape is known to broadcast to g's (a
+    # custom gradient against its parameter, where shapes are known at run time only;
+    # see prelude._g_shape_check); attribute ``message``, with {got} and {want} fields.
+    Primitive("shape_check", ("x", "like"), LIBRARY,
+              lambda x, like, message: P.shape_check(x, np.shape(like), message),
+              ("shape_check(g, like, message=message)", None),
+              jvp=("shape_check(x_t, like, message=message)", None),
+              lib="_g_shape_check({x}, {like}.shape, {message!r})",
+              float_only=False, dtype="same", shape_only=(1,), linear=(0,), attrs=("message",)),
     # broadcast_in(v, like): a reduction's result broadcast back (see prelude).
     Primitive("broadcast_in", ("x", "like"), LIBRARY,
               lambda x, like, axis=None, keepdims=False:

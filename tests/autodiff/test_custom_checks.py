@@ -102,6 +102,56 @@ def test_gradient_of_a_broadcast_parameter_is_summed_and_explained(tmp_path, cap
            "parameter 'bias' (o,) to: it is summed back to (o,)" in out
 
 
+SMALL_GRADIENT = """
+op f(x, w) -> y {
+    y = x * w
+} grad(dy) -> (dx, dw) {
+    dx = dy * w
+    dw = sum(dy * x)
+}
+"""
+
+
+def test_a_custom_gradient_smaller_than_its_parameter_is_an_error_at_run_time(
+        import_module_text, tmp_path):
+    """With shapes known only at run time, ``dw = sum(dy * x)`` is right for a scalar
+    ``w`` and wrong for ``w`` of shape (3,): it must not be broadcast up to [6, 6, 6]
+    (as the static check rejects it, E401). Every method and both walkers check it:
+    vjp and fwd_bwd by reverse mode, jvp through the transposed grad block."""
+    from gradc.frontend.check import check_source
+    from gradc.ir.interpret import interpret
+    from gradc.pipeline import build_program
+    m = import_module_text(gradc.compile_source(SMALL_GRADIENT, file="small.grad"),
+                           "gradc_test_small_gradient")
+    x, ones = np.array([1.0, 2.0, 3.0]), np.ones(3)
+    calls = {"vjp": (x, ones, ones), "fwd_bwd": (x, ones, ones), "jvp": (x, ones, ones, ones)}
+    for impl in (m.f, m.f.unfused):
+        for method, args in calls.items():
+            with pytest.raises(ValueError, match=r"gradient 'dw' of op 'f' has shape \(\), but "
+                               r"parameter 'w' has shape \(3,\): a custom gradient must have"):
+                getattr(impl, method)(*args)
+        # A scalar w: dw = sum(dy * x) is its gradient; the tangent sums x * w_t.
+        dx, dw = impl.vjp(x, np.float64(2.0), ones)
+        np.testing.assert_array_equal(dx, [2.0, 2.0, 2.0])
+        assert dw.shape == () and dw == 6.0
+        y, dy = impl.jvp(x, np.float64(2.0), ones, np.float64(1.0))
+        np.testing.assert_array_equal(dy, [3.0, 4.0, 5.0])
+    # gradc check's oracle (the IR interpreter) and as_jax's XLA lowering check it too.
+    cop = build_program(check_source(SMALL_GRADIENT, "small.grad"))["f"]
+    with pytest.raises(ValueError, match="gradient 'dw' of op 'f' has shape"):
+        interpret(cop.methods["vjp"].graph, [x, ones, ones])
+    pytest.importorskip("jax")
+    from gradc.adapters.jax import as_jax
+    import jax
+    (tmp_path / "small.grad").write_text(SMALL_GRADIENT)
+    f = as_jax(gradc.load(tmp_path / "small.grad").f)
+    with pytest.raises(ValueError, match="gradient 'dw' of op 'f' has shape"):
+        jax.grad(lambda x, w: f(x, w).sum(), argnums=1)(x.astype(np.float32),
+                                                         ones.astype(np.float32))
+    assert jax.grad(lambda x, w: f(x, w).sum(), argnums=1)(
+        x.astype(np.float32), np.float32(2.0)) == 6.0
+
+
 NONLINEAR = """
 op sq(x) -> y {
     y = x * 2

@@ -150,6 +150,12 @@ def _reduction_cases() -> list[Case]:
 _SAME = "op same(x) -> y {\n    y = x\n} grad(dy) -> dx {\n    dx = dy\n}\n"
 
 
+# A custom gradient of a parameter whose shape is known at run time only, where the
+# gradient's shape class differs from it: checked at run time by a 'shape_check'.
+_ROWS = ("op rowscale(x, w) -> y {\n    y = x * w\n} grad(dy) -> (dx, dw) {\n"
+         "    dx = dy * w\n    dw = sum(dy * x, axis=0)\n}\n")
+
+
 def _other_cases() -> list[Case]:
     """matmul and transpose (spelled '@' and '.T') and the internal helpers."""
     cases = []
@@ -176,6 +182,8 @@ def _other_cases() -> list[Case]:
         # identity: marks the result of a call of an op with a grad block
         Case("i_identity", ("identity",), "x", "    r = 3 * same(x)", ((4,),), (REAL,),
              extra=_SAME),
+        Case("i_shape_check", ("shape_check", "mul"), "x, w", "    r = rowscale(x, w)",
+             ((3, 4), (4,)), (REAL, REAL), extra=_ROWS),
     ]
     return cases
 
@@ -424,11 +432,12 @@ def test_vjp_rule_parses_and_names_only_its_scope(prim, i, rule) -> None:
     allowed = set(prim.params) | {"out", "g"} | set(CONSTANTS)
     if prim.kind == REDUCTION:
         allowed |= {"axis", "keepdims"}
+    allowed |= set(prim.attrs)
     assert names <= allowed, f"'{prim.name}' rule {rule!r} names {names - allowed}"
     callable_ = set(BUILTINS) | set(PRIMITIVES)
     assert funcs <= callable_, f"'{prim.name}' rule {rule!r} calls {funcs - callable_}"
     assert "grad" not in funcs, prim.name
-    assert kws <= {"axis", "keepdims"}, f"'{prim.name}' rule {rule!r} passes {kws}"
+    assert kws <= {"axis", "keepdims", *prim.attrs}, f"'{prim.name}' rule {rule!r} passes {kws}"
 
 
 JVPS = [(p, i, r) for p in PRIMITIVES.values() for i, r in enumerate(p.jvp) if r is not None]
@@ -452,10 +461,11 @@ def test_jvp_rule_parses_and_names_only_its_scope(prim, i, rule) -> None:
     allowed = set(prim.params) | {f"{prim.params[i]}_t", "out"} | set(CONSTANTS)
     if prim.kind == REDUCTION or prim.name == "broadcast_in":
         allowed |= {"axis", "keepdims"}
+    allowed |= set(prim.attrs)
     assert names <= allowed, f"'{prim.name}' jvp {rule!r} names {names - allowed}"
     assert f"{prim.params[i]}_t" in names, f"'{prim.name}' jvp {rule!r} ignores its tangent"
     assert funcs <= set(BUILTINS) | set(PRIMITIVES), prim.name
-    assert kws <= {"axis", "keepdims"}, f"'{prim.name}' jvp {rule!r} passes {kws}"
+    assert kws <= {"axis", "keepdims", *prim.attrs}, f"'{prim.name}' jvp {rule!r} passes {kws}"
 
 
 def test_composite_rules_have_composites() -> None:
