@@ -89,8 +89,9 @@ def lower_graph(graph: Graph, inputs: Sequence[int], targets: Sequence[int], fw:
             attrs = dict(node.attrs)
             kw = {"axis": attrs.get("axis"), "keepdims": bool(attrs.get("keepdims"))} \
                 if PRIMITIVES[node.op].kind == REDUCTION or node.op == "broadcast_in" else \
-                {k: attrs[k] for k in PRIMITIVES[node.op].attrs}
-            steps.append(("op", unit, fw.ops[node.op], args, kw))
+                {k: attrs.get(k, d) for k, d in PRIMITIVES[node.op].defaults.items()}
+            fn = fw.ops.get(node.op) or getattr(PRIMITIVES[node.op], fw.name)
+            steps.append(("op", unit, fn, args, kw))
     outs = tuple(spec(t) for t in targets)
     return partial(_run, tuple(inputs), tuple(steps), outs, fw)
 

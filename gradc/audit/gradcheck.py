@@ -21,6 +21,7 @@ on the true derivative).
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,10 +97,12 @@ GENERIC_SHAPES = ((5,), (4, 5), (), (3, 4, 5))
 
 
 def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = False,
-                  generic: tuple[int, ...] = (5,), first_dim: int = 2) -> list:
+                  generic: tuple[int, ...] = (5,), first_dim: int = 2,
+                  ints: tuple[int, int] = (-3, 4)) -> list:
     """Random float64 inputs for every parameter (defaults for those with one);
     parameters without a declared shape get shape ``generic``, named dims the sizes
-    ``first_dim``, ``first_dim + 1``, ... in order of appearance."""
+    ``first_dim``, ``first_dim + 1``, ... in order of appearance; integer parameters
+    values in ``range(*ints)``."""
     dims: dict[str, int] = {}
     out = []
     for p in cop.params:
@@ -111,7 +114,7 @@ def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = Fa
             d if isinstance(d, int) else dims.setdefault(d, first_dim + len(dims))
             for d in p.shape)
         if p.dtype in ("i32", "i64"):
-            out.append(rng.integers(-3, 4, size=shape))
+            out.append(rng.integers(*ints, size=shape))
         elif p.dtype == "bool":
             out.append(rng.random(shape) < 0.5)
         elif positive:
@@ -124,9 +127,10 @@ def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = Fa
 def fitting_inputs(cop: CompiledOp, rng: np.random.Generator):
     """``(xs, ys, generic)``: :func:`sample_inputs` at the first of ``GENERIC_SHAPES`` for
     parameters without a declared shape at which the forward pass runs, and its
-    outputs ``ys``; None when none fits."""
-    for generic in GENERIC_SHAPES:
-        xs = sample_inputs(cop, rng, generic=generic)
+    outputs ``ys``; None when none fits.  Integer parameters are tried in [-3, 3],
+    then as indices, in [0, 1] (valid for any dim of 2 or more: ``one_hot``)."""
+    for generic, ints in itertools.product(GENERIC_SHAPES, ((-3, 4), (0, 2))):
+        xs = sample_inputs(cop, rng, generic=generic, ints=ints)
         try:
             with np.errstate(all="ignore"):
                 return xs, interpret(cop.methods["forward"].graph, xs), generic

@@ -69,6 +69,8 @@ class CudaWrapperPrinter(WrapperPrinter):
             return f"_gc_matmul({x}, {fields['y']}, stream)"
         if node.op == "transpose":
             return f"_gc_transpose({x}, stream)"
+        if prim.cuda is not None:
+            return prim.cuda.format(**{k: node.attr(k) for k in prim.attrs}, **fields)
         if node.op == "sum_to":
             return f"_gc_sum_to({x}, {fields['like']}.shape, stream)"
         if node.op == "broadcast_in":
@@ -104,10 +106,18 @@ def runtime_source() -> str:
         parts.append("@cuda.jit(cache=not _GC_SIM)\n"
                      + inspect.getsource(getattr(rt, name)).rstrip("\n"))
     parts.append(render_cuda_matmul(None, None, "_gck_matmul").rstrip("\n"))
+    for kernel in registry_kernels():
+        parts.append("@cuda.jit(cache=not _GC_SIM)\n" + inspect.getsource(kernel).rstrip("\n"))
     helpers = [obj for name, obj in vars(rt).items()
                if name.startswith("_gc_") and inspect.isfunction(obj)]
+    helpers += dict.fromkeys(fn for p in PRIMITIVES.values() for fn in p.cuda_helpers)
     parts += [inspect.getsource(fn).rstrip("\n") for fn in helpers]
     return "\n\n\n".join(parts) + "\n"
+
+
+def registry_kernels() -> list:
+    """The CUDA kernels of the registry's primitives (their lowerings' own)."""
+    return list(dict.fromkeys(k for p in PRIMITIVES.values() for k, _ in p.cuda_kernels))
 
 
 def kernel_table(kernels: Kernels) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from types import ModuleType
 
+from gradc.ir.primitives import PRIMITIVES
+
 # PTX ISA versions by CUDA release (PTX ISA notes): what a driver can JIT.
 MAX_PTX_ISA = {"13.0": (9, 0)}
 
@@ -30,6 +32,9 @@ def runtime_signatures(types, t):
     for out, src in ((flat, flat), (f64, flat), (flat, f64)):
         sigs.append(("_gck_rows", (out, src, f64, i64, i64, i64, i64, i64, i64, types.float64)))
     sigs.append(("_gck_matmul", (flat, flat, flat, i64, i64, i64, flat)))
+    for prim in PRIMITIVES.values():          # the registry's primitives' own kernels
+        for kernel, signatures in prim.cuda_kernels:
+            sigs += [(kernel.__name__, s) for s in signatures(types, t)]
     return sigs
 
 

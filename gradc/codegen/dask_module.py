@@ -52,6 +52,10 @@ class DaskWrapperPrinter(WrapperPrinter):
 
     def _library_text(self, node, fields: dict[str, str]) -> str:
         args = ", ".join(fields.values())
+        prim = PRIMITIVES[node.op]
+        if prim.dask is not None:           # the primitive's own Dask lowering
+            kw = "".join(f", {k}={node.attr(k)!r}" for k in prim.attrs)
+            return f"{prim.dask.__name__}(_T, {args}{kw})"
         kw = (f", axis={node.attr('axis')!r}, keepdims={bool(node.attr('keepdims'))!r}"
               if "axis" in dict(node.attrs) else "")
         kw += ", empty_ok=True" if node.attr("initial") is not None else ""

@@ -19,6 +19,7 @@ from gradc.codegen import mathlib, prelude, runtime_dask_src, runtime_src
 from gradc.codegen.quote import comment, docstring, py_name
 from gradc.codegen.wrappers import Kernels, WrapperPrinter
 from gradc.frontend.limits import out_of_stack
+from gradc.ir.primitives import PRIMITIVES
 from gradc.pipeline import METHODS, CompiledOp, build_program, issue_warnings
 from gradc.version import __version__
 
@@ -144,10 +145,10 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
             f"TARGET = {target!r}\n")
     tail = ("OPS = {" + ", ".join(f"{n!r}: {py_name(n)}" for n in names) + "}\n"
             f"__all__ = {['OPS', *map(py_name, names)]!r}\n")
-    parts = [head, "# --- runtime helpers (copied from gradc) ---\n", _CONSTANTS, helpers,
-             _PARALLEL_MIN, "# --- kernels ---\n", *cpu_sources]
+    parts = [head, RUNTIME_MARK, _CONSTANTS, helpers,
+             _PARALLEL_MIN, GENERATED_MARK, *cpu_sources]
     if cuda_kernels is not None:
-        parts += ["# --- CUDA run time (copied from gradc) ---\n", cuda_module.runtime_source(),
+        parts += [CUDA_RUNTIME_MARK, cuda_module.runtime_source(),
                   "# --- CUDA kernels ---\n", *cuda_kernels.sources,
                   cuda_module.kernel_table(cuda_kernels)]
     parts += ["# --- ops ---\n", *op_texts, tail]
@@ -161,7 +162,9 @@ _HELPERS = (prelude._g_sum_to, prelude._g_shape_check, prelude._g_transpose, pre
             runtime_src._g_tangent_broadcast,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
             runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_result_shape, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcDask,
-            runtime_src._GradcOp, *(getattr(runtime_dask_src, n) for n in runtime_dask_src.HELPERS))
+            runtime_src._GradcOp, *(getattr(runtime_dask_src, n) for n in runtime_dask_src.HELPERS),
+            # the run-time functions of the registry's primitives (their CPU and Dask lowerings)
+            *dict.fromkeys(fn for p in PRIMITIVES.values() for fn in (*p.helpers, p.dask) if fn))
 _CONSTANTS = ("_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"
               "_G_INTS = {'i32': np.int32, 'i64': np.int64, 'bool': np.bool_}\n"
               "# An empty array per compute dtype: kernels read their dtype from it.\n"
@@ -176,6 +179,21 @@ _PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads co
                  "# Numba's TBB threading layer unless the user chose one (_g_numba_threads):\n"
                  "# OpenMP's spinning workers would slow PyTorch, JAX and BLAS after each loop.\n"
                  "_G_THREADING = _g_numba_threads(os.environ, numba.config)\n")
+
+
+# The sections of a module: the run time copied from gradc (the same in every module,
+# tested as the code it is, tests/codegen) and what is generated for the .grad file.
+RUNTIME_MARK = "# --- runtime helpers (copied from gradc) ---\n"
+GENERATED_MARK = "# --- kernels ---\n"
+CUDA_RUNTIME_MARK = "# --- CUDA run time (copied from gradc) ---\n"
+
+
+def generated_part(text: str) -> str:
+    """``text`` (a generated module) without the run time copied from gradc: the
+    header and what is generated for the ops, the part a golden file pins down."""
+    head, _, rest = text.partition(RUNTIME_MARK)
+    _, _, generated = rest.partition(GENERATED_MARK)
+    return head + "# [run time copied from gradc: left out]\n\n\n" + GENERATED_MARK + generated
 
 
 def source_sha256(text: str) -> str:

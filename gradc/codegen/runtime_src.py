@@ -383,8 +383,6 @@ def _g_result_shape(kind, a, b=None, axis=None, keepdims=False):
         return tuple(a[:-1]) + (tuple(b[1:]) if len(b) == 2 else ())
     if kind == "transpose":
         return tuple(a)[::-1]
-    if kind == "shape_check":     # the shape of the checked value
-        return tuple(a)
     if kind == "reduce":
         nd = len(a)
         for ax in axis or ():

@@ -249,15 +249,18 @@ class WrapperPrinter:
         if nid not in node.shape.dyn:
             return self.shape_expr(node.shape, early=True)
         args = [self.shape_expr(self.graph.node(a).shape, early=True) for a in node.args]
-        if PRIMITIVES[node.op].kind == "reduction":
+        prim = PRIMITIVES[node.op]
+        if prim.shape_like is not None:
+            return args[prim.shape_like]
+        if prim.np_shape is not None:
+            return _shape_call(prim, node, args)
+        if prim.kind == "reduction":
             return (f"_g_result_shape('reduce', {args[0]}, axis={node.attr('axis')!r}, "
                     f"keepdims={node.attr('keepdims')!r})")
         if node.op in ("matmul", "transpose"):
             return f"_g_result_shape({node.op!r}, {', '.join(args)})"
         if node.op in ("sum_to", "broadcast_in"):
             return args[1]                  # the shape of ``like``
-        if node.op == "shape_check":
-            return args[0]
         if node.op == "size_ratio":
             return "()"
         raise CodegenError(f"no run-time shape rule for '{node.op}'", node.span)
@@ -402,15 +405,20 @@ class WrapperPrinter:
     def _library_text(self, node, fields: dict[str, str]) -> str:
         """The expression computing library step ``node`` from its operands."""
         lib = PRIMITIVES[node.op].lib
-        attrs = {k: node.attr(k) for k in PRIMITIVES[node.op].attrs}
-        text = lib.format(axis=node.attr("axis"), keepdims=node.attr("keepdims"), **attrs,
-                          **fields)
+        attrs = {"axis": node.attr("axis"), "keepdims": node.attr("keepdims"),
+                 **{k: node.attr(k) for k in PRIMITIVES[node.op].attrs}}
+        text = lib.format(**attrs, **fields)
         if node.attr("initial") is not None:          # np.max(..., initial=-np.inf)
             text = f"{text[:-1]}, initial={_float_literal(node.attr('initial'))})"
         return text
 
     def _shape_only(self, node, args: list[str]) -> str:
         """A value kept only as a run-time shape source: a view of one zero, no work."""
+        prim = PRIMITIVES[node.op]
+        if prim.shape_like is not None or prim.np_shape is not None:
+            shape = (f"np.shape({args[prim.shape_like]})" if prim.shape_like is not None else
+                     _shape_call(prim, node, [f"np.shape({a})" for a in args]))
+            return f"np.broadcast_to(np.zeros((), _T), {shape})  # only its shape is used"
         kind = "reduce" if PRIMITIVES[node.op].kind == "reduction" else node.op
         shapes = ", ".join(f"np.shape({a})" for a in args)
         extra = (f", axis={node.attr('axis')!r}, keepdims={node.attr('keepdims')!r}"
@@ -431,7 +439,6 @@ class WrapperPrinter:
         return self.vars[nid]
 
 
-
 def _no_identity(node) -> bool:
     """A max or min reduction that raises for an empty slice, as NumPy's does (one
     with an ``initial`` value, such as :func:`~gradc.passes.simplify.expand_logsumexp`'s,
@@ -441,3 +448,9 @@ def _no_identity(node) -> bool:
 
 def _float_literal(v: float) -> str:
     return "np.inf" if v == float("inf") else "-np.inf" if v == float("-inf") else repr(v)
+
+
+def _shape_call(prim, node, shapes: list[str]) -> str:
+    """The call of ``prim``'s NumPy shape function on run-time ``shapes``."""
+    kw = "".join(f", {k}={node.attr(k)!r}" for k in prim.attrs)
+    return f"{prim.np_shape.__name__}({', '.join(shapes)}{kw})"

@@ -2,12 +2,16 @@
 their call forms.
 
 This table is what the checker validates calls against; how each builtin is
-lowered to IR primitives lives in :mod:`gradc.ir.lower`.
+lowered to IR primitives lives in :mod:`gradc.ir.lower`.  The primitives marked
+``public`` in the registry (:mod:`gradc.ir.primitives`) are builtins by
+definition: their entries (and aliases) are derived from it, keywords included.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
+
+from gradc.ir.primitives import PRIMITIVES
 
 
 @dataclass(frozen=True)
@@ -16,7 +20,9 @@ class Builtin:
     min_args: int
     max_args: int
     kwargs: tuple[str, ...] = ()
-    kind: str = "elementwise"     # elementwise | reduction | special
+    kind: str = "elementwise"     # elementwise | reduction | special | library
+    # The kind of each keyword's value: "axis" (an int or a tuple of ints) or "bool".
+    kwarg_kinds: tuple[tuple[str, str], ...] = (("axis", "axis"), ("keepdims", "bool"))
 
 
 _UNARY = ("abs sign exp exp2 expm1 log log2 log10 log1p sqrt rsqrt square reciprocal "
@@ -34,6 +40,12 @@ BUILTINS = MappingProxyType({b.name: b for b in [
     *(Builtin(n, 1, 1, ("axis", "keepdims"), "reduction") for n in _REDUCE),
     # grad(EXPR, NAME): gradient of a scalar expression w.r.t. a name.
     Builtin("grad", 2, 2, (), "special"),
+    # The registry's public primitives, under their names and aliases.
+    *(Builtin(name, len(p.params) + len(p.attr_params), len(p.params) + len(p.attr_params),
+              tuple(k for k, kind, _ in p.keywords
+                    if kind != "internal" and k not in p.attr_params),
+              p.kind, tuple((k, kind) for k, kind, _ in p.keywords if kind != "internal"))
+      for p in PRIMITIVES.values() if p.public for name in (p.name, *p.aliases)),
 ]})
 
 CONSTANTS = MappingProxyType({"pi": 3.141592653589793, "e": 2.718281828459045,

@@ -110,10 +110,10 @@ class CallChecker:
             elif n == 2:    # elementwise max/min
                 self._error(TypeError_, f"'{c.func}' of two arguments is elementwise and "
                             "takes no axis= or keepdims=", leftmost_span(value), "E303")
-            elif key == "axis":
+            elif dict(b.kwarg_kinds)[key] == "axis":
                 self._axis(value)
             else:
-                self._keepdims(value)
+                self._bool(key, value)
             seen.add(key)
 
     def _axis(self, value: ast.Expr) -> None:
@@ -126,11 +126,11 @@ class CallChecker:
             self._error(TypeError_, f"axis= out of range (arrays have fewer than "
                         f"{_MAX_AXIS} dims)", leftmost_span(value), "E304")
 
-    def _keepdims(self, value: ast.Expr) -> None:
+    def _bool(self, key: str, value: ast.Expr) -> None:
         ok = (isinstance(value, ast.Num) and value.is_int and value.value in (0, 1)) or (
             isinstance(value, ast.Name) and value.id in KEEPDIMS_NAMES)
         if not ok:
-            self._error(TypeError_, "keepdims= must be 0, 1, true or false",
+            self._error(TypeError_, f"{key}= must be 0, 1, true or false",
                         leftmost_span(value), "E304")
 
     def _grad_call(self, c: ast.Call, scope: Scope, later: Mapping[str, Span]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from gradc.errors import ShapeError, Span
+from gradc.errors import ShapeError, Span, TypeError_
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import BINARY_OPS, ELEMENTWISE, PRIMITIVES, REDUCTION
 from gradc.ir.shapes import (SCALAR, BroadcastError, Shape, broadcast, matmul_static,
@@ -20,6 +20,7 @@ from gradc.ir.shapes import (SCALAR, BroadcastError, Shape, broadcast, matmul_st
 _VALUE_ARGS = {"where": (1, 2), "full_like": (1,), "sum_to": (0,), "broadcast_in": (0,),
                "shape_check": (0,)}
 _INT_RANK = {"bool": 0, "i32": 1, "i64": 2}
+_ORDINAL = ("first", "second", "third")
 
 
 class Builder:
@@ -48,6 +49,14 @@ class Builder:
         args = list(args)
         if len(args) != len(prim.params):
             raise ShapeError(f"'{op}' takes {len(prim.params)} operands, got {len(args)}", span)
+        if prim.keywords:       # defaults filled in; bool keywords as bools (1 - reverse)
+            attrs = {**prim.defaults, **(attrs or {})}
+            attrs.update({k: bool(attrs[k]) for k, kind, _ in prim.keywords if kind == "bool"})
+        for i in prim.index_operands:
+            if self.graph.node(args[i]).dtype == FLOAT:
+                raise TypeError_(f"'{op}' takes integer indices as its {_ORDINAL[i]} argument "
+                                 "(annotate the parameter i32 or i64), got a float value", span,
+                                 "E308")
         value_args = _VALUE_ARGS.get(op, range(len(args)))
         dtype = FLOAT if prim.float_only else self._unify([args[i] for i in value_args])
         for i in value_args:
@@ -84,6 +93,10 @@ class Builder:
         try:
             if kind == ELEMENTWISE:
                 return broadcast(shapes)
+            if PRIMITIVES[op].shape_like is not None:
+                return shapes[PRIMITIVES[op].shape_like]
+            if PRIMITIVES[op].static_shape is not None:
+                return PRIMITIVES[op].static_shape(shapes, attrs) or opaque
             if kind == REDUCTION:
                 (s,) = shapes
                 if attrs.get("axis") is None and not attrs.get("keepdims"):
@@ -100,8 +113,6 @@ class Builder:
                 return opaque if s.dyn else Shape(tuple(reversed(s.static)))
             if op in ("sum_to", "broadcast_in"):
                 return shapes[1]
-            if op == "shape_check":
-                return shapes[0]
             if op == "size_ratio":
                 return SCALAR
         except BroadcastError as exc:

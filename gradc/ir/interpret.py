@@ -42,4 +42,4 @@ def _apply(node, args: list[np.ndarray], dtype) -> np.ndarray:
                         **extra)
     if node.op == "broadcast_in":
         return prim.ref(*args, axis=attrs.get("axis"), keepdims=attrs.get("keepdims"))
-    return prim.ref(*args, **{k: attrs[k] for k in prim.attrs})
+    return prim.ref(*args, **{k: attrs.get(k, d) for k, d in prim.defaults.items()})

@@ -9,6 +9,7 @@ overrides share one parser and one instantiation routine.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -18,7 +19,7 @@ from gradc.frontend.builtins import CONSTANTS
 from gradc.frontend.limits import GraphSize
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, CustomRegion, Graph
-from gradc.ir.primitives import BINARY_OPS, COMPARE_OPS, PRIMITIVES
+from gradc.ir.primitives import ALIASES, BINARY_OPS, COMPARE_OPS, PRIMITIVES
 from gradc.ir.shapes import Shape
 
 # Primitives that derivative rules may call but .grad files may not.
@@ -26,6 +27,9 @@ INTERNAL = ("broadcast_in", "sum_to", "shape_check", "size_ratio", "transpose", 
 _RENAMED = {"max": "maximum", "min": "minimum"}
 _DTYPE_OF = {"f16": FLOAT, "f32": FLOAT, "f64": FLOAT, "i32": "i32", "i64": "i64",
              "bool": "bool", None: FLOAT}
+
+_ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+          "^": operator.pow}
 
 Scope = dict[str, Any]     # name -> node id, or an Attr for a rule's node attribute
 
@@ -86,7 +90,7 @@ def eval_const(e: ast.Expr, consts: Mapping[str, float]) -> float:
         return tuple(eval_const(i, consts) for i in e.items)
     if isinstance(e, ast.BinOp) and e.op in "+-*/^":
         a, b = eval_const(e.lhs, consts), eval_const(e.rhs, consts)
-        return {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "^": a ** b}[e.op]
+        return _ARITH[e.op](a, b)
     raise ShapeError("expected a constant here (a number, a const name, or a tuple of ints)",
                      getattr(e, "span", None))
 
@@ -151,8 +155,14 @@ class Lowerer:
         if e.func == "grad":
             return self._grad(e, scope)
         kw = {k: self._attr(k, v, scope) for k, v in e.kwargs}
-        args = [self.expr(a, scope) for a in e.args]
-        name = e.func
+        name = ALIASES.get(e.func, e.func)
+        positional = list(e.args)
+        if name in PRIMITIVES and PRIMITIVES[name].attr_params:    # one_hot(idx, depth)
+            n = len(PRIMITIVES[name].params)
+            kw.update((k, self._attr(k, v, scope))
+                      for k, v in zip(PRIMITIVES[name].attr_params, positional[n:]))
+            positional = positional[:n]
+        args = [self.expr(a, scope) for a in positional]
         if name in ("max", "min") and len(args) == 2:
             name = _RENAMED[name]
         elif name in ("ones_like", "zeros_like"):
@@ -167,7 +177,8 @@ class Lowerer:
     def _attr(self, key: str, v: ast.Expr, scope: Scope) -> Any:
         if isinstance(v, ast.Name) and isinstance(scope.get(v.id), Attr):
             return scope[v.id].value                 # a rule's attribute: axis=axis
-        value = eval_const(v, self.consts)
+        attrs = {k: a.value for k, a in scope.items() if isinstance(a, Attr)}
+        value = eval_const(v, {**self.consts, **attrs})   # reverse=1 - reverse in a rule
         if key == "axis":
             axes = tuple(int(a) for a in value) if isinstance(value, tuple) else (int(value),)
             if len(set(axes)) != len(axes):

@@ -42,6 +42,7 @@ from typing import Callable
 import numpy as np
 
 from gradc.codegen import prelude as P
+from gradc.ir.shapes import Shape
 
 COMPOSITE = "<composite>"
 
@@ -76,9 +77,46 @@ class Primitive:
     # ``multilinear`` (``mul``, ``matmul``: linear in each one separately).
     linear: tuple[int, ...] = ()
     multilinear: bool = False
-    # Attributes (beyond a reduction's axis and keepdims) passed to ``ref`` and the
-    # library template as keywords.
-    attrs: tuple[str, ...] = ()
+    # Attributes (beyond a reduction's axis and keepdims) passed to ``ref``, the
+    # library template and every lowering as keywords: (name, kind, default); kinds
+    # "axis" (an int or tuple), "bool", "internal" (rules only, never a .grad keyword).
+    keywords: tuple[tuple[str, str, object], ...] = ()
+    # A builtin of the .grad language under its own name and these aliases
+    # (frontend.builtins derives its table, and so the syntax files, from these).
+    public: bool = False
+    aliases: tuple[str, ...] = ()
+    # The result has operand ``shape_like``'s shape class (else the kind's rule, or
+    # ``static_shape``: a function of the operands' Shapes and the attributes giving
+    # the result's Shape, None where it is known only at run time; ``np_shape``
+    # computes it then from the operands' shape tuples and the attributes, in the
+    # wrappers of generated modules, which it is copied into).
+    shape_like: int | None = None
+    static_shape: Callable | None = None
+    np_shape: Callable | None = None
+    # Attributes passed as trailing positional arguments (``one_hot(idx, depth)``):
+    # constant expressions, each also one of ``keywords``.
+    attr_params: tuple[str, ...] = ()
+    index_operands: tuple[int, ...] = ()  # operands that must be integer arrays
+    # Lowerings of a library primitive, beside ``lib`` (the CPU host call):
+    helpers: tuple[Callable, ...] = ()   # run-time functions ``lib`` calls, copied into modules
+    cuda: str | None = None              # the call on device arrays (``stream`` in scope)
+    cuda_helpers: tuple[Callable, ...] = ()   # host functions ``cuda`` calls (copied)
+    # CUDA kernels (copied under @cuda.jit), each with its PTX signatures: a function
+    # of (numba.types, the float type) giving argument-type tuples.
+    cuda_kernels: tuple[tuple[Callable, Callable], ...] = ()
+    # The function of Dask arrays (copied into modules): (compute dtype, *operands, **attrs).
+    dask: Callable | None = None
+    jax: Callable | None = None          # the function of jax.numpy arrays
+    torch: Callable | None = None        # the function of torch tensors
+
+    @property
+    def attrs(self) -> tuple[str, ...]:
+        """The names of the keyword attributes (see ``keywords``)."""
+        return tuple(k for k, _, _ in self.keywords)
+
+    @property
+    def defaults(self) -> dict[str, object]:
+        return {k: d for k, _, d in self.keywords}
 
     def __post_init__(self) -> None:
         if not self.jvp and self.kind == ELEMENTWISE:
@@ -165,6 +203,193 @@ def _bc(expr: str) -> str:
 
 # max(x, lo) of clip's template, NaN when x or lo is (np.maximum's rule).
 _CLIP_LO = "({lo} if ({x} < {lo} or {lo} != {lo}) else {x})"
+
+# --- cumsum: the inclusive scan along one axis ------------------------------------
+# Everything about the primitive is here: the NumPy reference (also the CPU run
+# time), the CUDA kernel and its host call, the Dask, JAX and PyTorch lowerings,
+# and the entry with its derivative rules.  The VJP of a scan is the scan of the
+# cotangent in the other direction (JAX's cumsum transpose: reverse=not reverse).
+
+
+def _g_scan_axis(ndim, axis):
+    """The axis a scan runs along, from ``axis`` (a 1-tuple, or None for a 1-d array),
+    non-negative; ValueError as NumPy's for one out of bounds."""
+    if axis is None:
+        if ndim != 1:
+            raise ValueError(f"cumsum of an array of rank {ndim} needs axis= (only a 1-d "
+                             "array may leave it out)")
+        return 0
+    if not -ndim <= axis[0] < ndim:
+        raise ValueError(f"axis {axis[0]} is out of bounds for array of dimension {ndim}")
+    return axis[0] % ndim
+
+
+def _g_cumsum(x, axis, reverse):
+    """Inclusive cumulative sum of ``x`` along ``axis`` (a 1-tuple, or None for a
+    1-d ``x``), from the last element when ``reverse``, in ``x``'s dtype (as
+    ``np.cumsum``: sequential, not pairwise, summation)."""
+    x = np.asarray(x)
+    ax = _g_scan_axis(x.ndim, axis)
+    if reverse:
+        return np.ascontiguousarray(np.flip(np.cumsum(np.flip(x, ax), axis=ax, dtype=x.dtype), ax))
+    return np.cumsum(x, axis=ax, dtype=x.dtype)
+
+
+def _gck_scan(out, x, lines, n, inner, reverse):
+    """One thread per line of ``n`` elements (stride ``inner``) of the C-ordered
+    ``x``: the running sum in float64, stored in ``out``'s dtype."""
+    i = cuda.grid(1)
+    if i < lines:
+        base = (i // inner) * n * inner + i % inner
+        acc = 0.0
+        for j in range(n):
+            k = base + (n - 1 - j if reverse else j) * inner
+            acc += x[k]
+            out[k] = acc
+
+
+def _gc_cumsum(x, axis, reverse, stream):
+    """:func:`_g_cumsum` on the device (``_gck_scan``)."""
+    x = _gc_dev(x, stream)
+    ax = _g_scan_axis(x.ndim, axis)
+    n = x.shape[ax]
+    inner = math.prod(x.shape[ax + 1:])
+    out = _gc_empty(x.shape, x.dtype, stream)
+    lines = x.size // n if n else 0
+    if lines:
+        _gck_scan[_gc_blocks(lines), _GC_BLOCK, stream](
+            _gc_ravel(out), _gc_ravel(x), lines, n, inner, bool(reverse))
+    return out
+
+
+def _gd_cumsum(t, x, axis, reverse):
+    """:func:`_g_cumsum` of a Dask array (Dask's blocked scan)."""
+    import dask.array as da
+    ax = _g_scan_axis(x.ndim, axis)
+    if reverse:
+        return da.flip(da.cumsum(da.flip(x, ax), axis=ax, dtype=x.dtype), ax)
+    return da.cumsum(x, axis=ax, dtype=x.dtype)
+
+
+def _jax_cumsum(x, axis, reverse):
+    import jax
+    return jax.lax.cumsum(x, axis=0 if axis is None else axis[0] % x.ndim, reverse=bool(reverse))
+
+
+def _torch_cumsum(x, axis, reverse):
+    import torch
+    ax = 0 if axis is None else axis[0] % x.ndim
+    if reverse:
+        return torch.flip(torch.cumsum(torch.flip(x, (ax,)), ax), (ax,))
+    return torch.cumsum(x, ax)
+
+
+def _scan_signatures(types, t):
+    flat = types.Array(t, 1, "C")
+    return [(flat, flat, types.int64, types.int64, types.int64, types.boolean)]
+
+
+CUMSUM = Primitive(
+    "cumsum", ("x",), LIBRARY, _g_cumsum,
+    vjp=("cumsum(g, axis=axis, reverse=1 - reverse)",),
+    jvp=("cumsum(x_t, axis=axis, reverse=reverse)",),
+    lib="_g_cumsum({x}, {axis!r}, {reverse!r})", helpers=(_g_scan_axis, _g_cumsum),
+    cuda="_gc_cumsum({x}, {axis!r}, {reverse!r}, stream)", cuda_helpers=(_gc_cumsum,),
+    cuda_kernels=((_gck_scan, _scan_signatures),),
+    dask=_gd_cumsum, jax=_jax_cumsum, torch=_torch_cumsum,
+    float_only=False, dtype="same", linear=(0,), shape_like=0,
+    keywords=(("axis", "axis", None), ("reverse", "bool", False)),
+    public=True, aliases=("cumulative_sum",))
+
+
+# --- one_hot: integer labels as rows of an identity ------------------------------
+# one_hot(idx, depth)[..., j] = (idx == j), in the float compute dtype (as
+# jax.nn.one_hot); an index outside [0, depth) is an IndexError (as
+# torch.nn.functional.one_hot; JAX's XLA lowering gives a row of zeros there, as
+# jax.nn.one_hot does, since a jitted function cannot raise).  No gradient flows to
+# integer indices.
+
+
+def _g_one_hot_shape(idx, depth):
+    """The shape of ``one_hot`` of indices of shape ``idx``: ``idx + (depth,)``."""
+    return tuple(idx) + (depth,)
+
+
+def _g_one_hot_check(idx, depth):
+    """IndexError unless every index of the NumPy array ``idx`` is in [0, depth)."""
+    if idx.size:
+        lo, hi = idx.min(), idx.max()
+        if lo < 0 or hi >= depth:
+            raise IndexError(f"one_hot: index {lo if lo < 0 else hi} is out of range for "
+                             f"depth {depth} (indices must be in [0, {depth}))")
+
+
+def _g_one_hot(idx, depth, t=np.float64):
+    """``one_hot(idx, depth)`` in dtype ``t``; IndexError for an index out of range."""
+    idx = np.asarray(idx)
+    _g_one_hot_check(idx, depth)
+    return (idx[..., None] == np.arange(depth)).astype(t)
+
+
+def _gck_one_hot(out, idx, depth):
+    """``out[i * depth + j] = (idx[i] == j)``: one thread per element of ``out``."""
+    start, stride = cuda.grid(1), cuda.gridsize(1)
+    for i in range(start, out.size, stride):
+        out[i] = 1 if idx[i // depth] == i % depth else 0
+
+
+def _gc_one_hot(idx, depth, t, stream):
+    """:func:`_g_one_hot` on the device (``_gck_one_hot``); the range check reads the
+    indices back to the host (one integer per row: small beside the result)."""
+    idx = _gc_dev(idx, stream)
+    _g_one_hot_check(idx.copy_to_host(stream=stream), depth)
+    out = _gc_empty(tuple(idx.shape) + (depth,), t, stream)
+    if out.size:
+        _gck_one_hot[_gc_blocks(out.size), _GC_BLOCK, stream](_gc_ravel(out), _gc_ravel(idx),
+                                                              depth)
+    return out
+
+
+def _gd_one_hot(t, idx, depth):
+    """:func:`_g_one_hot` of a Dask array, block by block (a new last axis)."""
+    import dask.array as da
+    return da.map_blocks(_g_one_hot, idx, depth, t, new_axis=idx.ndim, dtype=t,
+                         chunks=(*idx.chunks, (depth,)))
+
+
+def _jax_one_hot(idx, depth):
+    import jax
+    return jax.nn.one_hot(idx, depth)
+
+
+def _torch_one_hot(idx, depth):
+    import torch
+    if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= depth):
+        _g_one_hot_check(idx.detach().cpu().numpy(), depth)      # its IndexError
+    return torch.nn.functional.one_hot(idx.long(), depth).to(torch.get_default_dtype())
+
+
+def _one_hot_signatures(types, t):
+    flat = types.Array(t, 1, "C")
+    return [(flat, types.Array(i, 1, "C"), types.int64) for i in (types.int32, types.int64)]
+
+
+def _one_hot_static(shapes, attrs):
+    (s,) = shapes
+    return None if s.dyn else Shape(s.static + (attrs["depth"],))
+
+
+ONE_HOT = Primitive(
+    "one_hot", ("idx",), LIBRARY, _g_one_hot, vjp=(None,), jvp=(None,),
+    lib="_g_one_hot({idx}, {depth!r}, _T)", helpers=(_g_one_hot_check, _g_one_hot,
+                                                     _g_one_hot_shape),
+    cuda="_gc_one_hot({idx}, {depth!r}, _T, stream)", cuda_helpers=(_gc_one_hot,),
+    cuda_kernels=((_gck_one_hot, _one_hot_signatures),),
+    dask=_gd_one_hot, jax=_jax_one_hot, torch=_torch_one_hot,
+    float_only=False, dtype="float", differentiable=False, index_operands=(0,),
+    static_shape=_one_hot_static, np_shape=_g_one_hot_shape,
+    keywords=(("depth", "int", None),), attr_params=("depth",), public=True)
+
 
 PRIMITIVES = MappingProxyType({p.name: p for p in [
     # --- sources -----------------------------------------------------------
@@ -307,7 +532,8 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               ("shape_check(g, like, message=message)", None),
               jvp=("shape_check(x_t, like, message=message)", None),
               lib="_g_shape_check({x}, {like}.shape, {message!r})",
-              float_only=False, dtype="same", shape_only=(1,), linear=(0,), attrs=("message",)),
+              float_only=False, dtype="same", shape_only=(1,), linear=(0,),
+              keywords=(("message", "internal", None),), shape_like=0),
     # broadcast_in(v, like): a reduction's result broadcast back (see prelude).
     Primitive("broadcast_in", ("x", "like"), LIBRARY,
               lambda x, like, axis=None, keepdims=False:
@@ -320,7 +546,11 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               lambda x, y: np.asarray(np.size(x) / max(np.size(y), 1)),
               (None, None), jvp=(None, None), lib="_T({x}.size / max({y}.size, 1))", float_only=False,
               differentiable=False, shape_only=(0, 1)),
+    CUMSUM, ONE_HOT,
 ]})
+
+# Other .grad names of primitives (NumPy's and the Array API's): alias -> primitive.
+ALIASES = MappingProxyType({a: p.name for p in PRIMITIVES.values() for a in p.aliases})
 
 # DSL spelling -> primitive, where they differ.
 BINARY_OPS = MappingProxyType({"+": "add", "-": "sub", "*": "mul", "/": "div",

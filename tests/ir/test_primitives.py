@@ -150,6 +150,9 @@ def _reduction_cases() -> list[Case]:
 _SAME = "op same(x) -> y {\n    y = x\n} grad(dy) -> dx {\n    dx = dy\n}\n"
 
 
+INDEX3 = "index3"     # integer labels in [0, 3)
+
+
 # A custom gradient of a parameter whose shape is known at run time only, where the
 # gradient's shape class differs from it: checked at run time by a 'shape_check'.
 _ROWS = ("op rowscale(x, w) -> y {\n    y = x * w\n} grad(dy) -> (dx, dw) {\n"
@@ -184,6 +187,14 @@ def _other_cases() -> list[Case]:
              extra=_SAME),
         Case("i_shape_check", ("shape_check", "mul"), "x, w", "    r = rowscale(x, w)",
              ((3, 4), (4,)), (REAL, REAL), extra=_ROWS),
+        # cumsum: along each axis, forwards and (the alias, reverse=) backwards, 1-d
+        Case("p_cumsum", ("cumsum",), "x", "    r = cumsum(x, axis=1)", ((3, 4),), (REAL,)),
+        Case("p_cumsum_a0r", ("cumsum",), "x",
+             "    r = cumulative_sum(x, axis=0, reverse=true)", ((3, 4),), (REAL,)),
+        Case("p_cumsum_1d", ("cumsum",), "x", "    r = cumsum(x) * x", ((5,),), (REAL,)),
+        # one_hot: integer labels in [0, 3) as rows (no gradient to the labels)
+        Case("p_one_hot", ("one_hot", "mul"), "x, n: i32", "    r = one_hot(n, 3) * x",
+             ((4, 3), (4,)), (REAL, INDEX3), ints=(1,)),
     ]
     return cases
 
@@ -253,6 +264,8 @@ def _draw_inputs(case: Case, data) -> list[np.ndarray]:
     for shape, dom in zip(case.shapes, case.domains):
         if dom == "int":
             xs.append(data.draw(arrays(np.int32, shape, elements=st.integers(-3, 3))))
+        elif dom == INDEX3:
+            xs.append(data.draw(arrays(np.int32, shape, elements=st.integers(0, 2))))
         else:
             xs.append(data.draw(arrays(np.float64, shape, elements=_ELEMENTS[dom])))
     if case.name == "p_clip":                      # lo < hi
@@ -266,8 +279,9 @@ def _fixed_inputs(case: Case, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     xs = []
     for shape, dom in zip(case.shapes, case.domains):
-        if dom == "int":
-            xs.append(rng.integers(-3, 4, shape).astype(np.int32))
+        if dom in ("int", INDEX3):
+            lo = -3 if dom == "int" else 0
+            xs.append(rng.integers(lo, 4 if dom == "int" else 3, shape).astype(np.int32))
             continue
         u = rng.uniform(0.0, 1.0, shape)
         x = {REAL: -3 + 6 * u, POSITIVE: 0.1 + 2.9 * u, UNIT: -0.9 + 1.8 * u,
@@ -560,6 +574,11 @@ _EDGES: dict[str, list[tuple[np.ndarray, ...]]] = {
                          np.array([[1, 0, -1e3, 1e-30], [2, 0, 0, 1], [0, 1, 1, 1]]))],
     "p_transpose": [(np.array([[0, 1e3, 1e-30], [-2.5, 0, 1e4]]),)],
     "i_sum_to_outer": [(np.array([[0.0], [1e4]]), np.array([[1e-30, -2.5, 1e3]]))],
+    # huge and tiny neighbours (1e4 + 1e-30 rounds), and an empty axis
+    "p_one_hot": [(np.array([[0, -2.5, 1e3], [1e-30, -1e4, 0], [1, 2, 3], [0, 0, 0]]),
+                   np.array([0, 2, 1, 2]))],
+    "p_cumsum": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-30, 1e4, 0]]),),
+                 (np.zeros((2, 0)),)],
 }
 EDGE_PARAMS = [pytest.param(BY_NAME[name], k, id=f"{name}-{k}")
                for name, points in _EDGES.items() for k in range(len(points))]

@@ -52,6 +52,11 @@ op lossy(x) -> loss {{
 op mix(x, b) -> y {{
     y = x * b + 1
 }}
+op scans(x: {dt}[a, b], n: i32[a]) -> (c, r, h) {{
+    c = cumsum(x, axis=1)
+    r = cumulative_sum(x * x, axis=0, reverse=true)
+    h = one_hot(n, 4) * sum(x, axis=1, keepdims=true)
+}}
 """
 
 
@@ -132,6 +137,12 @@ def test_reductions_matmul_transpose_broadcast(libs, dtype) -> None:
                                           for s in ((3, 2), (3, 2), (2,))], dtype)
     x, b = rng.standard_normal((5, 3)).astype(dtype), rng.standard_normal(3).astype(dtype)
     every_method(lib, "bc", [x, b, 0.5], [np.ones((5, 3), dtype)], dtype)
+    # the registry's scan and one-hot lowerings (_gck_scan, _gck_one_hot)
+    x, n = rng.standard_normal((3, 5)).astype(dtype), np.array([0, 3, 1], np.int32)
+    every_method(lib, "scans", [x, n], [rng.standard_normal(s).astype(dtype)
+                                        for s in ((3, 5), (3, 5), (3, 4))], dtype)
+    with pytest.raises(IndexError, match="index 4 is out of range for depth 4"):
+        lib.scans.cuda(cuda.to_device(x), cuda.to_device(np.array([0, 4, 1], np.int32)))
 
 
 def test_matmul_epilogues_are_fused(lib) -> None:
