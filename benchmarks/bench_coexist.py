@@ -52,7 +52,7 @@ BATCH, IN, HIDDEN, OUT = 4096, 784, 1024, 10
 def rounds(variants: dict, n: int) -> dict[str, float]:
     """Median seconds of each variant over ``n`` rounds, order rotating. A variant is
     a callable, or a pair (setup, timed): setup runs untimed right before.  Unlike
-    :func:`gradc.bench.time_interleaved`, nothing waits for the threads of one variant
+    :func:`gradc.tools.bench.time_interleaved`, nothing waits for the threads of one variant
     to sleep before the next: how much they get in each other's way is measured."""
     names = list(variants)
     samples = {k: [] for k in names}

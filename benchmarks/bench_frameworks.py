@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """gradc's fused fwd_bwd against hand-written NumPy, numexpr, JAX and PyTorch.
 
-``gradc bench`` (``gradc/bench.py``) on ``examples/seed.grad`` and
+``gradc bench`` (``gradc/tools/bench.py``) on ``examples/seed.grad`` and
 ``examples/activations.grad``, with the ``numpy`` variant the hand-written NumPy
 forward + backward of ``benchmarks/bench_fusion.py`` wherever one exists (the IR
 interpreter for the other ops, listed under the tables). numexpr, JAX (``jax.jit``)
@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_fusion import NUMPY_REFS  # noqa: E402
 
-from gradc.bench import DEFAULT_SIZES, SETTLE, VARIANTS, available_variants, run_bench  # noqa: E402
-from gradc.bench_report import format_report, plot_report, stdout_is_tty  # noqa: E402
+from gradc.tools.bench import DEFAULT_SIZES, SETTLE, VARIANTS, available_variants, run_bench  # noqa: E402
+from gradc.tools.bench_report import format_report, plot_report, stdout_is_tty  # noqa: E402
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             out = Path(args.plot)
             plot_report(report, out.with_name(f"{out.stem}-{path.stem}{out.suffix}"))
     if args.json:
-        from gradc.bench_report import write_json
+        from gradc.tools.bench_report import write_json
         write_json(reports, args.json)
     return 0
 

@@ -60,7 +60,7 @@ sys.path.insert(0, str(ROOT))
 
 from examples import train_digits  # noqa: E402
 
-from gradc.bench import max_rel_err, time_interleaved  # noqa: E402
+from gradc.tools.bench import max_rel_err, time_interleaved  # noqa: E402
 
 STEPS = {"digits": (64, 64, 128, 10), "large": (4096, 784, 1024, 10)}
 """name -> (batch, inputs, hidden, classes)."""

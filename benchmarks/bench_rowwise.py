@@ -19,14 +19,14 @@ cross-entropy over the last axis), float32, at (4096, 1024), (65536, 64) and
 Before timing, every variant's outputs and gradients are compared with a float64
 NumPy reference at a small shape and again at each timed shape; a variant that
 disagrees (or fails) is not timed and is listed with the reason. Each case times
-a Numba 2-read/2-write copy over as many elements (``gradc.bench.copy_kernel``)
-in the same interleaved repeats (``gradc.bench.time_interleaved``: order rotating;
+a Numba 2-read/2-write copy over as many elements (``gradc.tools.bench.copy_kernel``)
+in the same interleaved repeats (``gradc.tools.bench.time_interleaved``: order rotating;
 before each timed call a short sleep, a wait until no other thread of the process
 runs, so that no library's workers spin while another is timed, and an untimed
 call); medians are printed, with each variant's share of the copy (copy's time
 over its time) and the fastest peer's time over its time (> 1: faster than every
 peer), then warnings where the load average shows other work or a variant was
-timed while another thread still ran (``gradc.bench_report.interference``).
+timed while another thread still ran (``gradc.tools.bench_report.interference``).
 
 Run::
 
@@ -48,8 +48,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gradc.bench import (SETTLE, available_variants, copy_kernel, max_rel_err,  # noqa: E402
-                         time_interleaved)
+from gradc.tools.bench import (SETTLE, available_variants, copy_kernel,  # noqa: E402
+                               max_rel_err, time_interleaved)
 
 SPEC = ROOT / "examples" / "rowwise.grad"
 SHAPES = ((4096, 1024), (65536, 64), (16, 262144))
@@ -355,8 +355,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import numba
 
     import gradc
-    from gradc.bench_report import interference, machine_info, write_json
     from gradc.frontend.check import load_program
+    from gradc.tools.bench_report import interference, machine_info, write_json
     in_file = load_program(args.spec).main_ops
     ops = args.ops or list(in_file)
     unknown = [o for o in ops if o not in in_file]

@@ -6,17 +6,15 @@ Public API (docs/generated-module.md describes it):
 * :func:`compile_file` — a .grad file to a module file;
 * :func:`load` — compile (cached on disk) and import a .grad file;
 * :func:`install_import_hook`, :func:`uninstall_import_hook` — ``import NAME`` of a
-  ``NAME.grad`` on ``sys.path`` (:mod:`gradc.runtime.import_hook`).
+  ``NAME.grad`` on ``sys.path`` (:mod:`gradc.loader.import_hook`).
 """
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
-__version__ = "0.1.0"
-
-from gradc.errors import GradcError, GradcErrors, GradcWarning  # noqa: E402
+from gradc.errors import GradcError, GradcErrors, GradcWarning
+from gradc.version import __version__
 
 __all__ = ["compile_source", "compile_file", "load", "install_import_hook",
            "uninstall_import_hook", "GradcError", "GradcErrors", "GradcWarning",
@@ -40,6 +38,7 @@ def compile_source(text: str, *, file: str = "<string>", target: str = "cpu",
     the IR after every pass.  Raises :class:`GradcError` (or
     :class:`GradcErrors` for several) on a user error.
     """
+    from gradc.codegen.module import compile_program
     from gradc.frontend.check import check_source
     from gradc.frontend.limits import out_of_stack
     if target not in ("cpu", "cuda", "all"):
@@ -48,41 +47,8 @@ def compile_source(text: str, *, file: str = "<string>", target: str = "cpu",
         program = check_source(text, file)
     except RecursionError:
         raise out_of_stack(file) from None
-    return _compile_program(program, file, target=target, fuse=fuse, fast_math=fast_math,
-                            precise=precise, check=check)
-
-
-def _compile_program(program, file: str, *, target: str = "cpu", fuse: bool = True,
-                     fast_math: bool = False, precise: bool = False, check: bool = False) -> str:
-    """:func:`compile_source` of a checked program (the texts it was checked from:
-    ``program.sources``, read from disk once, for :func:`load`'s cache key too)."""
-    from gradc.codegen.module import render_module, source_sha256
-    from gradc.frontend.limits import out_of_stack
-    from gradc.pipeline import build_program
-    try:
-        compiled = build_program(program, check=check, fuse=fuse)
-    except RecursionError:
-        raise out_of_stack(file) from None
-    _warn(compiled, 4)                  # compile_source's caller
-    sha = source_sha256(_full_source(program))
-    return render_module(Path(file).name, sha, __version__, compiled, fast_math=fast_math,
-                         precise=precise, target=target)
-
-
-def _warn(compiled, stacklevel: int = 3) -> None:
-    """Issue each op's compiler warnings once (:class:`GradcWarning`), attributed to
-    the caller of the caller of this function (``stacklevel`` 3), or further out."""
-    seen = set()
-    for cop in compiled.values():
-        for w in getattr(cop, "diagnostics", ()):
-            if w.severity == "warning" and w.key() not in seen:
-                seen.add(w.key())
-                warnings.warn(w, stacklevel=stacklevel)
-
-
-def _full_source(program) -> str:
-    """The main text followed by every imported file's text, for the source hash."""
-    return "\n\0\n".join(program.sources)
+    return compile_program(program, file, target=target, fuse=fuse, fast_math=fast_math,
+                           precise=precise, check=check)
 
 
 def compile_file(path: str | os.PathLike, out: str | os.PathLike | None = None,
@@ -94,7 +60,7 @@ def compile_file(path: str | os.PathLike, out: str | os.PathLike | None = None,
     half-written, and is left as it was when compiling fails.
     """
     from gradc.frontend.parser import read_source
-    from gradc.runtime.cache import write_atomic
+    from gradc.loader.disk_cache import write_atomic
     path = Path(path)
     text = read_source(path)
     module = compile_source(text, file=str(path), **options)
@@ -106,7 +72,7 @@ def compile_file(path: str | os.PathLike, out: str | os.PathLike | None = None,
 def load(path: str | os.PathLike, **options):
     """Compile ``path`` (cached on disk by source, gradc, Numba and NumPy versions and
     options) and return the imported module."""
-    from gradc.runtime.loader import load as _load
+    from gradc.loader.load import load as _load
     return _load(path, **options)
 
 
@@ -114,12 +80,12 @@ def install_import_hook(**options):
     """Make ``import NAME`` compile and import ``NAME.grad`` found on ``sys.path``
     (a ``NAME.py`` takes precedence), through :func:`load`'s cache; ``options`` as
     for :func:`compile_source`.  Returns the finder, a context manager that
-    uninstalls it.  See :mod:`gradc.runtime.import_hook`."""
-    from gradc.runtime.import_hook import install_import_hook as _install
+    uninstalls it.  See :mod:`gradc.loader.import_hook`."""
+    from gradc.loader.import_hook import install_import_hook as _install
     return _install(**options)
 
 
 def uninstall_import_hook() -> bool:
     """Remove the hook of :func:`install_import_hook`; returns whether one was there."""
-    from gradc.runtime.import_hook import uninstall_import_hook as _uninstall
+    from gradc.loader.import_hook import uninstall_import_hook as _uninstall
     return _uninstall()

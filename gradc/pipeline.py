@@ -7,6 +7,7 @@ run forward mode; then the pass pipeline and fusion, fused and unfused.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -187,3 +188,14 @@ def build_program(program, *, check: bool = False, fuse: bool = True
         out[name] = cop
     raise_all(errors)
     return out
+
+
+def issue_warnings(compiled: Mapping[str, CompiledOp | str], stacklevel: int = 3) -> None:
+    """Issue each op's compiler warnings once (:class:`GradcWarning`), attributed to
+    the caller of the caller of this function (``stacklevel`` 3), or further out."""
+    seen = set()
+    for cop in compiled.values():
+        for w in getattr(cop, "diagnostics", ()):
+            if w.severity == "warning" and w.key() not in seen:
+                seen.add(w.key())
+                warnings.warn(w, stacklevel=stacklevel)

@@ -26,8 +26,8 @@ def bench():
 
 
 def test_a_row_per_op_and_the_json(bench, tmp_path, monkeypatch, capsys):
-    import gradc.bench
-    monkeypatch.setattr(gradc.bench, "wait_quiet", lambda: False)   # a thread never sleeps
+    import gradc.tools.bench
+    monkeypatch.setattr(gradc.tools.bench, "wait_quiet", lambda: False)   # a thread never sleeps
     out = tmp_path / "rowwise.json"
     assert bench.main([*QUICK, "--variants", *bench.GRADC, "--json", str(out)]) == 0
     printed = capsys.readouterr().out

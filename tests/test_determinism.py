@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import gradc
-from gradc.runtime.loader import entry_name
+from gradc.loader.load import entry_name
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = Path("/work/shared/spec-examples")
@@ -46,7 +46,7 @@ _SCRIPT = """
 import hashlib, json, sys, warnings
 from pathlib import Path
 import gradc
-from gradc.runtime.loader import entry_name
+from gradc.loader.load import entry_name
 warnings.simplefilter("ignore")
 out = {}
 for name, dest in zip(sys.argv[1::2], sys.argv[2::2]):

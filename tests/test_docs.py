@@ -196,7 +196,7 @@ def matches(expected: list[str], actual: list[str]) -> bool:
 
 
 def run_command(command: str, cwd: Path = ROOT) -> list[str]:
-    prelude = (f'gradc() {{ "{sys.executable}" -m gradc.cli "$@"; }}; '
+    prelude = (f'gradc() {{ "{sys.executable}" -m gradc "$@"; }}; '
                f'python() {{ "{sys.executable}" "$@"; }}; ')
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "100"}
     env.pop("NO_COLOR", None)
@@ -242,7 +242,7 @@ def _masked(text: str) -> list[str]:
 def gradc_check(text: str, folder: Path, capsys) -> tuple[int, str]:
     """``gradc check ops.grad`` on ``text``, in ``folder`` beside copies of the
     example files: the exit status, and stdout then stderr."""
-    from gradc.cli import main
+    from gradc.tools.cli import main
     for example in (ROOT / "examples").glob("*.grad"):
         shutil.copy(example, folder)
     (folder / "ops.grad").write_text(text, encoding="utf-8")

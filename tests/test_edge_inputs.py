@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import gradc
-from gradc.cli import main
+from gradc.tools.cli import main
 
 SOURCE = """
 op ints(x, n: i32) -> y { y = x * n }

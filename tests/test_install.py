@@ -30,7 +30,7 @@ def test_wheel_installs_and_runs(tmp_path):
         (Path(site) / "_outer_env.pth").write_text("".join(f"{d}\n" for d in sorted(outer)))
     subprocess.run([py, "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True,
                    timeout=600)
-    code = ("import gradc, gradc.frontend.parser as p, gradc.demo as d; "
+    code = ("import gradc, gradc.frontend.parser as p, gradc.tools.demo as d; "
             "print(gradc.__file__); print(p.grammar_path()); print(d.examples_dir())")
     out = subprocess.run([py, "-c", code], capture_output=True, text=True, check=True,
                          cwd=tmp_path).stdout.split()

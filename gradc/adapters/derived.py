@@ -29,7 +29,7 @@ the JVP.  The JVP of ``f`` is ``J t``, written as the gradient in ``dy`` of
 which does not depend on the value of ``dy`` because the VJP is linear in it:
 an op whose grad block is not linear in its upstream (E405) has no JVP op.  The
 text imports the op's own file, so every custom rule applies; it is compiled on
-first use, through the cache of :func:`gradc.runtime.loader.load_text`.  A
+first use, through the cache of :func:`gradc.loader.load.load_text`.  A
 derived op of a derived op (third order and up) extends the text.
 
 The positional arguments of a derived op are the op's parameters without a
@@ -109,8 +109,7 @@ def source_of(op, file: str | Path | None = None) -> Source:
 
     Raises ValueError when neither is known, and when the source on disk is not
     the one the module was compiled from (its ``SOURCE_SHA256``)."""
-    from gradc import _full_source
-    from gradc.codegen.module import source_sha256
+    from gradc.codegen.module import program_sha256
     name = op.__name__
     module = sys.modules.get(type(op).__module__)
     origin = origin_of(op)
@@ -123,7 +122,7 @@ def source_of(op, file: str | Path | None = None) -> Source:
                          f"(modules from gradc.load record it); pass source='FILE.grad'")
     src = Source(text, path, name, tuple(sorted(options.items())))
     sha = getattr(module, "SOURCE_SHA256", None)
-    if sha is not None and sha != source_sha256(_full_source(src.program)):
+    if sha is not None and sha != program_sha256(src.program):
         raise ValueError(f"{name}: {path} (or a file it imports) is not the source this "
                          f"module was compiled from; reload the module")
     if name not in src.program.main_ops:
@@ -132,7 +131,7 @@ def source_of(op, file: str | Path | None = None) -> Source:
 
 
 def origin_of(op):
-    """The :class:`gradc.runtime.loader.Origin` (file, text, options) that
+    """The :class:`gradc.loader.load.Origin` (file, text, options) that
     ``gradc.load`` records on the module of ``op``; None for a module it did not
     load (``gradc compile -o``, imported by hand)."""
     return getattr(sys.modules.get(type(op).__module__), "__gradc_origin__", None)
@@ -267,7 +266,7 @@ def compile_op(src: Source):
     import warnings
 
     from gradc.errors import GradcWarning
-    from gradc.runtime.loader import load_text
+    from gradc.loader.load import load_text
     with warnings.catch_warnings():     # the imported file's, seen when it was loaded
         warnings.simplefilter("ignore", GradcWarning)
         return load_text(src.text, src.file, **dict(src.options)).OPS[src.name]

@@ -6,7 +6,7 @@ lowerings compute the values:
 
 * ``lowering="xla"`` (the default): the op's graph, and the graphs of the
   derivatives gradc derives from its rules, written with ``jax.numpy``
-  (:mod:`gradc.ir.interpret_frameworks`), so that XLA compiles them with the
+  (:mod:`gradc.adapters.framework_lowering`), so that XLA compiles them with the
   ops around the call and fuses them there, as it fuses ``jax.nn.silu``, on
   every device JAX runs on.  Inside ``jax.jit`` this is the fast path: a
   callback is a wall XLA cannot fuse across, and it waits for the host.
@@ -156,7 +156,7 @@ class JaxOp:
     def _out_specs(self, kw: dict, args: tuple) -> tuple:
         """The results' ShapeDtypeStructs: the IR's outputs evaluated abstractly."""
         import jax
-        from gradc.ir.interpret_frameworks import jax_framework, lower_graph, want_dtype
+        from gradc.adapters.framework_lowering import jax_framework, lower_graph, want_dtype
         key = (tuple(kw.items()), *((tuple(a.shape), np.dtype(a.dtype)) for a in args))
         if key not in self._shapes:
             floats = [np.dtype(a.dtype) for a, p in zip(args, self._params)
@@ -223,7 +223,7 @@ class _Fn:
         """``graph()``'s outputs from ``start`` on, on ``args`` and the keywords, in
         ``jax.numpy`` (float16 computed in float32 and rounded at the end, as the
         generated module does)."""
-        from gradc.ir.interpret_frameworks import jax_framework, lower_graph, want_dtype
+        from gradc.adapters.framework_lowering import jax_framework, lower_graph, want_dtype
         graph, start = self.graph()
         names = [graph.node(p).attr("name") for p in graph.params]
         positional = [n for n in names if n not in self.keywords]

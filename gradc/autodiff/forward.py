@@ -27,9 +27,9 @@ import math
 from typing import Mapping, Sequence
 
 from gradc.autodiff.linearity import classify, describe_upstreams, is_symbolic_zero
-from gradc.autodiff.reverse import (_instantiate, _is_zero, _mask_zero_cotangent, _surface,
-                                    _total, _unbroadcast, _unit_order, check_gradient_count,
-                                    custom_cotangent, vjp)
+from gradc.autodiff.reverse import (check_gradient_count, custom_cotangent, instantiate, is_zero,
+                                    live_units, mask_zero_cotangent, spelling, total,
+                                    unbroadcast, vjp)
 from gradc.errors import GradientError
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, CustomRegion, Graph, Node
@@ -47,7 +47,7 @@ def jvp(graph: Graph, tangents: Mapping[int, int], roots: Sequence[int]) -> list
     """
     tan: dict[int, int] = dict(tangents)
     live = _live_nodes(graph, tan, roots)
-    for unit in _unit_order(graph, live):
+    for unit in live_units(graph, live):
         if isinstance(unit, CustomRegion):
             _custom_jvp(graph, unit, tan)
         elif unit not in tan and graph.node(unit).args:
@@ -77,13 +77,13 @@ def _node_jvp(graph: Graph, node: Node, tan: dict[int, int]) -> int | None:
         t = tan.get(a)
         if rule is None or t is None:
             continue
-        part = _instantiate(graph, rule, node, {f"{prim.params[i]}_t": t}, b)
-        if _is_zero(graph, part):
+        part = instantiate(graph, rule, node, {f"{prim.params[i]}_t": t}, b)
+        if is_zero(graph, part):
             continue
         if prim.masks_zero_cotangent and node.attr("zero_mask", True):  # 0 stays 0 at inf slope
-            part = _mask_zero_cotangent(b, t, part)
+            part = mask_zero_cotangent(b, t, part)
         parts.append(part)
-    t = _total(graph, parts)
+    t = total(graph, parts)
     if t is not None and graph.node(t).shape != node.shape:
         t = b.apply("sum_to", (t, node.id))          # broadcast up to the node's shape
     return t
@@ -135,7 +135,7 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
         if t is None or is_symbolic_zero(graph, g):
             continue
         gb = Builder(graph, span=graph.node(g).span)
-        roots.append(_unbroadcast(gb, custom_cotangent(gb, region, gname, g, p.name, a), a))
+        roots.append(unbroadcast(gb, custom_cotangent(gb, region, gname, g, p.name, a), a))
         seeds.append(t)
     out = vjp(graph, roots, seeds, ups) if roots else [None] * len(ups)
     leaked = _values_read(graph, [t for t in out if t is not None]) & set(ups)
@@ -189,7 +189,7 @@ def _require_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: d
         used = [n for n, u in zip(block.upstreams, ups) if u in bad.depends]
         raise GradientError(
             f"op '{op.name}' has no forward mode: gradient '{gname}' of its grad block is "
-            f"not linear in the {describe_upstreams(used)}: '{_surface(node.op)}' is "
+            f"not linear in the {describe_upstreams(used)}: '{spelling(node.op)}' is "
             "applied to it nonlinearly here", node.span or block.span, "E405", notes)
     return set(verdict)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 
 from gradc.codegen import runtime_cuda_src as rt
-from gradc.codegen.module import Kernels, WrapperPrinter
+from gradc.codegen.wrappers import Kernels, WrapperPrinter
 from gradc.errors import CodegenError
 from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.fuse import Kernel, MatmulEpilogue, attach_epilogues, recompute_residuals

@@ -13,8 +13,8 @@ computed until the caller computes the results (docs/dask.md).
 from __future__ import annotations
 
 from gradc.codegen.cpu import is_scalar_input
-from gradc.codegen.module import _OUT_DTYPE, WrapperPrinter
 from gradc.codegen.runtime_dask_src import LIBRARY_OPS
+from gradc.codegen.wrappers import OUT_DTYPE, WrapperPrinter
 from gradc.errors import CodegenError
 from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.fuse import Kernel, KernelPlan
@@ -41,7 +41,7 @@ class DaskWrapperPrinter(WrapperPrinter):
         for nid in step.outputs:
             self.vars[nid] = f"_v{nid}"
         outs = "".join(f"_v{nid}, " for nid in step.outputs)
-        dtypes = ", ".join(_OUT_DTYPE[g.node(nid).dtype] for nid in step.outputs)
+        dtypes = ", ".join(OUT_DTYPE[g.node(nid).dtype] for nid in step.outputs)
         likes = [self.vars[d] for d in sorted(step.shape.dyn) if d in self.vars]
         b.line(f"({outs}) = _gd_kernel(_n, {name!r}, _s, ({self._tuple(values)}), "
                f"{tuple(rows.get(i, 0) for i in step.inputs)!r}, "

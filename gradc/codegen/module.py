@@ -5,7 +5,9 @@ deterministic (same input, same bytes).  For each op and each method
 (``forward``, ``vjp``, ``fwd_bwd``, ``jvp``), fused and unfused, it holds a host
 wrapper that validates arguments, allocates or checks ``out=`` buffers,
 runs the plan's steps (Numba kernels and NumPy library calls) and returns
-the results.
+the results (printed by :mod:`gradc.codegen.wrappers`, and for the CUDA and Dask
+targets by :mod:`gradc.codegen.cuda_module` and :mod:`gradc.codegen.dask_module`).
+:func:`compile_program` is the whole way from a checked program to that text.
 """
 from __future__ import annotations
 
@@ -14,431 +16,12 @@ import inspect
 from pathlib import Path
 
 from gradc.codegen import mathlib, prelude, runtime_dask_src, runtime_src
-from gradc.codegen.cpu import is_scalar_input, render_kernel, row_inputs
-from gradc.codegen.cpu_reduce import PER_ROW, PER_COL, SCALAR, input_slots, render_reduce_kernel
-from gradc.codegen.printer import IndentedBuffer
-from gradc.codegen.quote import comment, docstring, py_literal, py_name
-from gradc.errors import CodegenError
-from gradc.ir.graph import FLOAT, Graph
+from gradc.codegen.quote import comment, docstring, py_name
+from gradc.codegen.wrappers import Kernels, WrapperPrinter
+from gradc.frontend.limits import out_of_stack
 from gradc.ir.primitives import PRIMITIVES
-from gradc.ir.shapes import Shape
-from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, MatmulEpilogue, value_used
-from gradc.passes.fuse_reduce import ROW, ReduceKernel, cpu_plan
-from gradc.pipeline import METHODS, CompiledOp, Method
-
-_OUT_DTYPE = {FLOAT: "_T", "i32": "np.int32", "i64": "np.int64", "bool": "np.bool_"}
-
-
-class Kernels:
-    """The module's kernels, deduplicated by source text."""
-
-    def __init__(self, fast_math: bool, render=render_kernel) -> None:
-        self.fast_math = fast_math
-        self.render = render          # render_kernel (CPU) or render_cuda_kernel
-        # Inputs its loops read per row, not broadcast first (CPU loops only).
-        self.rows = row_inputs if render is render_kernel else lambda graph, kernel: {}
-        self.by_body: dict[str, str] = {}
-        self.sources: list[str] = []
-        self.arg_dtypes: dict[str, tuple[str, ...]] = {}   # kernel -> dtypes of its arrays
-
-    def add(self, graph: Graph, kernel: Kernel, base: str, comments: tuple[str, ...]) -> str:
-        render = render_reduce_kernel if isinstance(kernel, ReduceKernel) else self.render
-        body = render(graph, kernel, "_K", fast_math=self.fast_math)
-        if body in self.by_body:
-            return self.by_body[body]
-        name = base
-        n = 0
-        while name in self.by_body.values():
-            n += 1
-            name = f"{base}_{n}"
-        self.by_body[body] = name
-        self.arg_dtypes[name] = tuple(graph.node(n).dtype
-                                      for n in (*kernel.outputs, *kernel.inputs)) + (
-            ("n", "n", "n") if isinstance(kernel, MatmulEpilogue) else ())   # m, n, k
-        self.sources.append(render(graph, kernel, name, fast_math=self.fast_math,
-                                   comments=comments))
-        return name
-
-
-class WrapperPrinter:
-    """Prints the host wrapper of one method of one op for one plan.
-
-    The CPU wrappers call the ``_g_`` helpers of :mod:`.runtime_src`; a
-    backend's subclass names its own (``prefix``), passes them its extra
-    keyword arguments (``extra_kw``) and prints kernel and library steps.
-    """
-
-    prefix = "_g_"
-    extra_kw: tuple[tuple[str, str], ...] = ()     # (name, default) after out=
-    label = ""                                     # errors name "op<label>.method"
-    # NumPy arrays on the host: the usual call (no out=, the compute dtype the result
-    # dtype, inputs as _g_inputs returns them) skips helpers it does not need
-    host_fast_paths = True
-
-    def __init__(self, cop: CompiledOp, method: Method, plan: KernelPlan, kernels: Kernels,
-                 fn_name: str, kernel_base: str) -> None:
-        self.cop, self.method, self.kernels = cop, method, kernels
-        self.plan = self.lower_plan(plan)
-        self.graph = self.plan.graph     # lowering may add nodes (pass-through results)
-        self.fn_name, self.kernel_base = fn_name, kernel_base
-        self.buf = IndentedBuffer()
-        self.vars: dict[int, str] = {}
-        self.after_blas = False       # a matmul step has been printed
-        self.fresh: set[int] = set()  # results stored by a kernel in a buffer of their shape
-
-    def render(self) -> str:
-        g, cop, b = self.graph, self.cop, self.buf
-        n_params = len(cop.params)
-        params = g.params[:n_params]
-        ups = g.params[n_params:] if self.method.name != "forward" else []
-        for p in g.params:
-            self.vars[p] = py_name(g.node(p).attr("name"))
-        pos = [py_name(i.name) for i in cop.params if not i.has_default]
-        pos += [self.vars[u] for u in ups]
-        kw = [f"{py_name(i.name)}={py_literal(i.default)}" for i in cop.params if i.has_default]
-        args = ", ".join(pos + (["/"] if pos else []) + ["*"] + kw + ["out=None"]
-                         + [f"{k}={v}" for k, v in self.extra_kw])
-        b.line(f"def {self.fn_name}({args}):")
-        b.indent()
-        names = [self.vars[p] for p in params]
-        tup = ", ".join(names) + ("," if len(names) == 1 else "")
-        b.line(f"_n = {cop.op.name + self.label + '.' + self.method.name!r}")
-        b.line(f"({tup}), _T, _RT, _d = "
-               + self.helper("inputs", f"_n, _SIG_{py_name(cop.op.name)}, ({tup})"))
-        inputs = "(" + ", ".join(names + [self.vars[u] for u in ups]) + ("," if len(names + ups) == 1 else "") + ")"
-        self.slots = self._buffer_slots()
-        # Every argument is checked before any work, so a bad one leaves out= untouched.
-        early = [self.shape_expr(s, early=True) for s in g.output_shapes]
-        kinds = "".join("f" if g.node(o).dtype == FLOAT else "-" for o in g.outputs)
-        labels = tuple(g.node(p).attr("name") for p in params + ups)
-        inplace = self._inplace_pairs(params + ups)
-        b.line(f"_S = ({', '.join(early)}{',' if len(early) == 1 else ''})")
-        # Upstreams converted first: out= is checked against the arrays the kernels read
-        # (an object's __array__ may give other memory at a second call).
-        self._check_upstreams(ups)
-        b.line("_out = " + self.helper("out_tuple", f"_n, out, _S, {kinds!r}, {inputs}, {labels!r}"
-                                      + (f", {inplace!r}" if inplace else "")))
-        for k, step in enumerate(self.plan.steps):
-            if isinstance(step, ReduceKernel):
-                self._reduce_kernel(step, k)
-            elif isinstance(step, Kernel):
-                self._kernel(step, k)
-            else:
-                self._library(step)
-        results = ", ".join(self._value(o) for o in g.outputs) + ("," if len(g.outputs) == 1 else "")
-        if self._input_free().issuperset(g.outputs):
-            inputs = "()"           # no result can be (a view of) an argument: no check
-        single = self.method.name == "forward" and len(g.outputs) == 1
-        if self.host_fast_paths and inputs == "()" and self.fresh.issuperset(g.outputs) \
-                and len(set(g.outputs)) == len(g.outputs):        # b = a: two arrays
-            # the usual call: new arrays of the result dtype, what _g_finish would return
-            b.line("if _out is None and _T is _RT.type:")
-            b.line("    return " + (self._value(g.outputs[0]) if single else f"({results})"))
-        b.line("_r = " + self.helper("finish", f"_n, _out, ({results}), _S, _RT, {inputs}"))
-        b.line("return _r[0]" if single else "return _r")
-        return b.getvalue()
-
-    @staticmethod
-    def lower_plan(plan: KernelPlan) -> KernelPlan:
-        """The plan this backend runs: on the CPU, reductions fused into loops and
-        cheap residuals recomputed (:func:`gradc.passes.fuse_reduce.cpu_plan`)."""
-        return cpu_plan(plan)
-
-    def helper(self, name: str, args: str) -> str:
-        """A call of this backend's run-time helper ``name``."""
-        extra = "".join(f", {k}={k}" for k, _ in self.extra_kw)
-        return f"{self.prefix}{name}({args}{extra})"
-
-    def _input_free(self) -> set[int]:
-        """Values that cannot share memory with an argument: constants, kernel
-        outputs (buffers of the call) and library results whose operands are such
-        values (the library steps, CPU and CUDA, return new arrays or views of their
-        operands; a shape-only operand gives only its shape)."""
-        g = self.graph
-        free = {node.id for node in g if node.op == "const"}
-        for step in self.plan.steps:
-            if isinstance(step, Kernel):
-                free.update(step.outputs)
-                free.update(getattr(step, "partials", ()))
-                continue
-            node = g.node(step.node)
-            shape_only = PRIMITIVES[node.op].shape_only
-            if all(a in free for i, a in enumerate(node.args) if i not in shape_only):
-                free.add(step.node)
-        return free
-
-    def _buffer_slots(self) -> dict[int, int]:
-        """Kernel outputs written straight into the caller's out[slot] (the others,
-        library results and integer values, are copied there by ``_g_finish``)."""
-        g, slots = self.graph, {}
-        for step in self.plan.steps:
-            for nid in step.outputs if isinstance(step, Kernel) else ():
-                slot = next((i for i, o in enumerate(g.outputs) if o == nid), None)
-                if slot is not None and g.node(nid).dtype == FLOAT and slot not in slots.values():
-                    slots[nid] = slot
-        return slots
-
-    def _inplace_pairs(self, inputs: list[int]) -> tuple[tuple[int, int], ...]:
-        """The ``(k, j)`` pairs for which out[k] may be input j's very array.
-
-        A kernel out[k] is written by step s: every read of input j (or of a library
-        result that may be a view of it) must come before s, or be s's own
-        element-by-element read of input j itself, and no result may be such a view.
-        An out[k] filled by ``_g_finish`` after all steps: no later result may be one.
-        """
-        g, steps = self.graph, self.plan.steps
-        written = {slot: s for s, step in enumerate(steps) if isinstance(step, Kernel)
-                   for nid in step.outputs if (slot := self.slots.get(nid)) is not None}
-        pairs = []
-        for j, p in enumerate(inputs):
-            views, reads = {p}, []            # reads: (step, only p itself, elementwise)
-            for s, step in enumerate(steps):
-                if isinstance(step, Kernel):
-                    hit = views.intersection(step.inputs)
-                    if hit:     # a reduce kernel may read a row again after writing it
-                        own = hit == {p} and getattr(step, "flat", True)
-                        reads.append((s, own))
-                    continue
-                node = g.node(step.node)
-                prim = PRIMITIVES[node.op]
-                read = {a for i, a in enumerate(node.args) if i not in prim.shape_only}
-                if value_used(g, step.node) and views & read:
-                    reads.append((s, False))
-                    if node.op != "matmul" and prim.kind != "reduction":
-                        views.add(step.node)          # a view of p, perhaps
-            later = [k for k, o in enumerate(g.outputs) if o in views]
-            for k in range(len(g.outputs)):
-                s = written.get(k)
-                if s is None:
-                    ok = all(pos <= k for pos in later)
-                else:
-                    ok = not later and all(r < s or (r == s and own) for r, own in reads)
-                if ok:
-                    pairs.append((k, j))
-        return tuple(pairs)
-
-    def _check_upstreams(self, ups: list[int]) -> None:
-        """Cotangents (``vjp``, ``fwd_bwd``) or tangents (``jvp``) converted and
-        checked against their output's or parameter's shape."""
-        kind = "tangent" if self.method.name == "jvp" else "upstream"
-        for u in ups:
-            name, label = self.vars[u], self.graph.node(u).attr("name")
-            shape = self.shape_expr(self.graph.node(u).shape, early=True)
-            self.buf.line(f"{name} = " + self.helper(
-                kind, f"_n, {label!r}, {name}, {shape}, _T"))
-
-    def shape_expr(self, shape: Shape, early: bool = False) -> str:
-        """A run-time expression of ``shape``: from the values computed so far, or
-        (``early``) from the arguments alone, before any work."""
-        static = "(" + "".join(f"{d!r}, " if isinstance(d, int) else f"_d[{d!r}], "
-                               for d in shape.static) + ")"
-        dyn = [self._early_shape(d) if early else f"{self.vars[d]}.shape"
-               for d in sorted(shape.dyn)]
-        if not dyn:
-            return static
-        if not shape.static and len(dyn) == 1:
-            return dyn[0]
-        labels = ([f"declared ({', '.join(map(str, shape.static))})"] if shape.static else []) + [
-            self._label(d) for d in sorted(shape.dyn)]
-        return (f"_g_bshape(_n, {tuple(labels)!r}, "
-                f"{', '.join(([static] if shape.static else []) + dyn)})")
-
-    def _early_shape(self, nid: int) -> str:
-        """Node ``nid``'s run-time shape from the arguments' shapes (no data touched)."""
-        node = self.graph.node(nid)
-        if node.op == "param":
-            return f"{self.vars[nid]}.shape"
-        if nid not in node.shape.dyn:
-            return self.shape_expr(node.shape, early=True)
-        args = [self.shape_expr(self.graph.node(a).shape, early=True) for a in node.args]
-        prim = PRIMITIVES[node.op]
-        if prim.shape_like is not None:
-            return args[prim.shape_like]
-        if prim.np_shape is not None:
-            return _shape_call(prim, node, args)
-        if prim.kind == "reduction":
-            return (f"_g_result_shape('reduce', {args[0]}, axis={node.attr('axis')!r}, "
-                    f"keepdims={node.attr('keepdims')!r})")
-        if node.op in ("matmul", "transpose"):
-            return f"_g_result_shape({node.op!r}, {', '.join(args)})"
-        if node.op in ("sum_to", "broadcast_in"):
-            return args[1]                  # the shape of ``like``
-        if node.op == "size_ratio":
-            return "()"
-        raise CodegenError(f"no run-time shape rule for '{node.op}'", node.span)
-
-    def _label(self, nid: int) -> str:
-        """A value as error messages name it: a parameter's name, else its op and line."""
-        node = self.graph.node(nid)
-        if node.op == "param":
-            return repr(node.attr("name"))
-        return f"{node.op} (line {node.span.line})" if node.span else node.op
-
-    def _kernel(self, step: Kernel, k: int) -> None:
-        g, b = self.graph, self.buf
-        comments = self._comments(step)
-        if len(step.nodes) == 1 and step.nodes[0] not in g.outputs:
-            base = f"_gu_{g.node(step.nodes[0]).op}"
-        else:
-            base = f"{self.kernel_base}_{k}"
-        name = self.kernels.add(g, step, base, comments)
-        b.line(self._shape_line(step))
-        outs = self._output_arrays(step)
-        rows = self.kernels.rows(g, step)
-        ins = [f"{self.vars[i]}.ravel()" if self._whole_argument(step, i, rows) else
-               self.helper("flat", f"{self.vars[i]}, " + (
-                   "()" if is_scalar_input(g, i) else f"_s[{-rows[i]}:]" if i in rows else "_s"))
-               for i in self._loop_inputs(step)]
-        b.line(self._launch(name, outs + ins, step))
-
-    def _whole_argument(self, step: Kernel, i: int, rows) -> bool:
-        """Input ``i`` of ``step`` is an argument of the loop's own shape: as
-        ``_g_inputs`` returns it (a C-contiguous array), ``.ravel()`` is the flat view
-        ``_g_flat`` would give."""
-        node = self.graph.node(i)
-        return (self.host_fast_paths and node.op == "param" and i not in rows
-                and not is_scalar_input(self.graph, i) and node.shape == step.shape)
-
-    def _reduce_kernel(self, step: ReduceKernel, k: int) -> None:
-        """A loop over rows with its reductions (:mod:`gradc.codegen.cpu_reduce`):
-        ``_R`` rows of ``_N`` elements in ``_C`` chunks; chunk reductions are
-        combined from their partials after it."""
-        g, b = self.graph, self.buf
-        name = self.kernels.add(g, step, f"{self.kernel_base}_{k}", self._comments(step))
-        b.line(self._shape_line(step))
-        lv = dict(step.levels)
-        empty_ok = not any(_no_identity(g.node(n)) for n in step.nodes if lv[n] == ROW)
-        b.line(f"_R, _N, _C = _g_rows(_n, _s, {step.split}, {empty_ok!r})")
-        args = self._output_arrays(step, lambda nid: self.shape_expr(g.node(nid).shape)
-                                   if lv[nid] == ROW else "_s")
-        kinds = dict(step.chunk_kind)
-        for nid in step.partials:
-            shape = "(_C, _N)" if kinds[nid] == "cols" else "(_C,)"
-            b.line(f"_p{nid} = np.empty({shape}, dtype=np.float64)")
-            args.append(f"_p{nid}")
-        for x, how in input_slots(g, step):
-            shape = ("()" if how == SCALAR else self.shape_expr(g.node(x).shape)
-                     if how in (PER_ROW, PER_COL) else "_s")
-            args.append(f"_g_flat({self._value(x)}, {shape})")
-        args += ["_R", "_N", "_C", "_G_WITNESS[_T]"]
-        call = ", ".join(args)
-        if self.after_blas:
-            b.line(f"{name}_serial({call})")
-        else:
-            b.line(f"({name} if _R * _N >= _G_PARALLEL_MIN else {name}_serial)({call})")
-        for nid in step.partials:
-            node = g.node(nid)
-            op = "sum" if node.op == "sum_to" else node.op
-            count = "_R * _N" if kinds[nid] == "all" and lv.get(node.args[0]) != ROW and \
-                g.node(node.args[0]).shape == step.shape else "_R"
-            self.vars[nid] = f"_v{nid}"
-            empty = ", empty_ok=True" if node.op in ("max", "min") and not _no_identity(node) \
-                else ""
-            b.line(f"_v{nid} = _g_combine(_n, {op!r}, _p{nid}, {count}, "
-                   f"{self.shape_expr(node.shape)}, _T{empty})")
-
-    def _output_arrays(self, step: Kernel, shape_of=lambda nid: "_s") -> list[str]:
-        """Arrays for the values ``step`` stores (the caller's out[k] where it is a
-        result, else new), as the flat views the kernel takes; ``shape_of`` gives
-        a value's shape expression (the loop's ``_s`` unless it is a row value)."""
-        g, arrays = self.graph, []
-        for nid in step.outputs:
-            var = f"_v{nid}"
-            self.vars[nid] = var
-            shape, slot = shape_of(nid), self.slots.get(nid)
-            if slot is not None:
-                buffer = self.helper("buffer", f"_n, _out, {slot}, {shape}, _T")
-                if self.host_fast_paths:          # no out=: what _g_buffer would make
-                    buffer = f"np.empty({shape}, dtype=_T) if _out is None else {buffer}"
-                self.buf.line(f"{var} = {buffer}")
-                if shape != "_s" or step.shape == g.node(nid).shape:
-                    self.fresh.add(nid)
-            else:
-                self.buf.line(f"{var} = {self._empty(_OUT_DTYPE[g.node(nid).dtype], shape)}")
-            arrays.append(f"{var}.reshape(-1)")
-        return arrays
-
-    def _comments(self, step: Kernel) -> tuple[str, str]:
-        g = self.graph
-        spans = sorted({(g.node(n).span.file, g.node(n).span.line)
-                        for n in step.nodes if g.node(n).span})
-        where = ", ".join(f"{Path(f).name}:{l}" for f, l in spans) or "generated"
-        ops = " ".join(g.node(n).op for n in step.nodes)
-        return (f"{self.cop.op.name}.{self.method.name}: {ops}", f"from {where}")
-
-    def _shape_line(self, step: Kernel) -> str:
-        """``_s = `` the run-time shape of ``step``'s loop."""
-        return f"_s = {self.shape_expr(step.shape)}"
-
-    def _loop_inputs(self, step: Kernel) -> tuple[int, ...]:
-        """The inputs ``step``'s kernel reads element by element (flattened)."""
-        return step.inputs
-
-    def _empty(self, dtype: str, shape: str = "_s") -> str:
-        """A new array for an intermediate (of the kernel's shape ``_s`` by default)."""
-        return f"np.empty({shape}, dtype={dtype})"
-
-    def _launch(self, name: str, args: list[str], step: Kernel) -> str:
-        first, args = args[0], ", ".join(args + ["_G_WITNESS[_T]"])
-        if self.after_blas:         # BLAS's threads still spin: one thread, no waiting
-            return f"{name}_serial({args})"
-        # threaded from _G_PARALLEL_MIN elements (the first output's, as reduce kernels)
-        assert first.endswith(".reshape(-1)"), first
-        size = first.removesuffix(".reshape(-1)") + ".size"
-        return f"({name} if {size} >= _G_PARALLEL_MIN else {name}_serial)({args})"
-
-    def _library(self, step: LibraryCall) -> None:
-        node = self.graph.node(step.node)
-        prim = PRIMITIVES[node.op]
-        fields = {p: self._value(a) if a in self.vars or i not in prim.shape_only
-                  else self._shape_stand_in(a)
-                  for i, (p, a) in enumerate(zip(prim.params, node.args))}
-        text = self._library_text(node, fields)
-        if not value_used(self.graph, step.node):
-            text = self._shape_only(node, list(fields.values()))
-        var = f"_v{step.node}"
-        self.vars[step.node] = var
-        self.buf.line(f"{var} = {text}")
-        # After a matmul, BLAS's worker threads spin on the cores for a while (OpenBLAS
-        # ~0.1 s, MKL's OpenMP 0.2 s): a threaded loop then waits for a core each time
-        # (2-5x slower here than on one thread), so later loops run on this thread.
-        self.after_blas |= node.op == "matmul" and value_used(self.graph, step.node)
-
-    def _library_text(self, node, fields: dict[str, str]) -> str:
-        """The expression computing library step ``node`` from its operands."""
-        lib = PRIMITIVES[node.op].lib
-        attrs = {"axis": node.attr("axis"), "keepdims": node.attr("keepdims"),
-                 **{k: node.attr(k) for k in PRIMITIVES[node.op].attrs}}
-        text = lib.format(**attrs, **fields)
-        if node.attr("initial") is not None:          # np.max(..., initial=-np.inf)
-            text = f"{text[:-1]}, initial={_float_literal(node.attr('initial'))})"
-        return text
-
-    def _shape_only(self, node, args: list[str]) -> str:
-        """A value kept only as a run-time shape source: a view of one zero, no work."""
-        prim = PRIMITIVES[node.op]
-        if prim.shape_like is not None or prim.np_shape is not None:
-            shape = (f"np.shape({args[prim.shape_like]})" if prim.shape_like is not None else
-                     _shape_call(prim, node, [f"np.shape({a})" for a in args]))
-            return f"np.broadcast_to(np.zeros((), _T), {shape})  # only its shape is used"
-        kind = "reduce" if PRIMITIVES[node.op].kind == "reduction" else node.op
-        shapes = ", ".join(f"np.shape({a})" for a in args)
-        extra = (f", axis={node.attr('axis')!r}, keepdims={node.attr('keepdims')!r}"
-                 if kind == "reduce" else "")
-        return (f"np.broadcast_to(np.zeros((), _T), _g_result_shape({kind!r}, {shapes}{extra}))"
-                f"  # only its shape is used")
-
-    def _shape_stand_in(self, nid: int) -> str:
-        """An array of ``nid``'s shape, for an operand read only for its shape and
-        not computed (yet): a view of one zero, its shape from the arguments."""
-        shape = self.shape_expr(self.graph.node(nid).shape, early=True)
-        return f"np.broadcast_to(np.zeros((), _T), {shape})"
-
-    def _value(self, nid: int) -> str:
-        node = self.graph.node(nid)
-        if node.op == "const":
-            return f"np.asarray({py_literal(node.value)}, dtype={_OUT_DTYPE[node.dtype]})"
-        return self.vars[nid]
+from gradc.pipeline import METHODS, CompiledOp, build_program, issue_warnings
+from gradc.version import __version__
 
 
 def param_text(p) -> str:
@@ -450,7 +33,8 @@ def param_text(p) -> str:
     return p.name + (f": {t}" if t else "") + (f" = {p.default!r}" if p.has_default else "")
 
 
-def _signature_text(cop: CompiledOp) -> str:
+def signature_text(cop: CompiledOp) -> str:
+    """The op's signature as .grad source: ``(x, w: f32[n]) -> y``."""
     parts = [param_text(p) for p in cop.params]
     outs = cop.op.outputs
     ret = outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
@@ -494,7 +78,7 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
                                    for line in w.render().splitlines(keepends=True)))
     methods = lambda ns: "{" + ", ".join(f"{m!r}: {ns}.{m}" for m in METHODS
                                          if m in cop.methods) + "}"
-    sig_text = _signature_text(cop)
+    sig_text = signature_text(cop)
     # Keyword-only parameters whose Python name differs: the op renames them.
     renamed = {p.name: py_name(p.name) for p in cop.params
                if p.has_default and py_name(p.name) != p.name}
@@ -597,12 +181,6 @@ _PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads co
                  "_G_THREADING = _g_numba_threads(os.environ, numba.config)\n")
 
 
-def _shape_call(prim, node, shapes: list[str]) -> str:
-    """The call of ``prim``'s NumPy shape function on run-time ``shapes``."""
-    kw = "".join(f", {k}={node.attr(k)!r}" for k in prim.attrs)
-    return f"{prim.np_shape.__name__}({', '.join(shapes)}{kw})"
-
-
 # The sections of a module: the run time copied from gradc (the same in every module,
 # tested as the code it is, tests/codegen) and what is generated for the .grad file.
 RUNTIME_MARK = "# --- runtime helpers (copied from gradc) ---\n"
@@ -622,12 +200,21 @@ def source_sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _no_identity(node) -> bool:
-    """A max or min reduction that raises for an empty slice, as NumPy's does (one
-    with an ``initial`` value, such as :func:`~gradc.passes.simplify.expand_logsumexp`'s,
-    gives it there)."""
-    return node.op in ("max", "min") and node.attr("initial") is None
+def program_sha256(program) -> str:
+    """The ``SOURCE_SHA256`` of the module compiled from the checked ``program``: of
+    its main text followed by every imported file's text (``program.sources``)."""
+    return source_sha256("\n\0\n".join(program.sources))
 
 
-def _float_literal(v: float) -> str:
-    return "np.inf" if v == float("inf") else "-np.inf" if v == float("-inf") else repr(v)
+def compile_program(program, file: str, *, target: str = "cpu", fuse: bool = True,
+                    fast_math: bool = False, precise: bool = False, check: bool = False) -> str:
+    """:func:`gradc.compile_source` of a checked program (the texts it was checked from:
+    ``program.sources``, read from disk once, for :func:`gradc.load`'s cache key too).
+    The compiler's warnings are issued as the caller of ``compile_source`` would get them."""
+    try:
+        compiled = build_program(program, check=check, fuse=fuse)
+    except RecursionError:
+        raise out_of_stack(file) from None
+    issue_warnings(compiled, 4)                 # compile_source's caller
+    return render_module(Path(file).name, program_sha256(program), __version__, compiled,
+                         fast_math=fast_math, precise=precise, target=target)

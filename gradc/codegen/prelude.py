@@ -102,3 +102,13 @@ def _g_norm(x, axis, keepdims):
 def _g_reduce(fn, x, axis, keepdims, dtype):
     """``fn(x, axis, keepdims)`` as an array of ``dtype`` (0-d for full reductions)."""
     return np.asarray(fn(x, axis=axis, keepdims=keepdims), dtype=dtype)
+
+
+# The helpers the IR's registry uses as NumPy references (gradc.ir.primitives), so that
+# the oracle and the generated code share one implementation, under public names: the
+# ``_g_`` names are the generated module's namespace, for gradc/codegen alone.
+sum_to = _g_sum_to
+shape_check = _g_shape_check
+broadcast_in = _g_broadcast_in
+logsumexp = _g_logsumexp
+norm = _g_norm

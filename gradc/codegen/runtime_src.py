@@ -40,6 +40,14 @@ def _g_env_count(name, text, default):
     return int(value)
 
 
+def parallel_min() -> int:
+    """The loop size from which a generated module runs a kernel on all its threads:
+    ``_G_PARALLEL_MIN`` there (GRADC_PARALLEL_MIN, else ``1 << 17``).  For gradc's own
+    code (gradc bench's copy kernel follows it); the ``_g_`` names are the module's."""
+    return _g_env_count("GRADC_PARALLEL_MIN", os.environ.get("GRADC_PARALLEL_MIN"),
+                        _G_PARALLEL_MIN)
+
+
 def _g_numba_threads(environ, config):
     """Where nobody chose how Numba runs its threads, make its TBB threading layer
     loadable; returns what decided the layer, for ``_G_THREADING``.

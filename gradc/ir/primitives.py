@@ -506,14 +506,14 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # (1 up to rounding) removes the rounding of ``out`` itself: in float32,
     # exp(1000 - fl(1000 + ln 2)) is 0.499985, p / sum(p) is 0.5. All -inf
     # slices have p = 0 and get gradient 0 (sum(p) is replaced by 1 there).
-    _red("logsumexp", P._g_logsumexp,
+    _red("logsumexp", P.logsumexp,
          "exp(x - bc(where(out == -inf, 0, out))) / bc(where(out == -inf, 1, "
          f"sum(exp(x - bc(where(out == -inf, 0, out))), {_ALONG})))",
          "_g_logsumexp({x}, {axis}, {keepdims})"),
     # d|x|/dx = x/|x|; dividing by inf where the norm is 0 gives gradient 0 there.
     # Sampled away from 0: the norm's curvature grows like 1/|x| there, which
     # defeats finite differences (its kink at 0 is tested as an edge case).
-    _red("norm", P._g_norm, "x / bc(where(out == 0, inf, out))",
+    _red("norm", P.norm, "x / bc(where(out == 0, inf, out))",
          "_g_norm({x}, {axis}, {keepdims})", domain=NONZERO),
     # --- linear algebra and layout (kernel boundaries) ---------------------------
     Primitive("matmul", ("x", "y"), LIBRARY, np.matmul, (COMPOSITE, COMPOSITE),
@@ -527,7 +527,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     Primitive("transpose", ("x",), LIBRARY, np.transpose, ("transpose(g)",),
               jvp=("transpose(x_t)",), lib="_g_transpose({x})", float_only=False, dtype="same", linear=(0,)),
     # sum_to(g, like): g summed (or broadcast) to like's shape; its own adjoint.
-    Primitive("sum_to", ("x", "like"), LIBRARY, lambda x, like: P._g_sum_to(x, np.shape(like)),
+    Primitive("sum_to", ("x", "like"), LIBRARY, lambda x, like: P.sum_to(x, np.shape(like)),
               ("sum_to(g, x)", None), jvp=("sum_to(x_t, like)", None),
               lib="_g_sum_to({x}, {like}.shape)",
               float_only=False, dtype="same", shape_only=(1,), linear=(0,)),
@@ -535,7 +535,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # custom gradient against its parameter, where shapes are known at run time only;
     # see prelude._g_shape_check); attribute ``message``, with {got} and {want} fields.
     Primitive("shape_check", ("x", "like"), LIBRARY,
-              lambda x, like, message: P._g_shape_check(x, np.shape(like), message),
+              lambda x, like, message: P.shape_check(x, np.shape(like), message),
               ("shape_check(g, like, message=message)", None),
               jvp=("shape_check(x_t, like, message=message)", None),
               lib="_g_shape_check({x}, {like}.shape, {message!r})",
@@ -544,7 +544,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # broadcast_in(v, like): a reduction's result broadcast back (see prelude).
     Primitive("broadcast_in", ("x", "like"), LIBRARY,
               lambda x, like, axis=None, keepdims=False:
-              P._g_broadcast_in(x, np.shape(like), axis, keepdims),
+              P.broadcast_in(x, np.shape(like), axis, keepdims),
               (COMPOSITE, None), jvp=(f"broadcast_in(x_t, like, {_ALONG})", None),
               lib="_g_broadcast_in({x}, {like}.shape, {axis}, {keepdims})",
               float_only=False, dtype="same", shape_only=(1,), linear=(0,)),

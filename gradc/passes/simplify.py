@@ -82,7 +82,7 @@ def _identities(graph: Graph, node: Node) -> int | None:
 
 def _is_needless_zero_mask(graph: Graph, node: Node) -> bool:
     """``where((g == 0) * (ct != ct), 0, ct)`` (reverse mode's zero-cotangent mask,
-    ``reverse._mask_zero_cotangent``, and forward mode's) where ``ct`` is ``g``
+    ``reverse.mask_zero_cotangent``, and forward mode's) where ``ct`` is ``g``
     times a factor that :func:`bound` proves finite: ``ct`` is ``±0`` wherever
     ``g == 0``, so the mask never selects.  For a constant factor removing it keeps
     every bit; for a bounded function of the inputs (``dy * sigmoid(x)`` in swish's

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import gradc
-from gradc.runtime.cache import cache_dir, write_atomic
+from gradc.loader.disk_cache import cache_dir, write_atomic
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -111,10 +111,10 @@ CUSTOM = {"custom_linear": [(5,)], "sign_ste": [(5,)], "clipped_relu": [(5,)],
 
 def jax_reference(module, name):
     """The op written in JAX from gradc's IR, each custom rule a jax.custom_vjp
-    (gradc.bench_frameworks): JAX's own semantics for the second order."""
-    from gradc.bench_frameworks import forward_function
-    from gradc.ir.interpret_frameworks import jax_framework
+    (gradc.tools.bench_frameworks): JAX's own semantics for the second order."""
+    from gradc.adapters.framework_lowering import jax_framework
     from gradc.pipeline import build_op
+    from gradc.tools.bench_frameworks import forward_function
     program = check_source(module.__gradc_origin__.text, module.__gradc_origin__.file)
     cop = build_op(program.ops[name], program.ops, program.consts)
     f = forward_function(cop, jax_framework(), np.float64)

@@ -36,7 +36,7 @@ torch = import_optional("torch")
 import gradc  # noqa: E402
 from gradc.adapters import derived  # noqa: E402
 from gradc.adapters.torch import as_torch  # noqa: E402
-from gradc.runtime.cache import cache_dir, write_atomic  # noqa: E402
+from gradc.loader.disk_cache import cache_dir, write_atomic  # noqa: E402
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 F64 = torch.float64
@@ -411,7 +411,7 @@ def test_emit_torch_writes_a_module_of_torch_functions(tmp_path, capsys):
     """gradc compile --emit torch -o OUT.py: OUT.py loads the .grad file by its path
     relative to OUT.py and exposes as_torch of every op."""
     import importlib.util
-    from gradc.cli import main
+    from gradc.tools.cli import main
     out = tmp_path / "pkg" / "act_torch.py"
     out.parent.mkdir()
     assert main(["compile", str(EXAMPLES / "activations.grad"), "--emit", "torch",

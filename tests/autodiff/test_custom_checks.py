@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import gradc
-from gradc.cli import main
+from gradc.tools.cli import main
 
 
 def compile_error(src: str) -> str:

@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 import gradc
-from gradc.cli import main
+from gradc.audit.gradcheck import check_jvp, check_second_order, sample_inputs
 from gradc.frontend.check import check_source, load_program
-from gradc.gradcheck import check_jvp, check_second_order, sample_inputs
 from gradc.ir.interpret import interpret
 from gradc.pipeline import build_op
+from gradc.tools.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NO_JVP = {"custom_linear": 9, "clipped_relu": 28}     # op -> line of the E405 error

@@ -295,7 +295,7 @@ def test_a_file_name_never_decides_the_encoding(tmp_path, monkeypatch, capfd, na
 
 def test_testgen_and_emit_escape_the_file_name(tmp_path) -> None:
     from gradc.adapters.emit import torch_module_text
-    from gradc.testgen import write_tests
+    from gradc.tools.testgen import write_tests
     name = CODING_NAMES[0].replace(".grad", '"""\\.grad')
     src = tmp_path / name
     src.write_text("op f(x) -> y { y = x * 2 }\n", encoding="utf-8")

@@ -297,7 +297,7 @@ def test_precise_is_an_option_of_load_and_of_the_cache_key(tmp_path):
 
 
 def test_precise_on_the_command_line(tmp_path):
-    from gradc.cli import main
+    from gradc.tools.cli import main
     spec = tmp_path / "c.grad"
     spec.write_text("op f(x) -> y { y = tanh(x) }\n", encoding="utf-8")
     assert main(["compile", str(spec), "-o", str(tmp_path / "p.py"), "--precise"]) == 0

@@ -125,7 +125,7 @@ def test_add_bias_out_aliasing_is_refused_clearly(m) -> None:
 
 
 def test_explain_counts_four_arrays_for_the_straight_through_estimator(tmp_path) -> None:
-    from gradc.explain import explain
+    from gradc.tools.explain import explain
     f = tmp_path / "ste.grad"
     f.write_text(SOURCE)
     text = explain(str(f), "ste")

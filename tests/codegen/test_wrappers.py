@@ -222,7 +222,7 @@ def test_out_non_contiguous_or_read_only(m) -> None:
 
 
 def test_out_overlapping_an_input(m) -> None:
-    # out= the very array of an input is allowed where safe (tests/runtime/test_hostile_arrays.py)
+    # out= the very array of an input is allowed where safe (tests/codegen/test_hostile_arrays.py)
     x, y = np.arange(3.0), ones(3)
     big = np.zeros(6)
     with pytest.raises(ValueError, match=r"out\[0\] overlaps input 'x'"):

@@ -389,7 +389,7 @@ def test_every_backend_lowers_every_primitive() -> None:
     every primitive, by the test above) renders for the CPU, CUDA and Dask (each
     printer raises CodegenError for a primitive it cannot lower, at compile time, not
     at call time), and every method graph lowers to JAX and PyTorch operations."""
-    from gradc.ir.interpret_frameworks import jax_framework, lower_graph, torch_framework
+    from gradc.adapters.framework_lowering import jax_framework, lower_graph, torch_framework
     text = gradc.compile_source(_module_source(), file="primitives.grad", target="all")
     assert "CUDA_KERNELS" in text and "_gd_lib(" in text
     frameworks = [jax_framework()]

@@ -1,0 +1,258 @@
+"""Gradient checking: derived VJPs against float64 central finite differences.
+
+For an op, random float64 inputs are drawn (annotated dims get small sizes,
+generic parameters a short vector), one random direction ``u`` per
+differentiable input and one random cotangent ``v`` per output, and the
+identity ``<v, (f(x + eps u) - f(x - eps u)) / 2 eps> = <vjp(v), u>`` is
+checked (JAX's ``check_vjp``).  Everything runs in the IR interpreter, so
+this checks the compiler's derivatives independently of code generation.
+
+For an op whose gradient involves a custom rule, the derivative gradc
+derives with every ``grad`` block ignored is checked this way, and the
+custom rule is compared with it: the report says whether the rule equals the
+true derivative, and if not, how far it is (information, not a failure).
+
+Forward mode is checked against reverse mode by the adjoint identity
+``<J t, u> = <t, J^T u>`` (:func:`check_jvp`; with the op's custom rules, so a
+transposed grad block is checked against the block itself), and second order
+by forward mode over the reverse-mode graph: the tangent of ``vjp(x, u)``
+along ``t`` against central differences of ``vjp`` (:func:`check_second_order`,
+on the true derivative).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from gradc.ir.interpret import interpret
+from gradc.pipeline import CompiledOp, build_op, linearize
+
+EPS = 1e-6
+TOL = 1e-5            # first order: central differences of float64 values
+TOL_SECOND = 1e-4     # second order: differences of a derivative (its rounding is larger)
+TOL_ADJOINT = 1e-9    # <J t, u> = <t, J^T u> holds to rounding: no differences taken
+
+
+@dataclass
+class CheckResult:
+    op: str
+    ok: bool                   # the derived gradient matches finite differences
+    error: float               # relative error of the directional derivative
+    custom: bool               # the op's gradient uses a custom rule
+    custom_rel_diff: float = 0.0   # |custom - true| / |true| over random cotangents
+    note: str = ""
+    jvp_error: float | None = None      # adjoint identity, relative; None: no jvp
+    jvp_missing: str = ""               # why the op has no jvp (E405's first line)
+    second_error: float = 0.0           # d/dt vjp by forward mode vs differences
+    audit: object = None                # gradc.audit.custom_rules.AuditResult of the op's own grad block
+
+    @property
+    def passed(self) -> bool:
+        """Every check passed: first order, forward vs reverse, second order, and the
+        audit: a custom rule that is not the derivative must be marked ``surrogate``
+        (as ``torch.autograd.gradcheck`` fails a wrong custom backward)."""
+        return self.ok and (self.jvp_error is None or self.jvp_error < TOL_ADJOINT) and \
+            self.second_error < TOL_SECOND and not self.unmarked_surrogate
+
+    @property
+    def unmarked_surrogate(self) -> bool:
+        """The op's own grad block is not the derivative and not marked ``surrogate``
+        (the audit's warning W410)."""
+        return self.audit is not None and getattr(self.audit, "warning", None) is not None
+
+    def line(self) -> str:
+        mark = "ok  " if self.passed else "FAIL"
+        what = "true derivative (grad blocks ignored)" if self.custom else "derivative"
+        text = f"{mark} {self.op}: {what} vs finite differences, rel. error {self.error:.1e}"
+        if self.ok and self.unmarked_surrogate:     # the figures pass: say what failed
+            text = (f"{mark} {self.op}: its custom gradient is not the derivative and not "
+                    f"marked 'surrogate' (the audit below, W410); {what} vs finite "
+                    f"differences, rel. error {self.error:.1e}")
+        if self.custom and self.audit is None:
+            if self.custom_rel_diff == float("inf"):
+                text += "; the true derivative is 0 where the custom gradient is not"
+            elif self.custom_rel_diff < 1e-6:
+                text += "; custom gradient equals the true derivative"
+            else:
+                text += (f"; custom gradient differs from the true derivative "
+                         f"(relative difference {self.custom_rel_diff:.3g})")
+        text += f" [{self.note}]" if self.note else ""
+        audit = "".join(f"\n       {line}" for line in self.audit.lines()) if self.audit else ""
+        if self.error != self.error:           # NaN: nothing was computed
+            return text + audit
+        if self.jvp_error is not None:
+            jvp = f"jvp vs vjp (adjoint identity) rel. error {self.jvp_error:.1e}"
+        else:
+            jvp = f"no jvp: {self.jvp_missing}"
+        return (text + f"\n       {jvp}; second order (jvp of vjp vs finite differences "
+                f"of vjp) rel. error {self.second_error:.1e}" + audit)
+
+
+# Shapes tried, in order, for parameters without a declared shape: the first at
+# which the forward pass runs (a scalar next to shaped parameters, a matrix for
+# reductions over axis 1...).
+GENERIC_SHAPES = ((5,), (4, 5), (), (3, 4, 5))
+
+
+def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = False,
+                  generic: tuple[int, ...] = (5,), first_dim: int = 2,
+                  ints: tuple[int, int] = (-3, 4)) -> list:
+    """Random float64 inputs for every parameter (defaults for those with one);
+    parameters without a declared shape get shape ``generic``, named dims the sizes
+    ``first_dim``, ``first_dim + 1``, ... in order of appearance; integer parameters
+    values in ``range(*ints)``."""
+    dims: dict[str, int] = {}
+    out = []
+    for p in cop.params:
+        if p.has_default:
+            out.append(np.asarray(p.default, dtype=np.float64 if p.dtype is None
+                                  or p.dtype.startswith("f") else None))
+            continue
+        shape = generic if p.shape is None else tuple(
+            d if isinstance(d, int) else dims.setdefault(d, first_dim + len(dims))
+            for d in p.shape)
+        if p.dtype in ("i32", "i64"):
+            out.append(rng.integers(*ints, size=shape))
+        elif p.dtype == "bool":
+            out.append(rng.random(shape) < 0.5)
+        elif positive:
+            out.append(rng.uniform(0.5, 2.0, size=shape))
+        else:
+            out.append(rng.standard_normal(shape))
+    return out
+
+
+def fitting_inputs(cop: CompiledOp, rng: np.random.Generator):
+    """``(xs, ys, generic)``: :func:`sample_inputs` at the first of ``GENERIC_SHAPES`` for
+    parameters without a declared shape at which the forward pass runs, and its
+    outputs ``ys``; None when none fits.  Integer parameters are tried in [-3, 3],
+    then as indices, in [0, 1] (valid for any dim of 2 or more: ``one_hot``)."""
+    for generic, ints in itertools.product(GENERIC_SHAPES, ((-3, 4), (0, 2))):
+        xs = sample_inputs(cop, rng, generic=generic, ints=ints)
+        try:
+            with np.errstate(all="ignore"):
+                return xs, interpret(cop.methods["forward"].graph, xs), generic
+        except (ValueError, IndexError):      # shapes that do not fit the op
+            continue
+    return None
+
+
+def _vjp_dot(cop: CompiledOp, xs: list, vs: list, us: list) -> float:
+    grads = interpret(cop.methods["vjp"].graph, xs + vs)
+    return float(sum(np.vdot(g, u) for g, u in zip(grads, us)))
+
+
+def custom_difference(cop: CompiledOp, true: CompiledOp, xs: list, vs: list) -> float:
+    """``|custom - true| / |true|`` of the VJPs at ``xs`` for the cotangents ``vs``
+    (all gradients together, 2-norm); inf where the true derivative is 0 and the
+    custom gradient is not."""
+    g_custom = interpret(cop.methods["vjp"].graph, xs + vs)
+    g_true = interpret(true.methods["vjp"].graph, xs + vs)
+    num = sum(float(np.sum((a - b) ** 2)) for a, b in zip(g_custom, g_true)) ** 0.5
+    den = sum(float(np.sum(b ** 2)) for b in g_true) ** 0.5
+    return num / den if den > 1e-12 else (0.0 if num < 1e-12 else float("inf"))
+
+
+def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
+    """Check one op (an ``ast.OpDef`` of a checked program)."""
+    rng = np.random.default_rng(seed)
+    cop = build_op(op, ops, consts)
+    true = build_op(op, ops, consts, custom=False)
+    custom = bool(cop.primal.regions)
+    fit = fitting_inputs(true, rng)
+    if fit is None:
+        return CheckResult(op.name, False, float("nan"), custom,
+                           note=f"no input shapes tried fit the op (parameters without a "
+                                f"declared shape were tried as {', '.join(map(str, GENERIC_SHAPES))}"
+                                f"): declare their shapes")
+    xs, ys, generic = fit
+    if not all(np.all(np.isfinite(y)) for y in ys):
+        xs = sample_inputs(true, rng, positive=True, generic=generic)
+        ys = interpret(true.methods["forward"].graph, xs)
+    diff = [i for i, p in enumerate(true.params) if p.differentiable]
+    us = [rng.standard_normal(np.shape(xs[i])) for i in diff]
+    vs = [rng.standard_normal(np.shape(y)) for y in ys]
+
+    def f(sign: float) -> list:
+        moved = list(xs)
+        for i, u in zip(diff, us):
+            moved[i] = xs[i] + sign * EPS * u
+        return interpret(true.methods["forward"].graph, moved)
+
+    fd = sum(float(np.vdot(v, (a - b) / (2 * EPS))) for v, a, b in zip(vs, f(1.0), f(-1.0)))
+    ad = _vjp_dot(true, xs, vs, us)
+    err = abs(fd - ad) / max(abs(fd), abs(ad), 1e-8)
+    result = CheckResult(op.name, bool(err < TOL), err, custom)
+    if custom:
+        result.custom_rel_diff = custom_difference(cop, true, xs, vs)
+    if not np.isfinite(fd):
+        result.ok, result.note = False, "non-finite values at the sampled point"
+    if "jvp" in cop.methods:
+        result.jvp_error = check_jvp(cop, xs, rng)
+    else:
+        result.jvp_missing = cop.missing["jvp"].splitlines()[0].replace("error[E405]: ", "")
+    result.second_error = check_second_order(true, xs, rng)
+    return result
+
+
+def _rel(a: float, b: float) -> float:
+    return abs(a - b) / max(abs(a), abs(b), 1e-8)
+
+
+def check_jvp(cop: CompiledOp, xs: list, rng: np.random.Generator) -> float:
+    """The relative error of ``<J t, u> = <t, J^T u>`` at ``xs`` (float64, one random
+    tangent ``t`` per differentiable parameter and cotangent ``u`` per output,
+    both of their primal's shape); the primal outputs of ``jvp`` must equal the
+    forward pass's (else the error is inf).  Needs ``cop.methods["jvp"]``."""
+    diff = [i for i, p in enumerate(cop.params) if p.differentiable]
+    ts = [rng.standard_normal(np.shape(xs[i])) for i in diff]
+    ys = interpret(cop.methods["forward"].graph, xs)
+    res = interpret(cop.methods["jvp"].graph, xs + ts)
+    outs, tangents = res[:len(ys)], res[len(ys):]
+    if any(np.shape(a) != np.shape(b) or not np.allclose(a, b, rtol=1e-12, atol=0,
+                                                         equal_nan=True)
+           for a, b in zip(outs, ys)):
+        return float("inf")
+    us = [rng.standard_normal(np.shape(y)) for y in ys]
+    lhs = sum(float(np.vdot(jt, u)) for jt, u in zip(tangents, us))
+    rhs = _vjp_dot(cop, xs, us, ts)
+    return _rel(lhs, rhs)
+
+
+def check_second_order(cop: CompiledOp, xs: list, rng: np.random.Generator) -> float:
+    """The relative error of forward mode over the VJP graph: the tangent of
+    ``vjp(x, u)`` along ``t`` (a Hessian-vector product for a scalar output)
+    against central differences of ``vjp`` along ``t``, projected on a random
+    ``w`` (float64).  Use the true derivative (``custom=False``): a custom rule
+    need not be the derivative of anything."""
+    diff = [i for i, p in enumerate(cop.params) if p.differentiable]
+    if not diff:
+        return 0.0
+    graph = cop.methods["vjp"].graph
+    ys = interpret(cop.methods["forward"].graph, xs)
+    us = [rng.standard_normal(np.shape(y)) for y in ys]
+    ts = [rng.standard_normal(np.shape(xs[i])) for i in diff]
+    second = linearize(graph, [graph.params[i] for i in diff],
+                       tuple(f"_t{i}" for i in diff))
+    res = interpret(second, xs + us + ts)
+    n = len(graph.outputs)
+    grads, ad = res[:n], res[n:]
+
+    def moved(sign: float) -> list:
+        x = list(xs)
+        for i, t in zip(diff, ts):
+            x[i] = xs[i] + sign * EPS * t
+        return interpret(graph, x + us)
+
+    fd = [(a - b) / (2 * EPS) for a, b in zip(moved(1.0), moved(-1.0))]
+    ws = [rng.standard_normal(np.shape(g)) for g in grads]
+    return _rel(sum(float(np.vdot(w, a)) for w, a in zip(ws, ad)),
+                sum(float(np.vdot(w, f)) for w, f in zip(ws, fd)))
+
+
+def check_program(program, *, seed: int = 0) -> list[CheckResult]:
+    """Check every op of the main file of a checked program."""
+    return [check_op(program.ops[n], program.ops, program.consts, seed=seed)
+            for n in program.main_ops]

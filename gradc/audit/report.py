@@ -1,0 +1,92 @@
+"""The machine-readable report of ``gradc check --json FILE|-``.
+
+One JSON object (strict JSON: a non-finite error is ``null``)::
+
+    {"spec": "examples/seed.grad", "seed": 0, "gradc": "0.1.0", "passed": true,
+     "ops": [{"op": "scaled_tanh", "passed": true, "custom": true,
+              "custom_rel_diff": 0.5, "note": "",
+              "checks": [{"name": "vjp_vs_finite_differences", "error": 3.1e-11,
+                          "tolerance": 1e-05, "passed": true},
+                         {"name": "jvp_vs_vjp", "error": 0.0, "tolerance": 1e-09,
+                          "passed": true},
+                         {"name": "second_order", "error": 2.2e-10,
+                          "tolerance": 0.0001, "passed": true}]}]}
+
+Per op, ``checks`` lists each check run, in this order, with its relative
+``error``, the ``tolerance`` it must stay under and whether it ``passed``:
+``vjp_vs_finite_differences`` (the derived VJP against float64 central
+differences), ``jvp_vs_vjp`` (the adjoint identity ``<J t, u> = <t, J^T u>``;
+for an op without forward mode it has ``"error": null``, ``"passed": null`` and
+the reason in ``"skipped"``) and ``second_order`` (forward mode over the VJP
+against differences of the VJP).  ``custom`` says whether the op's gradient
+uses a grad block; ``custom_rel_diff`` (custom ops only) is
+``|custom - true| / |true|`` over random cotangents, information rather than a
+check.  ``audit`` (ops with a grad block of their own) is the custom-gradient
+audit (``gradc.audit.custom_rules.AuditResult.to_dict``: ``kind`` exact/scaled/clipped/surrogate,
+``summary``, ``surrogate`` as declared, and per gradient the evidence; see
+docs/audit.md).  ``passed`` is true when every check that ran passed.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Sequence
+
+from gradc.audit.gradcheck import TOL, TOL_ADJOINT, TOL_SECOND, CheckResult
+from gradc.tools.term import write_output
+
+
+def _num(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _check(name: str, error: float | None, tol: float) -> dict:
+    passed = error is not None and error < tol     # NaN compares false: not passed
+    return {"name": name, "error": _num(error), "tolerance": tol, "passed": passed}
+
+
+def result_dict(r: CheckResult) -> dict:
+    """One op's entry of the report (see the module docstring)."""
+    checks = [_check("vjp_vs_finite_differences", r.error, TOL)]
+    checks[0]["passed"] = bool(r.ok)        # also false for non-finite values
+    if r.jvp_error is not None:
+        checks.append(_check("jvp_vs_vjp", r.jvp_error, TOL_ADJOINT))
+    else:
+        checks.append({"name": "jvp_vs_vjp", "error": None, "tolerance": TOL_ADJOINT,
+                       "passed": None, "skipped": r.jvp_missing or "not run"})
+    checks.append(_check("second_order", r.second_error, TOL_SECOND))
+    out = {"op": r.op, "passed": bool(r.passed), "custom": bool(r.custom),
+           "note": r.note, "checks": checks}
+    if r.custom:
+        out["custom_rel_diff"] = _num(r.custom_rel_diff)
+    audit = getattr(r, "audit", None)
+    if audit is not None:
+        out["audit"] = json.loads(json.dumps(audit.to_dict(), default=_num_or_str))
+    return out
+
+
+def _num_or_str(x):
+    """JSON for the audit's values that json cannot write: NumPy numbers, spans."""
+    try:
+        return _num(float(x))
+    except (TypeError, ValueError):
+        return str(x)
+
+
+def report_dict(spec: str | Path, results: Sequence[CheckResult], seed: int = 0,
+                imported: Sequence = ()) -> dict:
+    """The whole report of ``gradc check`` on ``spec``; ``imported``: the audits of
+    imported ops' rules that its gradients use (``imported_rules``: a wrong one
+    that is not marked ``surrogate`` fails the report)."""
+    import gradc
+    ops = [result_dict(r) for r in results]
+    rules = [a.to_dict() for a in imported]
+    passed = all(o["passed"] for o in ops) and all(a.warning is None for a in imported)
+    return {"spec": str(spec), "seed": seed, "gradc": gradc.__version__,
+            "passed": passed, "ops": ops, "imported_rules": rules}
+
+
+def write_report(report: dict, path: str | Path) -> None:
+    """Write ``report`` as indented JSON to ``path``, or to stdout when it is ``-``."""
+    write_output(path, json.dumps(report, indent=1, allow_nan=False) + "\n")

@@ -1,0 +1,284 @@
+"""``gradc testgen``: the generated pytest file passes on the example files, fails on
+broken gradients, and is deterministic."""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gradc
+from gradc.tools.cli import main
+from gradc.tools.testgen import write_tests
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+ROOT = EXAMPLES.parent
+
+
+def run_pytest(test_file: Path) -> tuple[int, str]:
+    """pytest on one file in a subprocess (gradc from this checkout, the session's cache)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "no:xdist", "-p", "no:randomly", str(test_file)],
+                          cwd=test_file.parent, env=env, capture_output=True, text=True,
+                          timeout=1200)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def tables(text: str) -> dict:
+    """The generated file's module-level tables (literals), by name."""
+    out = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and node.targets[0].id.isupper():
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:            # FLOAT, INT: NumPy dtypes
+                pass
+    return out
+
+
+# Tests per op: vjp against fwd_bwd 1, finite differences 1 (derived gradients) or
+# linearity 1 (custom rules with a jvp), fused against unfused 3 or 4 (with a jvp),
+# adjoint identity 1 (with a jvp), Python float 1 (generic elementwise ops of one
+# parameter), dtypes 2 (generic) or 1 (declared), wrong dtype 1.
+# activations: 6 generic elementwise ops x 11 + add_bias 9 = 75; seed: custom_linear and
+# clipped_relu 8 (no jvp), sign_ste and scaled_tanh 11, mlp, softmax_xent, critic and
+# gradient_penalty 9 = 74; wgan_gp: 4 ops with declared shapes x 9 = 36.
+EXPECTED = {"activations.grad": 75, "seed.grad": 74, "wgan_gp.grad": 36}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_generated_tests_pass_on_the_examples(tmp_path, name) -> None:
+    out = tmp_path / "ci" / f"test_{Path(name).stem}.py"
+    out.parent.mkdir()
+    assert main(["testgen", str(EXAMPLES / name), "-o", str(out)]) == 0
+    rc, log = run_pytest(out)
+    assert rc == 0, log
+    assert re.search(rf"^{EXPECTED[name]} passed", log, re.M) and "skipped" not in log, log
+
+
+def test_what_the_seed_file_tests(tmp_path, capsys) -> None:
+    out = tmp_path / "test_seed.py"
+    assert main(["testgen", str(EXAMPLES / "seed.grad"), "-o", str(out)]) == 0
+    assert capsys.readouterr().out == f"wrote {out}: 74 tests (run: python -m pytest {out})\n"
+    text = out.read_text()
+    t = tables(text)
+    rel = Path(os.path.relpath(EXAMPLES / "seed.grad", tmp_path)).as_posix()
+    assert f"GRAD_FILE = Path(__file__).resolve().parent / {rel!r}\n" in text
+    assert t["FINITE_DIFFERENCES"] == ["softmax_xent", "critic", "gradient_penalty"]
+    assert list(t["CUSTOM"]) == ["custom_linear", "sign_ste", "clipped_relu", "scaled_tanh",
+                                 "mlp"]
+    assert t["CUSTOM"]["sign_ste"] == "the derivative is 0, the rule is not"
+    assert t["CUSTOM"]["scaled_tanh"] == "relative difference to the derivative up to 0.5"
+    assert t["LINEAR_CUSTOM"] == ["sign_ste", "scaled_tanh", "mlp"]     # those with a jvp
+    assert ("custom_linear", "jvp") not in t["METHODS"] and ("mlp", "jvp") in t["METHODS"]
+    assert t["CASES"]["mlp"]["params"][:2] == [("x", (2, 3), "f32", True),
+                                               ("w1", (3, 4), "f32", True)]
+    assert t["CASES"]["softmax_xent"]["params"][1] == ("onehot", (2, 3), "f32", False)
+    assert ("mlp", "declared") in t["DTYPES"] and ("scaled_tanh", "float32") in t["DTYPES"]
+    assert t["SCALAR"] == ["custom_linear", "sign_ste", "clipped_relu", "scaled_tanh"]
+    assert "def test_broadcast_argument" not in text     # no op of seed.grad allows one
+    compile(text, str(out), "exec")
+
+
+def test_the_file_is_deterministic(tmp_path) -> None:
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    a, _ = write_tests(EXAMPLES / "activations.grad", tmp_path / "a" / "test_a.py")
+    b, _ = write_tests(EXAMPLES / "activations.grad", tmp_path / "b" / "test_a.py")
+    assert a.read_bytes() == b.read_bytes()
+    c, _ = write_tests(EXAMPLES / "activations.grad", tmp_path / "test_a.py")
+    diff = [(x, y) for x, y in zip(a.read_text().splitlines(), c.read_text().splitlines())
+            if x != y]
+    assert [x.split(" / ")[0] for x, _ in diff] == ["GRAD_FILE = Path(__file__).resolve().parent"]
+
+
+MUTANT = """
+op wave(x, s) -> y {
+    y = sin(x) * s
+}
+op soft(x) -> y {
+    y = tanh(x)
+} grad(dy) -> dx {
+    dx = dy * (1 - y^2)
+}
+"""
+
+
+@pytest.mark.slow
+def test_generated_tests_fail_on_a_broken_gradient(tmp_path) -> None:
+    """Tests generated for correct ops (a derived gradient; a custom rule that is the
+    derivative, so finite differences apply) fail once the gradients are wrong."""
+    spec = tmp_path / "ops.grad"
+    spec.write_text(MUTANT)
+    out, n = write_tests(spec, tmp_path / "test_ops.py")
+    t = tables(out.read_text())
+    assert t["FINITE_DIFFERENCES"] == ["wave", "soft"] and not t["CUSTOM"]
+    assert t["BROADCAST"] == [("wave", "x", ()), ("wave", "s", ())]
+    rc, log = run_pytest(out)
+    assert rc == 0 and re.search(rf"^{n} passed", log, re.M), log
+    # The same ops with wrong gradients: wave's rule misses a factor, soft's is halved.
+    spec.write_text(MUTANT.replace("y = sin(x) * s\n}", "y = sin(x) * s\n} grad(dy) -> "
+                                   "(dx, ds) {\n    dx = dy * cos(x)\n    ds = dy * sin(x)\n}")
+                    .replace("dx = dy * (1 - y^2)", "dx = 0.5 * dy * (1 - y^2)"))
+    rc, log = run_pytest(out)
+    failed = sorted(re.findall(r"^FAILED test_ops.py::(\S+)", log, re.M))
+    assert rc == 1 and failed == ["test_vjp_matches_finite_differences[soft]",
+                                  "test_vjp_matches_finite_differences[wave]"], log
+
+
+
+def test_an_unmarked_wrong_rule_gets_the_finite_difference_test(tmp_path) -> None:
+    """A custom rule that differs from the derivative is exempt from finite
+    differences only when its block is marked 'surrogate'; an unmarked one gets the
+    test (which then fails, as gradc check does) and a W410 warning when generated."""
+    from gradc.errors import GradcWarning
+    spec = tmp_path / "ops.grad"
+    wrong = MUTANT.replace("dx = dy * (1 - y^2)", "dx = 0.5 * dy * (1 - y^2)")
+    spec.write_text(wrong)
+    with pytest.warns(GradcWarning, match=r"op 'soft': its custom gradient differs .* "
+                                          r"not marked 'surrogate'"):
+        out, _ = write_tests(spec, tmp_path / "test_ops.py")
+    t = tables(out.read_text())
+    assert t["FINITE_DIFFERENCES"] == ["wave", "soft"] and not t["CUSTOM"]
+    spec.write_text(wrong.replace("grad(dy) -> dx {", "grad(dy) -> dx surrogate {"))
+    out, _ = write_tests(spec, tmp_path / "test_ops.py")
+    t = tables(out.read_text())
+    assert t["FINITE_DIFFERENCES"] == ["wave"] and list(t["CUSTOM"]) == ["soft"]
+
+
+def test_w410_of_an_op_without_a_rule_names_the_op_whose_rule_it_is(tmp_path) -> None:
+    """An op with no grad block of its own, whose gradient goes through another op's
+    unmarked wrong rule: its W410 says whose block to mark."""
+    import warnings
+
+    from gradc.errors import GradcWarning
+    spec = tmp_path / "ops.grad"
+    spec.write_text(MUTANT.replace("dx = dy * (1 - y^2)", "dx = 0.5 * dy * (1 - y^2)")
+                    + "op twice(x) -> z {\n    z = soft(x) * 2\n}\n")
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always", GradcWarning)
+        write_tests(spec, tmp_path / "test_ops.py")
+    twice, = [w.message for w in seen if "op 'twice'" in w.message.message]
+    assert "goes through the custom gradient of 'soft', which differs" in twice.message
+    assert "mark the grad block of 'soft'" in " ".join(twice.notes)
+
+@pytest.mark.slow
+def test_generated_tests_fail_on_a_broken_method(tmp_path) -> None:
+    """A module whose jvp is off by 0.1 % and whose unfused forward is too (gradc.load
+    patched by a conftest.py beside the tests) fails the adjoint and fused-vs-unfused
+    tests, and only those."""
+    spec = tmp_path / "ops.grad"
+    spec.write_text(MUTANT)
+    out, _ = write_tests(spec, tmp_path / "test_ops.py")
+    (tmp_path / "conftest.py").write_text('''
+import gradc
+
+
+class Delegate:
+    def __init__(self, op):
+        self.op = op
+
+    def __getattr__(self, name):
+        return getattr(self.op, name)
+
+    def __call__(self, *args, **kwargs):
+        return self.op(*args, **kwargs)
+
+
+class WrongJvp(Delegate):
+    def jvp(self, *args):
+        y, t = self.op.jvp(*args)
+        return y, t * 1.001
+
+
+class WrongForward(Delegate):
+    def __call__(self, *args):
+        return self.op(*args) * 1.001
+
+
+real_load = gradc.load
+
+
+def load(path):
+    module = real_load(path)
+    soft = WrongJvp(module.OPS["soft"])
+    soft.unfused = WrongForward(module.OPS["soft"].unfused)
+    return type("Module", (), {"OPS": dict(module.OPS, soft=soft)})
+
+
+gradc.load = load
+''')
+    rc, log = run_pytest(out)
+    failed = sorted(re.findall(r"^FAILED test_ops.py::(\S+)", log, re.M))
+    assert rc == 1 and failed == ["test_adjoint_identity[soft]",
+                                  "test_fused_matches_unfused[soft-forward]",
+                                  "test_fused_matches_unfused[soft-jvp]"], log
+
+
+def test_errors(tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.grad"
+    bad.write_text("op f(x) -> y { y = q }\n")
+    assert main(["testgen", str(EXAMPLES / "activations.grad"), "-o", str(tmp_path / "ci.py")]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "note: pytest collects test_*.py and *_test.py files by default; name it so to have it "
+        "run with the rest of your tests")
+    assert main(["testgen", str(bad), "-o", str(tmp_path / "t.py")]) == 1
+    assert "bad.grad:1:20: error[E201]: undefined name 'q'" in capsys.readouterr().err
+    assert not (tmp_path / "t.py").exists()
+    assert main(["testgen", str(tmp_path / "none.grad"), "-o", str(tmp_path / "t.py")]) == 1
+    with pytest.raises(SystemExit):
+        main(["testgen", str(bad)])                       # -o is required
+    assert gradc.__version__ in write_tests(EXAMPLES / "activations.grad",
+                                            tmp_path / "t.py")[0].read_text().splitlines()[0]
+
+
+def _import(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_seed_avoids_kinks(tmp_path) -> None:
+    """A ReLU of 300 float32 elements: at the finite-difference step of float32, the
+    points of seeds 0 and 1 have an element within a step of the kink; the file uses
+    seed 2, at which the test passes, and would fail at seed 0."""
+    spec = tmp_path / "ramp.grad"
+    spec.write_text("op ramp(x: f32[300]) -> y { y = 3 * max(x, 0) }\n")
+    out, _ = write_tests(spec, tmp_path / "test_ramp.py")
+    generated = _import(out)
+    assert generated.CASES["ramp"]["seed"] == 2
+    ops = gradc.load(spec)
+    generated.test_vjp_matches_finite_differences(ops, "ramp")
+    generated.CASES["ramp"]["seed"] = 0
+    with pytest.raises(AssertionError):
+        generated.test_vjp_matches_finite_differences(ops, "ramp")
+
+
+@pytest.mark.parametrize("name, op", [("seed.grad", "gradient_penalty"),
+                                      ("activations.grad", "huber"),
+                                      ("wgan_gp.grad", "critic_loss")])
+def test_the_generator_draws_what_the_file_draws(tmp_path, name, op) -> None:
+    """The generator chooses seeds on the inputs the file's make_inputs draws."""
+    from gradc.frontend.check import load_program
+    from gradc.pipeline import build_op
+    from gradc.tools.testgen import drawn_inputs, plan_program
+    out, _ = write_tests(EXAMPLES / name, tmp_path / "test_x.py")
+    generated = _import(out)
+    program = load_program(EXAMPLES / name)
+    cop = build_op(program.ops[op], program.ops, program.consts)
+    plan = next(p for p in plan_program(EXAMPLES / name)[0] if p.name == op)
+    ours = [x for x, p in zip(drawn_inputs(cop, plan, plan.seed), cop.params)
+            if not p.has_default]
+    theirs = generated.make_inputs(op)
+    assert [x.shape for x in ours] == [x.shape for x in theirs]
+    for a, b in zip(ours, theirs):
+        np.testing.assert_array_equal(a, np.asarray(b, np.float64))
