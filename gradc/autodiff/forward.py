@@ -26,10 +26,9 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
+from gradc.autodiff.core import instantiate, is_zero, nan_safe, surface, total, unbroadcast, units
 from gradc.autodiff.linearity import classify, describe_upstreams, is_symbolic_zero
-from gradc.autodiff.reverse import (_instantiate, _is_zero, _mask_zero_cotangent, _surface,
-                                    _total, _unbroadcast, _unit_order, check_gradient_count,
-                                    vjp)
+from gradc.autodiff.reverse import check_gradient_count, vjp
 from gradc.errors import GradientError
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, CustomRegion, Graph, Node
@@ -47,7 +46,7 @@ def jvp(graph: Graph, tangents: Mapping[int, int], roots: Sequence[int]) -> list
     """
     tan: dict[int, int] = dict(tangents)
     live = _live_nodes(graph, tan, roots)
-    for unit in _unit_order(graph, live):
+    for unit in units(graph, live):
         if isinstance(unit, CustomRegion):
             _custom_jvp(graph, unit, tan)
         elif unit not in tan and graph.node(unit).args:
@@ -77,13 +76,10 @@ def _node_jvp(graph: Graph, node: Node, tan: dict[int, int]) -> int | None:
         t = tan.get(a)
         if rule is None or t is None:
             continue
-        part = _instantiate(graph, rule, node, {f"{prim.params[i]}_t": t}, b)
-        if _is_zero(graph, part):
-            continue
-        if prim.masks_zero_cotangent and node.attr("zero_mask", True):  # 0 stays 0 at inf slope
-            part = _mask_zero_cotangent(b, t, part)
-        parts.append(part)
-    t = _total(graph, parts)
+        part = instantiate(graph, rule, node, {f"{prim.params[i]}_t": t}, b)
+        if not is_zero(graph, part):
+            parts.append(nan_safe(b, node, part, t))
+    t = total(graph, parts)
     if t is not None and graph.node(t).shape != node.shape:
         t = b.apply("sum_to", (t, node.id))          # broadcast up to the node's shape
     return t
@@ -134,7 +130,7 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
         g = scope[gname]
         if t is None or is_symbolic_zero(graph, g):
             continue
-        roots.append(_unbroadcast(Builder(graph, span=graph.node(g).span), g, a))
+        roots.append(unbroadcast(Builder(graph, span=graph.node(g).span), g, a))
         seeds.append(t)
     out = vjp(graph, roots, seeds, ups) if roots else [None] * len(ups)
     leaked = _values_read(graph, [t for t in out if t is not None]) & set(ups)
@@ -188,7 +184,7 @@ def _require_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: d
         used = [n for n, u in zip(block.upstreams, ups) if u in bad.depends]
         raise GradientError(
             f"op '{op.name}' has no forward mode: gradient '{gname}' of its grad block is "
-            f"not linear in the {describe_upstreams(used)}: '{_surface(node.op)}' is "
+            f"not linear in the {describe_upstreams(used)}: '{surface(node.op)}' is "
             "applied to it nonlinearly here", node.span or block.span, "E405", notes)
     return set(verdict)
 

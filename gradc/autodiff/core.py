@@ -1,0 +1,90 @@
+"""The machinery both walkers share: reverse mode (:mod:`gradc.autodiff.reverse`)
+and forward mode (:mod:`gradc.autodiff.forward`) differ only in the direction of
+the walk and in which rule of the table they instantiate.
+
+- :func:`instantiate`: a primitive's rule (a .grad expression of the table) as
+  nodes, over the node's operands, ``out``, its attributes and the cotangent
+  ``g`` or a tangent ``x_t``;
+- :func:`total`: contributions accumulated (gradients always accumulate), the
+  symbolic zeros dropped;
+- :func:`unbroadcast`: a contribution summed back to its operand's shape;
+- :func:`nan_safe`: a rule's result kept 0 where its cotangent or tangent is 0
+  and the local derivative is inf or NaN;
+- :func:`units`: the order of a walk, an outermost custom region as one unit.
+"""
+from __future__ import annotations
+
+from gradc.autodiff.rules import rule_ast
+from gradc.ir.builder import Builder
+from gradc.ir.graph import CustomRegion, Graph, Node, outermost_regions, unit_order
+from gradc.ir.primitives import INFIX, PRIMITIVES
+
+
+def units(graph: Graph, live: set[int]) -> list[int | CustomRegion]:
+    """Live nodes in topological order, each outermost custom region as one unit
+    (reverse mode walks it backwards)."""
+    return unit_order(graph, live, outermost_regions(graph))
+
+
+def is_zero(graph: Graph, nid: int) -> bool:
+    """Whether node ``nid`` is a symbolic zero: the constant 0."""
+    node = graph.node(nid)
+    return node.op == "const" and node.value == 0
+
+
+def total(graph: Graph, parts: list[int]) -> int | None:
+    """The sum of the contributions ``parts`` to one cotangent or tangent; None
+    (no contribution) when every part is a symbolic zero."""
+    parts = [p for p in parts if not is_zero(graph, p)]
+    if not parts:
+        return None
+    acc = parts[0]
+    b = Builder(graph)
+    for p in parts[1:]:
+        acc = b.apply("add", (acc, p), span=graph.node(p).span)
+    return acc
+
+
+def unbroadcast(b: Builder, ct: int, operand: int) -> int:
+    """``ct`` summed to ``operand``'s shape class, where a primitive broadcast it."""
+    graph = b.graph
+    if graph.node(ct).shape == graph.node(operand).shape:
+        return ct
+    return b.apply("sum_to", (ct, operand))
+
+
+def instantiate(graph: Graph, rule: str, node: Node, extra: dict[str, int], b: Builder) -> int:
+    """Lower a rule of ``node``'s primitive: its operands by parameter name, ``out``,
+    its attributes, and ``extra`` (the cotangent ``g``, or a tangent ``x_t``)."""
+    from gradc.ir.lower import Attr, Lowerer
+    prim = PRIMITIVES[node.op]
+    scope = dict(zip(prim.params, node.args))
+    scope.update(out=node.id, **extra)
+    scope.update({k: Attr(v) for k, v in node.attrs})
+    return Lowerer(graph, {}, {}, rules=True, span=node.span).expr(rule_ast(rule), scope)
+
+
+def nan_safe(b: Builder, node: Node, part: int, scale: int) -> int:
+    """``part``, a rule's result for ``node`` that is linear in ``scale`` (the
+    cotangent ``g``, or an operand's tangent), made NaN-safe where the primitive's
+    local derivative can be inf or NaN: a zero ``scale`` gives a zero ``part``,
+    not ``0 * inf`` (which would leak NaN from the unselected branch of a
+    ``where``; docs/numerics.md)."""
+    if PRIMITIVES[node.op].masks_zero_cotangent and node.attr("zero_mask", True):
+        return mask_zero_cotangent(b, scale, part)
+    return part
+
+
+def mask_zero_cotangent(b: Builder, g: int, ct: int) -> int:
+    """``ct`` (a rule's result for cotangent ``g``), but 0 where ``g`` is 0 and ``ct``
+    is NaN (``0 * inf``, ``0 / 0``).  Only there: where ``ct`` is a number, a
+    derivative of the gradient (second order) still sees ``ct``'s dependence on ``g``
+    (``where(g == 0, 0, ct)`` would make it 0 wherever a cotangent is 0)."""
+    zero = b.const(0.0)
+    nan_at_zero = b.apply("mul", (b.apply("eq", (g, zero)), b.apply("ne", (ct, ct))))
+    return b.apply("where", (nan_at_zero, zero, ct))
+
+
+def surface(op: str) -> str:
+    """The .grad spelling of a primitive, for messages."""
+    return INFIX.get(op) or {"neg": "unary -", "maximum": "max", "minimum": "min"}.get(op, op)
