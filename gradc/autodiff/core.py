@@ -6,7 +6,8 @@ the walk and in which rule of the table they instantiate.
   nodes, over the node's operands, ``out``, its attributes and the cotangent
   ``g`` or a tangent ``x_t``;
 - :func:`total`: contributions accumulated (gradients always accumulate), the
-  symbolic zeros dropped;
+  zeros dropped (:func:`is_zero`, the one test of a zero; None is the walkers'
+  symbolic zero, :func:`zeros_like` the value it stands for);
 - :func:`unbroadcast`: a contribution summed back to its operand's shape;
 - :func:`nan_safe`: a rule's result kept 0 where its cotangent or tangent is 0
   and the local derivative is inf or NaN;
@@ -15,6 +16,7 @@ the walk and in which rule of the table they instantiate.
 from __future__ import annotations
 
 from gradc.autodiff.rules import rule_ast
+from gradc.errors import Span
 from gradc.ir.builder import Builder
 from gradc.ir.graph import CustomRegion, Graph, Node, outermost_regions, unit_order
 from gradc.ir.primitives import INFIX, PRIMITIVES
@@ -27,9 +29,22 @@ def units(graph: Graph, live: set[int]) -> list[int | CustomRegion]:
 
 
 def is_zero(graph: Graph, nid: int) -> bool:
-    """Whether node ``nid`` is a symbolic zero: the constant 0."""
+    """Whether node ``nid`` is a zero: the constant 0, or an array of zeros
+    (``full_like(x, 0)``, which ``zeros_like`` and :func:`zeros_like` build).
+
+    The one test of a zero, for both walkers (a zero contribution is dropped, so
+    a cotangent or tangent with none is None, the walkers' symbolic zero),
+    linearity (a zero is linear in anything) and simplification (``x + 0``)."""
     node = graph.node(nid)
+    while node.op == "full_like":
+        node = graph.node(node.args[1])       # the fill value
     return node.op == "const" and node.value == 0
+
+
+def zeros_like(b: Builder, like: int, span: Span | None = None) -> int:
+    """A zero array of ``like``'s shape class, where a symbolic zero (None) must
+    become a value: a gradient output, a custom block's upstream, a ``grad()``."""
+    return b.apply("full_like", (like, b.const(0.0, span=span)), span=span)
 
 
 def total(graph: Graph, parts: list[int]) -> int | None:

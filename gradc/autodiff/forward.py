@@ -27,7 +27,7 @@ import math
 from typing import Mapping, Sequence
 
 from gradc.autodiff.core import instantiate, is_zero, nan_safe, surface, total, unbroadcast, units
-from gradc.autodiff.linearity import classify, describe_upstreams, is_symbolic_zero
+from gradc.autodiff.linearity import classify, describe_upstreams
 from gradc.autodiff.reverse import check_gradient_count, vjp
 from gradc.errors import GradientError
 from gradc.ir.builder import Builder
@@ -128,7 +128,7 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
     roots, seeds = [], []
     for (p, a), gname, t in zip(diff, block.outputs, tangents):
         g = scope[gname]
-        if t is None or is_symbolic_zero(graph, g):
+        if t is None or is_zero(graph, g):
             continue
         roots.append(unbroadcast(Builder(graph, span=graph.node(g).span), g, a))
         seeds.append(t)
@@ -170,7 +170,7 @@ def _require_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: d
         g = scope[gname]
         stmt = next((s for s in block.body if s.target == gname), None)
         if g not in verdict:
-            if is_symbolic_zero(graph, g):
+            if is_zero(graph, g):
                 continue
             raise GradientError(
                 f"op '{op.name}' has no forward mode: gradient '{gname}' of its grad block "

@@ -26,13 +26,16 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from gradc.autodiff.core import zeros_like
 from gradc.autodiff.reverse import live_nodes, outermost_regions, vjp
+from gradc.ir.builder import Builder
 from gradc.ir.graph import CustomRegion, Graph
 from gradc.ir.primitives import PRIMITIVES
 
 
-def gradient(graph: Graph, f: int, wrt: int, seed: int) -> int | None:
-    """``seed * d f / d wrt`` as a node of ``graph`` (None for a symbolic zero).
+def gradient(graph: Graph, f: int, wrt: int, seed: int) -> int:
+    """``seed * d f / d wrt`` as a node of ``graph`` (a zero array of ``wrt``'s shape
+    where it is a symbolic zero).
 
     ``f`` is a 0-d float node, ``wrt`` a float node, ``seed`` a 0-d cotangent.
     The result has ``wrt``'s shape class and is differentiable again (see the
@@ -44,7 +47,7 @@ def gradient(graph: Graph, f: int, wrt: int, seed: int) -> int | None:
     since = graph.next_id
     (g,) = vjp(graph, [f], [seed], [wrt])
     if g is None:
-        return None
+        return zeros_like(Builder(graph, graph.node(seed).span), wrt)
     mapping = _detach(graph, wrt, since, applied)
     return mapping.get(g, g)
 

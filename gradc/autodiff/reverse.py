@@ -18,7 +18,8 @@ from typing import Sequence
 
 import networkx as nx
 
-from gradc.autodiff.core import instantiate, is_zero, nan_safe, surface, total, unbroadcast, units
+from gradc.autodiff.core import (instantiate, is_zero, nan_safe, surface, total, unbroadcast,
+                                 units, zeros_like)
 from gradc.autodiff.linearity import classify, describe_upstreams
 from gradc.autodiff.rules import COMPOSITES
 from gradc.errors import GradcWarning, GradientError
@@ -98,7 +99,7 @@ def _custom_vjp(graph: Graph, region: CustomRegion, cts: dict[int, list[int]],
     b = Builder(graph)
     scope = block_scope(graph, region)
     for name, u, o in zip(block.upstreams, ups, region.outputs):
-        scope[name] = u if u is not None else b.apply("full_like", (o, b.const(0.0)))
+        scope[name] = u if u is not None else zeros_like(b, o)
     since = graph.next_id
     scope = Lowerer(graph, region.ops, region.consts).body(block.body, scope)
     diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]

@@ -229,8 +229,6 @@ class Lowerer:
         g = gradient(self.graph, f, wrt, self.b.const(1.0, FLOAT, e.span))
         if self.size is not None:       # None inside a grad block: checked by the caller
             self.size.check(self.graph, e.span)
-        if g is None:
-            return self.b.apply("full_like", (wrt, self.b.const(0.0, FLOAT, e.span)), span=e.span)
         return g
 
 

@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from gradc.autodiff.core import is_zero
 from gradc.ir.builder import Builder
 from gradc.ir.graph import Graph, Node
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES
@@ -43,18 +44,18 @@ def _fold(graph: Graph, node: Node) -> int | None:
     return Builder(graph, node.span).const(value, node.dtype)
 
 
-def _operand_if(graph: Graph, node: Node, i: int, cond: Callable[[float | None], bool]):
-    """Operand ``1 - i`` when operand ``i`` is a constant satisfying ``cond``."""
+def _operand_if(graph: Graph, node: Node, i: int, cond: Callable[[int], bool]):
+    """Operand ``1 - i`` when operand ``i`` satisfies ``cond``."""
     other = node.args[1 - i]
-    if cond(_const(graph, node.args[i])) and _same_shape(graph, other, node):
+    if cond(node.args[i]) and _same_shape(graph, other, node):
         return other
     return None
 
 
 def _identities(graph: Graph, node: Node) -> int | None:
     op, args = node.op, node.args
-    is0 = lambda v: v == 0
-    is1 = lambda v: v == 1
+    is0 = lambda a: is_zero(graph, a)          # 0, or zeros_like(x)
+    is1 = lambda a: _const(graph, a) == 1
     if op in ("identity", "stop_gradient") or (op == "cast" and
                                                 graph.node(args[0]).dtype == node.dtype):
         return args[0]
