@@ -82,24 +82,19 @@ def instantiate(graph: Graph, rule: str, node: Node, extra: dict[str, int], b: B
 def nan_safe(b: Builder, node: Node, part: int, scale: int) -> int:
     """``part``, a rule's result for ``node`` that is linear in ``scale`` (the
     cotangent ``g``, or an operand's tangent), made NaN-safe where the primitive's
-    local derivative can be inf or NaN: a zero ``scale`` gives a zero ``part``,
-    not ``0 * inf`` (which would leak NaN from the unselected branch of a
-    ``where``; docs/numerics.md)."""
+    local derivative can be inf or NaN: ``zero_masked(part, scale)`` is 0 where
+    ``scale`` is 0 and ``part`` is NaN (``0 * inf``, ``0 / 0``, which would leak NaN
+    from the unselected branch of a ``where``; docs/numerics.md).  Only there: where
+    ``part`` is a number, a derivative of the gradient (second order) still sees its
+    dependence on ``scale`` (``where(g == 0, 0, ct)`` would make it 0 wherever a
+    cotangent is 0)."""
     if PRIMITIVES[node.op].masks_zero_cotangent and node.attr("zero_mask", True):
-        return mask_zero_cotangent(b, scale, part)
+        return b.apply("zero_masked", (part, scale))
     return part
 
 
-def mask_zero_cotangent(b: Builder, g: int, ct: int) -> int:
-    """``ct`` (a rule's result for cotangent ``g``), but 0 where ``g`` is 0 and ``ct``
-    is NaN (``0 * inf``, ``0 / 0``).  Only there: where ``ct`` is a number, a
-    derivative of the gradient (second order) still sees ``ct``'s dependence on ``g``
-    (``where(g == 0, 0, ct)`` would make it 0 wherever a cotangent is 0)."""
-    zero = b.const(0.0)
-    nan_at_zero = b.apply("mul", (b.apply("eq", (g, zero)), b.apply("ne", (ct, ct))))
-    return b.apply("where", (nan_at_zero, zero, ct))
-
-
 def surface(op: str) -> str:
-    """The .grad spelling of a primitive, for messages."""
-    return INFIX.get(op) or {"neg": "unary -", "maximum": "max", "minimum": "min"}.get(op, op)
+    """The .grad spelling of a primitive, for messages (``zero_masked``, which no
+    file spells, by its NaN test ``ct != ct``, where it reads its operand nonlinearly)."""
+    return INFIX.get(op) or {"neg": "unary -", "maximum": "max", "minimum": "min",
+                             "zero_masked": "!="}.get(op, op)

@@ -151,6 +151,7 @@ def jax_framework() -> Framework:
         broadcast_in=lambda x, like, axis, keepdims: jnp.broadcast_to(
             _expand(x, jnp.ndim(like), axis, keepdims, jnp.expand_dims), jnp.shape(like)),
         size_ratio=lambda x, y: np.float32(np.size(x) / max(np.size(y), 1)),
+        zero_masked=lambda x, u: jnp.where((u == 0) & jnp.isnan(x), jnp.zeros_like(x), x),
     )
     return Framework("jax", ops, dtype=np.dtype,
                      asarray=lambda v, dt: np.asarray(v, dtype=dt),
@@ -223,6 +224,7 @@ def torch_framework() -> Framework:
         broadcast_in=lambda x, like, axis, keepdims: _expand(
             x, like.ndim, axis, keepdims, torch.unsqueeze).expand(like.shape),
         size_ratio=lambda x, y: torch.tensor(x.numel() / max(y.numel(), 1)),
+        zero_masked=lambda x, u: torch.where((u == 0) & torch.isnan(x), torch.zeros_like(x), x),
     )
     return Framework("torch", ops, dtype=_torch_dtype, asarray=_torch_asarray,
                      cast=lambda v, dt: v if v.dtype == dt else v.to(dt),

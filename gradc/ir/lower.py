@@ -22,7 +22,8 @@ from gradc.ir.primitives import BINARY_OPS, COMPARE_OPS, PRIMITIVES
 from gradc.ir.shapes import Shape
 
 # Primitives that derivative rules may call but .grad files may not.
-INTERNAL = ("broadcast_in", "sum_to", "size_ratio", "transpose", "matmul", "cast", "identity")
+INTERNAL = ("broadcast_in", "sum_to", "size_ratio", "transpose", "matmul", "cast", "identity",
+            "zero_masked")
 _RENAMED = {"max": "maximum", "min": "minimum"}
 _DTYPE_OF = {"f16": FLOAT, "f32": FLOAT, "f64": FLOAT, "i32": "i32", "i64": "i64",
              "bool": "bool", None: FLOAT}

@@ -97,7 +97,7 @@ class Primitive:
 # NaN; not square: 2 * inf.)
 _BOUNDED = frozenset("""add sub neg identity cast where clip full_like abs maximum minimum
     atan tanh sigmoid softplus erf erfc sum mean max min transpose sum_to
-    broadcast_in matmul""".split())
+    broadcast_in matmul zero_masked""".split())
 
 
 def _ew(name, params, ref, vjp, cpu, **kw) -> Primitive:
@@ -208,6 +208,14 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _unary("identity", lambda x: x, "g", "{x}", float_only=False, dtype="same", linear=(0,)),
     _unary("stop_gradient", lambda x: x, None, "{x}", float_only=False, dtype="same",
            differentiable=False, linear=(0,)),
+    # zero_masked(x, u): x, but 0 where u == 0 and x is NaN. The NaN-safe product of
+    # autodiff (core.nan_safe): x is a rule's result, linear in the cotangent or tangent u,
+    # and 0 * inf must stay 0. Where x is a number it is x, so a derivative of a gradient
+    # sees x's dependence on u; its own derivative passes g where it does not mask.
+    # Internal; not linear as the analysis sees it (it reads u and tests x for NaN).
+    _ew("zero_masked", "x u", lambda x, u: np.where((u == 0) & (x != x), 0.0, x),
+        ("where((u == 0) * (x != x), 0, g)", None),
+        "({dt}(0) if (({u} == {dt}(0)) & ({x} != {x})) else {x})"),
     # --- elementwise math ----------------------------------------------------
     _unary("abs", np.abs, "g * sign(x)", "abs({x})", float_only=False, dtype="same"),
     # Selects, not np.sign: Numba's np.sign gives -0.0 for -0.0 (NumPy: 0.0) and its

@@ -76,32 +76,26 @@ def _identities(graph: Graph, node: Node) -> int | None:
     if op == "where" and _const(graph, args[0]) is not None:
         pick = args[1] if _const(graph, args[0]) != 0 else args[2]
         return pick if _same_shape(graph, pick, node) else None
-    if op == "where" and _is_needless_zero_mask(graph, node):
-        return args[2]
+    if op == "zero_masked" and _is_needless_mask(graph, node):
+        return args[0]
     return None
 
 
-def _is_needless_zero_mask(graph: Graph, node: Node) -> bool:
-    """``where((g == 0) * (ct != ct), 0, ct)`` (reverse mode's zero-cotangent mask,
-    ``reverse._mask_zero_cotangent``, and forward mode's) where ``ct`` is ``g``
-    times a factor that :func:`bound` proves finite: ``ct`` is ``±0`` wherever
-    ``g == 0``, so the mask never selects.  For a constant factor removing it keeps
+def _is_needless_mask(graph: Graph, node: Node) -> bool:
+    """``zero_masked(ct, g)`` (the NaN-safe product of both walkers,
+    ``autodiff.core.nan_safe``: 0 where ``g == 0`` and ``ct`` is NaN) where ``ct``
+    is ``g`` times a factor that :func:`bound` proves finite: ``ct`` is ``±0``
+    wherever ``g == 0``, so the mask never selects.  For a constant factor removing it keeps
     every bit; for a bounded function of the inputs (``dy * sigmoid(x)`` in swish's
     gradient, ``dy * (1 + tanh(u))`` in gelu's) it keeps every bit at every input
     that is not NaN, ±inf included.  Where such a factor's input is NaN the factor
     is NaN and the contribution is NaN, as IEEE arithmetic and ``jax.vjp`` give,
     not 0 (the bounded primitive's own rule, never masked, was NaN there already).
     The mask cost swish's fused ``fwd_bwd`` 26 % of its time."""
-    cond, zero, ct = node.args
-    c, ctn = graph.node(cond), graph.node(ct)
-    if _const(graph, zero) != 0 or c.op != "mul" or ctn.op != "mul":
+    ct, g = node.args
+    ctn = graph.node(ct)
+    if ctn.op != "mul":
         return False
-    eq, ne = (graph.node(a) for a in c.args)
-    if eq.op == "ne":
-        eq, ne = ne, eq
-    if eq.op != "eq" or ne.op != "ne" or ne.args != (ct, ct) or _const(graph, eq.args[1]) != 0:
-        return False
-    g = eq.args[0]
     others = [a for a in ctn.args if a != g]
     if len(others) != 1 or g not in ctn.args:
         return False
@@ -120,7 +114,7 @@ def bound(graph: Graph, nid: int) -> float | None:
 
     Interval arithmetic on magnitudes: constants, the ranges of ``_RANGES``, and
     ``neg abs identity cast add sub mul square maximum minimum where clip
-    full_like broadcast_in`` of bounded operands (``add``: the sum of the bounds,
+    full_like broadcast_in zero_masked`` of bounded operands (``add``: the sum of the bounds,
     ``mul``: the product...).  Bounds above 1e30 count as none, so that no rounding
     in float32 can reach inf."""
     memo: dict[int, float | None] = {}
@@ -148,6 +142,8 @@ def _bound_operands(node: Node) -> tuple[int, ...]:
         return node.args[:1] if node.op == "broadcast_in" else node.args
     if node.op == "where":
         return node.args[1:]
+    if node.op == "zero_masked":
+        return node.args[:1]            # ct, or 0
     if node.op == "clip":
         return node.args[1:]            # clip(x, lo, hi) lies between lo and hi
     if node.op == "full_like":

@@ -176,6 +176,10 @@ def _other_cases() -> list[Case]:
         # identity: marks the result of a call of an op with a grad block
         Case("i_identity", ("identity",), "x", "    r = 3 * same(x)", ((4,),), (REAL,),
              extra=_SAME),
+        # zero_masked: the NaN-safe products of a gradient (sin's and mul's rules), which
+        # the derivatives of r differentiate in turn (second order)
+        Case("i_zero_masked", ("zero_masked",), "x", "    r = grad(sum(sin(x) * x), x)",
+             ((4,),), (REAL,)),
     ]
     return cases
 
@@ -657,6 +661,19 @@ def test_pow_at_zero_base(gen) -> None:
 def test_pow_negative_base_integer_exponent(gen) -> None:
     # (-2)^3: d/dx = 3 * (-2)^2 = 12; d/dy is not real, taken as 0 (no NaN)
     assert_grads(gen, "p_pow", [_a(-2, -1), _a(3, 2)], [_a(12, -2), _a(0, 0)])
+
+
+def test_zero_masked_is_zero_only_for_a_zero_scale_and_a_nan_value(gen) -> None:
+    """``zero_masked(x, u)``: 0 where u == 0 and x is NaN, else x (-0.0 and inf kept)."""
+    ref = PRIMITIVES["zero_masked"].ref
+    x, u = _a(np.nan, np.nan, 1, np.inf, -0.0, np.nan), _a(0, 1, 0, 0, 0, -0.0)
+    got = ref(x, u)
+    np.testing.assert_array_equal(got, _a(0, np.nan, 1, np.inf, -0.0, 0))
+    assert np.signbit(got[4]) and not np.signbit(got[5])
+    # sqrt's VJP dy * 0.5 / sqrt(x): a zero dy gives 0 at x = 0 (0 * inf) and at a NaN
+    # sqrt (x = -1); a nonzero dy gives inf and NaN there, the true values
+    assert_grads(gen, "p_sqrt", [_a(0, 0, -1, -1, 4)], [_a(0, np.inf, 0, np.nan, 0.5)],
+                 vs=[_a(0, 1, 0, 1, 2)])
 
 
 # Derived gradients must be finite where the forward value is (SPEC §1): the unused
