@@ -28,7 +28,8 @@ from typing import Mapping, Sequence
 
 from gradc.autodiff.core import instantiate, is_zero, nan_safe, surface, total, unbroadcast, units
 from gradc.autodiff.linearity import classify, describe_upstreams
-from gradc.autodiff.reverse import check_gradient_count, vjp
+from gradc.autodiff.regions import lower_grad_block
+from gradc.autodiff.reverse import vjp
 from gradc.errors import GradientError
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, CustomRegion, Graph, Node
@@ -109,18 +110,13 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
     is the transpose.  Raises :class:`GradientError` (E405) naming the op and
     the line of the block where linearity is lost.
     """
-    from gradc.autodiff.higher import block_scope
-    from gradc.ir.lower import Lowerer
     op, block = region.op, region.op.grad
     b = Builder(graph)
     since = graph.next_id
     ups = [b.apply("full_like", (o, b.const(math.nan)), span=block.span)
            for o in region.outputs]
-    scope = block_scope(graph, region)
-    scope.update(zip(block.upstreams, ups))
-    scope = Lowerer(graph, region.ops, region.consts).body(block.body, scope)
+    scope = lower_grad_block(graph, region, ups)
     diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
-    check_gradient_count(region, len(diff))
     reads_ups = _require_linear(graph, region, ups, scope, since)
     for nid in reads_ups:             # stop_gradient(dy): the identity, as a map of dy
         if graph.node(nid).op == "stop_gradient":

@@ -18,9 +18,9 @@ from typing import Sequence
 
 import networkx as nx
 
-from gradc.autodiff.core import (instantiate, is_zero, nan_safe, surface, total, unbroadcast,
-                                 units, zeros_like)
+from gradc.autodiff.core import instantiate, is_zero, nan_safe, surface, total, unbroadcast, units
 from gradc.autodiff.linearity import classify, describe_upstreams
+from gradc.autodiff.regions import lower_grad_block
 from gradc.autodiff.rules import COMPOSITES
 from gradc.errors import GradcWarning, GradientError
 from gradc.ir.builder import Builder
@@ -90,35 +90,20 @@ def _node_vjp(graph: Graph, node: Node, g: int, cts: dict[int, list[int]],
 
 def _custom_vjp(graph: Graph, region: CustomRegion, cts: dict[int, list[int]],
                 live: set[int]) -> None:
-    from gradc.autodiff.higher import block_scope
-    from gradc.ir.lower import Lowerer
     ups = [total(graph, cts.pop(o, [])) for o in region.outputs]
     if all(u is None for u in ups):
         return
     op, block = region.op, region.op.grad
-    b = Builder(graph)
-    scope = block_scope(graph, region)
-    for name, u, o in zip(block.upstreams, ups, region.outputs):
-        scope[name] = u if u is not None else zeros_like(b, o)
     since = graph.next_id
-    scope = Lowerer(graph, region.ops, region.consts).body(block.body, scope)
-    diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
-    check_gradient_count(region, len(diff))
+    scope = lower_grad_block(graph, region, ups)
     _check_linear(graph, region, [scope[n] for n in block.upstreams], scope, since)
+    diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
+    b = Builder(graph)
     for (p, a), gname in zip(diff, block.outputs):
         ct = scope[gname]
         _check_custom_shape(graph, region, gname, ct, p.name, a)
         if a in live and not is_zero(graph, ct):
             cts.setdefault(a, []).append(unbroadcast(b, ct, a))
-
-
-def check_gradient_count(region: CustomRegion, n_diff: int) -> None:
-    """The grad block of ``region`` must give one gradient per differentiable parameter."""
-    op, block = region.op, region.op.grad
-    if n_diff != len(block.outputs):
-        raise GradientError(f"the grad block of '{op.name}' gives {len(block.outputs)} "
-                            f"gradients, but '{op.name}' has {n_diff} differentiable "
-                            "parameters", block.span)
 
 
 def _check_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: dict[str, int],

@@ -39,7 +39,7 @@ from gradc.frontend import ast
 from gradc.frontend.builtins import BUILTINS, CONSTANTS
 from gradc.frontend.check import check_source
 from gradc.ir.interpret import interpret
-from gradc.ir.lower import INTERNAL
+from gradc.ir.expr import INTERNAL
 from gradc.ir.primitives import (ABOVE_ONE, BINARY_OPS, COMPARE_OPS, COMPOSITE, ELEMENTWISE,
                                  NONZERO, POSITIVE, PRIMITIVES, REAL, REDUCTION, UNIT)
 from gradc.pipeline import build_op
