@@ -86,7 +86,7 @@ def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
     primal = passes.stabilize(lower_op(op, ops, consts, custom=custom))
     compiled.primal = primal
     compiled.methods["forward"] = _method("forward", primal.copy(), check)
-    expanded = passes.expand_logsumexp(primal)     # 2 exp per element, not 3 (its doc)
+    expanded = passes.expand_decompositions(primal)    # differentiated as decomposed
     joint = _differentiate(expanded, compiled)
     compiled.diagnostics = list(joint.diagnostics)
     grads_only = joint.copy()

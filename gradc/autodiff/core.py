@@ -18,7 +18,7 @@ from __future__ import annotations
 from gradc.autodiff.rules import rule_ast
 from gradc.errors import Span
 from gradc.ir.builder import Builder
-from gradc.ir.expr import Attr, ExprLowerer
+from gradc.ir.expr import ExprLowerer, operand_scope
 from gradc.ir.graph import CustomRegion, Graph, Node, outermost_regions, unit_order
 from gradc.ir.primitives import INFIX, PRIMITIVES
 
@@ -72,10 +72,8 @@ def unbroadcast(b: Builder, ct: int, operand: int) -> int:
 def instantiate(graph: Graph, rule: str, node: Node, extra: dict[str, int], b: Builder) -> int:
     """Lower a rule of ``node``'s primitive: its operands by parameter name, ``out``,
     its attributes, and ``extra`` (the cotangent ``g``, or a tangent ``x_t``)."""
-    prim = PRIMITIVES[node.op]
-    scope = dict(zip(prim.params, node.args))
+    scope = operand_scope(node)
     scope.update(out=node.id, **extra)
-    scope.update({k: Attr(v) for k, v in node.attrs})
     return ExprLowerer(graph, {}, rules=True, span=node.span).expr(rule_ast(rule), scope)
 
 

@@ -1,10 +1,11 @@
-"""Lowering expressions of primitives: what derivative rules need.
+"""Lowering expressions of primitives: what derivative rules and decompositions need.
 
 :class:`ExprLowerer` turns a .grad expression over named nodes into graph
 nodes: numbers, names, operators and calls of primitives, nothing that needs
 a program (calls of ops, ``grad()``: :class:`gradc.ir.lower.Lowerer` adds
-those).  Autodiff instantiates the rules of the primitive table with it, so it
-does not import the lowering of ops, which imports autodiff (``grad()``
+those).  Autodiff instantiates the rules of the primitive table with it, and
+:func:`gradc.passes.simplify.expand_decompositions` the decompositions, so
+neither imports the lowering of ops, which imports autodiff (``grad()``
 differentiates as it is lowered).
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ from gradc.errors import NameResolutionError, ShapeError, Span
 from gradc.frontend import ast
 from gradc.frontend.builtins import CONSTANTS
 from gradc.ir.builder import Builder
-from gradc.ir.graph import FLOAT, Graph
+from gradc.ir.graph import FLOAT, Graph, Node
 from gradc.ir.primitives import BINARY_OPS, COMPARE_OPS, PRIMITIVES
 
 # Primitives that derivative rules may call but .grad files may not.
@@ -38,11 +39,19 @@ class Attr:
 
 @lru_cache(maxsize=None)
 def parse_statements(text: str) -> tuple[ast.Assign, ...]:
-    """Statements in .grad syntax (a rule as ``_r = RULE``), one per line, parsed
-    once by the parser of user files, inside a dummy op."""
+    """Statements in .grad syntax (a rule as ``_r = RULE``, a decomposition), one per
+    line, parsed once by the parser of user files, inside a dummy op."""
     from gradc.frontend.parser import parse      # loads the grammar on first use
     body = "".join(f"    {line.strip()}\n" for line in text.strip().splitlines())
     return tuple(parse(f"op _rule(g) -> _r {{\n{body}}}\n", file="<rule>").ops[0].body)
+
+
+def operand_scope(node: Node) -> Scope:
+    """What a rule or decomposition of ``node``'s primitive reads: the node's
+    operands by parameter name and its attributes (``axis``, ``keepdims``)."""
+    scope: Scope = dict(zip(PRIMITIVES[node.op].params, node.args))
+    scope.update({k: Attr(v) for k, v in node.attrs})
+    return scope
 
 
 def eval_const(e: ast.Expr, consts: Mapping[str, float]) -> float:
@@ -70,9 +79,9 @@ def eval_const(e: ast.Expr, consts: Mapping[str, float]) -> float:
 class ExprLowerer:
     """Lowers expressions of primitives into one graph.
 
-    ``rules``: lowering a derivative rule, which may call the internal
-    primitives; ``span``: the span of every node made (a rule's nodes point at
-    the primal's source)."""
+    ``rules``: lowering a derivative rule or a decomposition, which may call the
+    internal primitives and give a reduction its ``initial``; ``span``: the span
+    of every node made (a rule's nodes point at the primal's source)."""
 
     def __init__(self, graph: Graph, consts: Mapping[str, float], *, rules: bool = False,
                  span: Span | None = None) -> None:
@@ -131,7 +140,8 @@ class ExprLowerer:
             args.append(self.b.const(1.0 if name == "ones_like" else 0.0, FLOAT, e.span))
             name = "full_like"
         if name in PRIMITIVES and PRIMITIVES[name].kind == "reduction":
-            kw = {"axis": kw.get("axis"), "keepdims": bool(kw.get("keepdims", False))}
+            initial = {"initial": kw["initial"]} if self.rules and "initial" in kw else {}
+            kw = {"axis": kw.get("axis"), "keepdims": bool(kw.get("keepdims", False)), **initial}
         if name not in PRIMITIVES or (name in INTERNAL and not self.rules):
             raise NameResolutionError(f"unknown function '{e.func}'", e.span)
         return self.b.apply(name, args, kw or None, span=e.span)

@@ -76,6 +76,10 @@ class Primitive:
     # ``multilinear`` (``mul``, ``matmul``: linear in each one separately).
     linear: tuple[int, ...] = ()
     multilinear: bool = False
+    # Statements in .grad syntax over the operands (by parameter name) and attributes,
+    # assigning ``out``: the primitive written in others, which the graphs that are
+    # differentiated use instead (passes.simplify.expand_decompositions).
+    decomposition: str | None = None
 
     def __post_init__(self) -> None:
         if not self.jvp and self.kind == ELEMENTWISE:
@@ -279,10 +283,23 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # (1 up to rounding) removes the rounding of ``out`` itself: in float32,
     # exp(1000 - fl(1000 + ln 2)) is 0.499985, p / sum(p) is 0.5. All -inf
     # slices have p = 0 and get gradient 0 (sum(p) is replaced by 1 there).
+    # Differentiated as jax.nn.logsumexp's max-shifted form (its decomposition): the
+    # gradient bc(g / s) * e is softmax from the forward's exponentials e, so a fused
+    # fwd_bwd takes 2 exp per element, not 3 (the rule above sums a second row of
+    # them), as accurately (dividing by s cancels the rounding of the shift). An empty
+    # or all -inf slice is -inf (max's initial), gradient 0; a +inf element gives inf,
+    # gradient NaN there and 0 at the finite ones, as jax.vjp: no zero mask on e (g / s
+    # is 0 there, and 0 * inf must stay NaN; e <= 1 elsewhere).
     _red("logsumexp", P._g_logsumexp,
          "exp(x - bc(where(out == -inf, 0, out))) / bc(where(out == -inf, 1, "
          f"sum(exp(x - bc(where(out == -inf, 0, out))), {_ALONG})))",
-         "_g_logsumexp({x}, {axis}, {keepdims})"),
+         "_g_logsumexp({x}, {axis}, {keepdims})", decomposition=f"""
+             m = max(x, {_ALONG}, initial=-inf)
+             h = stop_gradient(where(m - m == 0, m, 0))
+             e = exp(x - broadcast_in(h, x, {_ALONG}), zero_mask=false)
+             s = sum(e, {_ALONG})
+             empty = s == 0
+             out = where(empty, -inf, h + log(where(empty, 1, s)))"""),
     # d|x|/dx = x/|x|; dividing by inf where the norm is 0 gives gradient 0 there.
     # Sampled away from 0: the norm's curvature grows like 1/|x| there, which
     # defeats finite differences (its kink at 0 is tested as an edge case).

@@ -15,6 +15,7 @@ import numpy as np
 
 from gradc.autodiff.core import is_zero
 from gradc.ir.builder import Builder
+from gradc.ir.expr import ExprLowerer, operand_scope, parse_statements
 from gradc.ir.graph import Graph, Node
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES
 from gradc.passes.dce import eliminate_dead_code
@@ -317,49 +318,23 @@ def stabilize(graph: Graph) -> Graph:
     return out      # no DCE: a custom region's residuals may have no user yet
 
 
-def expand_logsumexp(graph: Graph) -> Graph:
-    """Each ``logsumexp(x, axis, keepdims)`` (outside custom-gradient regions) as the
-    max-shifted form reverse mode differentiates best, as ``jax.nn.logsumexp`` writes it::
-
-        m = max(x, axis, keepdims, initial=-inf)        (-inf for an empty slice)
-        h = stop_gradient(where(m - m == 0, m, 0))
-        s = sum(exp(x - bc(h)), axis, keepdims)
-        out = where(s == 0, -inf, h + log(where(s == 0, 1, s)))
-
-    Its gradient is ``bc(g / s) * exp(x - bc(h))``, softmax from the same exponentials
-    as the forward: two ``exp`` per element in a fused ``fwd_bwd`` instead of three
-    (the primitive's rule ``p / sum(p)``, p = exp(x - out), sums a second row of
-    them), and as accurate (the division by s cancels the rounding of the shift).
-    Values keep the primitive's conventions: -inf for an empty or all -inf slice (its
-    gradient 0), inf for a +inf element (gradient NaN there, 0 at the finite elements,
-    as ``jax.vjp``), NaN for a NaN; the forward value is within a
-    float32 ulp or two of the primitive's (``log`` of the float32 sum, not of the
-    float64 one).  :func:`gradc.pipeline.build_op` applies it to the graphs it
-    differentiates (vjp, fwd_bwd, jvp); ``forward`` keeps the primitive."""
+def expand_decompositions(graph: Graph) -> Graph:
+    """Each node whose primitive has a ``decomposition`` (outside custom-gradient
+    regions) replaced by it: the decomposition's statements lowered over the node's
+    operands and attributes, its ``out`` used in the node's place.
+    :func:`gradc.pipeline.build_op` applies it to the graphs it differentiates (vjp,
+    fwd_bwd, jvp), so their derivatives are the decomposition's (``logsumexp``'s: see
+    its entry in :mod:`gradc.ir.primitives`); ``forward`` keeps the primitive."""
     avoid = frozenset().union(*(r.nodes for r in graph.regions))
     out = graph.copy()
     moved: dict[int, int] = {}
     for nid in out.topo_order():
         node = out.node(nid)
-        if node.op != "logsumexp" or nid in avoid:
+        text = PRIMITIVES[node.op].decomposition
+        if text is None or nid in avoid:
             continue
-        b = Builder(out, node.span)
-        attrs = dict(node.attrs)
-        (x,) = node.args
-        m = b.apply("max", (x,), {**attrs, "initial": -np.inf})
-        zero = b.const(0.0)
-        finite = b.apply("eq", (b.apply("sub", (m, m)), zero))
-        h = b.apply("stop_gradient", (b.apply("where", (finite, m, zero)),))
-        # no zero-cotangent mask (``zero_mask=False``): where x has a +inf element (h = 0,
-        # s = inf) the cotangent g / s is 0 and the mask would turn 0 * inf into a silent
-        # 0; unmasked it is NaN there, as the primitive and jax.vjp give (e <= 1 elsewhere)
-        e = b.apply("exp", (b.apply("sub", (x, b.apply("broadcast_in", (h, x), attrs))),),
-                    {"zero_mask": False})
-        total = b.apply("sum", (e,), attrs)
-        empty = b.apply("eq", (total, zero))
-        safe = b.apply("where", (empty, b.const(1.0), total))
-        lse = b.apply("add", (h, b.apply("log", (safe,))))
-        new = b.apply("where", (empty, b.const(-np.inf), lse))
+        lower = ExprLowerer(out, {}, rules=True, span=node.span)
+        new = lower.body(parse_statements(text), operand_scope(node))["out"]
         out.replace_uses(nid, new)
         moved[nid] = new
     _remap_regions(out, moved)

@@ -39,7 +39,7 @@ from gradc.frontend import ast
 from gradc.frontend.builtins import BUILTINS, CONSTANTS
 from gradc.frontend.check import check_source
 from gradc.ir.interpret import interpret
-from gradc.ir.expr import INTERNAL
+from gradc.ir.expr import INTERNAL, parse_statements
 from gradc.ir.primitives import (ABOVE_ONE, BINARY_OPS, COMPARE_OPS, COMPOSITE, ELEMENTWISE,
                                  NONZERO, POSITIVE, PRIMITIVES, REAL, REDUCTION, UNIT)
 from gradc.pipeline import build_op
@@ -460,6 +460,23 @@ def test_jvp_rule_parses_and_names_only_its_scope(prim, i, rule) -> None:
     assert f"{prim.params[i]}_t" in names, f"'{prim.name}' jvp {rule!r} ignores its tangent"
     assert funcs <= set(BUILTINS) | set(PRIMITIVES), prim.name
     assert kws <= {"axis", "keepdims"}, f"'{prim.name}' jvp {rule!r} passes {kws}"
+
+
+DECOMPOSED = [p for p in PRIMITIVES.values() if p.decomposition is not None]
+
+
+@pytest.mark.parametrize("prim", DECOMPOSED, ids=attrgetter("name"))
+def test_decomposition_parses_and_names_only_its_scope(prim) -> None:
+    """A decomposition reads the operands, the attributes and its own earlier names,
+    assigns ``out`` last, and does not call the primitive it stands for."""
+    stmts = parse_statements(prim.decomposition)
+    assert stmts[-1].target == "out", prim.name
+    known = set(prim.params) | set(CONSTANTS) | {"axis", "keepdims", "true", "false"}
+    for s in stmts:
+        names, funcs, _ = _free_names(s.value)
+        assert names <= known, f"'{prim.name}' decomposition names {names - known}"
+        assert funcs <= set(BUILTINS) | set(PRIMITIVES) and prim.name not in funcs, prim.name
+        known.add(s.target)
 
 
 def test_composite_rules_have_composites() -> None:
