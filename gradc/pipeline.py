@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from gradc import passes
+from gradc.autodiff.core import zeros_like
 from gradc.autodiff.forward import jvp
 from gradc.autodiff.reverse import vjp
 from gradc.errors import GradcError, GradcWarning, GradientError, NotSupportedError, raise_all
@@ -86,7 +87,7 @@ def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
     primal = passes.stabilize(lower_op(op, ops, consts, custom=custom))
     compiled.primal = primal
     compiled.methods["forward"] = _method("forward", primal.copy(), check)
-    expanded = passes.expand_logsumexp(primal)     # 2 exp per element, not 3 (its doc)
+    expanded = passes.expand_decompositions(primal)    # differentiated as decomposed
     joint = _differentiate(expanded, compiled)
     compiled.diagnostics = list(joint.diagnostics)
     grads_only = joint.copy()
@@ -131,7 +132,7 @@ def _differentiate(primal: Graph, compiled: CompiledOp) -> Graph:
     for p, gr in zip(diff, grads):
         pnode = g.node(p)
         if gr is None:
-            gr = b.apply("full_like", (p, b.const(0.0)), span=pnode.span)
+            gr = zeros_like(b, p, pnode.span)
         elif g.node(gr).shape != pnode.shape:
             gr = b.apply("sum_to", (gr, p), span=pnode.span)
         g.set_output(gr, pnode.shape, name=f"grad_{pnode.attr('name')}")
@@ -152,7 +153,7 @@ def linearize(graph: Graph, wrt: list[int], names: tuple[str, ...]) -> Graph:
     for o, shape, name, t in zip(outs, shapes, out_names, jvp(g, dict(zip(wrt, ts)), outs)):
         onode = g.node(o)
         if t is None:
-            t = b.apply("full_like", (o, b.const(0.0)), span=onode.span)
+            t = zeros_like(b, o, onode.span)
         elif g.node(t).shape != shape:
             t = b.apply("sum_to", (t, o), span=onode.span)
         g.set_output(t, shape, name=f"tangent_{name}")

@@ -304,7 +304,7 @@ def test_every_page_has_tested_code():
 
 def test_language_reference_documents_every_builtin_operator_and_dtype():
     from gradc.frontend.builtins import BUILTINS, CONSTANTS, DTYPES
-    from gradc.ir.lower import INTERNAL
+    from gradc.ir.expr import INTERNAL
     from gradc.ir.primitives import BINARY_OPS, COMPARE_OPS, PRIMITIVES, SOURCE
     text = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
     # A builtin is documented by a table row or heading that starts with its call.

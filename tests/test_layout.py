@@ -27,7 +27,6 @@ GENERATED_PREFIXES = ("_g_", "_G_", "_Gradc")
 
 # ir.lower -> autodiff.higher -> autodiff.reverse -> ir.lower (and higher <-> reverse):
 # issue 21 item 2 removes it; test_no_cycle_through_lower_and_autodiff says when it is gone.
-AUTODIFF_KNOT = {"gradc.ir.lower", "gradc.autodiff.higher", "gradc.autodiff.reverse"}
 
 
 def _module_name(path: Path) -> str:
@@ -150,15 +149,8 @@ def test_the_generated_namespace_is_used_only_in_codegen():
 
 
 def test_no_import_cycles():
-    cycles = [c for c in nx.simple_cycles(import_graph()) if not set(c) <= AUTODIFF_KNOT]
+    cycles = list(nx.simple_cycles(import_graph()))
     assert not cycles, "\n".join(" -> ".join(c + c[:1]) for c in cycles)
-
-
-@pytest.mark.xfail(strict=True, reason="ir.lower <-> autodiff cycle: issue 21 item 2, "
-                                       "being removed")
-def test_no_cycle_through_lower_and_autodiff():
-    cycles = list(nx.simple_cycles(import_graph().subgraph(AUTODIFF_KNOT)))
-    assert not cycles, cycles
 
 
 def test_no_two_modules_share_a_name():

@@ -158,6 +158,7 @@ def jax_framework() -> Framework:
             _expand(x, jnp.ndim(like), axis, keepdims, jnp.expand_dims), jnp.shape(like)),
         size_ratio=lambda x, y: np.float32(np.size(x) / max(np.size(y), 1)),
         shape_check=lambda x, like, message: prelude.shape_check(x, jnp.shape(like), message),
+        zero_masked=lambda x, u: jnp.where((u == 0) & jnp.isnan(x), jnp.zeros_like(x), x),
     )
     return Framework("jax", ops, dtype=np.dtype,
                      asarray=lambda v, dt: np.asarray(v, dtype=dt),
@@ -231,6 +232,7 @@ def torch_framework() -> Framework:
             x, like.ndim, axis, keepdims, torch.unsqueeze).expand(like.shape),
         size_ratio=lambda x, y: torch.tensor(x.numel() / max(y.numel(), 1)),
         shape_check=lambda x, like, message: prelude.shape_check(x, tuple(like.shape), message),
+        zero_masked=lambda x, u: torch.where((u == 0) & torch.isnan(x), torch.zeros_like(x), x),
     )
     return Framework("torch", ops, dtype=_torch_dtype, asarray=_torch_asarray,
                      cast=lambda v, dt: v if v.dtype == dt else v.to(dt),

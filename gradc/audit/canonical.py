@@ -4,9 +4,10 @@
 keys are equal expressions: products are flattened with their constant factors
 multiplied into ``c``, sums are sorted terms with the first coefficient taken
 out, commutative operands are sorted, ``full_like(_, k)`` is the constant ``k``,
-reverse mode's NaN-only zero-cotangent mask ``where(g == 0 and ct != ct, 0,
-ct)`` is ``ct``, and ``sigmoid(-a)`` is ``1 - sigmoid(a)``.  Parameters are keyed by name, so values of two different
-graphs over the same parameters compare.  Used by the custom-gradient audit
+autodiff's NaN-safe product ``zero_masked(ct, g)`` (0 only where ``g == 0`` and
+``ct`` is NaN) is ``ct``, and ``sigmoid(-a)`` is ``1 - sigmoid(a)``.  Parameters
+are keyed by name, so values of two different graphs over the same parameters
+compare.  Used by the custom-gradient audit
 (:mod:`gradc.audit.custom_rules`): ``rule = c * derivative`` is seen exactly.
 """
 from __future__ import annotations
@@ -48,8 +49,8 @@ def canonical(g: Graph, nid: int, unit: frozenset = frozenset(), memo: dict | No
     elif op in ("add", "sub"):
         b = args[1] if op == "add" else (-args[1][0], args[1][1])
         out = _sum([args[0], b])
-    elif op == "where" and is_nan_mask(g, node):
-        out = args[2]        # where(g == 0 and ct is NaN, 0, ct): ct, up to NaN
+    elif op == "zero_masked":
+        out = args[0]        # zero_masked(ct, g): ct, up to NaN
     elif op == "sigmoid" and args[0][0] < 0:
         # sigmoid(-a) = 1 - sigmoid(a): sigmoid's derivative rule is out * sigmoid(-x),
         # a rule written out * (1 - out) is the same expression
@@ -90,16 +91,6 @@ def _sum(terms) -> tuple[float, object]:
         return (items[0][1], items[0][0])
     lead = items[0][1]
     return (lead, ("add", tuple((k, _r(c / lead)) for k, c in items)))
-
-
-def is_nan_mask(g: Graph, node) -> bool:
-    """``where(mul(eq(g, 0), ne(ct, ct)), 0, ct)``: reverse mode's zero-cotangent mask."""
-    cond, zero, ct = (g.node(a) for a in node.args)
-    if cond.op != "mul" or zero.op != "const" or zero.value != 0:
-        return False
-    ops = sorted(g.node(a).op for a in cond.args)
-    ne = next((g.node(a) for a in cond.args if g.node(a).op == "ne"), None)
-    return ops == ["eq", "ne"] and ne.args == (ct.id, ct.id)
 
 
 def proportion(cg: Graph, c: int, tg: Graph, t: int, unit: frozenset = frozenset()

@@ -26,10 +26,10 @@ from __future__ import annotations
 import math
 from typing import Mapping, Sequence
 
-from gradc.autodiff.linearity import classify, describe_upstreams, is_symbolic_zero
-from gradc.autodiff.reverse import (check_gradient_count, custom_cotangent, instantiate, is_zero,
-                                    live_units, mask_zero_cotangent, spelling, total,
-                                    unbroadcast, vjp)
+from gradc.autodiff.core import instantiate, is_zero, nan_safe, surface, total, unbroadcast, units
+from gradc.autodiff.linearity import classify, describe_upstreams
+from gradc.autodiff.regions import lower_grad_block
+from gradc.autodiff.reverse import custom_cotangent, vjp
 from gradc.errors import GradientError
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, CustomRegion, Graph, Node
@@ -47,7 +47,7 @@ def jvp(graph: Graph, tangents: Mapping[int, int], roots: Sequence[int]) -> list
     """
     tan: dict[int, int] = dict(tangents)
     live = _live_nodes(graph, tan, roots)
-    for unit in live_units(graph, live):
+    for unit in units(graph, live):
         if isinstance(unit, CustomRegion):
             _custom_jvp(graph, unit, tan)
         elif unit not in tan and graph.node(unit).args:
@@ -78,11 +78,8 @@ def _node_jvp(graph: Graph, node: Node, tan: dict[int, int]) -> int | None:
         if rule is None or t is None:
             continue
         part = instantiate(graph, rule, node, {f"{prim.params[i]}_t": t}, b)
-        if is_zero(graph, part):
-            continue
-        if prim.masks_zero_cotangent and node.attr("zero_mask", True):  # 0 stays 0 at inf slope
-            part = mask_zero_cotangent(b, t, part)
-        parts.append(part)
+        if not is_zero(graph, part):
+            parts.append(nan_safe(b, node, part, t))
     t = total(graph, parts)
     if t is not None and graph.node(t).shape != node.shape:
         t = b.apply("sum_to", (t, node.id))          # broadcast up to the node's shape
@@ -113,18 +110,13 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
     is the transpose.  Raises :class:`GradientError` (E405) naming the op and
     the line of the block where linearity is lost.
     """
-    from gradc.autodiff.higher import block_scope
-    from gradc.ir.lower import Lowerer
     op, block = region.op, region.op.grad
     b = Builder(graph)
     since = graph.next_id
     ups = [b.apply("full_like", (o, b.const(math.nan)), span=block.span)
            for o in region.outputs]
-    scope = block_scope(graph, region)
-    scope.update(zip(block.upstreams, ups))
-    scope = Lowerer(graph, region.ops, region.consts).body(block.body, scope)
+    scope = lower_grad_block(graph, region, ups)
     diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
-    check_gradient_count(region, len(diff))
     reads_ups = _require_linear(graph, region, ups, scope, since)
     for nid in reads_ups:             # stop_gradient(dy): the identity, as a map of dy
         if graph.node(nid).op == "stop_gradient":
@@ -132,7 +124,7 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
     roots, seeds = [], []
     for (p, a), gname, t in zip(diff, block.outputs, tangents):
         g = scope[gname]
-        if t is None or is_symbolic_zero(graph, g):
+        if t is None or is_zero(graph, g):
             continue
         gb = Builder(graph, span=graph.node(g).span)
         roots.append(unbroadcast(gb, custom_cotangent(gb, region, gname, g, p.name, a), a))
@@ -175,7 +167,7 @@ def _require_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: d
         g = scope[gname]
         stmt = next((s for s in block.body if s.target == gname), None)
         if g not in verdict:
-            if is_symbolic_zero(graph, g):
+            if is_zero(graph, g):
                 continue
             raise GradientError(
                 f"op '{op.name}' has no forward mode: gradient '{gname}' of its grad block "
@@ -189,7 +181,7 @@ def _require_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: d
         used = [n for n, u in zip(block.upstreams, ups) if u in bad.depends]
         raise GradientError(
             f"op '{op.name}' has no forward mode: gradient '{gname}' of its grad block is "
-            f"not linear in the {describe_upstreams(used)}: '{spelling(node.op)}' is "
+            f"not linear in the {describe_upstreams(used)}: '{surface(node.op)}' is "
             "applied to it nonlinearly here", node.span or block.span, "E405", notes)
     return set(verdict)
 

@@ -24,15 +24,17 @@ the op's forward body that the gradient does not read.
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
-from gradc.autodiff.reverse import live_nodes, outermost_regions, vjp
-from gradc.ir.graph import CustomRegion, Graph
+from gradc.autodiff.core import zeros_like
+from gradc.autodiff.regions import copy_nodes, remap_region
+from gradc.autodiff.reverse import live_nodes, vjp
+from gradc.ir.builder import Builder
+from gradc.ir.graph import CustomRegion, Graph, outermost_regions
 from gradc.ir.primitives import PRIMITIVES
 
 
-def gradient(graph: Graph, f: int, wrt: int, seed: int) -> int | None:
-    """``seed * d f / d wrt`` as a node of ``graph`` (None for a symbolic zero).
+def gradient(graph: Graph, f: int, wrt: int, seed: int) -> int:
+    """``seed * d f / d wrt`` as a node of ``graph`` (a zero array of ``wrt``'s shape
+    where it is a symbolic zero).
 
     ``f`` is a 0-d float node, ``wrt`` a float node, ``seed`` a 0-d cotangent.
     The result has ``wrt``'s shape class and is differentiable again (see the
@@ -44,7 +46,7 @@ def gradient(graph: Graph, f: int, wrt: int, seed: int) -> int | None:
     since = graph.next_id
     (g,) = vjp(graph, [f], [seed], [wrt])
     if g is None:
-        return None
+        return zeros_like(Builder(graph, graph.node(seed).span), wrt)
     mapping = _detach(graph, wrt, since, applied)
     return mapping.get(g, g)
 
@@ -57,12 +59,12 @@ def _detach(graph: Graph, wrt: int, since: int, applied: list[CustomRegion]) -> 
     dissolved = frozenset().union(*(r.nodes for r in applied))
     depends = _value_descendants(graph, wrt) | dissolved
     copied = {n for n in graph.ancestors(reads) if n in depends and n < since}
-    mapping = _copy(graph, copied, dissolved, applied)
+    mapping = copy_nodes(graph, copied, dissolved, applied)
     for n in backward:
         node = graph.node(n)
         graph.update(n, args=tuple(mapping.get(a, a) for a in node.args),
                      shape=node.shape.substitute(mapping))
-    graph.regions = [_remap(r, mapping) if min(r.nodes, default=-1) >= since else r
+    graph.regions = [remap_region(r, mapping) if min(r.nodes, default=-1) >= since else r
                      for r in graph.regions]    # custom calls in grad blocks read the copy
     return mapping
 
@@ -83,51 +85,3 @@ def _value_descendants(graph: Graph, wrt: int) -> set[int]:
                 out.add(s)
                 stack.append(s)
     return out
-
-
-def block_scope(graph: Graph, region: CustomRegion) -> dict[str, int]:
-    """The names ``region``'s grad block reads: the region's own nodes, or, when the
-    block calls ``grad()``, :func:`residual_scope` (differentiating the region's own
-    nodes would enter its grad block again, without end)."""
-    from gradc.frontend import ast
-    if ast.calls(region.op.grad.body, "grad", region.ops):
-        return residual_scope(graph, region)
-    return dict(region.names)
-
-
-def residual_scope(graph: Graph, region: CustomRegion) -> dict[str, int]:
-    """The names a grad block reads, bound to a copy of the region's forward body in
-    which the region itself is plain: what ``grad()`` inside the block
-    differentiates, so that a residual's gradient is its forward body's (a
-    custom op's own rule would recurse).  Custom calls inside stay custom."""
-    mapping = _copy(graph, set(region.nodes), region.nodes, [region])
-    return {k: mapping.get(v, v) for k, v in region.names.items()}
-
-
-def _copy(graph: Graph, copied: set[int], dissolved: frozenset[int],
-          applied: list[CustomRegion]) -> dict[int, int]:
-    """Add a copy of the ``copied`` nodes (operands outside it read as they are) and
-    return the map from each node to its copy.  The regions nested in ``dissolved``
-    (other than the ``applied`` ones) that the copy touches are copied whole, and
-    stay custom regions."""
-    kept = [r for r in graph.regions if r.nodes <= dissolved and r.nodes & copied
-            and all(r is not a for a in applied)]
-    for r in kept:
-        copied |= r.nodes
-    mapping: dict[int, int] = {}
-    for n in graph.topo_order():
-        if n in copied:
-            node = graph.node(n)
-            mapping[n] = graph.next_id
-            graph.add(node.op, [mapping.get(a, a) for a in node.args], dict(node.attrs),
-                      node.shape.substitute(mapping), node.dtype, node.span)
-    graph.regions = graph.regions + [
-        replace(_remap(r, mapping), outputs=tuple(mapping[o] for o in r.outputs),
-                nodes=frozenset(mapping[n] for n in r.nodes)) for r in kept]
-    return mapping
-
-
-def _remap(region: CustomRegion, mapping: dict[int, int]) -> CustomRegion:
-    """``region`` reading the copies of its inputs and names."""
-    return replace(region, inputs=tuple(mapping.get(i, i) for i in region.inputs),
-                   names={k: mapping.get(v, v) for k, v in region.names.items()})

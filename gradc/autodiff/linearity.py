@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
+from gradc.autodiff.core import is_zero
 from gradc.ir.graph import Graph
 from gradc.ir.primitives import PRIMITIVES
 
@@ -29,13 +30,6 @@ class Nonlinear:
 
     node: int
     depends: frozenset[int]
-
-
-def is_symbolic_zero(graph: Graph, nid: int) -> bool:
-    node = graph.node(nid)
-    if node.op == "const":
-        return node.value == 0
-    return node.op == "full_like" and is_symbolic_zero(graph, node.args[1])
 
 
 def describe_upstreams(names: Sequence[str]) -> str:
@@ -71,7 +65,7 @@ def classify(graph: Graph, sources: Iterable[int], since: int = 0
         if prim.multilinear:
             linear_ok = linear_ok and len(operands) == 1
         elif linear_ok:        # jointly linear: the other linear operands must be zero
-            linear_ok = all(is_symbolic_zero(graph, a) for i, a in enumerate(node.args)
+            linear_ok = all(is_zero(graph, a) for i, a in enumerate(node.args)
                             if i in prim.linear and a not in deps)
         verdict[nid] = None if linear_ok else Nonlinear(nid, deps[nid])
     return verdict

@@ -18,13 +18,14 @@ from typing import Sequence
 
 import networkx as nx
 
-from gradc.autodiff.rules import COMPOSITES, rule_ast
+from gradc.autodiff.core import instantiate, is_zero, nan_safe, surface, total, unbroadcast, units
 from gradc.autodiff.linearity import classify, describe_upstreams
+from gradc.autodiff.regions import lower_grad_block
+from gradc.autodiff.rules import COMPOSITES
 from gradc.errors import GradcWarning, GradientError
-from gradc.frontend import ast
 from gradc.ir.builder import Builder
-from gradc.ir.graph import CustomRegion, Graph, Node, outermost_regions, unit_order
-from gradc.ir.primitives import COMPOSITE, INFIX, PRIMITIVES
+from gradc.ir.graph import CustomRegion, Graph, Node, outermost_regions
+from gradc.ir.primitives import COMPOSITE, PRIMITIVES
 from gradc.ir.shapes import BroadcastError, broadcast
 
 
@@ -37,7 +38,7 @@ def vjp(graph: Graph, roots: Sequence[int], cotangents: Sequence[int | None],
         if c is not None:
             cts.setdefault(r, []).append(c)
     wanted, results = set(wrt), {}
-    for unit in reversed(live_units(graph, live)):
+    for unit in reversed(units(graph, live)):
         if isinstance(unit, CustomRegion):
             if any(i in live for i in unit.inputs):
                 _custom_vjp(graph, unit, cts, live)
@@ -72,37 +73,6 @@ def live_nodes(graph: Graph, roots: Sequence[int], wrt: Sequence[int]) -> set[in
     return down & graph.ancestors(roots)
 
 
-def live_units(graph: Graph, live: set[int]) -> list[int | CustomRegion]:
-    """Live nodes in topological order, each outermost custom region as one unit."""
-    return unit_order(graph, live, outermost_regions(graph))
-
-
-def total(graph: Graph, parts: list[int]) -> int | None:
-    """The sum of the cotangent (or tangent) ``parts`` that are not 0; None: all are."""
-    parts = [p for p in parts if not is_zero(graph, p)]
-    if not parts:
-        return None
-    acc = parts[0]
-    b = Builder(graph)
-    for p in parts[1:]:
-        acc = b.apply("add", (acc, p), span=graph.node(p).span)
-    return acc
-
-
-def is_zero(graph: Graph, nid: int) -> bool:
-    """Whether node ``nid`` is the constant 0."""
-    node = graph.node(nid)
-    return node.op == "const" and node.value == 0
-
-
-def unbroadcast(b: Builder, ct: int, operand: int) -> int:
-    """Cotangent ``ct`` brought to ``operand``'s shape by ``sum_to`` where the shapes differ."""
-    graph = b.graph
-    if graph.node(ct).shape == graph.node(operand).shape:
-        return ct
-    return b.apply("sum_to", (ct, operand))
-
-
 def _node_vjp(graph: Graph, node: Node, g: int, cts: dict[int, list[int]],
               live: set[int]) -> None:
     prim = PRIMITIVES[node.op]
@@ -114,64 +84,25 @@ def _node_vjp(graph: Graph, node: Node, g: int, cts: dict[int, list[int]],
             ct = COMPOSITES[node.op](b, node, g, i)
         else:
             ct = instantiate(graph, rule, node, {"g": g}, b)
-        if is_zero(graph, ct):
-            continue
-        if prim.masks_zero_cotangent and node.attr("zero_mask", True):   # 0 * inf: no NaN
-            ct = mask_zero_cotangent(b, g, ct)
-        cts.setdefault(a, []).append(unbroadcast(b, ct, a))
-
-
-def mask_zero_cotangent(b: Builder, g: int, ct: int) -> int:
-    """``ct`` (a rule's result for cotangent ``g``), but 0 where ``g`` is 0 and ``ct``
-    is NaN (``0 * inf``, ``0 / 0``).  Only there: where ``ct`` is a number, a
-    derivative of the gradient (second order) still sees ``ct``'s dependence on ``g``
-    (``where(g == 0, 0, ct)`` would make it 0 wherever a cotangent is 0)."""
-    zero = b.const(0.0)
-    nan_at_zero = b.apply("mul", (b.apply("eq", (g, zero)), b.apply("ne", (ct, ct))))
-    return b.apply("where", (nan_at_zero, zero, ct))
-
-
-def instantiate(graph: Graph, rule: str, node: Node, extra: dict[str, int], b: Builder) -> int:
-    """Lower a rule of ``node``'s primitive: its operands by parameter name, ``out``,
-    its attributes, and ``extra`` (the cotangent ``g``, or a tangent ``x_t``)."""
-    from gradc.ir.lower import Attr, Lowerer
-    prim = PRIMITIVES[node.op]
-    scope = dict(zip(prim.params, node.args))
-    scope.update(out=node.id, **extra)
-    scope.update({k: Attr(v) for k, v in node.attrs})
-    return Lowerer(graph, {}, {}, rules=True, span=node.span).expr(rule_ast(rule), scope)
+        if not is_zero(graph, ct):
+            cts.setdefault(a, []).append(unbroadcast(b, nan_safe(b, node, ct, g), a))
 
 
 def _custom_vjp(graph: Graph, region: CustomRegion, cts: dict[int, list[int]],
                 live: set[int]) -> None:
-    from gradc.autodiff.higher import block_scope
-    from gradc.ir.lower import Lowerer
     ups = [total(graph, cts.pop(o, [])) for o in region.outputs]
     if all(u is None for u in ups):
         return
     op, block = region.op, region.op.grad
-    b = Builder(graph)
-    scope = block_scope(graph, region)
-    for name, u, o in zip(block.upstreams, ups, region.outputs):
-        scope[name] = u if u is not None else b.apply("full_like", (o, b.const(0.0)))
     since = graph.next_id
-    scope = Lowerer(graph, region.ops, region.consts).body(block.body, scope)
-    diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
-    check_gradient_count(region, len(diff))
+    scope = lower_grad_block(graph, region, ups)
     _check_linear(graph, region, [scope[n] for n in block.upstreams], scope, since)
+    diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
+    b = Builder(graph)
     for (p, a), gname in zip(diff, block.outputs):
         ct = custom_cotangent(b, region, gname, scope[gname], p.name, a)
         if a in live and not is_zero(graph, ct):
             cts.setdefault(a, []).append(unbroadcast(b, ct, a))
-
-
-def check_gradient_count(region: CustomRegion, n_diff: int) -> None:
-    """The grad block of ``region`` must give one gradient per differentiable parameter."""
-    op, block = region.op, region.op.grad
-    if n_diff != len(block.outputs):
-        raise GradientError(f"the grad block of '{op.name}' gives {len(block.outputs)} "
-                            f"gradients, but '{op.name}' has {n_diff} differentiable "
-                            "parameters", block.span)
 
 
 def _check_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: dict[str, int],
@@ -191,7 +122,7 @@ def _check_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: dic
         used = describe_upstreams([name_of[u] for u in ups if u in bad.depends])
         warning = GradcWarning(
             f"gradient '{gname}' of op '{region.op.name}' is not linear in the {used}: "
-            f"'{spelling(node.op)}' is applied to it nonlinearly here",
+            f"'{surface(node.op)}' is applied to it nonlinearly here",
             node.span or block.span, "W401",
             ["a VJP is linear in its cotangent; gradient accumulation, loss scaling and "
              "forward mode rely on it (scale or mask the upstream by values of the forward "
@@ -208,11 +139,6 @@ def _broadcasts_to(shape, other) -> bool:
         return broadcast([shape, other]) == other
     except BroadcastError:
         return False
-
-
-def spelling(op: str) -> str:
-    """The .grad spelling of a primitive, for messages."""
-    return INFIX.get(op) or {"neg": "unary -", "maximum": "max", "minimum": "min"}.get(op, op)
 
 
 def custom_cotangent(b: Builder, region: CustomRegion, gname: str, ct: int, pname: str,

@@ -2,9 +2,10 @@
 
 Rules are .grad expressions (see :mod:`gradc.ir.primitives` for their scope),
 parsed by the same parser as user files and instantiated by the same
-:class:`~gradc.ir.lower.Lowerer` as custom ``grad`` blocks.  Rules whose shape
-depends on operand ranks are Python composites here (``COMPOSITES``): they
-build nodes with a :class:`~gradc.ir.builder.Builder`.
+:class:`~gradc.ir.expr.ExprLowerer` that lowers the expressions of custom
+``grad`` blocks.  Rules whose shape depends on operand ranks are Python
+composites here (``COMPOSITES``): they build nodes with a
+:class:`~gradc.ir.builder.Builder`.
 """
 from __future__ import annotations
 
@@ -15,15 +16,14 @@ from typing import Callable
 from gradc.errors import GradientError
 from gradc.frontend import ast
 from gradc.ir.builder import Builder
+from gradc.ir.expr import parse_statements
 from gradc.ir.graph import Node
 
 
 @lru_cache(maxsize=None)
 def rule_ast(text: str) -> ast.Expr:
     """Parse a rule expression with the .grad grammar (wrapped in a dummy op)."""
-    from gradc.frontend.parser import parse
-    module = parse(f"op _rule(g) -> _r {{\n    _r = {text}\n}}\n", file="<rule>")
-    return module.ops[0].body[0].value
+    return parse_statements(f"_r = {text}")[0].value
 
 
 def _matmul_vjp(b: Builder, node: Node, g: int, i: int) -> int:

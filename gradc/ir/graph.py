@@ -14,7 +14,7 @@ whose gradient is the callee's ``grad`` block instead of the derived one.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import networkx as nx
 
@@ -58,7 +58,11 @@ class CustomRegion:
     ``inputs`` maps each callee parameter, in order, to the caller node passed
     for it; ``names`` maps every name the grad block may read (parameters and
     forward-body names) to its node; ``outputs`` are the call's results, in
-    order; ``nodes`` is every node created by the inlining.
+    order; ``nodes`` is every node created by the inlining.  ``lower_block(graph,
+    scope) -> scope`` lowers the grad block's statements into a graph over the
+    nodes ``scope`` names, as JAX's ``custom_vjp_call`` holds its ``bwd``: the
+    lowerer (:func:`gradc.ir.lower.grad_block_lowerer`) gives it, and autodiff
+    calls it when it differentiates the call, without importing the lowerer.
     """
 
     op: Any                       # gradc.frontend.ast.OpDef
@@ -69,6 +73,7 @@ class CustomRegion:
     span: Span | None = None
     ops: Mapping[str, Any] = field(default_factory=dict)      # for calls in the grad block
     consts: Mapping[str, float] = field(default_factory=dict)
+    lower_block: Callable[["Graph", dict[str, Any]], dict[str, Any]] | None = None
 
 
 @dataclass

@@ -2,43 +2,32 @@
 
 Calls of other ops are inlined; a call of an op with a ``grad`` block is
 recorded as a :class:`~gradc.ir.graph.CustomRegion`, so autodiff uses the
-custom rule there.  The same :class:`Lowerer` instantiates derivative rules
-of the primitive table and custom ``grad`` blocks, so built-in rules and user
-overrides share one parser and one instantiation routine.
+custom rule there, with the function that lowers the block
+(:func:`grad_block_lowerer`: autodiff lowers it when it differentiates the
+call, as JAX's ``custom_vjp_call`` holds its ``bwd``).  Expressions of
+primitives are lowered by :class:`~gradc.ir.expr.ExprLowerer`, which also
+instantiates the derivative rules of the primitive table, so built-in rules
+and user overrides share one parser and one instantiation routine.  ``grad()``
+is differentiated where it is lowered (:mod:`gradc.autodiff.higher`): this
+module imports autodiff, and autodiff never imports it.
 """
 from __future__ import annotations
 
-import math
-import operator
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from functools import partial
+from typing import Callable, Mapping, Sequence
 
-from gradc.errors import GradientError, NameResolutionError, ShapeError, Span
+from gradc.autodiff.higher import gradient
+from gradc.errors import GradientError, NameResolutionError, ShapeError
 from gradc.frontend import ast
-from gradc.frontend.builtins import CONSTANTS
 from gradc.frontend.limits import GraphSize
 from gradc.ir.builder import Builder
+from gradc.ir.expr import ExprLowerer, Scope, eval_const
 from gradc.ir.graph import FLOAT, CustomRegion, Graph
-from gradc.ir.primitives import ALIASES, BINARY_OPS, COMPARE_OPS, PRIMITIVES
 from gradc.ir.shapes import Shape
 
-# Primitives that derivative rules may call but .grad files may not.
-INTERNAL = ("broadcast_in", "sum_to", "shape_check", "size_ratio", "transpose", "matmul", "cast", "identity")
-_RENAMED = {"max": "maximum", "min": "minimum"}
 _DTYPE_OF = {"f16": FLOAT, "f32": FLOAT, "f64": FLOAT, "i32": "i32", "i64": "i64",
              "bool": "bool", None: FLOAT}
-
-_ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
-          "^": operator.pow}
-
-Scope = dict[str, Any]     # name -> node id, or an Attr for a rule's node attribute
-
-
-@dataclass(frozen=True)
-class Attr:
-    """A node attribute (``axis``, ``keepdims``) in a derivative rule's scope."""
-
-    value: Any
 
 
 @dataclass(frozen=True)
@@ -73,118 +62,23 @@ def param_infos(op: ast.OpDef, consts: Mapping[str, float]) -> tuple[ParamInfo, 
     return tuple(out)
 
 
-def eval_const(e: ast.Expr, consts: Mapping[str, float]) -> float:
-    """Value of a compile-time constant expression (defaults, axis, keepdims)."""
-    if isinstance(e, ast.Num):
-        return int(e.value) if e.is_int and math.isfinite(e.value) else e.value
-    if isinstance(e, ast.Neg):
-        return -eval_const(e.operand, consts)
-    if isinstance(e, ast.Name):
-        if e.id in consts:
-            return consts[e.id]
-        if e.id in CONSTANTS:
-            return CONSTANTS[e.id]
-        if e.id in ("true", "false", "True", "False"):
-            return e.id in ("true", "True")
-    if isinstance(e, ast.TupleExpr):
-        return tuple(eval_const(i, consts) for i in e.items)
-    if isinstance(e, ast.BinOp) and e.op in "+-*/^":
-        a, b = eval_const(e.lhs, consts), eval_const(e.rhs, consts)
-        return _ARITH[e.op](a, b)
-    raise ShapeError("expected a constant here (a number, a const name, or a tuple of ints)",
-                     getattr(e, "span", None))
-
-
-class Lowerer:
-    """Lowers expressions of a program's ops into one graph."""
+class Lowerer(ExprLowerer):
+    """Lowers the bodies of a program's ops into one graph: expressions of primitives
+    (:class:`~gradc.ir.expr.ExprLowerer`), calls of ops (inlined) and ``grad()``."""
 
     def __init__(self, graph: Graph, ops: Mapping[str, ast.OpDef], consts: Mapping[str, float],
-                 *, rules: bool = False, span: Span | None = None, custom: bool = True,
-                 size: GraphSize | None = None) -> None:
-        self.graph = graph
+                 *, custom: bool = True, size: GraphSize | None = None) -> None:
+        super().__init__(graph, consts)
         self.size = size                 # MAX_GRAPH_SIZE, checked after each grad()
         self.custom = custom             # False: ignore grad blocks (the true derivative)
         self.ops = ops
-        self.consts = consts
-        self.rules = rules               # lowering a derivative rule: internals allowed
-        self.b = Builder(graph, span)
-
-    # -- statements ---------------------------------------------------------
-    def body(self, stmts: Sequence[ast.Assign], scope: Scope) -> Scope:
-        for s in stmts:
-            scope[s.target] = self.expr(s.value, scope)
-        return scope
-
-    def expr(self, e: ast.Expr, scope: Scope) -> int:
-        method = getattr(self, f"_{type(e).__name__.lower()}")
-        return method(e, scope)
-
-    # -- expressions --------------------------------------------------------
-    def _num(self, e: ast.Num, scope: Scope) -> int:
-        return self.b.const(e.value, FLOAT, e.span)
-
-    def _name(self, e: ast.Name, scope: Scope) -> int:
-        if e.id in scope and not isinstance(scope[e.id], Attr):
-            return scope[e.id]
-        if e.id in self.consts:
-            return self.b.const(self.consts[e.id], FLOAT, e.span)
-        if e.id in CONSTANTS:
-            return self.b.const(CONSTANTS[e.id], FLOAT, e.span)
-        raise NameResolutionError(f"undefined name '{e.id}'", e.span)
-
-    def _binop(self, e: ast.BinOp, scope: Scope) -> int:
-        args = (self.expr(e.lhs, scope), self.expr(e.rhs, scope))
-        return self.b.apply(BINARY_OPS[e.op], args, span=e.span)
-
-    def _compare(self, e: ast.Compare, scope: Scope) -> int:
-        args = (self.expr(e.lhs, scope), self.expr(e.rhs, scope))
-        return self.b.apply(COMPARE_OPS[e.op], args, span=e.span)
-
-    def _neg(self, e: ast.Neg, scope: Scope) -> int:
-        return self.b.apply("neg", (self.expr(e.operand, scope),), span=e.span)
-
-    def _transpose(self, e: ast.Transpose, scope: Scope) -> int:
-        return self.b.apply("transpose", (self.expr(e.operand, scope),), span=e.span)
-
-    def _tupleexpr(self, e: ast.TupleExpr, scope: Scope) -> int:
-        raise ShapeError("a tuple is only allowed as the value of axis=", e.span)
 
     def _call(self, e: ast.Call, scope: Scope) -> int:
-        if e.func in self.ops and not self.rules:
+        if e.func in self.ops:
             return self.call_op(self.ops[e.func], e, scope)
         if e.func == "grad":
             return self._grad(e, scope)
-        kw = {k: self._attr(k, v, scope) for k, v in e.kwargs}
-        name = ALIASES.get(e.func, e.func)
-        positional = list(e.args)
-        if name in PRIMITIVES and PRIMITIVES[name].attr_params:    # one_hot(idx, depth)
-            n = len(PRIMITIVES[name].params)
-            kw.update((k, self._attr(k, v, scope))
-                      for k, v in zip(PRIMITIVES[name].attr_params, positional[n:]))
-            positional = positional[:n]
-        args = [self.expr(a, scope) for a in positional]
-        if name in ("max", "min") and len(args) == 2:
-            name = _RENAMED[name]
-        elif name in ("ones_like", "zeros_like"):
-            args.append(self.b.const(1.0 if name == "ones_like" else 0.0, FLOAT, e.span))
-            name = "full_like"
-        if name in PRIMITIVES and PRIMITIVES[name].kind == "reduction":
-            kw = {"axis": kw.get("axis"), "keepdims": bool(kw.get("keepdims", False))}
-        if name not in PRIMITIVES or (name in INTERNAL and not self.rules):
-            raise NameResolutionError(f"unknown function '{e.func}'", e.span)
-        return self.b.apply(name, args, kw or None, span=e.span)
-
-    def _attr(self, key: str, v: ast.Expr, scope: Scope) -> Any:
-        if isinstance(v, ast.Name) and isinstance(scope.get(v.id), Attr):
-            return scope[v.id].value                 # a rule's attribute: axis=axis
-        attrs = {k: a.value for k, a in scope.items() if isinstance(a, Attr)}
-        value = eval_const(v, {**self.consts, **attrs})   # reverse=1 - reverse in a rule
-        if key == "axis":
-            axes = tuple(int(a) for a in value) if isinstance(value, tuple) else (int(value),)
-            if len(set(axes)) != len(axes):
-                raise ShapeError(f"axis {axes} repeats an axis", getattr(v, "span", None))
-            return axes
-        return value
+        return super()._call(e, scope)
 
     # -- calls of ops -------------------------------------------------------
     def call_op(self, op: ast.OpDef, call: ast.Call, scope: Scope) -> int:
@@ -204,7 +98,8 @@ class Lowerer:
         nodes = frozenset(range(start, self.graph.next_id))
         self.graph.regions.append(CustomRegion(
             op, tuple(bound[p.name] for p in op.params), tuple(outs),
-            dict(inner), nodes, call.span, self.ops, self.consts))
+            dict(inner), nodes, call.span, self.ops, self.consts,
+            grad_block_lowerer(op, self.ops, self.consts)))
         return outs[0]
 
     def _bind(self, op: ast.OpDef, call: ast.Call, scope: Scope) -> Scope:
@@ -222,7 +117,6 @@ class Lowerer:
         return bound
 
     def _grad(self, e: ast.Call, scope: Scope) -> int:
-        from gradc.autodiff.higher import gradient     # autodiff builds on the IR
         target = e.args[1]
         if not isinstance(target, ast.Name) or target.id not in scope:
             raise NameResolutionError("the second argument of grad() must be a parameter or "
@@ -240,9 +134,20 @@ class Lowerer:
         g = gradient(self.graph, f, wrt, self.b.const(1.0, FLOAT, e.span))
         if self.size is not None:       # None inside a grad block: checked by the caller
             self.size.check(self.graph, e.span)
-        if g is None:
-            return self.b.apply("full_like", (wrt, self.b.const(0.0, FLOAT, e.span)), span=e.span)
         return g
+
+
+def grad_block_lowerer(op: ast.OpDef, ops: Mapping[str, ast.OpDef],
+                       consts: Mapping[str, float]) -> Callable[[Graph, Scope], Scope]:
+    """``lower_block(graph, scope) -> scope``: lowers the statements of ``op``'s grad
+    block into ``graph`` over ``scope`` (upstreams and residuals by name), its calls
+    of ``ops`` and its ``grad()`` included; what a custom region gives autodiff."""
+    return partial(_lower_block, op.grad.body, ops, consts)
+
+
+def _lower_block(body: Sequence[ast.Assign], ops: Mapping[str, ast.OpDef],
+                 consts: Mapping[str, float], graph: Graph, scope: Scope) -> Scope:
+    return Lowerer(graph, ops, consts).body(body, scope)
 
 
 def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, float],
@@ -273,7 +178,8 @@ def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
                 for o in outs]
         graph.regions.append(CustomRegion(
             op, tuple(graph.params), tuple(outs), dict(scope),
-            frozenset(range(start, graph.next_id)), op.span, ops, consts))
+            frozenset(range(start, graph.next_id)), op.span, ops, consts,
+            grad_block_lowerer(op, ops, consts)))
     for name, o in zip(op.outputs, outs):
         graph.set_output(o, name=name)
     return graph

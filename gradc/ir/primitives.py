@@ -118,6 +118,11 @@ class Primitive:
     def defaults(self) -> dict[str, object]:
         return {k: d for k, _, d in self.keywords}
 
+    # Statements in .grad syntax over the operands (by parameter name) and attributes,
+    # assigning ``out``: the primitive written in others, which the graphs that are
+    # differentiated use instead (passes.simplify.expand_decompositions).
+    decomposition: str | None = None
+
     def __post_init__(self) -> None:
         if not self.jvp and self.kind == ELEMENTWISE:
             object.__setattr__(self, "jvp", tuple(
@@ -138,7 +143,7 @@ class Primitive:
 # NaN; not square: 2 * inf.)
 _BOUNDED = frozenset("""add sub neg identity cast where clip full_like abs maximum minimum
     atan tanh sigmoid softplus erf erfc sum mean max min transpose sum_to
-    broadcast_in matmul shape_check""".split())
+    broadcast_in matmul shape_check zero_masked""".split())
 
 
 def _ew(name, params, ref, vjp, cpu, **kw) -> Primitive:
@@ -441,6 +446,14 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
            public=False),
     _unary("stop_gradient", lambda x: x, None, "{x}", float_only=False, dtype="same",
            differentiable=False, linear=(0,)),
+    # zero_masked(x, u): x, but 0 where u == 0 and x is NaN. The NaN-safe product of
+    # autodiff (core.nan_safe): x is a rule's result, linear in the cotangent or tangent u,
+    # and 0 * inf must stay 0. Where x is a number it is x, so a derivative of a gradient
+    # sees x's dependence on u; its own derivative passes g where it does not mask.
+    # Internal; not linear as the analysis sees it (it reads u and tests x for NaN).
+    _ew("zero_masked", "x u", lambda x, u: np.where((u == 0) & (x != x), 0.0, x),
+        ("where((u == 0) * (x != x), 0, g)", None),
+        "({dt}(0) if (({u} == {dt}(0)) & ({x} != {x})) else {x})"),
     # --- elementwise math ----------------------------------------------------
     _unary("abs", np.abs, "g * sign(x)", "abs({x})", float_only=False, dtype="same"),
     # Selects, not np.sign: Numba's np.sign gives -0.0 for -0.0 (NumPy: 0.0) and its
@@ -506,10 +519,23 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # (1 up to rounding) removes the rounding of ``out`` itself: in float32,
     # exp(1000 - fl(1000 + ln 2)) is 0.499985, p / sum(p) is 0.5. All -inf
     # slices have p = 0 and get gradient 0 (sum(p) is replaced by 1 there).
+    # Differentiated as jax.nn.logsumexp's max-shifted form (its decomposition): the
+    # gradient bc(g / s) * e is softmax from the forward's exponentials e, so a fused
+    # fwd_bwd takes 2 exp per element, not 3 (the rule above sums a second row of
+    # them), as accurately (dividing by s cancels the rounding of the shift). An empty
+    # or all -inf slice is -inf (max's initial), gradient 0; a +inf element gives inf,
+    # gradient NaN there and 0 at the finite ones, as jax.vjp: no zero mask on e (g / s
+    # is 0 there, and 0 * inf must stay NaN; e <= 1 elsewhere).
     _red("logsumexp", P.logsumexp,
          "exp(x - bc(where(out == -inf, 0, out))) / bc(where(out == -inf, 1, "
          f"sum(exp(x - bc(where(out == -inf, 0, out))), {_ALONG})))",
-         "_g_logsumexp({x}, {axis}, {keepdims})"),
+         "_g_logsumexp({x}, {axis}, {keepdims})", decomposition=f"""
+             m = max(x, {_ALONG}, initial=-inf)
+             h = stop_gradient(where(m - m == 0, m, 0))
+             e = exp(x - broadcast_in(h, x, {_ALONG}), zero_mask=false)
+             s = sum(e, {_ALONG})
+             empty = s == 0
+             out = where(empty, -inf, h + log(where(empty, 1, s)))"""),
     # d|x|/dx = x/|x|; dividing by inf where the norm is 0 gives gradient 0 there.
     # Sampled away from 0: the norm's curvature grows like 1/|x| there, which
     # defeats finite differences (its kink at 0 is tested as an edge case).

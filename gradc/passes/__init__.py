@@ -12,7 +12,7 @@ from gradc.ir.graph import Graph
 from gradc.ir.verify import verify
 from gradc.passes.cse import eliminate_common_subexpressions
 from gradc.passes.dce import eliminate_dead_code
-from gradc.passes.simplify import expand_logsumexp, simplify, stabilize
+from gradc.passes.simplify import expand_decompositions, simplify, stabilize
 
 Pass = Callable[[Graph], Graph]
 PIPELINE: tuple[Pass, ...] = (eliminate_dead_code, simplify, eliminate_common_subexpressions,

@@ -345,7 +345,7 @@ def _reads(graph: Graph, step: Step, nid: int) -> bool:
 RECOMPUTE_MAX_NODES = 8
 RECOMPUTE_MAX_TRANSCENDENTAL = 2
 _CHEAP = frozenset("""add sub mul neg identity cast where clip full_like abs maximum minimum
-    lt le gt ge eq ne square sign floor ceil round""".split())
+    lt le gt ge eq ne square sign floor ceil round zero_masked""".split())
 
 
 def recompute_residuals(plan: KernelPlan) -> KernelPlan:

@@ -13,7 +13,9 @@ from typing import Callable
 
 import numpy as np
 
+from gradc.autodiff.core import is_zero
 from gradc.ir.builder import Builder
+from gradc.ir.expr import ExprLowerer, operand_scope, parse_statements
 from gradc.ir.graph import Graph, Node
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES
 from gradc.passes.dce import eliminate_dead_code
@@ -43,18 +45,18 @@ def _fold(graph: Graph, node: Node) -> int | None:
     return Builder(graph, node.span).const(value, node.dtype)
 
 
-def _operand_if(graph: Graph, node: Node, i: int, cond: Callable[[float | None], bool]):
-    """Operand ``1 - i`` when operand ``i`` is a constant satisfying ``cond``."""
+def _operand_if(graph: Graph, node: Node, i: int, cond: Callable[[int], bool]):
+    """Operand ``1 - i`` when operand ``i`` satisfies ``cond``."""
     other = node.args[1 - i]
-    if cond(_const(graph, node.args[i])) and _same_shape(graph, other, node):
+    if cond(node.args[i]) and _same_shape(graph, other, node):
         return other
     return None
 
 
 def _identities(graph: Graph, node: Node) -> int | None:
     op, args = node.op, node.args
-    is0 = lambda v: v == 0
-    is1 = lambda v: v == 1
+    is0 = lambda a: is_zero(graph, a)          # 0, or zeros_like(x)
+    is1 = lambda a: _const(graph, a) == 1
     if op in ("identity", "stop_gradient") or (op == "cast" and
                                                 graph.node(args[0]).dtype == node.dtype):
         return args[0]
@@ -75,32 +77,26 @@ def _identities(graph: Graph, node: Node) -> int | None:
     if op == "where" and _const(graph, args[0]) is not None:
         pick = args[1] if _const(graph, args[0]) != 0 else args[2]
         return pick if _same_shape(graph, pick, node) else None
-    if op == "where" and _is_needless_zero_mask(graph, node):
-        return args[2]
+    if op == "zero_masked" and _is_needless_mask(graph, node):
+        return args[0]
     return None
 
 
-def _is_needless_zero_mask(graph: Graph, node: Node) -> bool:
-    """``where((g == 0) * (ct != ct), 0, ct)`` (reverse mode's zero-cotangent mask,
-    ``reverse.mask_zero_cotangent``, and forward mode's) where ``ct`` is ``g``
-    times a factor that :func:`bound` proves finite: ``ct`` is ``±0`` wherever
-    ``g == 0``, so the mask never selects.  For a constant factor removing it keeps
+def _is_needless_mask(graph: Graph, node: Node) -> bool:
+    """``zero_masked(ct, g)`` (the NaN-safe product of both walkers,
+    ``autodiff.core.nan_safe``: 0 where ``g == 0`` and ``ct`` is NaN) where ``ct``
+    is ``g`` times a factor that :func:`bound` proves finite: ``ct`` is ``±0``
+    wherever ``g == 0``, so the mask never selects.  For a constant factor removing it keeps
     every bit; for a bounded function of the inputs (``dy * sigmoid(x)`` in swish's
     gradient, ``dy * (1 + tanh(u))`` in gelu's) it keeps every bit at every input
     that is not NaN, ±inf included.  Where such a factor's input is NaN the factor
     is NaN and the contribution is NaN, as IEEE arithmetic and ``jax.vjp`` give,
     not 0 (the bounded primitive's own rule, never masked, was NaN there already).
     The mask cost swish's fused ``fwd_bwd`` 26 % of its time."""
-    cond, zero, ct = node.args
-    c, ctn = graph.node(cond), graph.node(ct)
-    if _const(graph, zero) != 0 or c.op != "mul" or ctn.op != "mul":
+    ct, g = node.args
+    ctn = graph.node(ct)
+    if ctn.op != "mul":
         return False
-    eq, ne = (graph.node(a) for a in c.args)
-    if eq.op == "ne":
-        eq, ne = ne, eq
-    if eq.op != "eq" or ne.op != "ne" or ne.args != (ct, ct) or _const(graph, eq.args[1]) != 0:
-        return False
-    g = eq.args[0]
     others = [a for a in ctn.args if a != g]
     if len(others) != 1 or g not in ctn.args:
         return False
@@ -119,7 +115,7 @@ def bound(graph: Graph, nid: int) -> float | None:
 
     Interval arithmetic on magnitudes: constants, the ranges of ``_RANGES``, and
     ``neg abs identity cast add sub mul square maximum minimum where clip
-    full_like broadcast_in`` of bounded operands (``add``: the sum of the bounds,
+    full_like broadcast_in zero_masked`` of bounded operands (``add``: the sum of the bounds,
     ``mul``: the product...).  Bounds above 1e30 count as none, so that no rounding
     in float32 can reach inf."""
     memo: dict[int, float | None] = {}
@@ -147,6 +143,8 @@ def _bound_operands(node: Node) -> tuple[int, ...]:
         return node.args[:1] if node.op == "broadcast_in" else node.args
     if node.op == "where":
         return node.args[1:]
+    if node.op == "zero_masked":
+        return node.args[:1]            # ct, or 0
     if node.op == "clip":
         return node.args[1:]            # clip(x, lo, hi) lies between lo and hi
     if node.op == "full_like":
@@ -320,49 +318,23 @@ def stabilize(graph: Graph) -> Graph:
     return out      # no DCE: a custom region's residuals may have no user yet
 
 
-def expand_logsumexp(graph: Graph) -> Graph:
-    """Each ``logsumexp(x, axis, keepdims)`` (outside custom-gradient regions) as the
-    max-shifted form reverse mode differentiates best, as ``jax.nn.logsumexp`` writes it::
-
-        m = max(x, axis, keepdims, initial=-inf)        (-inf for an empty slice)
-        h = stop_gradient(where(m - m == 0, m, 0))
-        s = sum(exp(x - bc(h)), axis, keepdims)
-        out = where(s == 0, -inf, h + log(where(s == 0, 1, s)))
-
-    Its gradient is ``bc(g / s) * exp(x - bc(h))``, softmax from the same exponentials
-    as the forward: two ``exp`` per element in a fused ``fwd_bwd`` instead of three
-    (the primitive's rule ``p / sum(p)``, p = exp(x - out), sums a second row of
-    them), and as accurate (the division by s cancels the rounding of the shift).
-    Values keep the primitive's conventions: -inf for an empty or all -inf slice (its
-    gradient 0), inf for a +inf element (gradient NaN there, 0 at the finite elements,
-    as ``jax.vjp``), NaN for a NaN; the forward value is within a
-    float32 ulp or two of the primitive's (``log`` of the float32 sum, not of the
-    float64 one).  :func:`gradc.pipeline.build_op` applies it to the graphs it
-    differentiates (vjp, fwd_bwd, jvp); ``forward`` keeps the primitive."""
+def expand_decompositions(graph: Graph) -> Graph:
+    """Each node whose primitive has a ``decomposition`` (outside custom-gradient
+    regions) replaced by it: the decomposition's statements lowered over the node's
+    operands and attributes, its ``out`` used in the node's place.
+    :func:`gradc.pipeline.build_op` applies it to the graphs it differentiates (vjp,
+    fwd_bwd, jvp), so their derivatives are the decomposition's (``logsumexp``'s: see
+    its entry in :mod:`gradc.ir.primitives`); ``forward`` keeps the primitive."""
     avoid = frozenset().union(*(r.nodes for r in graph.regions))
     out = graph.copy()
     moved: dict[int, int] = {}
     for nid in out.topo_order():
         node = out.node(nid)
-        if node.op != "logsumexp" or nid in avoid:
+        text = PRIMITIVES[node.op].decomposition
+        if text is None or nid in avoid:
             continue
-        b = Builder(out, node.span)
-        attrs = dict(node.attrs)
-        (x,) = node.args
-        m = b.apply("max", (x,), {**attrs, "initial": -np.inf})
-        zero = b.const(0.0)
-        finite = b.apply("eq", (b.apply("sub", (m, m)), zero))
-        h = b.apply("stop_gradient", (b.apply("where", (finite, m, zero)),))
-        # no zero-cotangent mask (``zero_mask=False``): where x has a +inf element (h = 0,
-        # s = inf) the cotangent g / s is 0 and the mask would turn 0 * inf into a silent
-        # 0; unmasked it is NaN there, as the primitive and jax.vjp give (e <= 1 elsewhere)
-        e = b.apply("exp", (b.apply("sub", (x, b.apply("broadcast_in", (h, x), attrs))),),
-                    {"zero_mask": False})
-        total = b.apply("sum", (e,), attrs)
-        empty = b.apply("eq", (total, zero))
-        safe = b.apply("where", (empty, b.const(1.0), total))
-        lse = b.apply("add", (h, b.apply("log", (safe,))))
-        new = b.apply("where", (empty, b.const(-np.inf), lse))
+        lower = ExprLowerer(out, {}, rules=True, span=node.span)
+        new = lower.body(parse_statements(text), operand_scope(node))["out"]
         out.replace_uses(nid, new)
         moved[nid] = new
     _remap_regions(out, moved)

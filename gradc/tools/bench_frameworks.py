@@ -228,6 +228,7 @@ _NE = {
     "maximum": "where(({x} > {y}) | ({x} != {x}), {x}, {y})",
     "minimum": "where(({x} < {y}) | ({x} != {x}), {x}, {y})",
     "where": "where({c}, {x}, {y})",
+    "zero_masked": "where(({u} == {zero}) & ({x} != {x}), {zero}, {x})",
     "clip": "where(where({x} < {lo}, {lo}, {x}) > {hi}, {hi}, where({x} < {lo}, {lo}, {x}))",
     "full_like": "(ones_like({x}) * {v})", "cast": "{x}", "identity": "{x}",
     "stop_gradient": "{x}", "abs": "abs({x})",

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gradc.audit.canonical import is_nan_mask
 from gradc.codegen.cpu import is_scalar_input, row_inputs
 from gradc.codegen.module import signature_text
 from gradc.frontend.check import load_program
@@ -25,14 +24,13 @@ _PREC = {"lt": 0, "le": 0, "gt": 0, "ge": 0, "eq": 0, "ne": 0, "add": 1, "sub": 
 class MathPrinter:
     """Infix text of graph values; values used more than once get names t1, t2...
 
-    With ``unmask``, reverse mode's zero-cotangent masks (``where((g == 0) * (v != v),
-    0, v)``: 0 where the cotangent ``g`` is 0 even if ``v`` is inf or NaN) print as
-    ``v``, and :meth:`guards` lists them apart."""
+    With ``unmask``, autodiff's NaN-safe products (``zero_masked(v, g)``: 0 where the
+    cotangent ``g`` is 0 even if ``v`` is inf or NaN) print as ``v``, and
+    :meth:`guards` lists them apart."""
 
     def __init__(self, graph: Graph, unmask: bool = False) -> None:
         self.graph = graph
-        self.masks = {n.id: (n.args[2], self._cotangent(n)) for n in graph
-                      if unmask and n.op == "where" and is_nan_mask(graph, n)}
+        self.masks = {n.id: n.args for n in graph if unmask and n.op == "zero_masked"}
         uses: Counter = Counter()
         todo, seen = list(graph.outputs), set()
         while todo:                   # uses among the values printed (masks see through)
@@ -47,12 +45,6 @@ class MathPrinter:
         self.names = {p: graph.node(p).attr("name") for p in graph.params}
         self.names.update({nid: f"t{k + 1}" for k, nid in enumerate(self.shared)})
 
-    def _cotangent(self, mask) -> int:
-        """The cotangent ``g`` of a zero-cotangent mask (its ``g == 0``)."""
-        cond = self.graph.node(mask.args[0])
-        eq = next(self.graph.node(a) for a in cond.args if self.graph.node(a).op == "eq")
-        return eq.args[0]
-
     def _through(self, nid: int) -> int:
         """``nid``, or the value a mask at ``nid`` guards."""
         return self.masks[nid][0] if nid in self.masks else nid
@@ -61,7 +53,7 @@ class MathPrinter:
         return [f"{self.names[n]} = {self.text(n, top=True)}" for n in self.shared]
 
     def guards(self) -> list[str]:
-        """One line per value a zero-cotangent mask guards (in graph order)."""
+        """One line per value a NaN-safe product guards (in graph order)."""
         out = {}
         for value, g in self.masks.values():
             out.setdefault(self.text(value), []).append(self.text(g))

@@ -749,11 +749,11 @@ def test_huge_inputs_hit_a_named_limit_quickly(case: str) -> None:
 
 
 def test_graph_size_is_positioned_at_the_grad_that_crosses_it() -> None:
-    """Statements 1-4 of the chain build 735 operations, the fifth 2,238 (limit 2,000)."""
+    """Statements 1-5 of the chain build 1,600 operations, the sixth 4,919 (limit 2,000)."""
     with hard_limit(HARD_LIMIT), pytest.raises(gradc.GradcError) as exc:
         gradc.compile_source(_chained_grads(11), file="chain.grad")
-    assert (exc.value.code, exc.value.span.line, exc.value.span.column) == ("E127", 7, 10)
-    assert "2,238 operations" in exc.value.message
+    assert (exc.value.code, exc.value.span.line, exc.value.span.column) == ("E127", 8, 10)
+    assert "4,919 operations" in exc.value.message
 
 
 def test_limits_are_positioned_where_they_are_crossed() -> None:

@@ -261,7 +261,7 @@ def _gk_leaky_relu_forward_0_serial(_o0, _i0, _i1, _w):
         _o0[_i] = v2
 
 
-# leaky_relu.vjp: gt where where mul eq ne mul where add
+# leaky_relu.vjp: gt where where mul zero_masked add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _w):
@@ -274,12 +274,9 @@ def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _w):
         v1 = (a2 if v0 else _T(0.0))
         v2 = (_T(0.0) if v0 else a2)
         v3 = (v2 * a1)
-        v4 = _T(v2 == _T(0.0))
-        v5 = _T(v3 != v3)
-        v6 = (v4 * v5)
-        v7 = (_T(0.0) if v6 else v3)
-        v8 = (v1 + v7)
-        _o0[_i] = v8
+        v4 = (_T(0) if ((v2 == _T(0)) & (v3 != v3)) else v3)
+        v5 = (v1 + v4)
+        _o0[_i] = v5
 
 @numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _w):
@@ -292,15 +289,12 @@ def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _w):
         v1 = (a2 if v0 else _T(0.0))
         v2 = (_T(0.0) if v0 else a2)
         v3 = (v2 * a1)
-        v4 = _T(v2 == _T(0.0))
-        v5 = _T(v3 != v3)
-        v6 = (v4 * v5)
-        v7 = (_T(0.0) if v6 else v3)
-        v8 = (v1 + v7)
-        _o0[_i] = v8
+        v4 = (_T(0) if ((v2 == _T(0)) & (v3 != v3)) else v3)
+        v5 = (v1 + v4)
+        _o0[_i] = v5
 
 
-# leaky_relu.fwd_bwd: gt mul where where where mul eq ne mul where add
+# leaky_relu.fwd_bwd: gt mul where where where mul zero_masked add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _w):
@@ -315,13 +309,10 @@ def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _w):
         v3 = (a2 if v0 else _T(0.0))
         v4 = (_T(0.0) if v0 else a2)
         v5 = (v4 * a1)
-        v6 = _T(v4 == _T(0.0))
-        v7 = _T(v5 != v5)
-        v8 = (v6 * v7)
-        v9 = (_T(0.0) if v8 else v5)
-        v10 = (v3 + v9)
+        v6 = (_T(0) if ((v4 == _T(0)) & (v5 != v5)) else v5)
+        v7 = (v3 + v6)
         _o0[_i] = v2
-        _o1[_i] = v10
+        _o1[_i] = v7
 
 @numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
@@ -336,16 +327,13 @@ def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
         v3 = (a2 if v0 else _T(0.0))
         v4 = (_T(0.0) if v0 else a2)
         v5 = (v4 * a1)
-        v6 = _T(v4 == _T(0.0))
-        v7 = _T(v5 != v5)
-        v8 = (v6 * v7)
-        v9 = (_T(0.0) if v8 else v5)
-        v10 = (v3 + v9)
+        v6 = (_T(0) if ((v4 == _T(0)) & (v5 != v5)) else v5)
+        v7 = (v3 + v6)
         _o0[_i] = v2
-        _o1[_i] = v10
+        _o1[_i] = v7
 
 
-# leaky_relu.jvp: gt mul where mul eq ne mul where where where add
+# leaky_relu.jvp: gt mul where mul zero_masked where where add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_jvp_0(_o0, _o1, _i0, _i1, _i2, _w):
@@ -358,15 +346,12 @@ def _gk_leaky_relu_jvp_0(_o0, _o1, _i0, _i1, _i2, _w):
         v1 = (a1 * a0)
         v2 = (a0 if v0 else v1)
         v3 = (a1 * a2)
-        v4 = _T(a2 == _T(0.0))
-        v5 = _T(v3 != v3)
-        v6 = (v4 * v5)
-        v7 = (_T(0.0) if v6 else v3)
-        v8 = (a2 if v0 else _T(0.0))
-        v9 = (_T(0.0) if v0 else v7)
-        v10 = (v8 + v9)
+        v4 = (_T(0) if ((a2 == _T(0)) & (v3 != v3)) else v3)
+        v5 = (a2 if v0 else _T(0.0))
+        v6 = (_T(0.0) if v0 else v4)
+        v7 = (v5 + v6)
         _o0[_i] = v2
-        _o1[_i] = v10
+        _o1[_i] = v7
 
 @numba.njit(nogil=True, cache=True, error_model="numpy")
 def _gk_leaky_relu_jvp_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
@@ -379,15 +364,12 @@ def _gk_leaky_relu_jvp_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
         v1 = (a1 * a0)
         v2 = (a0 if v0 else v1)
         v3 = (a1 * a2)
-        v4 = _T(a2 == _T(0.0))
-        v5 = _T(v3 != v3)
-        v6 = (v4 * v5)
-        v7 = (_T(0.0) if v6 else v3)
-        v8 = (a2 if v0 else _T(0.0))
-        v9 = (_T(0.0) if v0 else v7)
-        v10 = (v8 + v9)
+        v4 = (_T(0) if ((a2 == _T(0)) & (v3 != v3)) else v3)
+        v5 = (a2 if v0 else _T(0.0))
+        v6 = (_T(0.0) if v0 else v4)
+        v7 = (v5 + v6)
         _o0[_i] = v2
-        _o1[_i] = v10
+        _o1[_i] = v7
 
 
 # leaky_relu.forward: gt
@@ -516,69 +498,31 @@ def _gu_mul_2_serial(_o0, _i0, _i1, _w):
         _o0[_i] = v0
 
 
-# leaky_relu.vjp: eq
+# leaky_relu.vjp: zero_masked
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_eq(_o0, _i0, _w):
-    _T = _w.dtype.type
-    for _i in numba.prange(_o0.size):
-        a0 = _i0[_i]
-        v0 = _T(a0 == _T(0.0))
-        _o0[_i] = v0
-
-@numba.njit(nogil=True, cache=True, error_model="numpy")
-def _gu_eq_serial(_o0, _i0, _w):
-    _T = _w.dtype.type
-    for _i in numba.prange(_o0.size):
-        a0 = _i0[_i]
-        v0 = _T(a0 == _T(0.0))
-        _o0[_i] = v0
-
-
-# leaky_relu.vjp: ne
-# from scaled_tanh.grad:13
-@numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_ne(_o0, _i0, _w):
-    _T = _w.dtype.type
-    for _i in numba.prange(_o0.size):
-        a0 = _i0[_i]
-        v0 = _T(a0 != a0)
-        _o0[_i] = v0
-
-@numba.njit(nogil=True, cache=True, error_model="numpy")
-def _gu_ne_serial(_o0, _i0, _w):
-    _T = _w.dtype.type
-    for _i in numba.prange(_o0.size):
-        a0 = _i0[_i]
-        v0 = _T(a0 != a0)
-        _o0[_i] = v0
-
-
-# leaky_relu.vjp: where
-# from scaled_tanh.grad:13
-@numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gu_where_2(_o0, _i0, _i1, _w):
+def _gu_zero_masked(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
-        v0 = (_T(0.0) if a1 else a0)
+        v0 = (_T(0) if ((a0 == _T(0)) & (a1 != a1)) else a1)
         _o0[_i] = v0
 
 @numba.njit(nogil=True, cache=True, error_model="numpy")
-def _gu_where_2_serial(_o0, _i0, _i1, _w):
+def _gu_zero_masked_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
-        v0 = (_T(0.0) if a1 else a0)
+        v0 = (_T(0) if ((a0 == _T(0)) & (a1 != a1)) else a1)
         _o0[_i] = v0
 
 
 # leaky_relu.vjp: add
 # from scaled_tanh.grad:13
 @numba.njit(parallel=True, cache=True, error_model="numpy")
-def _gk_leaky_relu_vjp_8(_o0, _i0, _i1, _w):
+def _gk_leaky_relu_vjp_5(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -587,7 +531,7 @@ def _gk_leaky_relu_vjp_8(_o0, _i0, _i1, _w):
         _o0[_i] = v0
 
 @numba.njit(nogil=True, cache=True, error_model="numpy")
-def _gk_leaky_relu_vjp_8_serial(_o0, _i0, _i1, _w):
+def _gk_leaky_relu_vjp_5_serial(_o0, _i0, _i1, _w):
     _T = _w.dtype.type
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
@@ -679,11 +623,11 @@ class scaled_tanh:
         _out = _g_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1)))
         _s = x.shape
         _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-        _v18 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-        (_gk_scaled_tanh_jvp_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_jvp_0_serial)(_v1.reshape(-1), _v18.reshape(-1), x.ravel(), x_t.ravel(), _G_WITNESS[_T])
+        _v14 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+        (_gk_scaled_tanh_jvp_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_jvp_0_serial)(_v1.reshape(-1), _v14.reshape(-1), x.ravel(), x_t.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
-            return (_v1, _v18)
-        _r = _g_finish(_n, _out, (_v1, _v18), _S, _RT, ())
+            return (_v1, _v14)
+        _r = _g_finish(_n, _out, (_v1, _v14), _S, _RT, ())
         return _r
 
     class unfused:
@@ -766,17 +710,17 @@ class scaled_tanh:
             _v12 = np.empty(_s, dtype=_T)
             (_gk_scaled_tanh_vjp_4 if _v12.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_vjp_4_serial)(_v12.reshape(-1), x_t.ravel(), _G_WITNESS[_T])
             _s = x.shape
-            _v24 = np.empty(_s, dtype=_T)
-            (_gu_square if _v24.size >= _G_PARALLEL_MIN else _gu_square_serial)(_v24.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
+            _v16 = np.empty(_s, dtype=_T)
+            (_gu_square if _v16.size >= _G_PARALLEL_MIN else _gu_square_serial)(_v16.reshape(-1), _g_flat(_v1, _s), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
-            (_gu_sub if _v8.size >= _G_PARALLEL_MIN else _gu_sub_serial)(_v8.reshape(-1), _g_flat(_v24, _s), _G_WITNESS[_T])
+            (_gu_sub if _v8.size >= _G_PARALLEL_MIN else _gu_sub_serial)(_v8.reshape(-1), _g_flat(_v16, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v18 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-            (_gk_scaled_tanh_jvp_4 if _v18.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_jvp_4_serial)(_v18.reshape(-1), _g_flat(_v8, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
+            _v14 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+            (_gk_scaled_tanh_jvp_4 if _v14.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_jvp_4_serial)(_v14.reshape(-1), _g_flat(_v8, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
-                return (_v1, _v18)
-            _r = _g_finish(_n, _out, (_v1, _v18), _S, _RT, ())
+                return (_v1, _v14)
+            _r = _g_finish(_n, _out, (_v1, _v14), _S, _RT, ())
             return _r
 
     class dask:
@@ -820,8 +764,8 @@ class scaled_tanh:
             x_t = _gd_tangent(_n, 'x_t', x_t, x.shape, _T)
             _out = _gd_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1)))
             _s = x.shape
-            (_v1, _v18, ) = _gd_kernel(_n, '_gk_scaled_tanh_jvp_0', _s, (x, x_t, ), (0, 0), (False, False), (_T, _T,), _T, (x, ))
-            _r = _gd_finish(_n, _out, (_v1, _v18), _S, _RT, ())
+            (_v1, _v14, ) = _gd_kernel(_n, '_gk_scaled_tanh_jvp_0', _s, (x, x_t, ), (0, 0), (False, False), (_T, _T,), _T, (x, ))
+            _r = _gd_finish(_n, _out, (_v1, _v14), _S, _RT, ())
             return _r
 
 scaled_tanh = _GradcOp('scaled_tanh', _SPEC_scaled_tanh, '(x) -> y', {'forward': scaled_tanh.forward, 'vjp': scaled_tanh.vjp, 'fwd_bwd': scaled_tanh.fwd_bwd, 'jvp': scaled_tanh.jvp}, dask={'forward': scaled_tanh.dask.forward, 'vjp': scaled_tanh.dask.vjp, 'fwd_bwd': scaled_tanh.dask.fwd_bwd, 'jvp': scaled_tanh.dask.jvp},
@@ -857,11 +801,11 @@ class leaky_relu:
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
         _s = x.shape
-        _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-        (_gk_leaky_relu_vjp_0 if _v17.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_0_serial)(_v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
+        _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        (_gk_leaky_relu_vjp_0 if _v13.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_0_serial)(_v13.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
-            return (_v17,)
-        _r = _g_finish(_n, _out, (_v17,), _S, _RT, ())
+            return (_v13,)
+        _r = _g_finish(_n, _out, (_v13,), _S, _RT, ())
         return _r
 
     def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
@@ -872,11 +816,11 @@ class leaky_relu:
         _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
         _s = x.shape
         _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-        _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-        (_gk_leaky_relu_fwd_bwd_0 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_fwd_bwd_0_serial)(_v5.reshape(-1), _v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
+        _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+        (_gk_leaky_relu_fwd_bwd_0 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_fwd_bwd_0_serial)(_v5.reshape(-1), _v13.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
-            return (_v5, _v17)
-        _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
+            return (_v5, _v13)
+        _r = _g_finish(_n, _out, (_v5, _v13), _S, _RT, ())
         return _r
 
     def jvp(x, x_t, /, *, alpha=0.01, out=None):
@@ -887,11 +831,11 @@ class leaky_relu:
         _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
         _s = x.shape
         _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-        _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-        (_gk_leaky_relu_jvp_0 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_jvp_0_serial)(_v5.reshape(-1), _v17.reshape(-1), x.ravel(), _g_flat(alpha, ()), x_t.ravel(), _G_WITNESS[_T])
+        _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+        (_gk_leaky_relu_jvp_0 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_jvp_0_serial)(_v5.reshape(-1), _v13.reshape(-1), x.ravel(), _g_flat(alpha, ()), x_t.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
-            return (_v5, _v17)
-        _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
+            return (_v5, _v13)
+        _r = _g_finish(_n, _out, (_v5, _v13), _S, _RT, ())
         return _r
 
     class unfused:
@@ -934,23 +878,14 @@ class leaky_relu:
             _v11 = np.empty(_s, dtype=_T)
             (_gu_mul_2 if _v11.size >= _G_PARALLEL_MIN else _gu_mul_2_serial)(_v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v13 = np.empty(_s, dtype=_T)
-            (_gu_eq if _v13.size >= _G_PARALLEL_MIN else _gu_eq_serial)(_v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
+            _v12 = np.empty(_s, dtype=_T)
+            (_gu_zero_masked if _v12.size >= _G_PARALLEL_MIN else _gu_zero_masked_serial)(_v12.reshape(-1), _g_flat(_v10, _s), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v14 = np.empty(_s, dtype=_T)
-            (_gu_ne if _v14.size >= _G_PARALLEL_MIN else _gu_ne_serial)(_v14.reshape(-1), _g_flat(_v11, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v15 = np.empty(_s, dtype=_T)
-            (_gu_mul if _v15.size >= _G_PARALLEL_MIN else _gu_mul_serial)(_v15.reshape(-1), _g_flat(_v13, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v16 = np.empty(_s, dtype=_T)
-            (_gu_where_2 if _v16.size >= _G_PARALLEL_MIN else _gu_where_2_serial)(_v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-            (_gk_leaky_relu_vjp_8 if _v17.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_8_serial)(_v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            (_gk_leaky_relu_vjp_5 if _v13.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_5_serial)(_v13.reshape(-1), _g_flat(_v8, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
-                return (_v17,)
-            _r = _g_finish(_n, _out, (_v17,), _S, _RT, ())
+                return (_v13,)
+            _r = _g_finish(_n, _out, (_v13,), _S, _RT, ())
             return _r
 
         def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
@@ -978,23 +913,14 @@ class leaky_relu:
             _v11 = np.empty(_s, dtype=_T)
             (_gu_mul_2 if _v11.size >= _G_PARALLEL_MIN else _gu_mul_2_serial)(_v11.reshape(-1), _g_flat(alpha, ()), _g_flat(_v10, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v13 = np.empty(_s, dtype=_T)
-            (_gu_eq if _v13.size >= _G_PARALLEL_MIN else _gu_eq_serial)(_v13.reshape(-1), _g_flat(_v10, _s), _G_WITNESS[_T])
+            _v12 = np.empty(_s, dtype=_T)
+            (_gu_zero_masked if _v12.size >= _G_PARALLEL_MIN else _gu_zero_masked_serial)(_v12.reshape(-1), _g_flat(_v10, _s), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v14 = np.empty(_s, dtype=_T)
-            (_gu_ne if _v14.size >= _G_PARALLEL_MIN else _gu_ne_serial)(_v14.reshape(-1), _g_flat(_v11, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v15 = np.empty(_s, dtype=_T)
-            (_gu_mul if _v15.size >= _G_PARALLEL_MIN else _gu_mul_serial)(_v15.reshape(-1), _g_flat(_v13, _s), _g_flat(_v14, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v16 = np.empty(_s, dtype=_T)
-            (_gu_where_2 if _v16.size >= _G_PARALLEL_MIN else _gu_where_2_serial)(_v16.reshape(-1), _g_flat(_v11, _s), _g_flat(_v15, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-            (_gk_leaky_relu_vjp_8 if _v17.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_8_serial)(_v17.reshape(-1), _g_flat(_v8, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+            (_gk_leaky_relu_vjp_5 if _v13.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_5_serial)(_v13.reshape(-1), _g_flat(_v8, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
-                return (_v5, _v17)
-            _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
+                return (_v5, _v13)
+            _r = _g_finish(_n, _out, (_v5, _v13), _S, _RT, ())
             return _r
 
         def jvp(x, x_t, /, *, alpha=0.01, out=None):
@@ -1016,29 +942,20 @@ class leaky_relu:
             _v7 = np.empty(_s, dtype=_T)
             (_gu_mul_3 if _v7.size >= _G_PARALLEL_MIN else _gu_mul_3_serial)(_v7.reshape(-1), _g_flat(alpha, ()), x_t.ravel(), _G_WITNESS[_T])
             _s = x.shape
-            _v9 = np.empty(_s, dtype=_T)
-            (_gu_eq if _v9.size >= _G_PARALLEL_MIN else _gu_eq_serial)(_v9.reshape(-1), x_t.ravel(), _G_WITNESS[_T])
+            _v8 = np.empty(_s, dtype=_T)
+            (_gu_zero_masked if _v8.size >= _G_PARALLEL_MIN else _gu_zero_masked_serial)(_v8.reshape(-1), x_t.ravel(), _g_flat(_v7, _s), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
-            (_gu_ne if _v10.size >= _G_PARALLEL_MIN else _gu_ne_serial)(_v10.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v11 = np.empty(_s, dtype=_T)
-            (_gu_mul if _v11.size >= _G_PARALLEL_MIN else _gu_mul_serial)(_v11.reshape(-1), _g_flat(_v9, _s), _g_flat(_v10, _s), _G_WITNESS[_T])
+            (_gu_where if _v10.size >= _G_PARALLEL_MIN else _gu_where_serial)(_v10.reshape(-1), _g_flat(_v3, _s), x_t.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v12 = np.empty(_s, dtype=_T)
-            (_gu_where_2 if _v12.size >= _G_PARALLEL_MIN else _gu_where_2_serial)(_v12.reshape(-1), _g_flat(_v7, _s), _g_flat(_v11, _s), _G_WITNESS[_T])
+            (_gu_where_1 if _v12.size >= _G_PARALLEL_MIN else _gu_where_1_serial)(_v12.reshape(-1), _g_flat(_v3, _s), _g_flat(_v8, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v14 = np.empty(_s, dtype=_T)
-            (_gu_where if _v14.size >= _G_PARALLEL_MIN else _gu_where_serial)(_v14.reshape(-1), _g_flat(_v3, _s), x_t.ravel(), _G_WITNESS[_T])
-            _s = x.shape
-            _v16 = np.empty(_s, dtype=_T)
-            (_gu_where_1 if _v16.size >= _G_PARALLEL_MIN else _gu_where_1_serial)(_v16.reshape(-1), _g_flat(_v3, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
-            _s = x.shape
-            _v17 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
-            (_gk_leaky_relu_vjp_8 if _v17.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_8_serial)(_v17.reshape(-1), _g_flat(_v14, _s), _g_flat(_v16, _s), _G_WITNESS[_T])
+            _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+            (_gk_leaky_relu_vjp_5 if _v13.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_5_serial)(_v13.reshape(-1), _g_flat(_v10, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
-                return (_v5, _v17)
-            _r = _g_finish(_n, _out, (_v5, _v17), _S, _RT, ())
+                return (_v5, _v13)
+            _r = _g_finish(_n, _out, (_v5, _v13), _S, _RT, ())
             return _r
 
     class dask:
@@ -1060,8 +977,8 @@ class leaky_relu:
             dy = _gd_upstream(_n, 'dy', dy, x.shape, _T)
             _out = _gd_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
             _s = x.shape
-            (_v17, ) = _gd_kernel(_n, '_gk_leaky_relu_vjp_0', _s, (x, alpha, dy, ), (0, 0, 0), (False, True, False), (_T,), _T, (x, ))
-            _r = _gd_finish(_n, _out, (_v17,), _S, _RT, ())
+            (_v13, ) = _gd_kernel(_n, '_gk_leaky_relu_vjp_0', _s, (x, alpha, dy, ), (0, 0, 0), (False, True, False), (_T,), _T, (x, ))
+            _r = _gd_finish(_n, _out, (_v13,), _S, _RT, ())
             return _r
 
         def fwd_bwd(x, dy, /, *, alpha=0.01, out=None):
@@ -1071,8 +988,8 @@ class leaky_relu:
             dy = _gd_upstream(_n, 'dy', dy, x.shape, _T)
             _out = _gd_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
             _s = x.shape
-            (_v5, _v17, ) = _gd_kernel(_n, '_gk_leaky_relu_fwd_bwd_0', _s, (x, alpha, dy, ), (0, 0, 0), (False, True, False), (_T, _T,), _T, (x, ))
-            _r = _gd_finish(_n, _out, (_v5, _v17), _S, _RT, ())
+            (_v5, _v13, ) = _gd_kernel(_n, '_gk_leaky_relu_fwd_bwd_0', _s, (x, alpha, dy, ), (0, 0, 0), (False, True, False), (_T, _T,), _T, (x, ))
+            _r = _gd_finish(_n, _out, (_v5, _v13), _S, _RT, ())
             return _r
 
         def jvp(x, x_t, /, *, alpha=0.01, out=None):
@@ -1082,8 +999,8 @@ class leaky_relu:
             x_t = _gd_tangent(_n, 'x_t', x_t, x.shape, _T)
             _out = _gd_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
             _s = x.shape
-            (_v5, _v17, ) = _gd_kernel(_n, '_gk_leaky_relu_jvp_0', _s, (x, alpha, x_t, ), (0, 0, 0), (False, True, False), (_T, _T,), _T, (x, ))
-            _r = _gd_finish(_n, _out, (_v5, _v17), _S, _RT, ())
+            (_v5, _v13, ) = _gd_kernel(_n, '_gk_leaky_relu_jvp_0', _s, (x, alpha, x_t, ), (0, 0, 0), (False, True, False), (_T, _T,), _T, (x, ))
+            _r = _gd_finish(_n, _out, (_v5, _v13), _S, _RT, ())
             return _r
 
 leaky_relu = _GradcOp('leaky_relu', _SPEC_leaky_relu, '(x, alpha: nograd = 0.01) -> y', {'forward': leaky_relu.forward, 'vjp': leaky_relu.vjp, 'fwd_bwd': leaky_relu.fwd_bwd, 'jvp': leaky_relu.jvp}, dask={'forward': leaky_relu.dask.forward, 'vjp': leaky_relu.dask.vjp, 'fwd_bwd': leaky_relu.dask.fwd_bwd, 'jvp': leaky_relu.dask.jvp},

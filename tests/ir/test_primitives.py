@@ -39,7 +39,7 @@ from gradc.frontend import ast
 from gradc.frontend.builtins import BUILTINS, CONSTANTS
 from gradc.frontend.check import check_source
 from gradc.ir.interpret import interpret
-from gradc.ir.lower import INTERNAL
+from gradc.ir.expr import INTERNAL, parse_statements
 from gradc.ir.primitives import (ABOVE_ONE, BINARY_OPS, COMPARE_OPS, COMPOSITE, ELEMENTWISE,
                                  NONZERO, POSITIVE, PRIMITIVES, REAL, REDUCTION, UNIT)
 from gradc.pipeline import build_op
@@ -195,6 +195,10 @@ def _other_cases() -> list[Case]:
         # one_hot: integer labels in [0, 3) as rows (no gradient to the labels)
         Case("p_one_hot", ("one_hot", "mul"), "x, n: i32", "    r = one_hot(n, 3) * x",
              ((4, 3), (4,)), (REAL, INDEX3), ints=(1,)),
+        # zero_masked: the NaN-safe products of a gradient (sin's and mul's rules), which
+        # the derivatives of r differentiate in turn (second order)
+        Case("i_zero_masked", ("zero_masked",), "x", "    r = grad(sum(sin(x) * x), x)",
+             ((4,),), (REAL,)),
     ]
     return cases
 
@@ -503,6 +507,23 @@ def test_jvp_rule_parses_and_names_only_its_scope(prim, i, rule) -> None:
     assert kws <= {"axis", "keepdims", *prim.attrs}, f"'{prim.name}' jvp {rule!r} passes {kws}"
 
 
+DECOMPOSED = [p for p in PRIMITIVES.values() if p.decomposition is not None]
+
+
+@pytest.mark.parametrize("prim", DECOMPOSED, ids=attrgetter("name"))
+def test_decomposition_parses_and_names_only_its_scope(prim) -> None:
+    """A decomposition reads the operands, the attributes and its own earlier names,
+    assigns ``out`` last, and does not call the primitive it stands for."""
+    stmts = parse_statements(prim.decomposition)
+    assert stmts[-1].target == "out", prim.name
+    known = set(prim.params) | set(CONSTANTS) | {"axis", "keepdims", "true", "false"}
+    for s in stmts:
+        names, funcs, _ = _free_names(s.value)
+        assert names <= known, f"'{prim.name}' decomposition names {names - known}"
+        assert funcs <= set(BUILTINS) | set(PRIMITIVES) and prim.name not in funcs, prim.name
+        known.add(s.target)
+
+
 def test_composite_rules_have_composites() -> None:
     from gradc.autodiff.rules import COMPOSITES
     for p in PRIMITIVES.values():
@@ -707,6 +728,19 @@ def test_pow_at_zero_base(gen) -> None:
 def test_pow_negative_base_integer_exponent(gen) -> None:
     # (-2)^3: d/dx = 3 * (-2)^2 = 12; d/dy is not real, taken as 0 (no NaN)
     assert_grads(gen, "p_pow", [_a(-2, -1), _a(3, 2)], [_a(12, -2), _a(0, 0)])
+
+
+def test_zero_masked_is_zero_only_for_a_zero_scale_and_a_nan_value(gen) -> None:
+    """``zero_masked(x, u)``: 0 where u == 0 and x is NaN, else x (-0.0 and inf kept)."""
+    ref = PRIMITIVES["zero_masked"].ref
+    x, u = _a(np.nan, np.nan, 1, np.inf, -0.0, np.nan), _a(0, 1, 0, 0, 0, -0.0)
+    got = ref(x, u)
+    np.testing.assert_array_equal(got, _a(0, np.nan, 1, np.inf, -0.0, 0))
+    assert np.signbit(got[4]) and not np.signbit(got[5])
+    # sqrt's VJP dy * 0.5 / sqrt(x): a zero dy gives 0 at x = 0 (0 * inf) and at a NaN
+    # sqrt (x = -1); a nonzero dy gives inf and NaN there, the true values
+    assert_grads(gen, "p_sqrt", [_a(0, 0, -1, -1, 4)], [_a(0, np.inf, 0, np.nan, 0.5)],
+                 vs=[_a(0, 1, 0, 1, 2)])
 
 
 # Derived gradients must be finite where the forward value is (SPEC §1): the unused

@@ -168,17 +168,18 @@ def test_mlp_loss_computes_each_matmul_once():
 
 
 def test_zero_cotangent_mask_of_a_constant_multiple_is_removed():
-    """Reverse mode masks ``g * y`` where ``g == 0`` and the product is NaN (0 * inf);
+    """Reverse mode masks ``g * y`` where ``g == 0`` and the product is NaN (0 * inf:
+    ``zero_masked(g * y, g)``);
     for ``g * 0.5`` the product is never NaN there, so the mask goes (bit-exact),
     while the mask of ``g * x`` (x may be inf) stays."""
     from gradc.frontend.check import check_source
     from gradc.pipeline import build_op
     program = check_source("op f(x) -> y { y = 0.5 * x * x }", "m.grad")
     g = build_op(program.ops["f"], program.ops, program.consts).methods["vjp"].graph
-    masks = [n for n in g if n.op == "where"]
+    masks = [n for n in g if n.op == "zero_masked"]
     assert len(masks) == 2                   # dy * x and dy * (0.5 * x): x may be inf
     for m in masks:
-        ct = g.node(m.args[2])
+        ct = g.node(m.args[0])
         assert ct.op == "mul" and all(g.node(a).op != "const" for a in ct.args)
     assert any(n.op == "mul" and g.node(n.args[1]).op == "const" for n in g)   # (...) * 0.5
 
@@ -201,14 +202,14 @@ def test_zero_cotangent_mask_of_a_bounded_factor_is_removed_and_values_are_kept(
 
     for name, kept in (("swish", 1), ("gelu", 2)):
         g = vjp(name)
-        masks = [n for n in g if n.op == "where"]
+        masks = [n for n in g if n.op == "zero_masked"]
         assert len(masks) == kept, name
         for m in masks:
-            assert not any(g.node(a).op in ("sigmoid", "add") for a in g.node(m.args[2]).args)
+            assert not any(g.node(a).op in ("sigmoid", "add") for a in g.node(m.args[0]).args)
         with monkeypatch.context() as mp:      # every mask kept: the unoptimised values
             mp.setattr(simplify_module, "bound", lambda graph, nid: None)
             masked = vjp(name)
-        assert len([n for n in masked if n.op == "where"]) > kept
+        assert len([n for n in masked if n.op == "zero_masked"]) > kept
         for dy in (np.zeros_like(x), np.ones_like(x)):
             got, want = interpret(g, [x, dy])[0], interpret(masked, [x, dy])[0]
             np.testing.assert_array_equal(got, want, err_msg=f"{name}, dy = {dy[0]}")

@@ -1,0 +1,168 @@
+"""Lowering expressions of primitives: what derivative rules and decompositions need.
+
+:class:`ExprLowerer` turns a .grad expression over named nodes into graph
+nodes: numbers, names, operators and calls of primitives, nothing that needs
+a program (calls of ops, ``grad()``: :class:`gradc.ir.lower.Lowerer` adds
+those).  Autodiff instantiates the rules of the primitive table with it, and
+:func:`gradc.passes.simplify.expand_decompositions` the decompositions, so
+neither imports the lowering of ops, which imports autodiff (``grad()``
+differentiates as it is lowered).
+"""
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+from gradc.errors import NameResolutionError, ShapeError, Span
+from gradc.frontend import ast
+from gradc.frontend.builtins import CONSTANTS
+from gradc.ir.builder import Builder
+from gradc.ir.graph import FLOAT, Graph, Node
+from gradc.ir.primitives import ALIASES, BINARY_OPS, COMPARE_OPS, PRIMITIVES
+
+# Primitives that derivative rules may call but .grad files may not.
+INTERNAL = ("broadcast_in", "sum_to", "shape_check", "size_ratio", "transpose", "matmul", "cast",
+            "identity", "zero_masked")
+_RENAMED = {"max": "maximum", "min": "minimum"}
+_ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+          "^": operator.pow}
+
+Scope = dict[str, Any]     # name -> node id, or an Attr for a rule's node attribute
+
+
+@dataclass(frozen=True)
+class Attr:
+    """A node attribute (``axis``, ``keepdims``) in a derivative rule's scope."""
+
+    value: Any
+
+
+@lru_cache(maxsize=None)
+def parse_statements(text: str) -> tuple[ast.Assign, ...]:
+    """Statements in .grad syntax (a rule as ``_r = RULE``, a decomposition), one per
+    line, parsed once by the parser of user files, inside a dummy op."""
+    from gradc.frontend.parser import parse      # loads the grammar on first use
+    body = "".join(f"    {line.strip()}\n" for line in text.strip().splitlines())
+    return tuple(parse(f"op _rule(g) -> _r {{\n{body}}}\n", file="<rule>").ops[0].body)
+
+
+def operand_scope(node: Node) -> Scope:
+    """What a rule or decomposition of ``node``'s primitive reads: the node's
+    operands by parameter name and its attributes (``axis``, ``keepdims``)."""
+    scope: Scope = dict(zip(PRIMITIVES[node.op].params, node.args))
+    scope.update({k: Attr(v) for k, v in node.attrs})
+    return scope
+
+
+def eval_const(e: ast.Expr, consts: Mapping[str, float]) -> float:
+    """Value of a compile-time constant expression (defaults, axis, keepdims)."""
+    if isinstance(e, ast.Num):
+        return int(e.value) if e.is_int and math.isfinite(e.value) else e.value
+    if isinstance(e, ast.Neg):
+        return -eval_const(e.operand, consts)
+    if isinstance(e, ast.Name):
+        if e.id in consts:
+            return consts[e.id]
+        if e.id in CONSTANTS:
+            return CONSTANTS[e.id]
+        if e.id in ("true", "false", "True", "False"):
+            return e.id in ("true", "True")
+    if isinstance(e, ast.TupleExpr):
+        return tuple(eval_const(i, consts) for i in e.items)
+    if isinstance(e, ast.BinOp) and e.op in "+-*/^":
+        a, b = eval_const(e.lhs, consts), eval_const(e.rhs, consts)
+        return _ARITH[e.op](a, b)
+    raise ShapeError("expected a constant here (a number, a const name, or a tuple of ints)",
+                     getattr(e, "span", None))
+
+
+class ExprLowerer:
+    """Lowers expressions of primitives into one graph.
+
+    ``rules``: lowering a derivative rule or a decomposition, which may call the
+    internal primitives and give a reduction its ``initial``; ``span``: the span
+    of every node made (a rule's nodes point at the primal's source)."""
+
+    def __init__(self, graph: Graph, consts: Mapping[str, float], *, rules: bool = False,
+                 span: Span | None = None) -> None:
+        self.graph = graph
+        self.consts = consts
+        self.rules = rules
+        self.b = Builder(graph, span)
+
+    # -- statements ---------------------------------------------------------
+    def body(self, stmts: Sequence[ast.Assign], scope: Scope) -> Scope:
+        for s in stmts:
+            scope[s.target] = self.expr(s.value, scope)
+        return scope
+
+    def expr(self, e: ast.Expr, scope: Scope) -> int:
+        method = getattr(self, f"_{type(e).__name__.lower()}")
+        return method(e, scope)
+
+    # -- expressions --------------------------------------------------------
+    def _num(self, e: ast.Num, scope: Scope) -> int:
+        return self.b.const(e.value, FLOAT, e.span)
+
+    def _name(self, e: ast.Name, scope: Scope) -> int:
+        if e.id in scope and not isinstance(scope[e.id], Attr):
+            return scope[e.id]
+        if e.id in self.consts:
+            return self.b.const(self.consts[e.id], FLOAT, e.span)
+        if e.id in CONSTANTS:
+            return self.b.const(CONSTANTS[e.id], FLOAT, e.span)
+        raise NameResolutionError(f"undefined name '{e.id}'", e.span)
+
+    def _binop(self, e: ast.BinOp, scope: Scope) -> int:
+        args = (self.expr(e.lhs, scope), self.expr(e.rhs, scope))
+        return self.b.apply(BINARY_OPS[e.op], args, span=e.span)
+
+    def _compare(self, e: ast.Compare, scope: Scope) -> int:
+        args = (self.expr(e.lhs, scope), self.expr(e.rhs, scope))
+        return self.b.apply(COMPARE_OPS[e.op], args, span=e.span)
+
+    def _neg(self, e: ast.Neg, scope: Scope) -> int:
+        return self.b.apply("neg", (self.expr(e.operand, scope),), span=e.span)
+
+    def _transpose(self, e: ast.Transpose, scope: Scope) -> int:
+        return self.b.apply("transpose", (self.expr(e.operand, scope),), span=e.span)
+
+    def _tupleexpr(self, e: ast.TupleExpr, scope: Scope) -> int:
+        raise ShapeError("a tuple is only allowed as the value of axis=", e.span)
+
+    def _call(self, e: ast.Call, scope: Scope) -> int:
+        kw = {k: self._attr(k, v, scope) for k, v in e.kwargs}
+        name = ALIASES.get(e.func, e.func)
+        positional = list(e.args)
+        if name in PRIMITIVES and PRIMITIVES[name].attr_params:    # one_hot(idx, depth)
+            n = len(PRIMITIVES[name].params)
+            kw.update((k, self._attr(k, v, scope))
+                      for k, v in zip(PRIMITIVES[name].attr_params, positional[n:]))
+            positional = positional[:n]
+        args = [self.expr(a, scope) for a in positional]
+        if name in ("max", "min") and len(args) == 2:
+            name = _RENAMED[name]
+        elif name in ("ones_like", "zeros_like"):
+            args.append(self.b.const(1.0 if name == "ones_like" else 0.0, FLOAT, e.span))
+            name = "full_like"
+        if name in PRIMITIVES and PRIMITIVES[name].kind == "reduction":
+            initial = {"initial": kw["initial"]} if self.rules and "initial" in kw else {}
+            kw = {"axis": kw.get("axis"), "keepdims": bool(kw.get("keepdims", False)), **initial}
+        if name not in PRIMITIVES or (name in INTERNAL and not self.rules):
+            raise NameResolutionError(f"unknown function '{e.func}'", e.span)
+        return self.b.apply(name, args, kw or None, span=e.span)
+
+    def _attr(self, key: str, v: ast.Expr, scope: Scope) -> Any:
+        if isinstance(v, ast.Name) and isinstance(scope.get(v.id), Attr):
+            return scope[v.id].value                 # a rule's attribute: axis=axis
+        attrs = {k: a.value for k, a in scope.items() if isinstance(a, Attr)}
+        value = eval_const(v, {**self.consts, **attrs})   # reverse=1 - reverse in a rule
+        if key == "axis":
+            axes = tuple(int(a) for a in value) if isinstance(value, tuple) else (int(value),)
+            if len(set(axes)) != len(axes):
+                raise ShapeError(f"axis {axes} repeats an axis", getattr(v, "span", None))
+            return axes
+        return value
