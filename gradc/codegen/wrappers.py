@@ -441,7 +441,7 @@ class WrapperPrinter:
 
 def _no_identity(node) -> bool:
     """A max or min reduction that raises for an empty slice, as NumPy's does (one
-    with an ``initial`` value, such as :func:`~gradc.passes.simplify.expand_logsumexp`'s,
+    with an ``initial`` value, such as logsumexp's decomposition (:func:`~gradc.passes.simplify.expand_decompositions`),
     gives it there)."""
     return node.op in ("max", "min") and node.attr("initial") is None
 
