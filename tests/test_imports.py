@@ -2,9 +2,9 @@
 
 Dependencies point one way: the front end, the IR, autodiff, the passes and the
 pipeline.  The lowering of ops imports autodiff (``grad()`` differentiates as it
-is lowered); autodiff lowers rules with :mod:`gradc.ir.expr` and a grad block
-through the function its custom region holds, so it never imports
-:mod:`gradc.ir.lower`.
+is lowered); autodiff lowers rules with :mod:`gradc.ir.expr` and copies in a
+grad block that the lowering lowered once (a template its custom region's rule
+holds), so it never imports :mod:`gradc.ir.lower`.
 """
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ from typing import Mapping, Sequence
 
 from gradc.autodiff.core import instantiate, is_zero, nan_safe, surface, total, unbroadcast, units
 from gradc.autodiff.linearity import classify, describe_upstreams
-from gradc.autodiff.regions import lower_grad_block
+from gradc.autodiff.regions import apply_rule
 from gradc.autodiff.reverse import custom_cotangent, vjp
 from gradc.errors import GradientError
 from gradc.ir.builder import Builder
@@ -88,7 +88,7 @@ def _node_jvp(graph: Graph, node: Node, tan: dict[int, int]) -> int | None:
 
 def _custom_jvp(graph: Graph, region: CustomRegion, tan: dict[int, int]) -> None:
     """The output tangents of a custom region: its grad block, transposed."""
-    diff = [a for p, a in zip(region.op.params, region.inputs) if p.differentiable]
+    diff = [a for _, a in region.differentiable_inputs]
     if all(tan.get(a) is None for a in diff):
         return
     outs = transpose_grad_block(graph, region, [tan.get(a) for a in diff])
@@ -102,7 +102,7 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
     """``J t`` from a grad block giving ``J^T u``: one tangent node per output of
     ``region`` (None: a zero), from one tangent per differentiable parameter.
 
-    The block is lowered over placeholder upstreams (NaN arrays of the outputs'
+    The block is applied to placeholder upstreams (NaN arrays of the outputs'
     shapes, never read by the result), each gradient output is checked to be
     linear in them, ``stop_gradient`` inside it is read as the identity (it
     only matters when the block itself is differentiated), and reverse mode
@@ -110,28 +110,27 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
     is the transpose.  Raises :class:`GradientError` (E405) naming the op and
     the line of the block where linearity is lost.
     """
-    op, block = region.op, region.op.grad
+    rule = region.rule
     b = Builder(graph)
     since = graph.next_id
-    ups = [b.apply("full_like", (o, b.const(math.nan)), span=block.span)
+    ups = [b.apply("full_like", (o, b.const(math.nan)), span=rule.span)
            for o in region.outputs]
-    scope = lower_grad_block(graph, region, ups)
-    diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
-    reads_ups = _require_linear(graph, region, ups, scope, since)
+    ups, grads = apply_rule(graph, region, ups)
+    reads_ups = _require_linear(graph, region, ups, grads, since)
     for nid in reads_ups:             # stop_gradient(dy): the identity, as a map of dy
         if graph.node(nid).op == "stop_gradient":
             graph.update(nid, op="identity")
     roots, seeds = [], []
-    for (p, a), gname, t in zip(diff, block.outputs, tangents):
-        g = scope[gname]
+    for (p, a), gname, g, t in zip(region.differentiable_inputs, rule.gradients, grads,
+                                   tangents):
         if t is None or is_zero(graph, g):
             continue
         gb = Builder(graph, span=graph.node(g).span)
-        roots.append(unbroadcast(gb, custom_cotangent(gb, region, gname, g, p.name, a), a))
+        roots.append(unbroadcast(gb, custom_cotangent(gb, region, gname, g, p, a), a))
         seeds.append(t)
     out = vjp(graph, roots, seeds, ups) if roots else [None] * len(ups)
     leaked = _values_read(graph, [t for t in out if t is not None]) & set(ups)
-    assert not leaked, f"the transpose of {op.name}'s grad block reads its upstreams"
+    assert not leaked, f"the transpose of {rule.op}'s grad block reads its upstreams"
     for u, o in zip(ups, region.outputs):     # left only as shape sources (sum_to's like)
         graph.replace_uses(u, o)
     return out
@@ -151,37 +150,36 @@ def _values_read(graph: Graph, roots: Sequence[int]) -> set[int]:
     return seen
 
 
-def _require_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: dict[str, int],
+def _require_linear(graph: Graph, region: CustomRegion, ups: list[int], grads: list[int],
                     since: int) -> set[int]:
     """Raise E405 unless every gradient output is linear in the upstreams (a
     symbolic zero is; a nonzero value that does not depend on them is not);
     return the nodes of the block that depend on the upstreams."""
-    block, op = region.op.grad, region.op
+    rule = region.rule
     verdict = classify(graph, ups, since)
-    notes = [f"forward mode transposes the grad block of '{op.name}' (line {block.span.line}) "
+    notes = [f"forward mode transposes the grad block of '{rule.op}' (line {rule.span.line}) "
              "into its JVP; only a map linear in the upstreams has a transpose (JAX's "
              "custom_vjp has no forward mode at all)",
              "make the block linear in the upstreams (scale or mask them by values of the "
              "forward pass), or use .vjp/.fwd_bwd, which use the block as written"]
-    for gname in block.outputs:
-        g = scope[gname]
-        stmt = next((s for s in block.body if s.target == gname), None)
+    for gname, g in zip(rule.gradients, grads):
+        span = rule.gradient_spans.get(gname, rule.span)
         if g not in verdict:
             if is_zero(graph, g):
                 continue
             raise GradientError(
-                f"op '{op.name}' has no forward mode: gradient '{gname}' of its grad block "
-                f"does not depend on the {describe_upstreams(block.upstreams)} and is not 0, "
-                "so the block is not linear in them", stmt.span if stmt else block.span,
+                f"op '{rule.op}' has no forward mode: gradient '{gname}' of its grad block "
+                f"does not depend on the {describe_upstreams(rule.upstreams)} and is not 0, "
+                "so the block is not linear in them", span,
                 "E405", notes)
         bad = verdict[g]
         if bad is None:
             continue
         node = graph.node(bad.node)
-        used = [n for n, u in zip(block.upstreams, ups) if u in bad.depends]
+        used = [n for n, u in zip(rule.upstreams, ups) if u in bad.depends]
         raise GradientError(
-            f"op '{op.name}' has no forward mode: gradient '{gname}' of its grad block is "
+            f"op '{rule.op}' has no forward mode: gradient '{gname}' of its grad block is "
             f"not linear in the {describe_upstreams(used)}: '{surface(node.op)}' is "
-            "applied to it nonlinearly here", node.span or block.span, "E405", notes)
+            "applied to it nonlinearly here", node.span or rule.span, "E405", notes)
     return set(verdict)
 

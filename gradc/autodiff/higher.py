@@ -25,10 +25,10 @@ the op's forward body that the gradient does not read.
 from __future__ import annotations
 
 from gradc.autodiff.core import zeros_like
-from gradc.autodiff.regions import copy_nodes, remap_region
+from gradc.autodiff.regions import copy_nodes
 from gradc.autodiff.reverse import live_nodes, vjp
 from gradc.ir.builder import Builder
-from gradc.ir.graph import CustomRegion, Graph, outermost_regions
+from gradc.ir.graph import CustomRegion, Graph, outermost_regions, remap_region
 from gradc.ir.primitives import PRIMITIVES
 
 

@@ -20,7 +20,7 @@ import networkx as nx
 
 from gradc.autodiff.core import instantiate, is_zero, nan_safe, surface, total, unbroadcast, units
 from gradc.autodiff.linearity import classify, describe_upstreams
-from gradc.autodiff.regions import lower_grad_block
+from gradc.autodiff.regions import apply_rule
 from gradc.autodiff.rules import COMPOSITES
 from gradc.errors import GradcWarning, GradientError
 from gradc.ir.builder import Builder
@@ -93,42 +93,41 @@ def _custom_vjp(graph: Graph, region: CustomRegion, cts: dict[int, list[int]],
     ups = [total(graph, cts.pop(o, [])) for o in region.outputs]
     if all(u is None for u in ups):
         return
-    op, block = region.op, region.op.grad
+    rule = region.rule
     since = graph.next_id
-    scope = lower_grad_block(graph, region, ups)
-    _check_linear(graph, region, [scope[n] for n in block.upstreams], scope, since)
-    diff = [(p, a) for p, a in zip(op.params, region.inputs) if p.differentiable]
+    ups, grads = apply_rule(graph, region, ups)
+    _check_linear(graph, region, ups, grads, since)
     b = Builder(graph)
-    for (p, a), gname in zip(diff, block.outputs):
-        ct = custom_cotangent(b, region, gname, scope[gname], p.name, a)
+    for (p, a), gname, g in zip(region.differentiable_inputs, rule.gradients, grads):
+        ct = custom_cotangent(b, region, gname, g, p, a)
         if a in live and not is_zero(graph, ct):
             cts.setdefault(a, []).append(unbroadcast(b, ct, a))
 
 
-def _check_linear(graph: Graph, region: CustomRegion, ups: list[int], scope: dict[str, int],
+def _check_linear(graph: Graph, region: CustomRegion, ups: list[int], grads: list[int],
                   since: int) -> None:
     """Warn (W401) for each gradient output of a grad block that is not linear in
     the upstream cotangents (see :mod:`gradc.autodiff.linearity`)."""
-    block = region.op.grad
-    if block.surrogate:         # declared: not meant to be the derivative
+    rule = region.rule
+    if rule.surrogate:         # declared: not meant to be the derivative
         return
     verdict = classify(graph, ups, since)
-    name_of = dict(zip(ups, block.upstreams))
-    for gname in block.outputs:
-        bad = verdict.get(scope[gname])
+    name_of = dict(zip(ups, rule.upstreams))
+    for gname, g in zip(rule.gradients, grads):
+        bad = verdict.get(g)
         if bad is None:
             continue
         node = graph.node(bad.node)
         used = describe_upstreams([name_of[u] for u in ups if u in bad.depends])
         warning = GradcWarning(
-            f"gradient '{gname}' of op '{region.op.name}' is not linear in the {used}: "
+            f"gradient '{gname}' of op '{rule.op}' is not linear in the {used}: "
             f"'{surface(node.op)}' is applied to it nonlinearly here",
-            node.span or block.span, "W401",
+            node.span or rule.span, "W401",
             ["a VJP is linear in its cotangent; gradient accumulation, loss scaling and "
              "forward mode rely on it (scale or mask the upstream by values of the forward "
              "pass instead)",
              "if this is intended (gradient clipping, a surrogate gradient), write "
-             f"'grad({', '.join(block.upstreams)}) -> ... surrogate {{' to say so"])
+             f"'grad({', '.join(rule.upstreams)}) -> ... surrogate {{' to say so"])
         if warning.key() not in {w.key() for w in graph.diagnostics}:
             graph.diagnostics.append(warning)
 
@@ -154,11 +153,11 @@ def custom_cotangent(b: Builder, region: CustomRegion, gname: str, ct: int, pnam
     got, want = graph.node(ct).shape, graph.node(arg).shape
     if graph.node(ct).op == "const" or _broadcasts_to(want, got):
         return ct           # a constant broadcasts; otherwise true for every run-time shape
-    message = (f"gradient '{gname}' of op '{region.op.name}' has shape {{got}}, but parameter "
+    message = (f"gradient '{gname}' of op '{region.rule.op}' has shape {{got}}, but parameter "
                f"'{pname}' has shape {{want}}: a custom gradient must have its parameter's "
                "shape, or a shape the parameter was broadcast to (it is summed back)")
     return b.apply("shape_check", (ct, arg), {"message": message},
-                   span=graph.node(ct).span or region.op.grad.span)
+                   span=graph.node(ct).span or region.rule.span)
 
 
 def _check_custom_shape(graph: Graph, region: CustomRegion, gname: str, ct: int, pname: str,
@@ -168,11 +167,11 @@ def _check_custom_shape(graph: Graph, region: CustomRegion, gname: str, ct: int,
     One more shape is accepted: a shape the forward broadcast the parameter to
     (``db = dy`` for ``y = x @ w + b``); it is summed back, with a note (N401)
     that ``gradc explain`` shows."""
-    block = region.op.grad
+    rule = region.rule
     got, want = graph.node(ct).shape, graph.node(arg).shape
     if got.dyn or want.dyn or got == want or graph.node(ct).op == "const":
         return
-    span = next((s.span for s in block.body if s.target == gname), block.span)
+    span = rule.gradient_spans.get(gname, rule.span)
     reached = {graph.node(n).shape for n in nx.descendants(graph.dg, arg) & region.nodes}
     if _broadcasts_to(want, got) and got in reached:
         graph.diagnostics.append(GradcWarning(

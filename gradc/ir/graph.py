@@ -13,8 +13,9 @@ whose gradient is the callee's ``grad`` block instead of the derived one.
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import networkx as nx
 
@@ -51,29 +52,128 @@ def freeze_attrs(attrs: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]
     return tuple(sorted((attrs or {}).items()))
 
 
-@dataclass
+_TEMPLATE_IDS = itertools.count(-1, -1)   # ids of template nodes: negative, never reused
+
+
+@dataclass(frozen=True)
+class Template:
+    """A graph fragment lowered once and copied in where it is used (:func:`inline`).
+
+    ``nodes`` are in topological order, with ids of their own (negative, unique in
+    the process, so no mapping of a graph's ids ever touches them); their
+    operands are other nodes of the template, its ``placeholders`` (bound at
+    each copy) or nodes of the graph it was lowered over: its ``residuals``.
+    ``results`` are the nodes the template gives (of any of the three kinds);
+    ``regions`` the custom regions among its nodes."""
+
+    nodes: tuple[Node, ...]
+    placeholders: tuple[int, ...]
+    results: tuple[int, ...]
+    regions: tuple["CustomRegion", ...] = ()
+
+    @property
+    def residuals(self) -> tuple[int, ...]:
+        """The graph's nodes the template reads (its results included), in order."""
+        own = {n.id for n in self.nodes} | set(self.placeholders)
+        reads = [a for n in self.nodes for a in n.args] + list(self.results)
+        return tuple(sorted({a for a in reads if a not in own}))
+
+    @classmethod
+    def extract(cls, graph: "Graph", since: int, placeholders: Sequence[int],
+                results: Sequence[int], regions: Sequence["CustomRegion"]) -> "Template":
+        """The nodes of ``graph`` from id ``since`` on as a template (renumbered)."""
+        ids = [n for n in graph.topo_order() if n >= since and n not in placeholders]
+        mapping = {n: next(_TEMPLATE_IDS) for n in [*placeholders, *ids]}
+        nodes = tuple(_remap_node(graph.node(n), mapping, mapping[n]) for n in ids)
+        return cls(nodes, tuple(mapping[p] for p in placeholders),
+                   tuple(mapping.get(r, r) for r in results),
+                   tuple(remap_region(r, mapping) for r in regions))
+
+    def remap(self, mapping: Mapping[int, int]) -> "Template":
+        """The template reading ``mapping``'s replacements of its residuals."""
+        if not mapping:
+            return self
+        return Template(tuple(_remap_node(n, mapping, n.id) for n in self.nodes),
+                        self.placeholders, tuple(mapping.get(r, r) for r in self.results),
+                        tuple(remap_region(r, mapping) for r in self.regions))
+
+
+def _remap_node(node: Node, mapping: Mapping[int, int], nid: int) -> Node:
+    return replace(node, id=nid, args=tuple(mapping.get(a, a) for a in node.args),
+                   shape=node.shape.substitute(dict(mapping)))
+
+
+def inline(graph: "Graph", template: Template, bindings: Sequence[int]) -> list[int]:
+    """Copy ``template`` into ``graph``, its placeholders bound to ``bindings``;
+    return the nodes of its results.  The one way a lowered fragment (a custom
+    rule's backward) becomes part of a graph: no re-lowering, no AST."""
+    mapping = dict(zip(template.placeholders, bindings))
+    for node in template.nodes:
+        mapping[node.id] = graph.next_id       # a shape class may name its own node
+        graph.add(node.op, [mapping.get(a, a) for a in node.args], dict(node.attrs),
+                  node.shape.substitute(mapping), node.dtype, node.span)
+    graph.regions = graph.regions + [remap_region(r, mapping) for r in template.regions]
+    return [mapping.get(r, r) for r in template.results]
+
+
+@dataclass(frozen=True)
+class CustomRule:
+    """An op's ``grad`` block as the IR holds it: names, spans, and the block
+    lowered once (``backward``, a :class:`Template` whose placeholders are the
+    upstream cotangents and whose results are the gradients, one per
+    differentiable parameter, in order), or the error lowering it raised,
+    raised again where the rule is used."""
+
+    op: str
+    params: tuple[str, ...]
+    differentiable: tuple[bool, ...]
+    upstreams: tuple[str, ...]
+    gradients: tuple[str, ...]
+    span: Span                                    # the 'grad' keyword
+    gradient_spans: Mapping[str, Span] = field(default_factory=dict)
+    surrogate: bool = False
+    backward: Template | None = None
+    error: Exception | None = None
+
+    def remap(self, mapping: Mapping[int, int]) -> "CustomRule":
+        if self.backward is None:
+            return self
+        return replace(self, backward=self.backward.remap(mapping))
+
+
+@dataclass(frozen=True)
 class CustomRegion:
-    """An inlined call of an op with a ``grad`` block (JAX's ``custom_vjp_call``).
+    """An inlined call of an op with a ``grad`` block (JAX's ``custom_vjp_call``):
+    its forward body is the ``nodes`` (the inlined call, in the graph), its
+    backward is ``rule.backward`` (lowered once, reading the forward's residuals).
 
-    ``inputs`` maps each callee parameter, in order, to the caller node passed
-    for it; ``names`` maps every name the grad block may read (parameters and
-    forward-body names) to its node; ``outputs`` are the call's results, in
-    order; ``nodes`` is every node created by the inlining.  ``lower_block(graph,
-    scope) -> scope`` lowers the grad block's statements into a graph over the
-    nodes ``scope`` names, as JAX's ``custom_vjp_call`` holds its ``bwd``: the
-    lowerer (:func:`gradc.ir.lower.grad_block_lowerer`) gives it, and autodiff
-    calls it when it differentiates the call, without importing the lowerer.
-    """
+    ``inputs`` are the caller's nodes passed for the callee's parameters, in
+    order; ``outputs`` the call's results, in order.  Autodiff uses the rule
+    instead of the nodes' derived rules; passes leave the nodes as written
+    until differentiation is done (:func:`dissolve_regions`)."""
 
-    op: Any                       # gradc.frontend.ast.OpDef
+    rule: CustomRule
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
-    names: dict[str, int]
     nodes: frozenset[int]
     span: Span | None = None
-    ops: Mapping[str, Any] = field(default_factory=dict)      # for calls in the grad block
-    consts: Mapping[str, float] = field(default_factory=dict)
-    lower_block: Callable[["Graph", dict[str, Any]], dict[str, Any]] | None = None
+
+    @property
+    def differentiable_inputs(self) -> list[tuple[str, int]]:
+        """(parameter name, input node) per differentiable parameter, in order: what
+        the rule's gradients are for."""
+        rule = self.rule
+        return [(p, a) for p, a, d in zip(rule.params, self.inputs, rule.differentiable) if d]
+
+
+def remap_region(region: CustomRegion, mapping: Mapping[int, int]) -> CustomRegion:
+    """``region`` with every node it names (inputs, outputs, nodes, and the
+    residuals of its rule) replaced by ``mapping``'s image, where it has one."""
+    get = lambda n: mapping.get(n, n)
+    return replace(region, rule=region.rule.remap(mapping),
+                   inputs=tuple(map(get, region.inputs)),
+                   outputs=tuple(map(get, region.outputs)),
+                   nodes=frozenset(map(get, region.nodes)))
 
 
 @dataclass

@@ -2,9 +2,10 @@
 
 Calls of other ops are inlined; a call of an op with a ``grad`` block is
 recorded as a :class:`~gradc.ir.graph.CustomRegion`, so autodiff uses the
-custom rule there, with the function that lowers the block
-(:func:`grad_block_lowerer`: autodiff lowers it when it differentiates the
-call, as JAX's ``custom_vjp_call`` holds its ``bwd``).  Expressions of
+custom rule there: the block is lowered once, at the call, into a
+:class:`~gradc.ir.graph.Template` over the call's residuals
+(:func:`lower_rule`), which autodiff copies in where it differentiates the
+call, as JAX's ``custom_vjp_call`` holds its ``bwd`` jaxpr.  Expressions of
 primitives are lowered by :class:`~gradc.ir.expr.ExprLowerer`, which also
 instantiates the derivative rules of the primitive table, so built-in rules
 and user overrides share one parser and one instantiation routine.  ``grad()``
@@ -13,17 +14,16 @@ module imports autodiff, and autodiff never imports it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import partial
-from typing import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
 
 from gradc.autodiff.higher import gradient
-from gradc.errors import GradientError, NameResolutionError, ShapeError
+from gradc.errors import GradcError, GradientError, NameResolutionError, ShapeError
 from gradc.frontend import ast
 from gradc.frontend.limits import GraphSize
 from gradc.ir.builder import Builder
 from gradc.ir.expr import ExprLowerer, Scope, eval_const
-from gradc.ir.graph import FLOAT, CustomRegion, Graph
+from gradc.ir.graph import FLOAT, CustomRegion, CustomRule, Graph, Template
 from gradc.ir.shapes import Shape
 
 _DTYPE_OF = {"f16": FLOAT, "f32": FLOAT, "f64": FLOAT, "i32": "i32", "i64": "i64",
@@ -95,11 +95,9 @@ class Lowerer(ExprLowerer):
         if op.grad is None or not self.custom:
             return outs[0]
         outs = [o if o >= start else self.b.apply("identity", (o,), span=call.span) for o in outs]
-        nodes = frozenset(range(start, self.graph.next_id))
-        self.graph.regions.append(CustomRegion(
-            op, tuple(bound[p.name] for p in op.params), tuple(outs),
-            dict(inner), nodes, call.span, self.ops, self.consts,
-            grad_block_lowerer(op, self.ops, self.consts)))
+        self.graph.regions.append(custom_region(
+            self.graph, op, tuple(bound[p.name] for p in op.params), outs, inner, start,
+            self.ops, self.consts, call.span))
         return outs[0]
 
     def _bind(self, op: ast.OpDef, call: ast.Call, scope: Scope) -> Scope:
@@ -137,17 +135,56 @@ class Lowerer(ExprLowerer):
         return g
 
 
-def grad_block_lowerer(op: ast.OpDef, ops: Mapping[str, ast.OpDef],
-                       consts: Mapping[str, float]) -> Callable[[Graph, Scope], Scope]:
-    """``lower_block(graph, scope) -> scope``: lowers the statements of ``op``'s grad
-    block into ``graph`` over ``scope`` (upstreams and residuals by name), its calls
-    of ``ops`` and its ``grad()`` included; what a custom region gives autodiff."""
-    return partial(_lower_block, op.grad.body, ops, consts)
+def custom_region(graph: Graph, op: ast.OpDef, inputs: tuple[int, ...], outputs: Sequence[int],
+                  scope: Scope, start: int, ops: Mapping[str, ast.OpDef],
+                  consts: Mapping[str, float], span) -> CustomRegion:
+    """The region of the call of ``op`` whose nodes are those from id ``start`` on
+    (its names in ``scope``), with its rule (:func:`lower_rule`)."""
+    rule = lower_rule(graph, op, scope, outputs, ops, consts)
+    return CustomRegion(rule, inputs, tuple(outputs),
+                        frozenset(range(start, graph.next_id)), span)
 
 
-def _lower_block(body: Sequence[ast.Assign], ops: Mapping[str, ast.OpDef],
-                 consts: Mapping[str, float], graph: Graph, scope: Scope) -> Scope:
-    return Lowerer(graph, ops, consts).body(body, scope)
+def lower_rule(graph: Graph, op: ast.OpDef, scope: Scope, outputs: Sequence[int],
+               ops: Mapping[str, ast.OpDef], consts: Mapping[str, float]) -> CustomRule:
+    """``op``'s grad block as a :class:`CustomRule`, lowered once over the call's
+    names ``scope`` (parameters and forward-body names, its residuals) and one
+    placeholder per output for its upstream cotangents.
+
+    It is lowered in a scratch copy of ``graph`` where this call is not yet a
+    custom region, so a ``grad()`` in the block differentiates the forward body by
+    its derived rules (a residual's gradient is its forward body's; the op's own
+    rule would recurse), while custom calls inside the body stay custom.  An
+    error is kept in the rule and raised where the rule is used, as if the block
+    were lowered there."""
+    block = op.grad
+    rule = CustomRule(op.name, tuple(p.name for p in op.params),
+                      tuple(p.differentiable for p in op.params), block.upstreams,
+                      block.outputs, block.span, {s.target: s.span for s in block.body},
+                      block.surrogate)
+    scratch = graph.copy()
+    since, known = scratch.next_id, len(scratch.regions)
+    b = Builder(scratch)
+    ups = [b.param(n, scratch.node(o).shape, FLOAT, block.span)
+           for n, o in zip(block.upstreams, outputs)]
+    try:
+        inner = Lowerer(scratch, ops, consts).body(block.body, {**scope, **dict(zip(block.upstreams, ups))})
+        _check_gradient_count(op)
+    except GradcError as exc:
+        return replace(rule, error=exc)
+    grads = [inner[g] for g in block.outputs]
+    return replace(rule, backward=Template.extract(scratch, since, ups, grads,
+                                                    scratch.regions[known:]))
+
+
+def _check_gradient_count(op: ast.OpDef) -> None:
+    """The grad block of ``op`` must give one gradient per differentiable parameter."""
+    block = op.grad
+    n_diff = sum(p.differentiable for p in op.params)
+    if n_diff != len(block.outputs):
+        raise GradientError(f"the grad block of '{op.name}' gives {len(block.outputs)} "
+                            f"gradients, but '{op.name}' has {n_diff} differentiable "
+                            "parameters", block.span)
 
 
 def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, float],
@@ -176,10 +213,8 @@ def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
     if op.grad is not None and custom:    # the op's own grad block replaces its derivative
         outs = [o if o >= start else lowerer.b.apply("identity", (o,), span=op.span)
                 for o in outs]
-        graph.regions.append(CustomRegion(
-            op, tuple(graph.params), tuple(outs), dict(scope),
-            frozenset(range(start, graph.next_id)), op.span, ops, consts,
-            grad_block_lowerer(op, ops, consts)))
+        graph.regions.append(custom_region(graph, op, tuple(graph.params), outs, scope,
+                                           start, ops, consts, op.span))
     for name, o in zip(op.outputs, outs):
         graph.set_output(o, name=name)
     return graph

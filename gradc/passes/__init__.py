@@ -15,7 +15,18 @@ from gradc.passes.dce import eliminate_dead_code
 from gradc.passes.simplify import expand_decompositions, simplify, stabilize
 
 Pass = Callable[[Graph], Graph]
-PIPELINE: tuple[Pass, ...] = (eliminate_dead_code, simplify, eliminate_common_subexpressions,
+
+
+def dissolve_regions(graph: Graph) -> Graph:
+    """No custom region is left: once a graph is differentiated, a custom rule's
+    forward body is plain nodes like any other (its backward was copied in where
+    it was used), which later passes may rewrite, merge and fuse."""
+    out = graph.copy()
+    out.regions = []
+    return out
+
+
+PIPELINE: tuple[Pass, ...] = (dissolve_regions, eliminate_dead_code, simplify, eliminate_common_subexpressions,
                               simplify, eliminate_dead_code)
 
 

@@ -8,7 +8,6 @@ by then.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable
 
 import numpy as np
@@ -16,7 +15,7 @@ import numpy as np
 from gradc.autodiff.core import is_zero
 from gradc.ir.builder import Builder
 from gradc.ir.expr import ExprLowerer, operand_scope, parse_statements
-from gradc.ir.graph import Graph, Node
+from gradc.ir.graph import Graph, Node, remap_region
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES
 from gradc.passes.dce import eliminate_dead_code
 
@@ -293,12 +292,10 @@ RULES = (_fold, _identities, _negations, _stable_forms, _strength)
 
 
 def _remap_regions(graph: Graph, moved: dict[int, int]) -> None:
-    """Point custom regions at the replacements ``moved`` of their inputs and names (a
-    rewritten node may be passed into a custom region)."""
+    """Point custom regions at the replacements ``moved`` of their inputs and
+    residuals (a rewritten node may be passed into a custom region)."""
     if moved:
-        graph.regions = [replace(r, inputs=tuple(moved.get(i, i) for i in r.inputs),
-                                 names={k: moved.get(v, v) for k, v in r.names.items()})
-                         for r in graph.regions]
+        graph.regions = [remap_region(r, moved) for r in graph.regions]
 
 
 def stabilize(graph: Graph) -> Graph:

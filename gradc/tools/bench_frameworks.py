@@ -23,7 +23,7 @@ import numpy as np
 from gradc.ir.builder import Builder
 from gradc.adapters.framework_lowering import (Framework, jax_framework, lower_graph,
                                                torch_framework)
-from gradc.ir.graph import FLOAT, CustomRegion, Graph
+from gradc.ir.graph import FLOAT, CustomRegion, Graph, inline
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, SOURCE
 
 FRAMEWORKS = ("numexpr", "jax.jit", "torch", "torch.compile")
@@ -41,31 +41,16 @@ def diff_positions(cop) -> list[int]:
 
 
 def grad_block(graph: Graph, region: CustomRegion):
-    """The region's grad block as nodes over its residuals: ``(graph, upstreams,
+    """The region's backward as nodes over its residuals: ``(graph, upstreams,
     gradients, residuals)``; gradients are one node per differentiable parameter,
-    residuals the forward nodes (parameters and body names) they read."""
-    from gradc.ir.lower import Lowerer
+    residuals the forward nodes it reads (the residuals of its rule's template)."""
     bg = graph.copy()
     b = Builder(bg)
-    block = region.op.grad
+    rule = region.rule
     ups = [b.param(n, bg.node(o).shape, FLOAT, None)
-           for n, o in zip(block.upstreams, region.outputs)]
-    scope = dict(region.names)
-    scope.update(zip(block.upstreams, ups))
-    scope = Lowerer(bg, region.ops, region.consts).body(block.body, scope)
-    grads = [scope[g] for g in block.outputs]
-    names = set(region.names.values())
-    residuals, seen, stack = set(), set(), list(grads)
-    while stack:
-        n = stack.pop()
-        if n in seen or n in ups:
-            continue
-        seen.add(n)
-        if n in names:
-            residuals.add(n)
-        else:
-            stack.extend(bg.node(n).args)
-    return bg, ups, grads, sorted(residuals)
+           for n, o in zip(rule.upstreams, region.outputs)]
+    grads = inline(bg, rule.backward, ups)
+    return bg, ups, grads, list(rule.backward.residuals)
 
 
 def _region_parts(graph: Graph, region: CustomRegion, fw: Framework, dtype):
@@ -89,7 +74,7 @@ def _jax_region(graph: Graph, fw: Framework, dtype) -> Callable[[CustomRegion], 
 
     def make(region: CustomRegion) -> Callable:
         forward, backward = _region_parts(graph, region, fw, dtype)
-        diff = [p.differentiable for p in region.op.params]
+        diff = region.rule.differentiable
 
         @jax.custom_vjp
         def f(*xs):
@@ -124,7 +109,7 @@ def _torch_region(graph: Graph, fw: Framework, dtype) -> Callable[[CustomRegion]
 
     def make(region: CustomRegion) -> Callable:
         forward, backward = _region_parts(graph, region, fw, dtype)
-        diff = [p.differentiable for p in region.op.params]
+        diff = region.rule.differentiable
         n_in, n_out = len(region.inputs), len(region.outputs)
 
         class Region(torch.autograd.Function):
@@ -141,7 +126,7 @@ def _torch_region(graph: Graph, fw: Framework, dtype) -> Callable[[CustomRegion]
                 return tuple(fw.sum_to(next(gs), tuple(x.shape)).to(x.dtype) if d else None
                              for x, d in zip(saved[:n_in], diff))
 
-        Region.__name__ = f"{region.op.name}_Function"
+        Region.__name__ = f"{region.rule.op}_Function"
         return lambda *xs: (Region.apply(*xs),) if n_out == 1 else Region.apply(*xs)
 
     return make

@@ -190,7 +190,7 @@ def method_dot(cop, method: str, prefix: str, rules) -> tuple[list[str], list[st
         of = [f"cotangent of {o}" for o in cop.op.outputs]
     seeds = dict(zip(g.params[len(cop.params):], of))
     library = {s.node: k for k, s in enumerate(plan.steps) if not isinstance(s, Kernel)}
-    region = {n: r.op.name for r in outermost_regions(g) for n in r.nodes if n in g}
+    region = {n: r.rule.op for r in outermost_regions(g) for n in r.nodes if n in g}
     ctx = _Context(MathPrinter(g).names, seeds, region, rules, library,
                    list(g.output_names))
     nid = lambda n: quote(f"{prefix}n{n}")

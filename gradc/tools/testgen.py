@@ -92,13 +92,12 @@ def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
         # Only a rule marked 'surrogate' is meant to differ: an unmarked one that
         # differs gets the finite-difference test, which fails (as gradc check does,
         # W410), so the user's CI says what the audit says.
-        marked = any(r.op.grad is not None and r.op.grad.surrogate
-                     for r in cop.primal.regions)
+        marked = any(r.rule.surrogate for r in cop.primal.regions)
         if diff > EXACT and marked:
             plan.custom = (f"relative difference to the derivative up to {diff:.3g}"
                            if np.isfinite(diff) else "the derivative is 0, the rule is not")
         elif diff > EXACT:
-            owners = sorted({r.op.name for r in cop.primal.regions} - {cop.op.name})
+            owners = sorted({r.rule.op for r in cop.primal.regions} - {cop.op.name})
             whose = ("its custom gradient" if cop.op.grad is not None else
                      "its gradient goes through the custom gradient of "
                      + ", ".join(f"'{o}'" for o in owners) + ", which")
