@@ -42,7 +42,7 @@ from typing import Callable
 import numpy as np
 
 from gradc.codegen import prelude as P
-from gradc.ir.shapes import Shape
+from gradc.ir.shapes import SCALAR, Shape, matmul_static, reduce_static
 
 COMPOSITE = "<composite>"
 
@@ -93,12 +93,21 @@ class Primitive:
     shape_like: int | None = None
     static_shape: Callable | None = None
     np_shape: Callable | None = None
+    # Takes a reduction's ``axis`` and ``keepdims`` attributes (the reductions, and
+    # broadcast_in, their adjoint); passed to ``ref``, the templates and the lowerings.
+    axis_keepdims: bool = False
+    # The operands whose dtypes a "same"-dtype primitive unifies (None: all), the
+    # others being a condition or read for their shapes only (``where``'s ``c``).
+    value_operands: tuple[int, ...] | None = None
+    # A bound on ``|out|`` for every operand that is not NaN, ±inf included (sigmoid: 1),
+    # for simplify's interval arithmetic (passes.simplify.bound).
+    value_bound: float | None = None
     # Attributes passed as trailing positional arguments (``one_hot(idx, depth)``):
     # constant expressions, each also one of ``keywords``.
     attr_params: tuple[str, ...] = ()
     index_operands: tuple[int, ...] = ()  # operands that must be integer arrays
     # Lowerings of a library primitive, beside ``lib`` (the CPU host call):
-    helpers: tuple[Callable, ...] = ()   # run-time functions ``lib`` calls, copied into modules
+    helpers: tuple[Callable, ...] = ()   # run-time functions ``lib`` and ``dask`` call (copied)
     cuda: str | None = None              # the call on device arrays (``stream`` in scope)
     cuda_helpers: tuple[Callable, ...] = ()   # host functions ``cuda`` calls (copied)
     # CUDA kernels (copied under @cuda.jit), each with its PTX signatures: a function
@@ -106,13 +115,21 @@ class Primitive:
     cuda_kernels: tuple[tuple[Callable, Callable], ...] = ()
     # The function of Dask arrays (copied into modules): (compute dtype, *operands, **attrs).
     dask: Callable | None = None
-    jax: Callable | None = None          # the function of jax.numpy arrays
-    torch: Callable | None = None        # the function of torch tensors
+    # The function of jax.numpy arrays and of torch tensors, or its dotted name
+    # ("jnp.tanh", "torch.tanh"; adapters.framework_lowering resolves it).
+    jax: Callable | str | None = None
+    torch: Callable | str | None = None
 
     @property
     def attrs(self) -> tuple[str, ...]:
         """The names of the keyword attributes (see ``keywords``)."""
         return tuple(k for k, _, _ in self.keywords)
+
+    @property
+    def attr_names(self) -> tuple[str, ...]:
+        """Every attribute the lowerings take: ``axis`` and ``keepdims`` (see
+        ``axis_keepdims``), then the keywords."""
+        return ("axis", "keepdims") * self.axis_keepdims + self.attrs
 
     @property
     def defaults(self) -> dict[str, object]:
@@ -158,18 +175,23 @@ def _unary(name, ref, vjp, cpu, **kw) -> Primitive:
 def _cmp(name, ufunc, sym) -> Primitive:
     return _ew(name, "x y", lambda x, y: ufunc(x, y).astype(np.result_type(x, y)),
                (None, None), f"{{dt}}({{x}} {sym} {{y}})", float_only=False, dtype="same",
-               differentiable=False)
+               differentiable=False, value_bound=1.0)
 
 
-def _red(name, ref, local, lib, **kw) -> Primitive:
+def _red(name, ref, local, lib, helpers=(), **kw) -> Primitive:
     """A reduction whose derivative is ``local`` (d out / d x, elementwise over
     ``x``, ``bc(...)`` for reduced values broadcast back): VJP ``bc(g) * local``,
     JVP ``sum(x_t * (local))`` over the reduced axes (``local`` first: the
-    tangent times ``x`` may overflow where their quotient by the norm would not)."""
+    tangent times ``x`` may overflow where their quotient by the norm would not).
+    Every reduction has the shape rules and the Dask run time of reductions, and the
+    CUDA run time's reduction of its name."""
     rules = {"vjp": (_bc(f"bc(g) * {local}"),),
              "jvp": (_bc(f"sum(x_t * ({local}), axis=axis, keepdims=keepdims)"),),
              "public": True}
-    return Primitive(name, ("x",), REDUCTION, ref, lib=lib, **{**rules, **kw})
+    return Primitive(name, ("x",), REDUCTION, ref, lib=lib, **{**rules, **kw},
+                     axis_keepdims=True, static_shape=_reduce_static, np_shape=_g_reduce_shape,
+                     helpers=(_gd_array, _gd_reduce, _gd_kept, *helpers),
+                     cuda=f"_gc_reduce({name!r}, {{x}}, {{axis!r}}, {{keepdims!r}}, stream)")
 
 
 def _erf(x):
@@ -207,6 +229,159 @@ def _bc(expr: str) -> str:
         out = out[:i] + _BC.format(v=out[i + 3:j]) + out[j + 1:]
     return out
 
+
+# --- shapes of the reductions, matmul and layout, and their Dask lowerings -------
+# ``static_shape`` works on shape classes at compile time; ``np_shape`` (a ``_g_``
+# function, copied into modules) on shape tuples at run time: in the wrappers, for a
+# value needed only for its shape, and in the CUDA and Dask run times.
+
+
+def _reduce_static(shapes, attrs):
+    (s,) = shapes
+    if attrs.get("axis") is None and not attrs.get("keepdims"):
+        return SCALAR
+    return None if s.dyn else Shape(reduce_static(s.static, attrs.get("axis"),
+                                                  attrs.get("keepdims")))
+
+
+def _g_reduce_shape(x, axis=None, keepdims=False):
+    """The shape of a reduction over ``axis`` of an array of shape ``x``; ValueError as
+    NumPy's for an axis out of bounds."""
+    nd = len(x)
+    for ax in axis or ():
+        if not -nd <= ax < nd:          # NumPy's AxisError message
+            raise ValueError(f"axis {ax} is out of bounds for array of dimension {nd}")
+    axes = range(nd) if axis is None else [ax % nd for ax in axis]
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(x))
+    return tuple(d for i, d in enumerate(x) if i not in axes)
+
+
+def _matmul_static(shapes, attrs):
+    x, y = shapes
+    return None if x.dyn or y.dyn else Shape(matmul_static(x.static, y.static))
+
+
+def _g_matmul_shape(x, y):
+    """The shape of ``a @ b`` for ``a``, ``b`` of shapes ``x``, ``y`` of rank 1 or 2."""
+    return tuple(x[:-1]) + (tuple(y[1:]) if len(y) == 2 else ())
+
+
+def _g_transpose_shape(x):
+    """The shape of an array of shape ``x`` transposed (also its static rule)."""
+    return tuple(x)[::-1]
+
+
+def _scalar_static(shapes, attrs):
+    return SCALAR
+
+
+def _g_scalar_shape(x, y):
+    """A 0-d result's shape (``size_ratio``)."""
+    return ()
+
+
+def _gd_array(x):
+    """``x`` as a Dask array (a NumPy value as one chunk)."""
+    import dask.array as da
+    return x if hasattr(x, "__dask_graph__") else da.asarray(x)
+
+
+def _gd_reduce(fn, x, axis, keepdims, empty):
+    """``np.<fn>`` (sum, mean, prod, max, min) of an array as a Dask array (tree
+    reductions), in its dtype; ``empty``: the value of a max or min of nothing
+    (NumPy's ``initial=``; None: Dask's error)."""
+    import dask.array as da
+    x = _gd_array(x)
+    if empty is not None and x.size == 0:
+        return da.full(_g_reduce_shape(x.shape, axis, keepdims), empty, dtype=x.dtype)
+    return getattr(da, fn)(x, axis=axis, keepdims=keepdims).astype(x.dtype)
+
+
+def _gd_sum(t, x, axis=None, keepdims=False):
+    return _gd_reduce("sum", x, axis, keepdims, None)
+
+
+def _gd_mean(t, x, axis=None, keepdims=False):
+    return _gd_reduce("mean", x, axis, keepdims, None)
+
+
+def _gd_prod(t, x, axis=None, keepdims=False):
+    return _gd_reduce("prod", x, axis, keepdims, None)
+
+
+def _gd_max(t, x, axis=None, keepdims=False, empty_ok=False):
+    return _gd_reduce("max", x, axis, keepdims, -np.inf if empty_ok else None)
+
+
+def _gd_min(t, x, axis=None, keepdims=False, empty_ok=False):
+    return _gd_reduce("min", x, axis, keepdims, np.inf if empty_ok else None)
+
+
+def _gd_kept(r, axis, keepdims):
+    """``r``, reduced with keepdims over ``axis``, without those dims unless ``keepdims``."""
+    import dask.array as da
+    if keepdims:
+        return r
+    return da.squeeze(r, axis=axis) if axis is not None else r.reshape(())
+
+
+def _gd_logsumexp(t, x, axis=None, keepdims=False):
+    """:func:`_g_logsumexp` of a Dask array."""
+    import dask.array as da
+    x = _gd_array(x)
+    m = da.max(x, axis=axis, keepdims=True) if x.size else da.zeros((1,) * x.ndim, x.dtype)
+    shift = da.where(da.isfinite(m), m, 0).astype(x.dtype)
+    return _gd_kept(da.log(da.sum(da.exp(x - shift), axis=axis, keepdims=True)) + shift,
+                    axis, keepdims)
+
+
+def _gd_norm(t, x, axis=None, keepdims=False):
+    """:func:`_g_norm` of a Dask array."""
+    import dask.array as da
+    x = _gd_array(x)
+    scale = da.max(abs(x), axis=axis, keepdims=True) if x.size else \
+        da.ones((1,) * x.ndim, x.dtype)
+    safe = da.where((scale > 0) & da.isfinite(scale), scale, 1).astype(x.dtype)
+    r = da.sqrt(da.sum((x / safe) ** 2, axis=axis, keepdims=True)) * safe
+    return _gd_kept(da.where(da.isinf(scale), scale, r), axis, keepdims)
+
+
+def _gd_matmul(t, x, y):
+    import dask.array as da
+    return da.matmul(_gd_array(x), _gd_array(y))
+
+
+def _gd_transpose(t, x):
+    import dask.array as da
+    return da.transpose(_gd_array(x))
+
+
+def _gd_sum_to(t, x, like):
+    return _g_sum_to(_gd_array(x), tuple(like.shape))
+
+
+def _gd_broadcast_in(t, x, like, axis=None, keepdims=False):
+    import dask.array as da
+    x = _gd_array(x)
+    shape = tuple(like.shape)
+    if not keepdims:
+        for ax in range(len(shape)) if axis is None else sorted(a % len(shape) for a in axis):
+            x = da.expand_dims(x, ax)
+    return da.broadcast_to(x, shape)
+
+
+def _gd_size_ratio(t, x, y):
+    return t(math.prod(x.shape) / max(math.prod(y.shape), 1))
+
+
+def _gd_shape_check(t, x, like, message=None):
+    return _g_shape_check(x, tuple(like.shape), message)
+
+
+# Computed on the host from shapes, device arrays too (their CUDA call is the same).
+_SIZE_RATIO = "_T({x}.size / max({y}.size, 1))"
+_SHAPE_CHECK = "_g_shape_check({x}, {like}.shape, {message!r})"
 
 # max(x, lo) of clip's template, NaN when x or lo is (np.maximum's rule).
 _CLIP_LO = "({lo} if ({x} < {lo} or {lo} != {lo}) else {x})"
@@ -430,7 +605,8 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _cmp("gt", np.greater, ">"), _cmp("ge", np.greater_equal, ">="),
     _cmp("eq", np.equal, "=="), _cmp("ne", np.not_equal, "!="),
     _ew("where", "c x y", _where, (None, "where(c, g, 0)", "where(c, 0, g)"),
-        "({x} if {c} else {y})", float_only=False, dtype="same", linear=(1, 2), public=True),
+        "({x} if {c} else {y})", float_only=False, dtype="same", linear=(1, 2), public=True,
+        value_operands=(1, 2)),
     # clip = min(max(x, lo), hi), as np.clip (so hi wins when lo > hi, and a NaN x, lo
     # or hi gives NaN, as np.clip and torch.clamp do).
     _ew("clip", "x lo hi", lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
@@ -439,7 +615,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
         float_only=False, dtype="same", public=True),
     _ew("full_like", "x v", lambda x, v: np.full_like(x, v, dtype=np.result_type(v)),
         (None, "g"), "{dt}({v})", float_only=False, dtype="same", shape_only=(0,), linear=(1,),
-        public=True),
+        public=True, value_operands=(1,)),
     _unary("cast", lambda x: x, "g", "{dt}({x})", float_only=False, linear=(0,), public=False),
     # identity: marks a custom-gradient call's result; removed by simplification.
     _unary("identity", lambda x: x, "g", "{x}", float_only=False, dtype="same", linear=(0,),
@@ -461,7 +637,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _unary("sign", np.sign, None,
            "({dt}(1) if {x} > {dt}(0) else ({dt}(-1) if {x} < {dt}(0) else "
            "({x} if {x} != {x} else {dt}(0))))", float_only=False, dtype="same",
-           differentiable=False),
+           differentiable=False, value_bound=1.0),
     _unary("floor", np.floor, None, "np.floor({x})", differentiable=False),
     _unary("ceil", np.ceil, None, "np.ceil({x})", differentiable=False),
     _unary("round", np.rint, None, "np.rint({x})", differentiable=False),
@@ -483,24 +659,25 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _unary("tan", np.tan, "g * (1 + out * out)", "_g_tan({x})", domain=UNIT),
     _unary("asin", np.arcsin, "g * rsqrt(1 - x * x)", "_g_asin({x})", domain=UNIT),
     _unary("acos", np.arccos, "-g * rsqrt(1 - x * x)", "_g_acos({x})", domain=UNIT),
-    _unary("atan", np.arctan, "g / (1 + x * x)", "_g_atan({x})"),
+    _unary("atan", np.arctan, "g / (1 + x * x)", "_g_atan({x})", value_bound=np.pi / 2),
     _unary("sinh", np.sinh, "g * cosh(x)", "_g_sinh({x})"),
     _unary("cosh", np.cosh, "g * sinh(x)", "_g_cosh({x})"),
-    _unary("tanh", np.tanh, "g * (1 - out * out)", "_g_tanh({x})"),
+    _unary("tanh", np.tanh, "g * (1 - out * out)", "_g_tanh({x})", value_bound=1.0),
     _unary("sigmoid", lambda x: 1 / (1 + np.exp(-x)), "g * out * sigmoid(-x)",
-           "_g_sigmoid({x})"),
+           "_g_sigmoid({x})", value_bound=1.0),
     # softplus(x) = max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|.
     _unary("softplus", lambda x: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),
            "g * sigmoid(x)",
            "_g_softplus({x})"),
     # d/dx erf(x) = 2/sqrt(pi) exp(-x^2)  (Abramowitz & Stegun 7.1.19).
-    _unary("erf", _erf, "g * 1.1283791670955126 * exp(-x * x)", "_g_erf({x})"),
-    _unary("erfc", _erfc, "g * -1.1283791670955126 * exp(-x * x)", "_g_erfc({x})"),
+    _unary("erf", _erf, "g * 1.1283791670955126 * exp(-x * x)", "_g_erf({x})", value_bound=1.0),
+    _unary("erfc", _erfc, "g * -1.1283791670955126 * exp(-x * x)", "_g_erfc({x})",
+           value_bound=2.0),
     # --- reductions (attrs: axis, keepdims) ------------------------------------
-    _red("sum", np.sum, "1", "np.sum({x}, axis={axis}, keepdims={keepdims})",
+    _red("sum", np.sum, "1", "np.sum({x}, axis={axis}, keepdims={keepdims})", dask=_gd_sum,
          vjp=(_bc("bc(g)"),), jvp=(f"sum(x_t, {_ALONG})",),
          float_only=False, dtype="same", linear=(0,)),
-    _red("mean", np.mean, "1", "np.mean({x}, axis={axis}, keepdims={keepdims})",
+    _red("mean", np.mean, "1", "np.mean({x}, axis={axis}, keepdims={keepdims})", dask=_gd_mean,
          vjp=(_bc("bc(g) * size_ratio(out, x)"),), jvp=(f"mean(x_t, {_ALONG})",),
          linear=(0,)),
     # d prod / d x_i = product of the others: out / x_i where x_i != 0; at the one
@@ -508,12 +685,12 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _red("prod", np.prod,
          f"where(x == 0, where(bc(sum(x == 0, {_ALONG})) == 1, "
          f"bc(prod(where(x == 0, 1, x), {_ALONG})), 0), bc(out) / where(x == 0, 1, x))",
-         "np.prod({x}, axis={axis}, keepdims={keepdims})", domain=NONZERO),
+         "np.prod({x}, axis={axis}, keepdims={keepdims})", domain=NONZERO, dask=_gd_prod),
     # max and min: their builtins take one argument (these) or two (maximum, minimum),
     # so frontend.builtins spells them out.
-    _red("max", np.max, _TIE, "np.max({x}, axis={axis}, keepdims={keepdims})",
+    _red("max", np.max, _TIE, "np.max({x}, axis={axis}, keepdims={keepdims})", dask=_gd_max,
          float_only=False, dtype="same", public=False),
-    _red("min", np.min, _TIE, "np.min({x}, axis={axis}, keepdims={keepdims})",
+    _red("min", np.min, _TIE, "np.min({x}, axis={axis}, keepdims={keepdims})", dask=_gd_min,
          float_only=False, dtype="same", public=False),
     # d lse / dx = softmax(x) = p / sum(p), p = exp(x - lse). Dividing by sum(p)
     # (1 up to rounding) removes the rounding of ``out`` itself: in float32,
@@ -529,7 +706,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _red("logsumexp", P.logsumexp,
          "exp(x - bc(where(out == -inf, 0, out))) / bc(where(out == -inf, 1, "
          f"sum(exp(x - bc(where(out == -inf, 0, out))), {_ALONG})))",
-         "_g_logsumexp({x}, {axis}, {keepdims})", decomposition=f"""
+         "_g_logsumexp({x}, {axis}, {keepdims})", helpers=(P.logsumexp,), dask=_gd_logsumexp, decomposition=f"""
              m = max(x, {_ALONG}, initial=-inf)
              h = stop_gradient(where(m - m == 0, m, 0))
              e = exp(x - broadcast_in(h, x, {_ALONG}), zero_mask=false)
@@ -540,23 +717,29 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # Sampled away from 0: the norm's curvature grows like 1/|x| there, which
     # defeats finite differences (its kink at 0 is tested as an edge case).
     _red("norm", P.norm, "x / bc(where(out == 0, inf, out))",
-         "_g_norm({x}, {axis}, {keepdims})", domain=NONZERO),
+         "_g_norm({x}, {axis}, {keepdims})", helpers=(P.norm,), domain=NONZERO,
+         dask=_gd_norm),
     # --- linear algebra and layout (kernel boundaries) ---------------------------
     Primitive("matmul", ("x", "y"), LIBRARY, np.matmul, (COMPOSITE, COMPOSITE),
               lib="np.matmul({x}, {y})", jvp=("matmul(x_t, y)", "matmul(x, y_t)"), linear=(0, 1),
-              multilinear=True),
+              multilinear=True, static_shape=_matmul_static, np_shape=_g_matmul_shape,
+              cuda="_gc_matmul({x}, {y}, stream)", dask=_gd_matmul, helpers=(_gd_array,)),
     # A view of large arrays, not a copy (see prelude._g_transpose): np.matmul
     # hands a transposed C array to BLAS as a transposed operand; copying a
     # 4096 x 1024 float32 array took 30 ms here (a power-of-two stride thrashes
     # the cache). Elementwise kernels copy it to C order (_g_flat), and results
     # that are views are copied by _g_finish.
     Primitive("transpose", ("x",), LIBRARY, np.transpose, ("transpose(g)",),
-              jvp=("transpose(x_t)",), lib="_g_transpose({x})", float_only=False, dtype="same", linear=(0,)),
+              jvp=("transpose(x_t)",), lib="_g_transpose({x})", float_only=False, dtype="same", linear=(0,),
+              np_shape=_g_transpose_shape, helpers=(P.transpose, _gd_array),
+              cuda="_gc_transpose({x}, stream)", dask=_gd_transpose),
     # sum_to(g, like): g summed (or broadcast) to like's shape; its own adjoint.
     Primitive("sum_to", ("x", "like"), LIBRARY, lambda x, like: P.sum_to(x, np.shape(like)),
               ("sum_to(g, x)", None), jvp=("sum_to(x_t, like)", None),
               lib="_g_sum_to({x}, {like}.shape)",
-              float_only=False, dtype="same", shape_only=(1,), linear=(0,)),
+              float_only=False, dtype="same", shape_only=(1,), linear=(0,), shape_like=1,
+              value_operands=(0,), helpers=(P.sum_to, _gd_array),
+              cuda="_gc_sum_to({x}, {like}.shape, stream)", dask=_gd_sum_to),
     # shape_check(g, like): g, once like's shape is known to broadcast to g's (a
     # custom gradient against its parameter, where shapes are known at run time only;
     # see prelude._g_shape_check); attribute ``message``, with {got} and {want} fields.
@@ -564,8 +747,8 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               lambda x, like, message: P.shape_check(x, np.shape(like), message),
               ("shape_check(g, like, message=message)", None),
               jvp=("shape_check(x_t, like, message=message)", None),
-              lib="_g_shape_check({x}, {like}.shape, {message!r})",
-              float_only=False, dtype="same", shape_only=(1,), linear=(0,),
+              lib=_SHAPE_CHECK, cuda=_SHAPE_CHECK, helpers=(P.shape_check,), dask=_gd_shape_check,
+              float_only=False, dtype="same", shape_only=(1,), linear=(0,), value_operands=(0,),
               keywords=(("message", "internal", None),), shape_like=0),
     # broadcast_in(v, like): a reduction's result broadcast back (see prelude).
     Primitive("broadcast_in", ("x", "like"), LIBRARY,
@@ -573,12 +756,16 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               P.broadcast_in(x, np.shape(like), axis, keepdims),
               (COMPOSITE, None), jvp=(f"broadcast_in(x_t, like, {_ALONG})", None),
               lib="_g_broadcast_in({x}, {like}.shape, {axis}, {keepdims})",
-              float_only=False, dtype="same", shape_only=(1,), linear=(0,)),
+              float_only=False, dtype="same", shape_only=(1,), linear=(0,), shape_like=1,
+              axis_keepdims=True, value_operands=(0,), helpers=(P.broadcast_in, _gd_array),
+              cuda="_gc_broadcast_in({x}, {like}.shape, {axis!r}, {keepdims!r}, stream)",
+              dask=_gd_broadcast_in),
     # size_ratio(a, b) = a.size / b.size, a 0-d float: the 1/n of mean's rule.
     Primitive("size_ratio", ("x", "y"), LIBRARY,
               lambda x, y: np.asarray(np.size(x) / max(np.size(y), 1)),
-              (None, None), jvp=(None, None), lib="_T({x}.size / max({y}.size, 1))", float_only=False,
-              differentiable=False, shape_only=(0, 1)),
+              (None, None), jvp=(None, None), lib=_SIZE_RATIO, cuda=_SIZE_RATIO, float_only=False,
+              differentiable=False, shape_only=(0, 1), static_shape=_scalar_static,
+              np_shape=_g_scalar_shape, dask=_gd_size_ratio),
     CUMSUM, ONE_HOT,
 ]})
 
