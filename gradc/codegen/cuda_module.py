@@ -59,25 +59,14 @@ class CudaWrapperPrinter(WrapperPrinter):
         return super()._inplace_pairs(inputs)
 
     def _library_text(self, node, fields: dict[str, str]) -> str:
+        """The primitive's call on device arrays (its ``cuda`` template)."""
         prim = PRIMITIVES[node.op]
-        axis, keepdims = node.attr("axis"), node.attr("keepdims")
-        x = fields.get("x")
-        if prim.kind == "reduction" and node.op in rt.REDUCTIONS:
-            empty = ", empty_ok=True" if node.attr("initial") is not None else ""
-            return f"_gc_reduce({node.op!r}, {x}, {axis!r}, {keepdims!r}, stream{empty})"
-        if node.op == "matmul":
-            return f"_gc_matmul({x}, {fields['y']}, stream)"
-        if node.op == "transpose":
-            return f"_gc_transpose({x}, stream)"
-        if prim.cuda is not None:
-            return prim.cuda.format(**{k: node.attr(k) for k in prim.attrs}, **fields)
-        if node.op == "sum_to":
-            return f"_gc_sum_to({x}, {fields['like']}.shape, stream)"
-        if node.op == "broadcast_in":
-            return f"_gc_broadcast_in({x}, {fields['like']}.shape, {axis!r}, {keepdims!r}, stream)"
-        if node.op in ("size_ratio", "shape_check"):     # from shapes alone, on the host
-            return super()._library_text(node, fields)
-        raise CodegenError(f"'{node.op}' has no CUDA lowering", node.span)
+        if prim.cuda is None:
+            raise CodegenError(f"'{node.op}' has no CUDA lowering", node.span)
+        text = prim.cuda.format(**self._attrs(node), **fields)
+        if node.attr("initial") is not None:     # a max or min of nothing: its initial
+            text = f"{text[:-1]}, empty_ok=True)"
+        return text
 
 
 _CONSTANTS = '''\

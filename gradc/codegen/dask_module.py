@@ -13,7 +13,6 @@ computed until the caller computes the results (docs/dask.md).
 from __future__ import annotations
 
 from gradc.codegen.cpu import is_scalar_input
-from gradc.codegen.runtime_dask_src import LIBRARY_OPS
 from gradc.codegen.wrappers import OUT_DTYPE, WrapperPrinter
 from gradc.errors import CodegenError
 from gradc.ir.primitives import PRIMITIVES
@@ -53,15 +52,10 @@ class DaskWrapperPrinter(WrapperPrinter):
         return "".join(f"{x}, " for x in items)
 
     def _library_text(self, node, fields: dict[str, str]) -> str:
-        args = ", ".join(fields.values())
+        """The primitive's own Dask function (``Primitive.dask``) of the operands."""
         prim = PRIMITIVES[node.op]
-        if prim.dask is not None:           # the primitive's own Dask lowering
-            kw = "".join(f", {k}={node.attr(k)!r}" for k in prim.attrs)
-            return f"{prim.dask.__name__}(_T, {args}{kw})"
-        if node.op not in LIBRARY_OPS:
+        if prim.dask is None:
             raise CodegenError(f"'{node.op}' has no Dask lowering", node.span)
-        kw = (f", axis={node.attr('axis')!r}, keepdims={bool(node.attr('keepdims'))!r}"
-              if "axis" in dict(node.attrs) else "")
+        kw = "".join(f", {k}={v!r}" for k, v in self._attrs(node).items())
         kw += ", empty_ok=True" if node.attr("initial") is not None else ""
-        kw += "".join(f", {k}={node.attr(k)!r}" for k in PRIMITIVES[node.op].attrs)
-        return f"_gd_lib({node.op!r}, _T, {args}{kw})"
+        return f"{prim.dask.__name__}(_T, {', '.join(fields.values())}{kw})"

@@ -15,7 +15,7 @@ import hashlib
 import inspect
 from pathlib import Path
 
-from gradc.codegen import mathlib, prelude, runtime_dask_src, runtime_src
+from gradc.codegen import mathlib, runtime_dask_src, runtime_src
 from gradc.codegen.quote import comment, docstring, py_name
 from gradc.codegen.wrappers import Kernels, WrapperPrinter
 from gradc.frontend.limits import out_of_stack
@@ -155,16 +155,16 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
-_HELPERS = (prelude._g_sum_to, prelude._g_shape_check, prelude._g_transpose, prelude._g_broadcast_in, prelude._g_logsumexp,
-            prelude._g_norm,
-            runtime_src._g_env_count, runtime_src._g_numba_threads, runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
+_HELPERS = (runtime_src._g_env_count, runtime_src._g_numba_threads, runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
             runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream, runtime_src._g_tangent,
             runtime_src._g_tangent_broadcast,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
-            runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_result_shape, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcDask,
+            runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcDask,
             runtime_src._GradcOp, *(getattr(runtime_dask_src, n) for n in runtime_dask_src.HELPERS),
-            # the run-time functions of the registry's primitives (their CPU and Dask lowerings)
-            *dict.fromkeys(fn for p in PRIMITIVES.values() for fn in (*p.helpers, p.dask) if fn))
+            # the run-time functions of the registry's primitives (their CPU and Dask
+            # lowerings, their run-time shapes)
+            *dict.fromkeys(fn for p in PRIMITIVES.values()
+                           for fn in (*p.helpers, p.np_shape, p.dask) if fn))
 _CONSTANTS = ("_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"
               "_G_INTS = {'i32': np.int32, 'i64': np.int64, 'bool': np.bool_}\n"
               "# An empty array per compute dtype: kernels read their dtype from it.\n"

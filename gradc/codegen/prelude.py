@@ -110,5 +110,6 @@ def _g_reduce(fn, x, axis, keepdims, dtype):
 sum_to = _g_sum_to
 shape_check = _g_shape_check
 broadcast_in = _g_broadcast_in
+transpose = _g_transpose
 logsumexp = _g_logsumexp
 norm = _g_norm

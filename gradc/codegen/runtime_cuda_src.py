@@ -150,8 +150,6 @@ def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
 
 
 KERNELS = ("_gck_gather", "_gck_rows")
-# The reductions _gc_reduce computes (the CUDA printer lowers no other).
-REDUCTIONS = ("sum", "mean", "prod", "max", "min", "logsumexp", "norm")
 # _gck_matmul is printed by gradc.codegen.cuda.render_cuda_matmul, like the matmul
 # kernels with a fused epilogue.
 
@@ -507,7 +505,7 @@ def _gc_reduce(kind, x, axis, keepdims, stream, empty_ok=False):
     ``initial=``), not an error."""
     x = _gc_dev(x, stream)
     nd = x.ndim
-    out_shape = _g_result_shape("reduce", x.shape, axis=axis, keepdims=keepdims)
+    out_shape = _g_reduce_shape(x.shape, axis=axis, keepdims=keepdims)
     axes = sorted(range(nd) if axis is None else {ax % nd for ax in axis})
     kept = [i for i in range(nd) if i not in axes]
     rows = int(np.prod([x.shape[i] for i in kept], dtype=np.int64))
@@ -550,7 +548,7 @@ def _gc_matmul_operands(a, b, stream):
     k2, n = (b.shape[0], 1) if b.ndim == 1 else b.shape
     if k != k2:
         raise ValueError(f"matmul: mismatch in its core dimension: {a.shape} @ {b.shape}")
-    shape = _g_result_shape("matmul", a.shape, b.shape)
+    shape = _g_matmul_shape(a.shape, b.shape)
     return _gc_ravel(a), _gc_ravel(b), (m, n, k), shape
 
 

@@ -16,13 +16,10 @@ to the module (which Dask's workers must be able to import; docs/dask.md).
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from gradc.codegen.prelude import _g_shape_check, _g_sum_to
 from gradc.codegen.runtime_src import (_G_WITNESS, _g_flat, _g_float_input, _g_int_input,
-                                       _g_resolve, _g_result_shape, _g_tangent,
+                                       _g_resolve, _g_tangent,
                                        _g_tangent_broadcast,
                                        _g_upstream,
                                        _G_INTS, _G_FLOATS)
@@ -196,47 +193,6 @@ def _gd_block(*blocks, kname, flags, dtypes, t, multi):
     return tuple(outs) if multi else outs[0]
 
 
-def _gd_lib(op, t, x, y=None, axis=None, keepdims=False, empty_ok=False, message=None):
-    """Library step ``op`` with Dask's functions (tree reductions, blocked matmul);
-    ``empty_ok``: a max or min of an empty slice is -inf or inf (NumPy's ``initial=``)."""
-    import dask.array as da
-    if op == "size_ratio":
-        return t(math.prod(x.shape) / max(math.prod(y.shape), 1))
-    if op == "shape_check":
-        return _g_shape_check(x, tuple(y.shape), message)
-    x = x if _gd_is_dask(x) else da.asarray(x)
-    if op == "matmul":
-        return da.matmul(x, y if _gd_is_dask(y) else da.asarray(y))
-    if op == "transpose":
-        return da.transpose(x)
-    if op == "sum_to":
-        return _g_sum_to(x, tuple(y.shape))
-    if op == "broadcast_in":
-        shape = tuple(y.shape)
-        if not keepdims:
-            for ax in range(len(shape)) if axis is None else sorted(a % len(shape) for a in axis):
-                x = da.expand_dims(x, ax)
-        return da.broadcast_to(x, shape)
-    if op == "logsumexp":
-        m = da.max(x, axis=axis, keepdims=True) if x.size else da.zeros((1,) * x.ndim, x.dtype)
-        shift = da.where(da.isfinite(m), m, 0).astype(x.dtype)
-        r = da.log(da.sum(da.exp(x - shift), axis=axis, keepdims=True)) + shift
-    elif op == "norm":
-        scale = da.max(abs(x), axis=axis, keepdims=True) if x.size else \
-            da.ones((1,) * x.ndim, x.dtype)
-        safe = da.where((scale > 0) & da.isfinite(scale), scale, 1).astype(x.dtype)
-        r = da.sqrt(da.sum((x / safe) ** 2, axis=axis, keepdims=True)) * safe
-        r = da.where(da.isinf(scale), scale, r)
-    else:                                       # sum mean prod max min
-        if empty_ok and x.size == 0:
-            shape = _g_result_shape("reduce", x.shape, axis=axis, keepdims=keepdims)
-            return da.full(shape, -np.inf if op == "max" else np.inf, dtype=x.dtype)
-        return getattr(da, op)(x, axis=axis, keepdims=keepdims).astype(x.dtype)
-    if keepdims:
-        return r
-    return da.squeeze(r, axis=axis) if axis is not None else r.reshape(())
-
-
 def _gd_finish(op, outs, results, shapes, rt, inputs):
     """The results as Dask arrays of their output's shape in the result dtype ``rt``
     (floats; others keep theirs), nothing computed."""
@@ -250,11 +206,8 @@ def _gd_finish(op, outs, results, shapes, rt, inputs):
     return tuple(final)
 
 
-# What gradc.codegen.module copies into every module with CPU kernels, in order.
-# The library steps _gd_lib computes (the Dask printer lowers no other; a primitive
-# may bring its own Dask function instead, Primitive.dask).
-LIBRARY_OPS = ("size_ratio", "shape_check", "matmul", "transpose", "sum_to", "broadcast_in",
-               "logsumexp", "norm", "sum", "mean", "prod", "max", "min")
+# What gradc.codegen.module copies into every module with CPU kernels, in order (the
+# library steps are the primitives' own Dask functions, Primitive.dask).
 HELPERS = ("_gd_is_dask", "_gd_probe", "_gd_inputs", "_gd_upstream", "_gd_tangent",
-           "_gd_out_tuple", "_gd_index", "_gd_template", "_gd_kernel", "_gd_block", "_gd_lib",
+           "_gd_out_tuple", "_gd_index", "_gd_template", "_gd_kernel", "_gd_block",
            "_gd_finish")

@@ -376,25 +376,6 @@ def _g_flat(a, shape):
     return np.ascontiguousarray(np.broadcast_to(a, shape)).reshape(-1)
 
 
-def _g_result_shape(kind, a, b=None, axis=None, keepdims=False):
-    """The shape of a library op's result, for a value needed only for its shape
-    (a reduction whose output's cotangent is checked, say): no data is touched."""
-    if kind == "matmul":          # operands of rank 1 or 2
-        return tuple(a[:-1]) + (tuple(b[1:]) if len(b) == 2 else ())
-    if kind == "transpose":
-        return tuple(a)[::-1]
-    if kind == "reduce":
-        nd = len(a)
-        for ax in axis or ():
-            if not -nd <= ax < nd:          # NumPy's AxisError message
-                raise ValueError(f"axis {ax} is out of bounds for array of dimension {nd}")
-        axes = range(nd) if axis is None else [ax % nd for ax in axis]
-        if keepdims:
-            return tuple(1 if i in axes else d for i, d in enumerate(a))
-        return tuple(d for i, d in enumerate(a) if i not in axes)
-    return tuple(b)               # sum_to, broadcast_in: the shape of ``like``
-
-
 def _g_finish(op, outs, results, shapes, rt, inputs):
     """Results as fresh arrays of the result dtype, or written into ``out``.
 

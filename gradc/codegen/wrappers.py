@@ -254,15 +254,6 @@ class WrapperPrinter:
             return args[prim.shape_like]
         if prim.np_shape is not None:
             return _shape_call(prim, node, args)
-        if prim.kind == "reduction":
-            return (f"_g_result_shape('reduce', {args[0]}, axis={node.attr('axis')!r}, "
-                    f"keepdims={node.attr('keepdims')!r})")
-        if node.op in ("matmul", "transpose"):
-            return f"_g_result_shape({node.op!r}, {', '.join(args)})"
-        if node.op in ("sum_to", "broadcast_in"):
-            return args[1]                  # the shape of ``like``
-        if node.op == "size_ratio":
-            return "()"
         raise CodegenError(f"no run-time shape rule for '{node.op}'", node.span)
 
     def _label(self, nid: int) -> str:
@@ -404,10 +395,7 @@ class WrapperPrinter:
 
     def _library_text(self, node, fields: dict[str, str]) -> str:
         """The expression computing library step ``node`` from its operands."""
-        lib = PRIMITIVES[node.op].lib
-        attrs = {"axis": node.attr("axis"), "keepdims": node.attr("keepdims"),
-                 **{k: node.attr(k) for k in PRIMITIVES[node.op].attrs}}
-        text = lib.format(**attrs, **fields)
+        text = PRIMITIVES[node.op].lib.format(**self._attrs(node), **fields)
         if node.attr("initial") is not None:          # np.max(..., initial=-np.inf)
             text = f"{text[:-1]}, initial={_float_literal(node.attr('initial'))})"
         return text
@@ -415,16 +403,16 @@ class WrapperPrinter:
     def _shape_only(self, node, args: list[str]) -> str:
         """A value kept only as a run-time shape source: a view of one zero, no work."""
         prim = PRIMITIVES[node.op]
-        if prim.shape_like is not None or prim.np_shape is not None:
-            shape = (f"np.shape({args[prim.shape_like]})" if prim.shape_like is not None else
-                     _shape_call(prim, node, [f"np.shape({a})" for a in args]))
-            return f"np.broadcast_to(np.zeros((), _T), {shape})  # only its shape is used"
-        kind = "reduce" if PRIMITIVES[node.op].kind == "reduction" else node.op
-        shapes = ", ".join(f"np.shape({a})" for a in args)
-        extra = (f", axis={node.attr('axis')!r}, keepdims={node.attr('keepdims')!r}"
-                 if kind == "reduce" else "")
-        return (f"np.broadcast_to(np.zeros((), _T), _g_result_shape({kind!r}, {shapes}{extra}))"
-                f"  # only its shape is used")
+        if prim.shape_like is None and prim.np_shape is None:
+            raise CodegenError(f"no run-time shape rule for '{node.op}'", node.span)
+        shape = (f"np.shape({args[prim.shape_like]})" if prim.shape_like is not None else
+                 _shape_call(prim, node, [f"np.shape({a})" for a in args]))
+        return f"np.broadcast_to(np.zeros((), _T), {shape})  # only its shape is used"
+
+    @staticmethod
+    def _attrs(node) -> dict:
+        """The attributes of ``node`` its primitive's templates and lowerings take."""
+        return {k: node.attr(k) for k in PRIMITIVES[node.op].attr_names}
 
     def _shape_stand_in(self, nid: int) -> str:
         """An array of ``nid``'s shape, for an operand read only for its shape and
@@ -452,5 +440,5 @@ def _float_literal(v: float) -> str:
 
 def _shape_call(prim, node, shapes: list[str]) -> str:
     """The call of ``prim``'s NumPy shape function on run-time ``shapes``."""
-    kw = "".join(f", {k}={node.attr(k)!r}" for k in prim.attrs)
+    kw = "".join(f", {k}={node.attr(k)!r}" for k in prim.attr_names)
     return f"{prim.np_shape.__name__}({', '.join(shapes)}{kw})"

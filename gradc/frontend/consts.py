@@ -8,33 +8,28 @@ code generation casts them to the dtype they meet.
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 from typing import Callable, Iterable, Mapping
+
+import numpy as np
 
 from gradc.errors import GradcError, NameResolutionError, Span, TypeError_
 from gradc.frontend import ast
 from gradc.frontend.builtins import BUILTINS, CONSTANTS
+from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES
 
 
-def _sigmoid(x: float) -> float:
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    z = math.exp(x)
-    return z / (1.0 + z)
+def _number_functions() -> dict[str, Callable[..., float]]:
+    """The public elementwise primitives of numbers only (not ``where``'s condition, not
+    ``full_like``'s shape source), by their names and aliases, with their NumPy
+    references, and ``max``/``min`` of two numbers (``maximum``/``minimum``)."""
+    found = {name: p.ref for p in PRIMITIVES.values()
+             if p.public and p.kind == ELEMENTWISE and not p.shape_only
+             and p.value_operands is None for name in (p.name, *p.aliases)}
+    return {**found, "max": PRIMITIVES["maximum"].ref, "min": PRIMITIVES["minimum"].ref}
 
 
-FUNCTIONS: Mapping[str, Callable[..., float]] = {
-    "abs": abs, "sign": lambda x: float((x > 0) - (x < 0)), "exp": math.exp,
-    "exp2": lambda x: math.pow(2.0, x), "expm1": math.expm1, "log": math.log,
-    "log2": math.log2, "log10": math.log10, "log1p": math.log1p, "sqrt": math.sqrt,
-    "rsqrt": lambda x: 1.0 / math.sqrt(x), "square": lambda x: x * x,
-    "reciprocal": lambda x: 1.0 / x, "sin": math.sin, "cos": math.cos, "tan": math.tan,
-    "asin": math.asin, "acos": math.acos, "atan": math.atan, "sinh": math.sinh,
-    "cosh": math.cosh, "tanh": math.tanh, "sigmoid": _sigmoid,
-    "softplus": lambda x: math.log1p(math.exp(-abs(x))) + max(x, 0.0),
-    "erf": math.erf, "erfc": math.erfc, "floor": lambda x: float(math.floor(x)),
-    "ceil": lambda x: float(math.ceil(x)), "round": lambda x: float(round(x)),
-    "atan2": math.atan2, "pow": math.pow, "max": max, "min": min,
-}
+FUNCTIONS: Mapping[str, Callable[..., float]] = MappingProxyType(_number_functions())
 
 _BINOPS: Mapping[str, Callable[[float, float], float]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
@@ -104,14 +99,17 @@ def _arity_words(func: str) -> str:
 
 def _apply(fn: Callable[..., float], args: tuple[float, ...], what: str, span: Span) -> float:
     """``fn(*args)`` in float64; an exception, or an inf or NaN from finite operands
-    (``1e308 * 10``, which Python computes silently), is E305 at ``span``."""
+    (``1e308 * 10``, which Python computes silently), is E305 at ``span``.  NumPy's
+    invalid operations and poles (``log(-1)``, ``log(0)``) raise here; an overflow
+    inside a function that still has a finite value (``sigmoid(-1000)``) does not."""
     try:
-        value = float(fn(*args))
+        with np.errstate(divide="raise", invalid="raise", over="ignore", under="ignore"):
+            value = float(fn(*args))
     except (ArithmeticError, ValueError) as exc:
         why = ("division by zero" if isinstance(exc, ZeroDivisionError) else
                "overflow: beyond float64's range" if isinstance(exc, OverflowError) else
-               "outside the function's domain" if str(exc) == "math domain error" else
-               str(exc))
+               "outside the function's domain" if isinstance(exc, FloatingPointError)
+               or str(exc) == "math domain error" else str(exc))
     else:
         if math.isfinite(value) or not all(math.isfinite(a) for a in args):
             return value

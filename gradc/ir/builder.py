@@ -12,13 +12,9 @@ from typing import Any, Mapping, Sequence
 
 from gradc.errors import ShapeError, Span, TypeError_
 from gradc.ir.graph import FLOAT, Graph
-from gradc.ir.primitives import BINARY_OPS, ELEMENTWISE, PRIMITIVES, REDUCTION
-from gradc.ir.shapes import (SCALAR, BroadcastError, Shape, broadcast, matmul_static,
-                             reduce_static)
+from gradc.ir.primitives import BINARY_OPS, ELEMENTWISE, PRIMITIVES
+from gradc.ir.shapes import SCALAR, BroadcastError, Shape, broadcast
 
-# Operands whose dtype is unified for "same"-dtype primitives (default: all).
-_VALUE_ARGS = {"where": (1, 2), "full_like": (1,), "sum_to": (0,), "broadcast_in": (0,),
-               "shape_check": (0,)}
 _INT_RANK = {"bool": 0, "i32": 1, "i64": 2}
 _ORDINAL = ("first", "second", "third")
 
@@ -57,11 +53,11 @@ class Builder:
                 raise TypeError_(f"'{op}' takes integer indices as its {_ORDINAL[i]} argument "
                                  "(annotate the parameter i32 or i64), got a float value", span,
                                  "E308")
-        value_args = _VALUE_ARGS.get(op, range(len(args)))
+        value_args = range(len(args)) if prim.value_operands is None else prim.value_operands
         dtype = FLOAT if prim.float_only else self._unify([args[i] for i in value_args])
         for i in value_args:
             args[i] = self._coerce(args[i], dtype, span)
-        shape = self._infer_shape(op, prim.kind, args, attrs or {}, span)
+        shape = self._infer_shape(op, args, attrs or {}, span)
         if prim.dtype == "float" and not prim.float_only:
             dtype = FLOAT
         return self.graph.add(op, args, attrs, shape, dtype, span)
@@ -86,37 +82,28 @@ class Builder:
         return self.graph.add("cast", (nid,), None, node.shape, dtype, self.span or span)
 
     # -- shapes -------------------------------------------------------------
-    def _infer_shape(self, op: str, kind: str, args: Sequence[int], attrs: Mapping[str, Any],
+    def _infer_shape(self, op: str, args: Sequence[int], attrs: Mapping[str, Any],
                      span: Span | None) -> Shape:
+        """The primitive's shape rule: the operands' broadcast (elementwise), an
+        operand's shape (``shape_like``), ``static_shape``, or ``np_shape`` of static
+        shapes; opaque where the rule gives None or a run-time shape takes part."""
+        prim = PRIMITIVES[op]
         shapes = [self.graph.node(a).shape for a in args]
         opaque = Shape((), frozenset([self.graph.next_id]))
         try:
-            if kind == ELEMENTWISE:
+            if prim.kind == ELEMENTWISE:
                 return broadcast(shapes)
-            if PRIMITIVES[op].shape_like is not None:
-                return shapes[PRIMITIVES[op].shape_like]
-            if PRIMITIVES[op].static_shape is not None:
-                return PRIMITIVES[op].static_shape(shapes, attrs) or opaque
-            if kind == REDUCTION:
-                (s,) = shapes
-                if attrs.get("axis") is None and not attrs.get("keepdims"):
-                    return SCALAR
-                if s.dyn:
+            if prim.shape_like is not None:
+                return shapes[prim.shape_like]
+            if prim.static_shape is not None:
+                return prim.static_shape(shapes, attrs) or opaque
+            if prim.np_shape is not None:
+                if any(s.dyn for s in shapes):
                     return opaque
-                return Shape(reduce_static(s.static, attrs.get("axis"), attrs.get("keepdims")))
-            if op == "matmul":
-                if shapes[0].dyn or shapes[1].dyn:
-                    return opaque
-                return Shape(matmul_static(shapes[0].static, shapes[1].static))
-            if op == "transpose":
-                s = shapes[0]
-                return opaque if s.dyn else Shape(tuple(reversed(s.static)))
-            if op in ("sum_to", "broadcast_in"):
-                return shapes[1]
-            if op == "size_ratio":
-                return SCALAR
+                kw = {k: attrs.get(k) for k in prim.attr_names}
+                return Shape(prim.np_shape(*(s.static for s in shapes), **kw))
         except BroadcastError as exc:
             desc = " and ".join(str(s) for s in shapes)
             spelled = {v: k for k, v in BINARY_OPS.items()}.get(op, op)
             raise ShapeError(f"shapes {desc} do not fit '{spelled}': {exc}", span) from None
-        raise AssertionError(f"no shape rule for {op} ({kind})")
+        raise AssertionError(f"no shape rule for {op} ({prim.kind})")

@@ -40,6 +40,6 @@ def _apply(node, args: list[np.ndarray], dtype) -> np.ndarray:
         extra = {"initial": attrs["initial"]} if "initial" in attrs else {}
         return prim.ref(args[0], axis=attrs.get("axis"), keepdims=bool(attrs.get("keepdims")),
                         **extra)
-    if node.op == "broadcast_in":
+    if prim.axis_keepdims:                  # broadcast_in
         return prim.ref(*args, axis=attrs.get("axis"), keepdims=attrs.get("keepdims"))
     return prim.ref(*args, **{k: attrs.get(k, d) for k, d in prim.defaults.items()})

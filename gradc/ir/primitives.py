@@ -42,7 +42,7 @@ from typing import Callable
 import numpy as np
 
 from gradc.codegen import prelude as P
-from gradc.ir.shapes import Shape
+from gradc.ir.shapes import SCALAR, Shape, matmul_static, reduce_static
 
 COMPOSITE = "<composite>"
 
@@ -93,12 +93,21 @@ class Primitive:
     shape_like: int | None = None
     static_shape: Callable | None = None
     np_shape: Callable | None = None
+    # Takes a reduction's ``axis`` and ``keepdims`` attributes (the reductions, and
+    # broadcast_in, their adjoint); passed to ``ref``, the templates and the lowerings.
+    axis_keepdims: bool = False
+    # The operands whose dtypes a "same"-dtype primitive unifies (None: all), the
+    # others being a condition or read for their shapes only (``where``'s ``c``).
+    value_operands: tuple[int, ...] | None = None
+    # A bound on ``|out|`` for every operand that is not NaN, ±inf included (sigmoid: 1),
+    # for simplify's interval arithmetic (passes.simplify.bound).
+    value_bound: float | None = None
     # Attributes passed as trailing positional arguments (``one_hot(idx, depth)``):
     # constant expressions, each also one of ``keywords``.
     attr_params: tuple[str, ...] = ()
     index_operands: tuple[int, ...] = ()  # operands that must be integer arrays
     # Lowerings of a library primitive, beside ``lib`` (the CPU host call):
-    helpers: tuple[Callable, ...] = ()   # run-time functions ``lib`` calls, copied into modules
+    helpers: tuple[Callable, ...] = ()   # run-time functions ``lib`` and ``dask`` call (copied)
     cuda: str | None = None              # the call on device arrays (``stream`` in scope)
     cuda_helpers: tuple[Callable, ...] = ()   # host functions ``cuda`` calls (copied)
     # CUDA kernels (copied under @cuda.jit), each with its PTX signatures: a function
@@ -106,13 +115,21 @@ class Primitive:
     cuda_kernels: tuple[tuple[Callable, Callable], ...] = ()
     # The function of Dask arrays (copied into modules): (compute dtype, *operands, **attrs).
     dask: Callable | None = None
-    jax: Callable | None = None          # the function of jax.numpy arrays
-    torch: Callable | None = None        # the function of torch tensors
+    # The function of jax.numpy arrays and of torch tensors, or its dotted name
+    # ("jnp.tanh", "torch.tanh"; adapters.framework_lowering resolves it).
+    jax: Callable | str | None = None
+    torch: Callable | str | None = None
 
     @property
     def attrs(self) -> tuple[str, ...]:
         """The names of the keyword attributes (see ``keywords``)."""
         return tuple(k for k, _, _ in self.keywords)
+
+    @property
+    def attr_names(self) -> tuple[str, ...]:
+        """Every attribute the lowerings take: ``axis`` and ``keepdims`` (see
+        ``axis_keepdims``), then the keywords."""
+        return ("axis", "keepdims") * self.axis_keepdims + self.attrs
 
     @property
     def defaults(self) -> dict[str, object]:
@@ -158,18 +175,24 @@ def _unary(name, ref, vjp, cpu, **kw) -> Primitive:
 def _cmp(name, ufunc, sym) -> Primitive:
     return _ew(name, "x y", lambda x, y: ufunc(x, y).astype(np.result_type(x, y)),
                (None, None), f"{{dt}}({{x}} {sym} {{y}})", float_only=False, dtype="same",
-               differentiable=False)
+               differentiable=False, value_bound=1.0, jax=f"jnp.{ufunc.__name__}",
+               torch=f"torch.{name}")
 
 
-def _red(name, ref, local, lib, **kw) -> Primitive:
+def _red(name, ref, local, lib, helpers=(), **kw) -> Primitive:
     """A reduction whose derivative is ``local`` (d out / d x, elementwise over
     ``x``, ``bc(...)`` for reduced values broadcast back): VJP ``bc(g) * local``,
     JVP ``sum(x_t * (local))`` over the reduced axes (``local`` first: the
-    tangent times ``x`` may overflow where their quotient by the norm would not)."""
+    tangent times ``x`` may overflow where their quotient by the norm would not).
+    Every reduction has the shape rules and the Dask run time of reductions, and the
+    CUDA run time's reduction of its name."""
     rules = {"vjp": (_bc(f"bc(g) * {local}"),),
              "jvp": (_bc(f"sum(x_t * ({local}), axis=axis, keepdims=keepdims)"),),
              "public": True}
-    return Primitive(name, ("x",), REDUCTION, ref, lib=lib, **{**rules, **kw})
+    return Primitive(name, ("x",), REDUCTION, ref, lib=lib, **{**rules, **kw},
+                     axis_keepdims=True, static_shape=_reduce_static, np_shape=_g_reduce_shape,
+                     helpers=(_gd_array, _gd_reduce, _gd_kept, *helpers),
+                     cuda=f"_gc_reduce({name!r}, {{x}}, {{axis!r}}, {{keepdims!r}}, stream)")
 
 
 def _erf(x):
@@ -207,6 +230,331 @@ def _bc(expr: str) -> str:
         out = out[:i] + _BC.format(v=out[i + 3:j]) + out[j + 1:]
     return out
 
+
+# --- shapes of the reductions, matmul and layout, and their Dask lowerings -------
+# ``static_shape`` works on shape classes at compile time; ``np_shape`` (a ``_g_``
+# function, copied into modules) on shape tuples at run time: in the wrappers, for a
+# value needed only for its shape, and in the CUDA and Dask run times.
+
+
+def _reduce_static(shapes, attrs):
+    (s,) = shapes
+    if attrs.get("axis") is None and not attrs.get("keepdims"):
+        return SCALAR
+    return None if s.dyn else Shape(reduce_static(s.static, attrs.get("axis"),
+                                                  attrs.get("keepdims")))
+
+
+def _g_reduce_shape(x, axis=None, keepdims=False):
+    """The shape of a reduction over ``axis`` of an array of shape ``x``; ValueError as
+    NumPy's for an axis out of bounds."""
+    nd = len(x)
+    for ax in axis or ():
+        if not -nd <= ax < nd:          # NumPy's AxisError message
+            raise ValueError(f"axis {ax} is out of bounds for array of dimension {nd}")
+    axes = range(nd) if axis is None else [ax % nd for ax in axis]
+    if keepdims:
+        return tuple(1 if i in axes else d for i, d in enumerate(x))
+    return tuple(d for i, d in enumerate(x) if i not in axes)
+
+
+def _matmul_static(shapes, attrs):
+    x, y = shapes
+    return None if x.dyn or y.dyn else Shape(matmul_static(x.static, y.static))
+
+
+def _g_matmul_shape(x, y):
+    """The shape of ``a @ b`` for ``a``, ``b`` of shapes ``x``, ``y`` of rank 1 or 2."""
+    return tuple(x[:-1]) + (tuple(y[1:]) if len(y) == 2 else ())
+
+
+def _g_transpose_shape(x):
+    """The shape of an array of shape ``x`` transposed (also its static rule)."""
+    return tuple(x)[::-1]
+
+
+def _scalar_static(shapes, attrs):
+    return SCALAR
+
+
+def _g_scalar_shape(x, y):
+    """A 0-d result's shape (``size_ratio``)."""
+    return ()
+
+
+def _gd_array(x):
+    """``x`` as a Dask array (a NumPy value as one chunk)."""
+    import dask.array as da
+    return x if hasattr(x, "__dask_graph__") else da.asarray(x)
+
+
+def _gd_reduce(fn, x, axis, keepdims, empty):
+    """``np.<fn>`` (sum, mean, prod, max, min) of an array as a Dask array (tree
+    reductions), in its dtype; ``empty``: the value of a max or min of nothing
+    (NumPy's ``initial=``; None: Dask's error)."""
+    import dask.array as da
+    x = _gd_array(x)
+    if empty is not None and x.size == 0:
+        return da.full(_g_reduce_shape(x.shape, axis, keepdims), empty, dtype=x.dtype)
+    return getattr(da, fn)(x, axis=axis, keepdims=keepdims).astype(x.dtype)
+
+
+def _gd_sum(t, x, axis=None, keepdims=False):
+    return _gd_reduce("sum", x, axis, keepdims, None)
+
+
+def _gd_mean(t, x, axis=None, keepdims=False):
+    return _gd_reduce("mean", x, axis, keepdims, None)
+
+
+def _gd_prod(t, x, axis=None, keepdims=False):
+    return _gd_reduce("prod", x, axis, keepdims, None)
+
+
+def _gd_max(t, x, axis=None, keepdims=False, empty_ok=False):
+    return _gd_reduce("max", x, axis, keepdims, -np.inf if empty_ok else None)
+
+
+def _gd_min(t, x, axis=None, keepdims=False, empty_ok=False):
+    return _gd_reduce("min", x, axis, keepdims, np.inf if empty_ok else None)
+
+
+def _gd_kept(r, axis, keepdims):
+    """``r``, reduced with keepdims over ``axis``, without those dims unless ``keepdims``."""
+    import dask.array as da
+    if keepdims:
+        return r
+    return da.squeeze(r, axis=axis) if axis is not None else r.reshape(())
+
+
+def _gd_logsumexp(t, x, axis=None, keepdims=False):
+    """:func:`_g_logsumexp` of a Dask array."""
+    import dask.array as da
+    x = _gd_array(x)
+    m = da.max(x, axis=axis, keepdims=True) if x.size else da.zeros((1,) * x.ndim, x.dtype)
+    shift = da.where(da.isfinite(m), m, 0).astype(x.dtype)
+    return _gd_kept(da.log(da.sum(da.exp(x - shift), axis=axis, keepdims=True)) + shift,
+                    axis, keepdims)
+
+
+def _gd_norm(t, x, axis=None, keepdims=False):
+    """:func:`_g_norm` of a Dask array."""
+    import dask.array as da
+    x = _gd_array(x)
+    scale = da.max(abs(x), axis=axis, keepdims=True) if x.size else \
+        da.ones((1,) * x.ndim, x.dtype)
+    safe = da.where((scale > 0) & da.isfinite(scale), scale, 1).astype(x.dtype)
+    r = da.sqrt(da.sum((x / safe) ** 2, axis=axis, keepdims=True)) * safe
+    return _gd_kept(da.where(da.isinf(scale), scale, r), axis, keepdims)
+
+
+def _gd_matmul(t, x, y):
+    import dask.array as da
+    return da.matmul(_gd_array(x), _gd_array(y))
+
+
+def _gd_transpose(t, x):
+    import dask.array as da
+    return da.transpose(_gd_array(x))
+
+
+def _gd_sum_to(t, x, like):
+    return _g_sum_to(_gd_array(x), tuple(like.shape))
+
+
+def _gd_broadcast_in(t, x, like, axis=None, keepdims=False):
+    import dask.array as da
+    x = _gd_array(x)
+    shape = tuple(like.shape)
+    if not keepdims:
+        for ax in range(len(shape)) if axis is None else sorted(a % len(shape) for a in axis):
+            x = da.expand_dims(x, ax)
+    return da.broadcast_to(x, shape)
+
+
+def _gd_size_ratio(t, x, y):
+    return t(math.prod(x.shape) / max(math.prod(y.shape), 1))
+
+
+def _gd_shape_check(t, x, like, message=None):
+    return _g_shape_check(x, tuple(like.shape), message)
+
+
+# --- JAX and PyTorch: the functions that are not one of the frameworks' own --------
+# (those are named by their dotted names, "jnp.tanh"; adapters.framework_lowering
+# resolves them). Each imports its framework when called: both are optional.
+
+
+def _same(x):
+    return x
+
+
+def _jax_clip(x, lo, hi):
+    import jax.numpy as jnp
+    return jnp.minimum(jnp.maximum(x, lo), hi)
+
+
+def _torch_clip(x, lo, hi):
+    import torch
+    return torch.minimum(torch.maximum(x, lo), hi)
+
+
+def _jax_full_like(x, v):
+    import jax.numpy as jnp
+    return jnp.broadcast_to(v, jnp.shape(x))
+
+
+def _torch_full_like(x, v):
+    return v.expand(x.shape).contiguous()
+
+
+def _torch_stop_gradient(x):
+    return x.detach()
+
+
+def _jax_zero_masked(x, u):
+    import jax.numpy as jnp
+    return jnp.where((u == 0) & jnp.isnan(x), jnp.zeros_like(x), x)
+
+
+def _torch_zero_masked(x, u):
+    import torch
+    return torch.where((u == 0) & torch.isnan(x), torch.zeros_like(x), x)
+
+
+def _torch_dims(fn, x, axis, keepdims):
+    """``fn`` (a torch reduction taking ``dim``) over ``axis`` (None: all)."""
+    dim = tuple(range(x.ndim)) if axis is None else tuple(axis)
+    return fn(x, dim=dim, keepdim=keepdims) if dim else x
+
+
+def _torch_sum(x, axis=None, keepdims=False):
+    import torch
+    return _torch_dims(torch.sum, x, axis, keepdims)
+
+
+def _torch_mean(x, axis=None, keepdims=False):
+    import torch
+    return _torch_dims(torch.mean, x, axis, keepdims)
+
+
+def _torch_max(x, axis=None, keepdims=False):
+    import torch
+    return _torch_dims(torch.amax, x, axis, keepdims)
+
+
+def _torch_min(x, axis=None, keepdims=False):
+    import torch
+    return _torch_dims(torch.amin, x, axis, keepdims)
+
+
+def _torch_logsumexp(x, axis=None, keepdims=False):
+    import torch
+    return _torch_dims(torch.logsumexp, x, axis, keepdims)
+
+
+def _torch_prod(x, axis=None, keepdims=False):
+    if axis is None:
+        out = x.prod()
+        return out.reshape((1,) * x.ndim) if keepdims else out
+    for ax in sorted((a % x.ndim for a in axis), reverse=True):
+        x = x.prod(dim=ax, keepdim=keepdims)
+    return x
+
+
+def _jax_norm(x, axis=None, keepdims=False):
+    import jax.numpy as jnp
+    return jnp.linalg.vector_norm(x, axis=axis, keepdims=keepdims)
+
+
+def _torch_norm(x, axis=None, keepdims=False):
+    import torch
+    return torch.linalg.vector_norm(x, dim=axis, keepdim=keepdims)
+
+
+def _torch_transpose(x):
+    return x.permute(*reversed(range(x.ndim)))
+
+
+def unbroadcast(g, shape: tuple, total, broadcast_to):
+    """Sum ``g`` down to ``shape`` (leading dims, and dims of size 1), or broadcast up:
+    ``sum_to`` with a framework's ``total(a, axes, keepdims)`` and ``broadcast_to``."""
+    gshape = tuple(g.shape)
+    if gshape == shape:
+        return g
+    lead = len(gshape) - len(shape)
+    if lead > 0:
+        g = total(g, tuple(range(lead)), False)
+    axes = tuple(i for i, n in enumerate(shape)
+                 if n == 1 and i < len(g.shape) and g.shape[i] != 1)
+    if axes:
+        g = total(g, axes, True)
+    return g if tuple(g.shape) == shape else broadcast_to(g, shape)
+
+
+def jax_sum_to(g, shape: tuple):
+    """NumPy's un-broadcast of a JAX array ``g`` to ``shape``."""
+    import jax.numpy as jnp
+    return unbroadcast(g, tuple(shape), lambda a, axes, kd: jnp.sum(a, axis=axes, keepdims=kd),
+                       jnp.broadcast_to)
+
+
+def torch_sum_to(g, shape: tuple):
+    """NumPy's un-broadcast of a tensor ``g`` to ``shape``."""
+    return unbroadcast(g, tuple(shape), lambda a, axes, kd: a.sum(dim=axes, keepdim=kd),
+                       lambda a, s: a.expand(s).contiguous())
+
+
+def _jax_sum_to(x, like):
+    import jax.numpy as jnp
+    return jax_sum_to(x, jnp.shape(like))
+
+
+def _torch_sum_to(x, like):
+    return torch_sum_to(x, tuple(like.shape))
+
+
+def _expand(x, ndim: int, axis, keepdims: bool, expand_dims):
+    """A reduction's result with its reduced dims back (as 1s) unless ``keepdims``."""
+    if keepdims:
+        return x
+    for ax in range(ndim) if axis is None else sorted(a % ndim for a in axis):
+        x = expand_dims(x, ax)
+    return x
+
+
+def _jax_broadcast_in(x, like, axis=None, keepdims=False):
+    import jax.numpy as jnp
+    return jnp.broadcast_to(_expand(x, jnp.ndim(like), axis, keepdims, jnp.expand_dims),
+                            jnp.shape(like))
+
+
+def _torch_broadcast_in(x, like, axis=None, keepdims=False):
+    import torch
+    return _expand(x, like.ndim, axis, keepdims, torch.unsqueeze).expand(like.shape)
+
+
+def _jax_size_ratio(x, y):
+    return np.float32(np.size(x) / max(np.size(y), 1))
+
+
+def _torch_size_ratio(x, y):
+    import torch
+    return torch.tensor(x.numel() / max(y.numel(), 1))
+
+
+def _jax_shape_check(x, like, message=None):
+    import jax.numpy as jnp
+    return P.shape_check(x, jnp.shape(like), message)
+
+
+def _torch_shape_check(x, like, message=None):
+    return P.shape_check(x, tuple(like.shape), message)
+
+
+# Computed on the host from shapes, device arrays too (their CUDA call is the same).
+_SIZE_RATIO = "_T({x}.size / max({y}.size, 1))"
+_SHAPE_CHECK = "_g_shape_check({x}, {like}.shape, {message!r})"
 
 # max(x, lo) of clip's template, NaN when x or lo is (np.maximum's rule).
 _CLIP_LO = "({lo} if ({x} < {lo} or {lo} != {lo}) else {x})"
@@ -404,48 +752,64 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     Primitive("const", (), SOURCE, None, float_only=False, dtype="same"),
     # --- arithmetic --------------------------------------------------------
     _ew("add", "x y", np.add, ("g", "g"), "({x} + {y})", float_only=False, dtype="same",
-        jvp=("x_t", "y_t"), linear=(0, 1)),
+        jvp=("x_t", "y_t"), linear=(0, 1),
+        jax="jnp.add", torch="torch.add"),
     _ew("sub", "x y", np.subtract, ("g", "-g"), "({x} - {y})", float_only=False, dtype="same",
-        jvp=("x_t", "-y_t"), linear=(0, 1)),
+        jvp=("x_t", "-y_t"), linear=(0, 1),
+        jax="jnp.subtract", torch="torch.subtract"),
     _ew("mul", "x y", np.multiply, ("g * y", "g * x"), "({x} * {y})", float_only=False,
-        dtype="same", jvp=("x_t * y", "x * y_t"), linear=(0, 1), multilinear=True),
+        dtype="same", jvp=("x_t * y", "x * y_t"), linear=(0, 1), multilinear=True,
+        jax="jnp.multiply", torch="torch.multiply"),
     _ew("div", "x y", np.divide, ("g / y", "-g * out / y"), "({x} / {y})", domain=NONZERO,
-        jvp=("x_t / y", "-y_t * out / y"), linear=(0,)),
+        jvp=("x_t / y", "-y_t * out / y"), linear=(0,),
+        jax="jnp.divide", torch="torch.divide"),
     _unary("neg", np.negative, "-g", "(-{x})", float_only=False, dtype="same", linear=(0,),
-           public=False),
+           public=False,
+           jax="jnp.negative", torch="torch.neg"),
     # x^y: d/dy uses log(x) only where x > 0, so (0, 1) gives (1, 0), not NaN.
     _ew("pow", "x y", np.power,
         ("g * where(y == 0, 0, y * pow(x, y - 1))",
          "g * where(x <= 0, 0, out * log(where(x <= 0, 1, x)))"),
-        "_g_pow({x}, {y})", domain=POSITIVE, public=True),
+        "_g_pow({x}, {y})", domain=POSITIVE, public=True,
+        jax="jnp.power", torch="torch.pow"),
     _ew("maximum", "x y", _maximum,
         ("g * ((x > y) + 0.5 * (x == y))", "g * ((y > x) + 0.5 * (x == y))"),
-        "({x} if ({x} > {y} or {x} != {x}) else {y})", float_only=False, dtype="same"),
+        "({x} if ({x} > {y} or {x} != {x}) else {y})", float_only=False, dtype="same",
+        jax="jnp.maximum", torch="torch.maximum"),
     _ew("minimum", "x y", np.minimum,
         ("g * ((x < y) + 0.5 * (x == y))", "g * ((y < x) + 0.5 * (x == y))"),
-        "({x} if ({x} < {y} or {x} != {x}) else {y})", float_only=False, dtype="same"),
+        "({x} if ({x} < {y} or {x} != {x}) else {y})", float_only=False, dtype="same",
+        jax="jnp.minimum", torch="torch.minimum"),
     _ew("atan2", "y x", np.arctan2, ("g * x / (x * x + y * y)", "-g * y / (x * x + y * y)"),
-        "_g_atan2({y}, {x})", domain=NONZERO, public=True),
+        "_g_atan2({y}, {x})", domain=NONZERO, public=True,
+        jax="jnp.arctan2", torch="torch.arctan2"),
     _cmp("lt", np.less, "<"), _cmp("le", np.less_equal, "<="),
     _cmp("gt", np.greater, ">"), _cmp("ge", np.greater_equal, ">="),
     _cmp("eq", np.equal, "=="), _cmp("ne", np.not_equal, "!="),
     _ew("where", "c x y", _where, (None, "where(c, g, 0)", "where(c, 0, g)"),
-        "({x} if {c} else {y})", float_only=False, dtype="same", linear=(1, 2), public=True),
+        "({x} if {c} else {y})", float_only=False, dtype="same", linear=(1, 2), public=True,
+        value_operands=(1, 2),
+        jax="jnp.where", torch="torch.where"),
     # clip = min(max(x, lo), hi), as np.clip (so hi wins when lo > hi, and a NaN x, lo
     # or hi gives NaN, as np.clip and torch.clamp do).
     _ew("clip", "x lo hi", lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
         ("g * (x >= lo) * (x <= hi)", "g * (x < lo) * (lo <= hi)", "g * (max(x, lo) > hi)"),
         "({hi} if (" + _CLIP_LO + " > {hi} or {hi} != {hi}) else " + _CLIP_LO + ")",
-        float_only=False, dtype="same", public=True),
+        float_only=False, dtype="same", public=True,
+        jax=_jax_clip, torch=_torch_clip),
     _ew("full_like", "x v", lambda x, v: np.full_like(x, v, dtype=np.result_type(v)),
         (None, "g"), "{dt}({v})", float_only=False, dtype="same", shape_only=(0,), linear=(1,),
-        public=True),
-    _unary("cast", lambda x: x, "g", "{dt}({x})", float_only=False, linear=(0,), public=False),
+        public=True, value_operands=(1,),
+        jax=_jax_full_like, torch=_torch_full_like),
+    _unary("cast", lambda x: x, "g", "{dt}({x})", float_only=False, linear=(0,), public=False,
+           jax=_same, torch=_same),
     # identity: marks a custom-gradient call's result; removed by simplification.
     _unary("identity", lambda x: x, "g", "{x}", float_only=False, dtype="same", linear=(0,),
-           public=False),
+           public=False,
+           jax=_same, torch=_same),
     _unary("stop_gradient", lambda x: x, None, "{x}", float_only=False, dtype="same",
-           differentiable=False, linear=(0,)),
+           differentiable=False, linear=(0,),
+           jax="jax.lax.stop_gradient", torch=_torch_stop_gradient),
     # zero_masked(x, u): x, but 0 where u == 0 and x is NaN. The NaN-safe product of
     # autodiff (core.nan_safe): x is a rule's result, linear in the cotangent or tangent u,
     # and 0 * inf must stay 0. Where x is a number it is x, so a derivative of a gradient
@@ -453,68 +817,104 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # Internal; not linear as the analysis sees it (it reads u and tests x for NaN).
     _ew("zero_masked", "x u", lambda x, u: np.where((u == 0) & (x != x), 0.0, x),
         ("where((u == 0) * (x != x), 0, g)", None),
-        "({dt}(0) if (({u} == {dt}(0)) & ({x} != {x})) else {x})"),
+        "({dt}(0) if (({u} == {dt}(0)) & ({x} != {x})) else {x})",
+        jax=_jax_zero_masked, torch=_torch_zero_masked),
     # --- elementwise math ----------------------------------------------------
-    _unary("abs", np.abs, "g * sign(x)", "abs({x})", float_only=False, dtype="same"),
+    _unary("abs", np.abs, "g * sign(x)", "abs({x})", float_only=False, dtype="same",
+           jax="jnp.abs", torch="torch.abs"),
     # Selects, not np.sign: Numba's np.sign gives -0.0 for -0.0 (NumPy: 0.0) and its
     # loop vectorises worse (sign_ste's fwd_bwd: 13.2 ms vs 11.3 at 10^7 float32)
     _unary("sign", np.sign, None,
            "({dt}(1) if {x} > {dt}(0) else ({dt}(-1) if {x} < {dt}(0) else "
            "({x} if {x} != {x} else {dt}(0))))", float_only=False, dtype="same",
-           differentiable=False),
-    _unary("floor", np.floor, None, "np.floor({x})", differentiable=False),
-    _unary("ceil", np.ceil, None, "np.ceil({x})", differentiable=False),
-    _unary("round", np.rint, None, "np.rint({x})", differentiable=False),
-    _unary("exp", np.exp, "g * out", "_g_exp({x})"),
-    _unary("exp2", np.exp2, "g * out * 0.6931471805599453", "_g_exp2({x})"),
-    _unary("expm1", np.expm1, "g * (out + 1)", "_g_expm1({x})"),
-    _unary("log", np.log, "g / x", "_g_log({x})", domain=POSITIVE),
-    _unary("log2", np.log2, "g / (x * 0.6931471805599453)", "_g_log2({x})", domain=POSITIVE),
+           differentiable=False, value_bound=1.0,
+           jax="jnp.sign", torch="torch.sign"),
+    _unary("floor", np.floor, None, "np.floor({x})", differentiable=False,
+           jax="jnp.floor", torch="torch.floor"),
+    _unary("ceil", np.ceil, None, "np.ceil({x})", differentiable=False,
+           jax="jnp.ceil", torch="torch.ceil"),
+    _unary("round", np.rint, None, "np.rint({x})", differentiable=False,
+           jax="jnp.rint", torch="torch.round"),
+    _unary("exp", np.exp, "g * out", "_g_exp({x})",
+           jax="jnp.exp", torch="torch.exp"),
+    _unary("exp2", np.exp2, "g * out * 0.6931471805599453", "_g_exp2({x})",
+           jax="jnp.exp2", torch="torch.exp2"),
+    _unary("expm1", np.expm1, "g * (out + 1)", "_g_expm1({x})",
+           jax="jnp.expm1", torch="torch.expm1"),
+    _unary("log", np.log, "g / x", "_g_log({x})", domain=POSITIVE,
+           jax="jnp.log", torch="torch.log"),
+    _unary("log2", np.log2, "g / (x * 0.6931471805599453)", "_g_log2({x})", domain=POSITIVE,
+           jax="jnp.log2", torch="torch.log2"),
     _unary("log10", np.log10, "g / (x * 2.302585092994046)", "_g_log10({x})",
-           domain=POSITIVE),
-    _unary("log1p", np.log1p, "g / (1 + x)", "_g_log1p({x})", domain=POSITIVE),
-    _unary("sqrt", np.sqrt, "g * 0.5 / out", "np.sqrt({x})", domain=POSITIVE),
+           domain=POSITIVE,
+           jax="jnp.log10", torch="torch.log10"),
+    _unary("log1p", np.log1p, "g / (1 + x)", "_g_log1p({x})", domain=POSITIVE,
+           jax="jnp.log1p", torch="torch.log1p"),
+    _unary("sqrt", np.sqrt, "g * 0.5 / out", "np.sqrt({x})", domain=POSITIVE,
+           jax="jnp.sqrt", torch="torch.sqrt"),
     _unary("rsqrt", lambda x: 1 / np.sqrt(x), "g * -0.5 * out / x", "({dt}(1) / np.sqrt({x}))",
-           domain=POSITIVE),
-    _unary("square", np.square, "g * 2 * x", "({x} * {x})"),
-    _unary("reciprocal", np.reciprocal, "-g * out * out", "({dt}(1) / {x})", domain=NONZERO),
-    _unary("sin", np.sin, "g * cos(x)", "_g_sin({x})"),
-    _unary("cos", np.cos, "-g * sin(x)", "_g_cos({x})"),
-    _unary("tan", np.tan, "g * (1 + out * out)", "_g_tan({x})", domain=UNIT),
-    _unary("asin", np.arcsin, "g * rsqrt(1 - x * x)", "_g_asin({x})", domain=UNIT),
-    _unary("acos", np.arccos, "-g * rsqrt(1 - x * x)", "_g_acos({x})", domain=UNIT),
-    _unary("atan", np.arctan, "g / (1 + x * x)", "_g_atan({x})"),
-    _unary("sinh", np.sinh, "g * cosh(x)", "_g_sinh({x})"),
-    _unary("cosh", np.cosh, "g * sinh(x)", "_g_cosh({x})"),
-    _unary("tanh", np.tanh, "g * (1 - out * out)", "_g_tanh({x})"),
+           domain=POSITIVE,
+           jax="jax.lax.rsqrt", torch="torch.rsqrt"),
+    _unary("square", np.square, "g * 2 * x", "({x} * {x})",
+           jax="jnp.square", torch="torch.square"),
+    _unary("reciprocal", np.reciprocal, "-g * out * out", "({dt}(1) / {x})", domain=NONZERO,
+           jax="jnp.reciprocal", torch="torch.reciprocal"),
+    _unary("sin", np.sin, "g * cos(x)", "_g_sin({x})",
+           jax="jnp.sin", torch="torch.sin"),
+    _unary("cos", np.cos, "-g * sin(x)", "_g_cos({x})",
+           jax="jnp.cos", torch="torch.cos"),
+    _unary("tan", np.tan, "g * (1 + out * out)", "_g_tan({x})", domain=UNIT,
+           jax="jnp.tan", torch="torch.tan"),
+    _unary("asin", np.arcsin, "g * rsqrt(1 - x * x)", "_g_asin({x})", domain=UNIT,
+           jax="jnp.arcsin", torch="torch.arcsin"),
+    _unary("acos", np.arccos, "-g * rsqrt(1 - x * x)", "_g_acos({x})", domain=UNIT,
+           jax="jnp.arccos", torch="torch.arccos"),
+    _unary("atan", np.arctan, "g / (1 + x * x)", "_g_atan({x})", value_bound=np.pi / 2,
+           jax="jnp.arctan", torch="torch.arctan"),
+    _unary("sinh", np.sinh, "g * cosh(x)", "_g_sinh({x})",
+           jax="jnp.sinh", torch="torch.sinh"),
+    _unary("cosh", np.cosh, "g * sinh(x)", "_g_cosh({x})",
+           jax="jnp.cosh", torch="torch.cosh"),
+    _unary("tanh", np.tanh, "g * (1 - out * out)", "_g_tanh({x})", value_bound=1.0,
+           jax="jnp.tanh", torch="torch.tanh"),
     _unary("sigmoid", lambda x: 1 / (1 + np.exp(-x)), "g * out * sigmoid(-x)",
-           "_g_sigmoid({x})"),
+           "_g_sigmoid({x})", value_bound=1.0,
+           jax="jax.nn.sigmoid", torch="torch.sigmoid"),
     # softplus(x) = max(x, 0) + log1p(exp(-|x|)): no overflow for large |x|.
     _unary("softplus", lambda x: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),
            "g * sigmoid(x)",
-           "_g_softplus({x})"),
+           "_g_softplus({x})",
+           jax="jax.nn.softplus", torch="torch.nn.functional.softplus"),
     # d/dx erf(x) = 2/sqrt(pi) exp(-x^2)  (Abramowitz & Stegun 7.1.19).
-    _unary("erf", _erf, "g * 1.1283791670955126 * exp(-x * x)", "_g_erf({x})"),
-    _unary("erfc", _erfc, "g * -1.1283791670955126 * exp(-x * x)", "_g_erfc({x})"),
+    _unary("erf", _erf, "g * 1.1283791670955126 * exp(-x * x)", "_g_erf({x})", value_bound=1.0,
+           jax="jax.scipy.special.erf", torch="torch.erf"),
+    _unary("erfc", _erfc, "g * -1.1283791670955126 * exp(-x * x)", "_g_erfc({x})",
+           value_bound=2.0,
+           jax="jax.scipy.special.erfc", torch="torch.erfc"),
     # --- reductions (attrs: axis, keepdims) ------------------------------------
-    _red("sum", np.sum, "1", "np.sum({x}, axis={axis}, keepdims={keepdims})",
+    _red("sum", np.sum, "1", "np.sum({x}, axis={axis}, keepdims={keepdims})", dask=_gd_sum,
          vjp=(_bc("bc(g)"),), jvp=(f"sum(x_t, {_ALONG})",),
-         float_only=False, dtype="same", linear=(0,)),
-    _red("mean", np.mean, "1", "np.mean({x}, axis={axis}, keepdims={keepdims})",
+         float_only=False, dtype="same", linear=(0,),
+         jax="jnp.sum", torch=_torch_sum),
+    _red("mean", np.mean, "1", "np.mean({x}, axis={axis}, keepdims={keepdims})", dask=_gd_mean,
          vjp=(_bc("bc(g) * size_ratio(out, x)"),), jvp=(f"mean(x_t, {_ALONG})",),
-         linear=(0,)),
+         linear=(0,),
+         jax="jnp.mean", torch=_torch_mean),
     # d prod / d x_i = product of the others: out / x_i where x_i != 0; at the one
     # zero of a slice, the product of the rest; 0 where a slice has two zeros.
     _red("prod", np.prod,
          f"where(x == 0, where(bc(sum(x == 0, {_ALONG})) == 1, "
          f"bc(prod(where(x == 0, 1, x), {_ALONG})), 0), bc(out) / where(x == 0, 1, x))",
-         "np.prod({x}, axis={axis}, keepdims={keepdims})", domain=NONZERO),
+         "np.prod({x}, axis={axis}, keepdims={keepdims})", domain=NONZERO, dask=_gd_prod,
+         jax="jnp.prod", torch=_torch_prod),
     # max and min: their builtins take one argument (these) or two (maximum, minimum),
     # so frontend.builtins spells them out.
-    _red("max", np.max, _TIE, "np.max({x}, axis={axis}, keepdims={keepdims})",
-         float_only=False, dtype="same", public=False),
-    _red("min", np.min, _TIE, "np.min({x}, axis={axis}, keepdims={keepdims})",
-         float_only=False, dtype="same", public=False),
+    _red("max", np.max, _TIE, "np.max({x}, axis={axis}, keepdims={keepdims})", dask=_gd_max,
+         float_only=False, dtype="same", public=False,
+         jax="jnp.max", torch=_torch_max),
+    _red("min", np.min, _TIE, "np.min({x}, axis={axis}, keepdims={keepdims})", dask=_gd_min,
+         float_only=False, dtype="same", public=False,
+         jax="jnp.min", torch=_torch_min),
     # d lse / dx = softmax(x) = p / sum(p), p = exp(x - lse). Dividing by sum(p)
     # (1 up to rounding) removes the rounding of ``out`` itself: in float32,
     # exp(1000 - fl(1000 + ln 2)) is 0.499985, p / sum(p) is 0.5. All -inf
@@ -529,34 +929,46 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     _red("logsumexp", P.logsumexp,
          "exp(x - bc(where(out == -inf, 0, out))) / bc(where(out == -inf, 1, "
          f"sum(exp(x - bc(where(out == -inf, 0, out))), {_ALONG})))",
-         "_g_logsumexp({x}, {axis}, {keepdims})", decomposition=f"""
+         "_g_logsumexp({x}, {axis}, {keepdims})", helpers=(P.logsumexp,), dask=_gd_logsumexp,
+         decomposition=f"""
              m = max(x, {_ALONG}, initial=-inf)
              h = stop_gradient(where(m - m == 0, m, 0))
              e = exp(x - broadcast_in(h, x, {_ALONG}), zero_mask=false)
              s = sum(e, {_ALONG})
              empty = s == 0
-             out = where(empty, -inf, h + log(where(empty, 1, s)))"""),
+             out = where(empty, -inf, h + log(where(empty, 1, s)))""",
+         jax="jax.nn.logsumexp", torch=_torch_logsumexp),
     # d|x|/dx = x/|x|; dividing by inf where the norm is 0 gives gradient 0 there.
     # Sampled away from 0: the norm's curvature grows like 1/|x| there, which
     # defeats finite differences (its kink at 0 is tested as an edge case).
     _red("norm", P.norm, "x / bc(where(out == 0, inf, out))",
-         "_g_norm({x}, {axis}, {keepdims})", domain=NONZERO),
+         "_g_norm({x}, {axis}, {keepdims})", helpers=(P.norm,), domain=NONZERO,
+         dask=_gd_norm,
+         jax=_jax_norm, torch=_torch_norm),
     # --- linear algebra and layout (kernel boundaries) ---------------------------
     Primitive("matmul", ("x", "y"), LIBRARY, np.matmul, (COMPOSITE, COMPOSITE),
               lib="np.matmul({x}, {y})", jvp=("matmul(x_t, y)", "matmul(x, y_t)"), linear=(0, 1),
-              multilinear=True),
+              multilinear=True, static_shape=_matmul_static, np_shape=_g_matmul_shape,
+              cuda="_gc_matmul({x}, {y}, stream)", dask=_gd_matmul, helpers=(_gd_array,),
+              jax="jnp.matmul", torch="torch.matmul"),
     # A view of large arrays, not a copy (see prelude._g_transpose): np.matmul
     # hands a transposed C array to BLAS as a transposed operand; copying a
     # 4096 x 1024 float32 array took 30 ms here (a power-of-two stride thrashes
     # the cache). Elementwise kernels copy it to C order (_g_flat), and results
     # that are views are copied by _g_finish.
     Primitive("transpose", ("x",), LIBRARY, np.transpose, ("transpose(g)",),
-              jvp=("transpose(x_t)",), lib="_g_transpose({x})", float_only=False, dtype="same", linear=(0,)),
+              jvp=("transpose(x_t)",), lib="_g_transpose({x})", float_only=False, dtype="same", linear=(0,),
+              np_shape=_g_transpose_shape, helpers=(P.transpose, _gd_array),
+              cuda="_gc_transpose({x}, stream)", dask=_gd_transpose,
+              jax="jnp.transpose", torch=_torch_transpose),
     # sum_to(g, like): g summed (or broadcast) to like's shape; its own adjoint.
     Primitive("sum_to", ("x", "like"), LIBRARY, lambda x, like: P.sum_to(x, np.shape(like)),
               ("sum_to(g, x)", None), jvp=("sum_to(x_t, like)", None),
               lib="_g_sum_to({x}, {like}.shape)",
-              float_only=False, dtype="same", shape_only=(1,), linear=(0,)),
+              float_only=False, dtype="same", shape_only=(1,), linear=(0,), shape_like=1,
+              value_operands=(0,), helpers=(P.sum_to, _gd_array),
+              cuda="_gc_sum_to({x}, {like}.shape, stream)", dask=_gd_sum_to,
+              jax=_jax_sum_to, torch=_torch_sum_to),
     # shape_check(g, like): g, once like's shape is known to broadcast to g's (a
     # custom gradient against its parameter, where shapes are known at run time only;
     # see prelude._g_shape_check); attribute ``message``, with {got} and {want} fields.
@@ -564,21 +976,28 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               lambda x, like, message: P.shape_check(x, np.shape(like), message),
               ("shape_check(g, like, message=message)", None),
               jvp=("shape_check(x_t, like, message=message)", None),
-              lib="_g_shape_check({x}, {like}.shape, {message!r})",
-              float_only=False, dtype="same", shape_only=(1,), linear=(0,),
-              keywords=(("message", "internal", None),), shape_like=0),
+              lib=_SHAPE_CHECK, cuda=_SHAPE_CHECK, helpers=(P.shape_check,), dask=_gd_shape_check,
+              float_only=False, dtype="same", shape_only=(1,), linear=(0,), value_operands=(0,),
+              keywords=(("message", "internal", None),), shape_like=0,
+              jax=_jax_shape_check, torch=_torch_shape_check),
     # broadcast_in(v, like): a reduction's result broadcast back (see prelude).
     Primitive("broadcast_in", ("x", "like"), LIBRARY,
               lambda x, like, axis=None, keepdims=False:
               P.broadcast_in(x, np.shape(like), axis, keepdims),
               (COMPOSITE, None), jvp=(f"broadcast_in(x_t, like, {_ALONG})", None),
               lib="_g_broadcast_in({x}, {like}.shape, {axis}, {keepdims})",
-              float_only=False, dtype="same", shape_only=(1,), linear=(0,)),
+              float_only=False, dtype="same", shape_only=(1,), linear=(0,), shape_like=1,
+              axis_keepdims=True, value_operands=(0,), helpers=(P.broadcast_in, _gd_array),
+              cuda="_gc_broadcast_in({x}, {like}.shape, {axis!r}, {keepdims!r}, stream)",
+              dask=_gd_broadcast_in,
+              jax=_jax_broadcast_in, torch=_torch_broadcast_in),
     # size_ratio(a, b) = a.size / b.size, a 0-d float: the 1/n of mean's rule.
     Primitive("size_ratio", ("x", "y"), LIBRARY,
               lambda x, y: np.asarray(np.size(x) / max(np.size(y), 1)),
-              (None, None), jvp=(None, None), lib="_T({x}.size / max({y}.size, 1))", float_only=False,
-              differentiable=False, shape_only=(0, 1)),
+              (None, None), jvp=(None, None), lib=_SIZE_RATIO, cuda=_SIZE_RATIO, float_only=False,
+              differentiable=False, shape_only=(0, 1), static_shape=_scalar_static,
+              np_shape=_g_scalar_shape, dask=_gd_size_ratio,
+              jax=_jax_size_ratio, torch=_torch_size_ratio),
     CUMSUM, ONE_HOT,
 ]})
 

@@ -102,9 +102,6 @@ def _is_needless_mask(graph: Graph, node: Node) -> bool:
     return bound(graph, others[0]) is not None and _same_shape(graph, ct, node)
 
 
-# The range of bounded primitives over every operand that is not NaN (±inf included).
-_RANGES = {"sigmoid": 1.0, "tanh": 1.0, "erf": 1.0, "erfc": 2.0, "atan": np.pi / 2,
-           "sign": 1.0, "lt": 1.0, "le": 1.0, "gt": 1.0, "ge": 1.0, "eq": 1.0, "ne": 1.0}
 _BOUND_LIMIT = 1e30           # far inside float32's range, so no value can round to inf
 
 
@@ -112,7 +109,7 @@ def bound(graph: Graph, nid: int) -> float | None:
     """A bound on ``|value|`` of node ``nid`` at every input that is not NaN, or None
     where none is proven (any parameter not under a bounded function, ``exp``, ``/``...).
 
-    Interval arithmetic on magnitudes: constants, the ranges of ``_RANGES``, and
+    Interval arithmetic on magnitudes: constants, the primitives' ``value_bound``, and
     ``neg abs identity cast add sub mul square maximum minimum where clip
     full_like broadcast_in zero_masked`` of bounded operands (``add``: the sum of the bounds,
     ``mul``: the product...).  Bounds above 1e30 count as none, so that no rounding
@@ -156,8 +153,8 @@ def _node_bound(node: Node, operand_bounds: list[float | None]) -> float | None:
         v = node.value
         return abs(float(v)) if isinstance(v, (int, float)) and abs(float(v)) <= \
             _BOUND_LIMIT else None
-    if node.op in _RANGES:
-        return _RANGES[node.op]
+    if PRIMITIVES[node.op].value_bound is not None:
+        return PRIMITIVES[node.op].value_bound
     if not operand_bounds or any(b is None for b in operand_bounds):
         return None
     if node.op in ("add", "sub"):

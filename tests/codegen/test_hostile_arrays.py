@@ -785,7 +785,7 @@ def test_wrapper_sizes_do_not_wrap(m) -> None:
     flat = m._g_flat(np.ones(1), shape)
     assert flat.shape == (1 << 32,) and flat.strides == (0,)
     assert m._g_bshape("f", ("'x'", "'y'"), shape, (1,)) == shape
-    assert m._g_result_shape("reduce", shape + (3,), axis=(2,)) == shape
+    assert m._g_reduce_shape(shape + (3,), axis=(2,)) == shape
 
 
 @pytest.mark.skipif(not os.environ.get("GRADC_TEST_HUGE"),

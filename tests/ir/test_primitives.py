@@ -395,7 +395,7 @@ def test_every_backend_lowers_every_primitive() -> None:
     at call time), and every method graph lowers to JAX and PyTorch operations."""
     from gradc.adapters.framework_lowering import jax_framework, lower_graph, torch_framework
     text = gradc.compile_source(_module_source(), file="primitives.grad", target="all")
-    assert "CUDA_KERNELS" in text and "_gd_lib(" in text
+    assert "CUDA_KERNELS" in text and "_gd_sum(" in text
     frameworks = [jax_framework()]
     try:
         import torch  # noqa: F401
