@@ -31,6 +31,10 @@ class Method:
     graph: Graph
     fused: KernelPlan
     unfused: KernelPlan
+    # The custom regions of the graph as differentiated, before the passes dissolve
+    # them (passes.dissolve_regions): where each custom op's forward body came from,
+    # for tools (gradc graph); node ids the passes replaced are no longer in ``graph``.
+    regions: tuple = ()
 
 
 @dataclass
@@ -161,8 +165,9 @@ def linearize(graph: Graph, wrt: list[int], names: tuple[str, ...]) -> Graph:
 
 
 def _method(name: str, graph: Graph, check: bool) -> Method:
+    regions = tuple(graph.regions)
     graph = passes.run(graph, check=check)
-    return Method(name, graph, plan_kernels(graph, True), plan_kernels(graph, False))
+    return Method(name, graph, plan_kernels(graph, True), plan_kernels(graph, False), regions)
 
 
 def build_program(program, *, check: bool = False, fuse: bool = True

@@ -265,9 +265,13 @@ class Graph:
 
 
 def outermost_regions(graph: Graph) -> list[CustomRegion]:
-    """The custom regions not nested in another one, whose rules are the ones used
+    """The custom regions of ``graph`` not nested in another one (:func:`outermost`)."""
+    return outermost(graph.regions)
+
+
+def outermost(regions: Sequence[CustomRegion]) -> list[CustomRegion]:
+    """The regions not nested in another one, whose rules are the ones used
     (of two with the same nodes, an op whose body is one call, the later: the op's)."""
-    regions = graph.regions
     return [r for k, r in enumerate(regions)
             if not any(r.nodes < o.nodes for o in regions)
             and not any(r.nodes == o.nodes for o in regions[k + 1:])]

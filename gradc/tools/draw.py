@@ -32,12 +32,11 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from gradc.autodiff.reverse import outermost_regions
 from gradc.codegen.module import signature_text
 from gradc.errors import NameResolutionError, Span
 from gradc.frontend.check import load_program
 from gradc.ir.dump import node_fields
-from gradc.ir.graph import Graph
+from gradc.ir.graph import Graph, outermost
 from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.fuse import Kernel
 from gradc.passes.fuse_reduce import cpu_plan
@@ -190,7 +189,8 @@ def method_dot(cop, method: str, prefix: str, rules) -> tuple[list[str], list[st
         of = [f"cotangent of {o}" for o in cop.op.outputs]
     seeds = dict(zip(g.params[len(cop.params):], of))
     library = {s.node: k for k, s in enumerate(plan.steps) if not isinstance(s, Kernel)}
-    region = {n: r.rule.op for r in outermost_regions(g) for n in r.nodes if n in g}
+    region = {n: r.rule.op for r in outermost(cop.methods[method].regions)
+              for n in r.nodes if n in g}
     ctx = _Context(MathPrinter(g).names, seeds, region, rules, library,
                    list(g.output_names))
     nid = lambda n: quote(f"{prefix}n{n}")
