@@ -1,8 +1,8 @@
 """The compiler's core has no import cycle, counting imports inside functions.
 
 Dependencies point one way: the front end, the IR, autodiff, the passes and the
-pipeline.  The lowering of ops imports autodiff (``grad()`` differentiates as it
-is lowered); autodiff lowers rules with :mod:`gradc.ir.expr` and copies in a
+pipeline.  The lowering of ops imports autodiff (it expands ``grad()`` nodes once an
+op is lowered); autodiff lowers rules with :mod:`gradc.ir.expr` and copies in a
 grad block that the lowering lowered once (a template its custom region's rule
 holds), so it never imports :mod:`gradc.ir.lower`.
 """

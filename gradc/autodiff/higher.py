@@ -24,12 +24,56 @@ the op's forward body that the gradient does not read.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from gradc.autodiff.core import zeros_like
 from gradc.autodiff.regions import copy_nodes
 from gradc.autodiff.reverse import live_nodes, vjp
 from gradc.ir.builder import Builder
-from gradc.ir.graph import CustomRegion, Graph, outermost_regions, remap_region
+from gradc.errors import Span
+from gradc.ir.graph import FLOAT, CustomRegion, Graph, outermost_regions, remap_region
 from gradc.ir.primitives import PRIMITIVES
+
+
+GRAD = "grad"      # the op of a grad() node, until expand_gradients replaces it
+
+
+def grad_node(graph: Graph, f: int, wrt: int, seed: int, span: Span | None) -> int:
+    """A node standing for ``grad(f, wrt)`` (``seed * d f / d wrt``, of ``wrt``'s shape
+    class), as the lowering writes it; :func:`expand_gradients` replaces it."""
+    return graph.add(GRAD, (f, wrt, seed), None, graph.node(wrt).shape, FLOAT, span)
+
+
+def expand_gradients(graph: Graph, needed: set[int] | None = None,
+                     size=None) -> dict[int, int]:
+    """Replace each ``grad()`` node of ``graph`` (those in ``needed`` where given) by
+    its gradient (:func:`gradient`), innermost first; return the map from each
+    node to its replacement.  ``size`` (a :class:`~gradc.frontend.limits.GraphSize`)
+    is checked after each.
+
+    A grad() written inside the body of a custom op's call is differentiated with
+    that call's rule out of the way (its region contains the node): the
+    derivative of the body is the body's, as the op's rule is what its caller
+    sees; the nodes added join the region, as part of its forward body.  Calls
+    inside the differentiated expression keep their rules."""
+    replaced: dict[int, int] = {}
+    for n in graph.topo_order():
+        node = graph.node(n)
+        if node.op != GRAD or (needed is not None and n not in needed):
+            continue
+        enclosing = [r for r in graph.regions if n in r.nodes]
+        graph.regions = [r for r in graph.regions if n not in r.nodes]
+        since = graph.next_id
+        g = gradient(graph, *node.args)
+        added = frozenset(range(since, graph.next_id))
+        graph.regions = graph.regions + [replace(r, nodes=r.nodes | added) for r in enclosing]
+        graph.replace_uses(n, g)
+        graph.regions = [remap_region(r, {n: g}) for r in graph.regions]
+        graph.remove([n])
+        replaced[n] = g
+        if size is not None:
+            size.check(graph, node.span)
+    return replaced
 
 
 def gradient(graph: Graph, f: int, wrt: int, seed: int) -> int:
@@ -79,6 +123,8 @@ def _value_descendants(graph: Graph, wrt: int) -> set[int]:
         n = stack.pop()
         for s in graph.dg.successors(n):
             node = graph.node(s)
+            if node.op == GRAD:       # not expanded yet: no gradient being detached reads it
+                continue
             shape_only = PRIMITIVES[node.op].shape_only
             if s not in out and any(a == n for i, a in enumerate(node.args)
                                     if i not in shape_only):

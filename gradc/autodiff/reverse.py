@@ -58,9 +58,10 @@ def live_nodes(graph: Graph, roots: Sequence[int], wrt: Sequence[int]) -> set[in
     """Nodes on a differentiable path from some ``wrt`` node to some root."""
     down: set[int] = set(wrt)
     region_of = {n: r for r in outermost_regions(graph) for n in r.nodes}
+    needed = graph.ancestors(roots)
     for nid in graph.topo_order():
         node = graph.node(nid)
-        if nid in down or not node.args:
+        if nid in down or not node.args or nid not in needed:
             continue
         region = region_of.get(nid)
         if region is not None:        # a custom rule may pass gradients anywhere
@@ -70,7 +71,7 @@ def live_nodes(graph: Graph, roots: Sequence[int], wrt: Sequence[int]) -> set[in
         prim = PRIMITIVES[node.op]
         if any(a in down and prim.vjp[i] is not None for i, a in enumerate(node.args)):
             down.add(nid)
-    return down & graph.ancestors(roots)
+    return down & needed
 
 
 def _node_vjp(graph: Graph, node: Node, g: int, cts: dict[int, list[int]],

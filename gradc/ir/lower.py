@@ -9,15 +9,16 @@ call, as JAX's ``custom_vjp_call`` holds its ``bwd`` jaxpr.  Expressions of
 primitives are lowered by :class:`~gradc.ir.expr.ExprLowerer`, which also
 instantiates the derivative rules of the primitive table, so built-in rules
 and user overrides share one parser and one instantiation routine.  ``grad()``
-is differentiated where it is lowered (:mod:`gradc.autodiff.higher`): this
-module imports autodiff, and autodiff never imports it.
+is lowered to a ``grad`` node, which :func:`~gradc.autodiff.higher.expand_gradients`
+replaces by its gradient once the op is lowered (and, in a grad block, once the
+block is): this module imports autodiff, and autodiff never imports it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from gradc.autodiff.higher import gradient
+from gradc.autodiff.higher import expand_gradients, grad_node
 from gradc.errors import GradcError, GradientError, NameResolutionError, ShapeError
 from gradc.frontend import ast
 from gradc.frontend.limits import GraphSize
@@ -129,10 +130,7 @@ class Lowerer(ExprLowerer):
         if self.graph.node(wrt).dtype != FLOAT:
             raise GradientError(f"grad() with respect to '{target.id}', which is not a float "
                                 "value (integer and bool values have no gradient)", target.span)
-        g = gradient(self.graph, f, wrt, self.b.const(1.0, FLOAT, e.span))
-        if self.size is not None:       # None inside a grad block: checked by the caller
-            self.size.check(self.graph, e.span)
-        return g
+        return grad_node(self.graph, f, wrt, self.b.const(1.0, FLOAT, e.span), e.span)
 
 
 def custom_region(graph: Graph, op: ast.OpDef, inputs: tuple[int, ...], outputs: Sequence[int],
@@ -168,11 +166,14 @@ def lower_rule(graph: Graph, op: ast.OpDef, scope: Scope, outputs: Sequence[int]
     ups = [b.param(n, scratch.node(o).shape, FLOAT, block.span)
            for n, o in zip(block.upstreams, outputs)]
     try:
-        inner = Lowerer(scratch, ops, consts).body(block.body, {**scope, **dict(zip(block.upstreams, ups))})
+        inner = Lowerer(scratch, ops, consts).body(block.body,
+                                                   {**scope, **dict(zip(block.upstreams, ups))})
         _check_gradient_count(op)
+        grads = [inner[g] for g in block.outputs]
+        replaced = expand_gradients(scratch, scratch.ancestors(grads))
     except GradcError as exc:
         return replace(rule, error=exc)
-    grads = [inner[g] for g in block.outputs]
+    grads = [replaced.get(g, g) for g in grads]
     return replace(rule, backward=Template.extract(scratch, since, ups, grads,
                                                     scratch.regions[known:]))
 
@@ -215,6 +216,8 @@ def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
                 for o in outs]
         graph.regions.append(custom_region(graph, op, tuple(graph.params), outs, scope,
                                            start, ops, consts, op.span))
+    replaced = expand_gradients(graph, size=size)
+    outs = [replaced.get(o, o) for o in outs]
     for name, o in zip(op.outputs, outs):
         graph.set_output(o, name=name)
     return graph
