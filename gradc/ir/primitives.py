@@ -42,7 +42,7 @@ from typing import Callable
 import numpy as np
 
 from gradc.codegen import prelude as P
-from gradc.ir.shapes import Shape
+from gradc.ir.shapes import SCALAR, Shape
 
 COMPOSITE = "<composite>"
 
@@ -67,7 +67,7 @@ class Primitive:
     cpu: str | None = None
     lib: str | None = None
     float_only: bool = True        # operands are cast to the float dtype first
-    dtype: str = "float"           # "float" | "same" (of the operands) | "bool"
+    dtype: str = "float"           # "float" | "same" (of the operands) | "i64"
     domain: str = REAL
     differentiable: bool = True    # False: no gradient flows (nothing to test)
     shape_only: tuple[int, ...] = ()   # operands whose values are never read, only shapes
@@ -383,7 +383,8 @@ def _one_hot_signatures(types, t):
 
 def _one_hot_static(shapes, attrs):
     (s,) = shapes
-    return None if s.dyn else Shape(s.static + (attrs["depth"],))
+    depth = attrs["depth"]
+    return None if s.dyn else Shape(s.static + (getattr(depth, "name", depth),))   # DimRef
 
 
 ONE_HOT = Primitive(
@@ -396,6 +397,33 @@ ONE_HOT = Primitive(
     float_only=False, dtype="float", differentiable=False, index_operands=(0,),
     static_shape=_one_hot_static, np_shape=_g_one_hot_shape,
     keywords=(("depth", "int", None),), attr_params=("depth",), public=True)
+
+
+# --- dim_size: a dim of the signature as a value ----------------------------------
+# ``k`` in an expression, for ``x: [n, k]``: the size of ``x``'s axis ``index``
+# (counted from the end), an int64 known at call time (ir.expr.dim_scope makes it);
+# ``x`` is read only for its shape.
+
+
+def _dim_size(x, index):
+    return np.asarray(np.shape(x)[index], dtype=np.int64)
+
+
+def _gd_dim_size(t, x, index):
+    return np.int64(x.shape[index])
+
+
+def _torch_dim_size(x, index):
+    import torch
+    return torch.tensor(x.shape[index])
+
+
+DIM_SIZE = Primitive(
+    "dim_size", ("x",), LIBRARY, _dim_size, vjp=(None,), jvp=(None,),
+    lib="np.int64({x}.shape[{index!r}])", cuda="np.int64({x}.shape[{index!r}])",
+    dask=_gd_dim_size, jax=_dim_size, torch=_torch_dim_size,
+    float_only=False, dtype="i64", differentiable=False, shape_only=(0,),
+    static_shape=lambda shapes, attrs: SCALAR, keywords=(("index", "internal", -1),))
 
 
 PRIMITIVES = MappingProxyType({p.name: p for p in [
@@ -579,7 +607,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               lambda x, y: np.asarray(np.size(x) / max(np.size(y), 1)),
               (None, None), jvp=(None, None), lib="_T({x}.size / max({y}.size, 1))", float_only=False,
               differentiable=False, shape_only=(0, 1)),
-    CUMSUM, ONE_HOT,
+    CUMSUM, ONE_HOT, DIM_SIZE,
 ]})
 
 # Other .grad names of primitives (NumPy's and the Array API's): alias -> primitive.

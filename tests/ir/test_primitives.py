@@ -195,6 +195,11 @@ def _other_cases() -> list[Case]:
         # one_hot: integer labels in [0, 3) as rows (no gradient to the labels)
         Case("p_one_hot", ("one_hot", "mul"), "x, n: i32", "    r = one_hot(n, 3) * x",
              ((4, 3), (4,)), (REAL, INDEX3), ints=(1,)),
+        # dim_size: dims of the signature as values, and as one_hot's depth
+        Case("i_dim_size", ("dim_size", "div"), "x: [n, k]", "    r = x / k * sqrt(n)",
+             ((3, 4),), (REAL,)),
+        Case("p_one_hot_dim", ("one_hot", "mul"), "x: [n, k], t: i32[n]",
+             "    r = one_hot(t, k) * x", ((4, 3), (4,)), (REAL, INDEX3), ints=(1,)),
         # zero_masked: the NaN-safe products of a gradient (sin's and mul's rules), which
         # the derivatives of r differentiate in turn (second order)
         Case("i_zero_masked", ("zero_masked",), "x", "    r = grad(sum(sin(x) * x), x)",
