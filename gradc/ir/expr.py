@@ -21,7 +21,7 @@ from gradc.frontend import ast
 from gradc.frontend.builtins import CONSTANTS
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, Graph, Node
-from gradc.ir.primitives import ALIASES, BINARY_OPS, COMPARE_OPS, PRIMITIVES
+from gradc.ir.primitives import ALIASES, BINARY_OPS, COMPARE_OPS, DECOMPOSED, PRIMITIVES
 from gradc.ir.shapes import DimRef
 
 # Primitives that derivative rules may call but .grad files may not.
@@ -65,6 +65,13 @@ def dim_scope(b: Builder, op: ast.OpDef, scope: Scope) -> Scope:
     named = {e.id for e in ast.expressions(op) if isinstance(e, ast.Name)}
     return {d: b.apply("dim_size", (scope[p],), {"index": i})
             for d, (p, i) in op.dims.items() if d in named and d not in scope}
+
+
+def lower_decomposition(graph: Graph, op: str, scope: Scope, span: Span | None) -> int:
+    """The ``out`` of primitive ``op``'s decomposition, lowered into ``graph`` over
+    ``scope`` (its operands by parameter name, its attributes as :class:`Attr`)."""
+    text = PRIMITIVES[op].decomposition
+    return ExprLowerer(graph, {}, rules=True, span=span).body(parse_statements(text), scope)["out"]
 
 
 def eval_const(e: ast.Expr, consts: Mapping[str, float]) -> float:
@@ -164,6 +171,10 @@ class ExprLowerer:
             kw = {"axis": kw.get("axis"), "keepdims": bool(kw.get("keepdims", False)), **initial}
         if name not in PRIMITIVES or (name in INTERNAL and not self.rules):
             raise NameResolutionError(f"unknown function '{e.func}'", e.span)
+        if PRIMITIVES[name].kind == DECOMPOSED:      # relu, softmax...: its statements
+            scope = dict(zip(PRIMITIVES[name].params, args))
+            scope.update((k, Attr(v)) for k, v in {**PRIMITIVES[name].defaults, **kw}.items())
+            return lower_decomposition(self.graph, name, scope, self.b.span or e.span)
         return self.b.apply(name, args, kw or None, span=e.span)
 
     def _attr(self, key: str, v: ast.Expr, scope: Scope) -> Any:
