@@ -191,6 +191,8 @@ def build_program(program, *, check: bool = False, fuse: bool = True
         if not fuse:
             for m in cop.methods.values():
                 m.fused = m.unfused
+        cop.diagnostics.extend(n for n in getattr(program, "diagnostics", ())
+                               if n.span == program.ops[name].span)     # N203
         out[name] = cop
     raise_all(errors)
     return out

@@ -25,6 +25,7 @@ import numpy as np
 
 from gradc.ir.graph import FLOAT, CustomRegion, Graph, outermost_regions, unit_order
 from gradc.ir.primitives import PRIMITIVES, jax_sum_to, torch_sum_to
+from gradc.ir.shapes import bound_dims, resolve_dims
 
 _NP_DTYPES = {"i32": np.dtype(np.int32), "i64": np.dtype(np.int64), "bool": np.dtype(np.bool_)}
 
@@ -87,12 +88,15 @@ def lower_graph(graph: Graph, inputs: Sequence[int], targets: Sequence[int], fw:
                 raise NotImplementedError(f"{fw.name} has no lowering of '{node.op}'")
             steps.append(("op", unit, fn, args, kw))
     outs = tuple(spec(t) for t in targets)
-    return partial(_run, tuple(inputs), tuple(steps), outs, fw)
+    shapes = tuple(graph.node(i).shape for i in inputs)
+    return partial(_run, tuple(inputs), tuple(steps), outs, fw, shapes)
 
 
-def _run(inputs: tuple, steps: tuple, outs: tuple, fw: Framework, *values) -> list:
+def _run(inputs: tuple, steps: tuple, outs: tuple, fw: Framework, shapes: tuple,
+         *values) -> list:
     raw = dict(zip(inputs, values))
     cast: dict = {}
+    dims = bound_dims((s, tuple(np.shape(v))) for s, v in zip(shapes, values))
 
     def get(nid: int, dt) -> Any:
         if dt is None:              # a where's condition, as a bool array
@@ -106,7 +110,7 @@ def _run(inputs: tuple, steps: tuple, outs: tuple, fw: Framework, *values) -> li
         if kind == "const":
             raw[out] = fn
         elif kind == "op":
-            raw[out] = fn(*[get(a, dt) for a, dt in args], **kw)
+            raw[out] = fn(*[get(a, dt) for a, dt in args], **resolve_dims(kw, dims))
         else:
             raw.update(zip(out, fn(*[get(a, dt) for a, dt in args])))
     return [get(t, dt) for t, dt in outs]

@@ -33,7 +33,7 @@ def grammar_keywords(grammar: str) -> tuple[str, ...]:
 
 KEYWORDS = grammar_keywords(grammar_path().read_text(encoding="utf-8"))
 BUILTINS = tuple(sorted(_BUILTINS))
-CONSTANTS = tuple(sorted(_CONSTANTS)) + tuple(KEEPDIMS_NAMES)
+CONSTANTS = tuple(dict.fromkeys((*sorted(_CONSTANTS), *KEEPDIMS_NAMES)))
 KWARGS = tuple(sorted({k for b in _BUILTINS.values() for k in b.kwargs}))
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 NUMBER = r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?"     # the grammar's NUMBER

@@ -7,7 +7,7 @@ Built from Lark's parse tree by :mod:`gradc.frontend.to_ast`; consumed by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Union
+from typing import Iterator, Mapping, Union
 
 from gradc.errors import Span
 
@@ -84,6 +84,16 @@ def children(e: Expr) -> tuple[Expr, ...]:
     return ()
 
 
+def expressions(op: "OpDef") -> Iterator[Expr]:
+    """Every expression of ``op``'s forward body and grad block, subexpressions
+    included (iteratively: no recursion limit on deep expressions)."""
+    todo: list[Expr] = [s.value for s in (*op.body, *(op.grad.body if op.grad else ()))]
+    while todo:
+        e = todo.pop()
+        yield e
+        todo.extend(children(e))
+
+
 def calls(stmts: tuple["Assign", ...], func: str,
           ops: Mapping[str, "OpDef"] | None = None) -> bool:
     """Whether an expression of ``stmts`` calls ``func``, there or in the forward body
@@ -152,6 +162,19 @@ class OpDef:
     span: Span               # the op's name
     source: str = ""         # the op's text, for NAME.spec
     primal_source: str = ""  # the same without its grad block (the forward body alone)
+
+    @property
+    def dims(self) -> dict[str, tuple[str, int]]:
+        """The dim names of the signature (``x: [n, k]``), each with the first
+        parameter annotated with it and its axis counted from the end (-1 for ``k``):
+        in an expression a dim is that size, known at call time."""
+        out: dict[str, tuple[str, int]] = {}
+        for p in self.params:
+            shape = p.type.shape if p.type is not None and p.type.shape else ()
+            for i, d in enumerate(shape):
+                if isinstance(d, str):
+                    out.setdefault(d, (p.name, i - len(shape)))
+        return out
 
 
 @dataclass(frozen=True)

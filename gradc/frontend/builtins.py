@@ -52,6 +52,7 @@ BUILTINS = MappingProxyType({b.name: b for b in [
     Builtin("grad", 2, 2, (), "special"),
 ]})
 
+# true and false are values anywhere (bool constants: 1 and 0 in arithmetic, as Python's).
 CONSTANTS = MappingProxyType({"pi": 3.141592653589793, "e": 2.718281828459045,
-                              "inf": float("inf")})
+                              "inf": float("inf"), "true": True, "false": False})
 DTYPES = ("f16", "f32", "f64", "i32", "i64", "bool")

@@ -1,8 +1,9 @@
 """Name resolution and call checks inside op bodies (used by :mod:`gradc.frontend.check`).
 
 A name in an expression is a local (parameter, earlier assignment, upstream,
-forward name in a grad block), a const, or ``pi``/``e``/``inf``.  A call names
-a builtin of :data:`BUILTINS` or an op the file can see.  Calls of builtins are
+forward name in a grad block), a dim of the signature (``k`` of ``x: [n, k]``: its
+size), a const, or ``pi``/``e``/``inf``/``true``/``false``.  A call names an op the
+file can see or a builtin of :data:`BUILTINS` (an op of a builtin's name shadows it).  Calls of builtins are
 checked against the table (arity, ``axis=``, ``keepdims=``), calls of ops
 against the callee's parameters, bound like Python: positional arguments in
 declared order (a parameter with a default may be passed either way),
@@ -31,8 +32,9 @@ class CallChecker:
     """Checks the expressions of one op, recording its calls of ops in ``calls``."""
 
     def __init__(self, ops: Mapping[str, ast.OpDef], consts: set[str], calls: nx.DiGraph,
-                 caller: str, errors: list[GradcError]) -> None:
+                 caller: str, errors: list[GradcError], dims: Mapping[str, object] = {}) -> None:
         self.ops = ops
+        self.dims = dims            # the dim names of the caller's signature
         self.consts = consts
         self.calls = calls
         self.caller = caller
@@ -59,13 +61,14 @@ class CallChecker:
         if n.id in later:
             self._error(NameResolutionError, f"name '{n.id}' is used before it is assigned",
                         n.span, "E202", [f"'{n.id}' is assigned at {later[n.id]}"])
-        elif n.id in self.consts or n.id in CONSTANTS:
+        elif n.id in self.dims or n.id in self.consts or n.id in CONSTANTS:
             return
         elif n.id in self.ops or n.id in BUILTINS:
             self._error(NameResolutionError, f"'{n.id}' is a function: call it as {n.id}(...)",
                         n.span, "E201")
         else:
-            self.errors.append(undefined_name(n.id, n.span, [*scope, *self.consts, *CONSTANTS]))
+            self.errors.append(undefined_name(n.id, n.span,
+                                              [*scope, *self.dims, *self.consts, *CONSTANTS]))
 
     def _error(self, cls: type[GradcError], message: str, span: Span, code: str,
                notes: list[str] | tuple[str, ...] = ()) -> None:
@@ -76,10 +79,10 @@ class CallChecker:
     def _call(self, c: ast.Call, scope: Scope, later: Mapping[str, Span]) -> None:
         if c.func == "grad":
             self._grad_call(c, scope, later)
-        elif c.func in BUILTINS:
-            self._builtin_call(c, scope, later)
         elif c.func in self.ops:
             self._op_call(c, self.ops[c.func], scope, later)
+        elif c.func in BUILTINS:
+            self._builtin_call(c, scope, later)
         else:
             self._error(NameResolutionError, f"unknown function '{c.func}'", c.span, "E201",
                         did_you_mean(c.func, [*BUILTINS, *self.ops]))

@@ -8,7 +8,11 @@ together.  Error codes:
 ====  ==========================================================
 E201  undefined name, unknown function or keyword
 E202  name used before it is assigned
-E203  name defined twice (parameter, output, assignment, op, const)
+E203  name defined twice (parameter, output, assignment, op, const); an op named
+      ``grad``; an op of a builtin's name where a file that does not see it calls
+      the builtin
+N203  (a note) an op takes a builtin's name: it shadows the builtin in its file and
+      in the files that import it, as a Python def shadows a builtin
 E204  output or gradient output never assigned
 E205  imported file missing or unreadable
 E206  recursion
@@ -35,8 +39,8 @@ from typing import Callable
 
 import networkx as nx
 
-from gradc.errors import (GradcError, GradientError, NameResolutionError, Span, TypeError_,
-                          raise_all)
+from gradc.errors import (GradcError, GradcWarning, GradientError, NameResolutionError, Span,
+                          TypeError_, raise_all)
 from gradc.frontend import ast, limits
 from gradc.frontend.builtins import BUILTINS, CONSTANTS, DTYPES
 from gradc.frontend.calls import CallChecker, Scope
@@ -57,6 +61,8 @@ class Program:
     # The text of each of ``files``, as parsed: each file is read once, so a key or
     # hash of these is a key of what was compiled, whatever changes on disk meanwhile.
     sources: tuple[str, ...] = ()
+    # Notes (GradcWarning, severity "note") by the op they are about: N203.
+    diagnostics: tuple = ()
 
 
 def check(module: ast.Module, *, loader: Loader | None = None) -> Program:
@@ -68,6 +74,7 @@ def check(module: ast.Module, *, loader: Loader | None = None) -> Program:
     errors: list[GradcError] = []
     modules, imports = _load(module, loader or _read_module, errors)
     owners = _collect_definitions(modules, errors)
+    notes = _shadowed_builtins(modules, owners, imports, errors)
     consts = _evaluate_consts(modules, owners, imports, errors)
     calls = nx.DiGraph()
     ops: dict[str, ast.OpDef] = {}
@@ -79,7 +86,7 @@ def check(module: ast.Module, *, loader: Loader | None = None) -> Program:
             if owners.get(op.name) is op:
                 ops[op.name] = op
             calls.add_node(op.name)
-            _OpChecker(op, CallChecker(env_ops, env_consts, calls, op.name, errors),
+            _OpChecker(op, CallChecker(env_ops, env_consts, calls, op.name, errors, op.dims),
                        {n: v for n, v in consts.items() if n in env_consts}).run()
     _check_recursion(calls, ops, errors)
     if not errors:          # callees first (there is no recursion now)
@@ -88,7 +95,8 @@ def check(module: ast.Module, *, loader: Loader | None = None) -> Program:
     raise_all(errors)
     main_first = [modules[-1], *modules[:-1]]
     return Program(ops, consts, tuple(m.file for m in main_first),
-                   tuple(op.name for op in module.ops), tuple(m.text for m in main_first))
+                   tuple(op.name for op in module.ops), tuple(m.text for m in main_first),
+                   notes)
 
 
 def check_source(text: str, file: str = "<string>", *, loader: Loader | None = None) -> Program:
@@ -204,9 +212,10 @@ def _collect_definitions(modules: list[ast.Module],
             if isinstance(item, ast.Import):
                 continue
             kind = "op" if isinstance(item, ast.OpDef) else "const"
-            if kind == "op" and item.name in BUILTINS:
+            if kind == "op" and item.name == "grad":
                 errors.append(NameResolutionError(
-                    f"op '{item.name}' has the name of a builtin function", item.span, "E203"))
+                    "an op cannot be named 'grad' (grad(EXPR, NAME) and grad blocks)",
+                    item.span, "E203"))
             elif kind == "const" and item.name in CONSTANTS:
                 errors.append(NameResolutionError(
                     f"const '{item.name}' redefines a builtin constant", item.span, "E203"))
@@ -217,6 +226,32 @@ def _collect_definitions(modules: list[ast.Module],
             else:
                 owners[item.name] = item
     return owners
+
+
+def _shadowed_builtins(modules: list[ast.Module], owners: dict[str, Definition],
+                       imports: nx.DiGraph, errors: list[GradcError]) -> tuple:
+    """A note (N203) for each op of a builtin's name: it shadows the builtin where it
+    is seen.  A file of the program that does not see it (a file it imports) and calls
+    the builtin is error E203: one program inlines ops by name, so the two could not
+    be told apart there."""
+    notes = []
+    for name, op in owners.items():
+        if not isinstance(op, ast.OpDef) or name not in BUILTINS:
+            continue
+        notes.append(GradcWarning(
+            f"op '{name}' shadows the builtin function '{name}' in this file and the files "
+            "that import it", op.span, "N203", severity="note"))
+        for mod in modules:
+            if op.span.file in {mod.file} | nx.descendants(imports, mod.file):
+                continue
+            call = next((e for o in mod.ops for e in ast.expressions(o)
+                         if isinstance(e, ast.Call) and e.func == name), None)
+            if call is not None:
+                errors.append(NameResolutionError(
+                    f"this file calls the builtin '{name}', which op '{name}' of a file "
+                    "importing it shadows", call.span, "E203",
+                    [f"op '{name}' is defined at {op.span}; rename it"]))
+    return tuple(notes)
 
 
 def _visible(file: str, owners: dict[str, Definition],

@@ -164,12 +164,14 @@ def _describe(expr: ast.Expr) -> str:
 
 
 # Functions users reach for that are not builtins: how to write each (the note replaces
-# a spelling suggestion, which for 'softmax' was 'max').
+# a spelling suggestion, which for 'silu' would be 'sin', for 'var' 'tan').
 WRITE_AS = {
-    "softmax": "exp(x - logsumexp(x, axis=-1, keepdims=true))",
-    "log_softmax": "x - logsumexp(x, axis=-1, keepdims=true)",
-    "relu": "max(x, 0)",
-    "log_sigmoid": "-softplus(-x)",
+    "silu": "x * sigmoid(x)",
+    "swish": "x * sigmoid(x)",
+    "gelu": "0.5 * x * (1 + erf(x / sqrt(2)))",
+    "logit": "log(x) - log1p(-x)",
+    "logaddexp": "max(a, b) + log1p(exp(-abs(a - b)))",
+    "var": "mean((x - mean(x, axis=-1, keepdims=true))^2, axis=-1)",
 }
 
 

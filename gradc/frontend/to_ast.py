@@ -134,6 +134,12 @@ class ToAst(Transformer):
     def dtype(self, name: Token, shape: tuple[int | str, ...] | None) -> ast.TypeAnn:
         return ast.TypeAnn(str(name), shape, False, self.span(name))
 
+    @v_args(meta=True, inline=True)
+    def dims(self, meta: Meta, shape: tuple[int | str, ...]) -> ast.TypeAnn:
+        """``x: [n, k]``: dims without a dtype, a generic float of that rank."""
+        span = Span(self.file, meta.line, meta.column, meta.end_line, meta.end_column)
+        return ast.TypeAnn(None, shape, False, span)
+
     def shape(self, dims: list[Token | None]) -> tuple[int | str, ...]:
         for d in dims:
             if d is not None and d.type == "INT" and (len(d) > 19 or int(d) >= 2**63):

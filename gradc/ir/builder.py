@@ -60,6 +60,8 @@ class Builder:
         shape = self._infer_shape(op, args, attrs or {}, span)
         if prim.dtype == "float" and not prim.float_only:
             dtype = FLOAT
+        elif prim.dtype == "i64":           # dim_size, argmax
+            dtype = "i64"
         return self.graph.add(op, args, attrs, shape, dtype, span)
 
     # -- dtypes -------------------------------------------------------------

@@ -21,11 +21,12 @@ from gradc.frontend import ast
 from gradc.frontend.builtins import CONSTANTS
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, Graph, Node
-from gradc.ir.primitives import ALIASES, BINARY_OPS, COMPARE_OPS, PRIMITIVES
+from gradc.ir.primitives import ALIASES, BINARY_OPS, COMPARE_OPS, DECOMPOSED, PRIMITIVES
+from gradc.ir.shapes import DimRef
 
 # Primitives that derivative rules may call but .grad files may not.
 INTERNAL = ("broadcast_in", "sum_to", "shape_check", "size_ratio", "transpose", "matmul", "cast",
-            "identity", "zero_masked")
+            "identity", "zero_masked", "dim_size")
 _RENAMED = {"max": "maximum", "min": "minimum"}
 _ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
           "^": operator.pow}
@@ -55,6 +56,22 @@ def operand_scope(node: Node) -> Scope:
     scope: Scope = dict(zip(PRIMITIVES[node.op].params, node.args))
     scope.update({k: Attr(v) for k, v in node.attrs})
     return scope
+
+
+def dim_scope(b: Builder, op: ast.OpDef, scope: Scope) -> Scope:
+    """The dims of ``op``'s signature that its bodies name (``eps / k`` for
+    ``x: [n, k]``), each a ``dim_size`` node of its parameter's node in ``scope``;
+    a name ``scope`` already holds (a parameter) wins, and an assignment later."""
+    named = {e.id for e in ast.expressions(op) if isinstance(e, ast.Name)}
+    return {d: b.apply("dim_size", (scope[p],), {"index": i})
+            for d, (p, i) in op.dims.items() if d in named and d not in scope}
+
+
+def lower_decomposition(graph: Graph, op: str, scope: Scope, span: Span | None) -> int:
+    """The ``out`` of primitive ``op``'s decomposition, lowered into ``graph`` over
+    ``scope`` (its operands by parameter name, its attributes as :class:`Attr`)."""
+    text = PRIMITIVES[op].decomposition
+    return ExprLowerer(graph, {}, rules=True, span=span).body(parse_statements(text), scope)["out"]
 
 
 def eval_const(e: ast.Expr, consts: Mapping[str, float]) -> float:
@@ -112,8 +129,9 @@ class ExprLowerer:
             return scope[e.id]
         if e.id in self.consts:
             return self.b.const(self.consts[e.id], FLOAT, e.span)
-        if e.id in CONSTANTS:
-            return self.b.const(CONSTANTS[e.id], FLOAT, e.span)
+        if e.id in CONSTANTS:           # true and false: bool constants
+            v = CONSTANTS[e.id]
+            return self.b.const(v, "bool" if isinstance(v, bool) else FLOAT, e.span)
         raise NameResolutionError(f"undefined name '{e.id}'", e.span)
 
     def _binop(self, e: ast.BinOp, scope: Scope) -> int:
@@ -153,11 +171,18 @@ class ExprLowerer:
             kw = {"axis": kw.get("axis"), "keepdims": bool(kw.get("keepdims", False)), **initial}
         if name not in PRIMITIVES or (name in INTERNAL and not self.rules):
             raise NameResolutionError(f"unknown function '{e.func}'", e.span)
+        if PRIMITIVES[name].kind == DECOMPOSED:      # relu, softmax...: its statements
+            scope = dict(zip(PRIMITIVES[name].params, args))
+            scope.update((k, Attr(v)) for k, v in {**PRIMITIVES[name].defaults, **kw}.items())
+            return lower_decomposition(self.graph, name, scope, self.b.span or e.span)
         return self.b.apply(name, args, kw or None, span=e.span)
 
     def _attr(self, key: str, v: ast.Expr, scope: Scope) -> Any:
         if isinstance(v, ast.Name) and isinstance(scope.get(v.id), Attr):
             return scope[v.id].value                 # a rule's attribute: axis=axis
+        if isinstance(v, ast.Name) and isinstance(scope.get(v.id), int) and \
+                self.graph.node(scope[v.id]).op == "dim_size":
+            return self._dim_attr(scope[v.id], v)    # one_hot(t, k)
         attrs = {k: a.value for k, a in scope.items() if isinstance(a, Attr)}
         value = eval_const(v, {**self.consts, **attrs})   # reverse=1 - reverse in a rule
         if key == "axis":
@@ -166,3 +191,15 @@ class ExprLowerer:
                 raise ShapeError(f"axis {axes} repeats an axis", getattr(v, "span", None))
             return axes
         return value
+
+    def _dim_attr(self, nid: int, v: ast.Name) -> int | DimRef:
+        """A dim of the signature as a constant argument: its size where the shape
+        class of its parameter knows it (an int, or a dim name the call binds)."""
+        node = self.graph.node(nid)
+        shape, i = self.graph.node(node.args[0]).shape, node.attr("index")
+        if shape.dyn or len(shape.static) < -i:
+            raise ShapeError(f"'{v.id}' is a dim of an argument whose shape is not known "
+                             "here: a constant argument needs a number or a dim of the "
+                             "signature", v.span)
+        d = shape.static[i]
+        return d if isinstance(d, int) else DimRef(d)

@@ -11,6 +11,7 @@ import numpy as np
 
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import PRIMITIVES, REDUCTION
+from gradc.ir.shapes import bound_dims, resolve_dims
 
 _NP_DTYPES = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 
@@ -20,6 +21,7 @@ def interpret(graph: Graph, args: Sequence, dtype=np.float64) -> list[np.ndarray
     computing floats in ``dtype``."""
     env: dict[int, np.ndarray] = {}
     params = dict(zip(graph.params, args))
+    dims = bound_dims((graph.node(p).shape, np.shape(v)) for p, v in params.items())
     with np.errstate(all="ignore"):
         for node in graph:
             want = dtype if node.dtype == FLOAT else _NP_DTYPES[node.dtype]
@@ -28,14 +30,14 @@ def interpret(graph: Graph, args: Sequence, dtype=np.float64) -> list[np.ndarray
             elif node.op == "const":
                 value = node.value
             else:
-                value = _apply(node, [env[a] for a in node.args], dtype)
+                value = _apply(node, [env[a] for a in node.args], dtype, dims)
             env[node.id] = np.asarray(value, dtype=want)
     return [env[o] for o in graph.outputs]
 
 
-def _apply(node, args: list[np.ndarray], dtype) -> np.ndarray:
+def _apply(node, args: list[np.ndarray], dtype, dims) -> np.ndarray:
     prim = PRIMITIVES[node.op]
-    attrs: Mapping = dict(node.attrs)
+    attrs: Mapping = resolve_dims(dict(node.attrs), dims)
     if prim.kind == REDUCTION:
         extra = {"initial": attrs["initial"]} if "initial" in attrs else {}
         return prim.ref(args[0], axis=attrs.get("axis"), keepdims=bool(attrs.get("keepdims")),

@@ -23,7 +23,7 @@ from gradc.errors import GradcError, GradientError, NameResolutionError, ShapeEr
 from gradc.frontend import ast
 from gradc.frontend.limits import GraphSize
 from gradc.ir.builder import Builder
-from gradc.ir.expr import ExprLowerer, Scope, eval_const
+from gradc.ir.expr import ExprLowerer, Scope, dim_scope, eval_const
 from gradc.ir.graph import FLOAT, CustomRegion, CustomRule, Graph, Template
 from gradc.ir.shapes import Shape
 
@@ -87,6 +87,7 @@ class Lowerer(ExprLowerer):
         bound = self._bind(op, call, scope)
         start = self.graph.next_id
         inner: Scope = dict(bound)
+        inner.update(dim_scope(self.b, op, inner))
         inner = Lowerer(self.graph, self.ops, self.consts, custom=self.custom,
                         size=self.size).body(op.body, inner)
         outs = [inner[o] for o in op.outputs]
@@ -205,6 +206,7 @@ def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
         shape = None if dims is None else Shape(dims)
         scope[p.name] = b.param(p.name, shape, _DTYPE_OF[t.dtype if t else None], p.span)
         graph.params.append(scope[p.name])
+    scope.update(dim_scope(b, op, scope))
     size = GraphSize(op.name)
     lowerer = Lowerer(graph, ops, consts, custom=custom, size=size)
     start = graph.next_id

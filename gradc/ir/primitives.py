@@ -42,7 +42,7 @@ from typing import Callable
 import numpy as np
 
 from gradc.codegen import prelude as P
-from gradc.ir.shapes import SCALAR, Shape, matmul_static, reduce_static
+from gradc.ir.shapes import SCALAR, BroadcastError, Shape, matmul_static, reduce_static
 
 COMPOSITE = "<composite>"
 
@@ -51,6 +51,7 @@ ELEMENTWISE = "elementwise"   # fusable into one loop
 REDUCTION = "reduction"       # axis/keepdims attrs; a kernel boundary
 LIBRARY = "library"           # matmul and layout: a kernel boundary
 SOURCE = "source"             # param, const
+DECOMPOSED = "decomposed"     # a builtin that is its decomposition in every graph (never a node)
 
 # Test-sampling domains.
 REAL, POSITIVE, UNIT, ABOVE_ONE, NONZERO = "real", "positive", "unit", "above_one", "nonzero"
@@ -67,7 +68,7 @@ class Primitive:
     cpu: str | None = None
     lib: str | None = None
     float_only: bool = True        # operands are cast to the float dtype first
-    dtype: str = "float"           # "float" | "same" (of the operands) | "bool"
+    dtype: str = "float"           # "float" | "same" (of the operands) | "i64"
     domain: str = REAL
     differentiable: bool = True    # False: no gradient flows (nothing to test)
     shape_only: tuple[int, ...] = ()   # operands whose values are never read, only shapes
@@ -731,7 +732,8 @@ def _one_hot_signatures(types, t):
 
 def _one_hot_static(shapes, attrs):
     (s,) = shapes
-    return None if s.dyn else Shape(s.static + (attrs["depth"],))
+    depth = attrs["depth"]
+    return None if s.dyn else Shape(s.static + (getattr(depth, "name", depth),))   # DimRef
 
 
 ONE_HOT = Primitive(
@@ -744,6 +746,204 @@ ONE_HOT = Primitive(
     float_only=False, dtype="float", differentiable=False, index_operands=(0,),
     static_shape=_one_hot_static, np_shape=_g_one_hot_shape,
     keywords=(("depth", "int", None),), attr_params=("depth",), public=True)
+
+
+# --- argmax, argmin: index reductions ----------------------------------------------
+# The index of the largest (smallest: attribute ``is_min``) element along one axis, or
+# of the flattened array without axis=, as NumPy: int64, the first index of tied
+# extrema and of the first NaN (NaN wins, as in np.maximum); an empty axis is NumPy's
+# ValueError.  Integer data, no gradient.  One builder makes both entries.
+
+
+def _g_index_shape(x, axis, keepdims, is_min=False):
+    """The shape of ``argmax`` (``argmin``) of an array of shape ``x``, as NumPy's."""
+    if axis is None:
+        return (1,) * len(x) if keepdims else ()
+    ax = _g_scan_axis(len(x), axis)
+    return tuple(1 if i == ax else d for i, d in enumerate(x) if keepdims or i != ax)
+
+
+def _g_index_lines(shape, axis):
+    """(lines, n, inner): the slices of ``n`` elements (stride ``inner``) an index
+    reduction runs along, as ``cumsum``'s; ValueError as NumPy's for empty ones."""
+    ax = None if axis is None else _g_scan_axis(len(shape), axis)
+    n = math.prod(shape) if ax is None else shape[ax]
+    if n == 0:
+        raise ValueError("attempt to get argmax or argmin of an empty sequence")
+    inner = 1 if ax is None else math.prod(shape[ax + 1:])
+    return math.prod(shape) // n, n, inner
+
+
+def _g_arg_index(x, axis, keepdims, is_min):
+    """``np.argmin`` (``is_min``) or ``np.argmax`` of ``x`` along ``axis`` (a 1-tuple,
+    or None: the flattened array), int64."""
+    x = np.asarray(x)
+    _g_index_lines(x.shape, axis)
+    ax = None if axis is None else _g_scan_axis(x.ndim, axis)
+    out = (np.argmin if is_min else np.argmax)(x, axis=ax)
+    return np.asarray(out, np.int64).reshape(_g_index_shape(x.shape, axis, keepdims))
+
+
+def _gck_arg_index(out, x, lines, n, inner, is_min):
+    """One thread per line of ``n`` elements (stride ``inner``) of the C-ordered ``x``:
+    the first index of its extremum, or of its first NaN."""
+    i = cuda.grid(1)
+    if i < lines:
+        base = (i // inner) * n * inner + i % inner
+        best = x[base]
+        k = 0
+        for j in range(1, n):
+            v = x[base + j * inner]
+            if best == best and ((v < best if is_min else v > best) or v != v):
+                best = v
+                k = j
+        out[i] = k
+
+
+def _gc_arg_index(x, axis, keepdims, is_min, stream):
+    """:func:`_g_arg_index` on the device (``_gck_arg_index``)."""
+    x = _gc_dev(x, stream)
+    lines, n, inner = _g_index_lines(tuple(x.shape), axis)
+    out = _gc_empty(_g_index_shape(tuple(x.shape), axis, keepdims), np.int64, stream)
+    if lines:
+        _gck_arg_index[_gc_blocks(lines), _GC_BLOCK, stream](
+            _gc_ravel(out), _gc_ravel(x), lines, n, inner, bool(is_min))
+    return out
+
+
+def _gd_arg_index(t, x, axis, keepdims, is_min):
+    """:func:`_g_arg_index` of a Dask array (Dask's blocked arg reductions)."""
+    import dask.array as da
+    _g_index_lines(x.shape, axis)
+    flat = x.ravel() if axis is None else x
+    ax = 0 if axis is None else _g_scan_axis(x.ndim, axis)
+    out = (da.argmin if is_min else da.argmax)(flat, axis=ax).astype(np.int64)
+    return out.reshape(_g_index_shape(x.shape, axis, keepdims))
+
+
+def _jax_arg_index(x, axis, keepdims, is_min):
+    import jax.numpy as jnp
+    out = (jnp.argmin if is_min else jnp.argmax)(x, axis=None if axis is None else axis[0])
+    return out.reshape(_g_index_shape(x.shape, axis, keepdims))
+
+
+def _torch_arg_index(x, axis, keepdims, is_min):
+    import torch
+    _g_index_lines(tuple(x.shape), axis)          # NumPy's ValueError for an empty slice
+    flat = x.reshape(-1) if axis is None else x
+    out = (torch.argmin if is_min else torch.argmax)(flat, dim=0 if axis is None else axis[0])
+    return out.reshape(_g_index_shape(tuple(x.shape), axis, keepdims))
+
+
+def _arg_index_signatures(types, t):
+    flat = types.Array(t, 1, "C")
+    return [(types.Array(types.int64, 1, "C"), flat, types.int64, types.int64, types.int64,
+             types.boolean)]
+
+
+def _arg_index_static(shapes, attrs):
+    (s,) = shapes
+    if attrs["axis"] is not None and len(attrs["axis"]) != 1:
+        raise BroadcastError(f"argmax and argmin take one axis (NumPy's), got {attrs['axis']}")
+    return None if s.dyn else Shape(_g_index_shape(s.static, attrs["axis"], attrs["keepdims"]))
+
+
+def _arg_index(name, is_min) -> Primitive:
+    return Primitive(
+        name, ("x",), LIBRARY, _g_arg_index, vjp=(None,), jvp=(None,),
+        lib="_g_arg_index({x}, {axis!r}, {keepdims!r}, {is_min!r})",
+        helpers=(_g_scan_axis, _g_index_shape, _g_index_lines, _g_arg_index),
+        cuda="_gc_arg_index({x}, {axis!r}, {keepdims!r}, {is_min!r}, stream)",
+        cuda_helpers=(_gc_arg_index,), cuda_kernels=((_gck_arg_index, _arg_index_signatures),),
+        dask=_gd_arg_index, jax=_jax_arg_index, torch=_torch_arg_index,
+        float_only=False, dtype="i64", differentiable=False,
+        static_shape=_arg_index_static, np_shape=_g_index_shape,
+        keywords=(("axis", "axis", None), ("keepdims", "bool", False),
+                  ("is_min", "internal", is_min)), public=True)
+
+
+ARGMAX, ARGMIN = _arg_index("argmax", False), _arg_index("argmin", True)
+
+
+# --- composite builtins: relu, softmax, log_softmax, log_sigmoid -------------------
+# Each is its decomposition wherever it is called (ExprLowerer lowers the statements in
+# its place), so every backend gets it for free and its derivative is the derivative
+# of the decomposition; ``ref`` is the NumPy reference the tests compare with.  The
+# shift of softmax and log_softmax is the slice's maximum where it is finite (0 for an
+# empty or all -inf slice, or one with +inf), under stop_gradient: softmax is
+# invariant to it, so its gradient is exactly 0 (as jax.nn.softmax).
+
+_SHIFT = """
+    m = max(x, axis=axis, keepdims=true, initial=-inf)
+    h = broadcast_in(stop_gradient(where(m - m == 0, m, 0)), x, axis=axis, keepdims=true)"""
+
+
+def _np_shifted(x, axis):
+    m = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
+    return x - np.where(np.isfinite(m), m, 0)
+
+
+def _np_softmax(x, axis=(-1,)):
+    e = np.exp(_np_shifted(x, axis))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def _np_log_softmax(x, axis=(-1,)):
+    s = _np_shifted(x, axis)
+    with np.errstate(divide="ignore"):          # an empty slice: log(0) = -inf
+        return s - np.log(np.sum(np.exp(s), axis=axis, keepdims=True))
+
+
+def _composite(name, ref, decomposition, **kw) -> Primitive:
+    return Primitive(name, ("x",), DECOMPOSED, ref, decomposition=decomposition,
+                     float_only=False, public=True, **kw)
+
+
+_SOFTMAX_AXIS = (("axis", "axis", (-1,)),)
+COMPOSITES = (
+    # relu'(0) = 0 (as JAX and PyTorch); NaN stays NaN.
+    _composite("relu", lambda x: np.where(x <= 0, 0, x), "out = where(x <= 0, 0, x)"),
+    # -softplus(-x): no overflow, and exact 0 (not a rounding error) for large x.
+    _composite("log_sigmoid", lambda x: -np.logaddexp(0, -x), "out = -softplus(-x)"),
+    # e / sum(e), e = exp(x - shift) <= 1 (no zero mask: its derivative is bounded).
+    _composite("softmax", _np_softmax, _SHIFT + """
+    e = exp(x - h, zero_mask=false)
+    out = e / broadcast_in(sum(e, axis=axis, keepdims=true), x, axis=axis, keepdims=true)""",
+               keywords=_SOFTMAX_AXIS),
+    # s - logsumexp(s), s = x - shift (jax.nn.log_softmax's form: the difference of
+    # the shifted values is exact, not rounded to the size of the maximum).
+    _composite("log_softmax", _np_log_softmax, _SHIFT + """
+    s = x - h
+    out = s - broadcast_in(logsumexp(s, axis=axis, keepdims=true), x, axis=axis, keepdims=true)""",
+               keywords=_SOFTMAX_AXIS),
+)
+
+
+# --- dim_size: a dim of the signature as a value ----------------------------------
+# ``k`` in an expression, for ``x: [n, k]``: the size of ``x``'s axis ``index``
+# (counted from the end), an int64 known at call time (ir.expr.dim_scope makes it);
+# ``x`` is read only for its shape.
+
+
+def _dim_size(x, index):
+    return np.asarray(np.shape(x)[index], dtype=np.int64)
+
+
+def _gd_dim_size(t, x, index):
+    return np.int64(x.shape[index])
+
+
+def _torch_dim_size(x, index):
+    import torch
+    return torch.tensor(x.shape[index])
+
+
+DIM_SIZE = Primitive(
+    "dim_size", ("x",), LIBRARY, _dim_size, vjp=(None,), jvp=(None,),
+    lib="np.int64({x}.shape[{index!r}])", cuda="np.int64(tuple({x}.shape)[{index!r}])",
+    dask=_gd_dim_size, jax=_dim_size, torch=_torch_dim_size,
+    float_only=False, dtype="i64", differentiable=False, shape_only=(0,),
+    static_shape=lambda shapes, attrs: SCALAR, keywords=(("index", "internal", -1),))
 
 
 PRIMITIVES = MappingProxyType({p.name: p for p in [
@@ -998,7 +1198,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               differentiable=False, shape_only=(0, 1), static_shape=_scalar_static,
               np_shape=_g_scalar_shape, dask=_gd_size_ratio,
               jax=_jax_size_ratio, torch=_torch_size_ratio),
-    CUMSUM, ONE_HOT,
+    CUMSUM, ONE_HOT, DIM_SIZE, ARGMAX, ARGMIN, *COMPOSITES,
 ]})
 
 # Other .grad names of primitives (NumPy's and the Array API's): alias -> primitive.

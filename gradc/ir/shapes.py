@@ -55,6 +55,34 @@ class Shape:
 SCALAR = Shape()
 
 
+@dataclass(frozen=True)
+class DimRef:
+    """An integer attribute that is a dim of the op's signature (the depth of
+    ``one_hot(t, k)`` for ``x: [n, k]``): known at call time.  Its ``repr`` is how
+    the generated wrappers read it (their dict of the call's dims, ``_d``); the
+    interpreter and the framework lowerings look it up with :func:`resolve_dims`."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return f"_d[{self.name!r}]"
+
+
+def bound_dims(params: Iterable[tuple[Shape, tuple[int, ...]]]) -> dict[str, int]:
+    """The sizes of the named dims of parameters of these shape classes, given their
+    run-time shapes (a parameter's class is static where it is annotated)."""
+    dims: dict[str, int] = {}
+    for shape, actual in params:
+        if not shape.dyn and len(shape.static) == len(actual):
+            dims.update((d, int(n)) for d, n in zip(shape.static, actual) if isinstance(d, str))
+    return dims
+
+
+def resolve_dims(attrs: dict, dims: dict[str, int]) -> dict:
+    """``attrs`` with each :class:`DimRef` replaced by its size in ``dims``."""
+    return {k: dims[v.name] if isinstance(v, DimRef) else v for k, v in attrs.items()}
+
+
 def broadcast_static(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...]:
     """NumPy broadcasting of two static dim tuples; raises BroadcastError."""
     n = max(len(a), len(b))

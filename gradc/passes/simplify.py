@@ -14,7 +14,7 @@ import numpy as np
 
 from gradc.autodiff.core import is_zero
 from gradc.ir.builder import Builder
-from gradc.ir.expr import ExprLowerer, operand_scope, parse_statements
+from gradc.ir.expr import lower_decomposition, operand_scope
 from gradc.ir.graph import Graph, Node, remap_region
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES
 from gradc.passes.dce import eliminate_dead_code
@@ -221,7 +221,8 @@ def _stable_forms(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset
     ``log1p(exp(x))``              ``softplus(x)``         exp overflows (float32: x > 88)
     ``log(1 + exp(x))``            ``softplus(x)``         same
     ``1 / (1 + exp(-x))``          ``sigmoid(x)``          same, for x < -88
-    ``log(sigmoid(x))``            ``-softplus(-x)``       log(0) for x < -104 (float32)
+    ``log(sigmoid(x))``            ``-softplus(-x)``       log(0) for x < -104 (float32);
+                                                           ``log_sigmoid(x)``'s form
     ``log(exp(x))``                ``x``                   exp overflows
     ``log(sum(exp(x), ...))``      ``logsumexp(x, ...)``   exp overflows; max-shifted
     ``sqrt(sum(x^2 | x*x, ...))``  ``norm(x, ...)``        x^2 overflows; gradient at 0
@@ -324,11 +325,9 @@ def expand_decompositions(graph: Graph) -> Graph:
     moved: dict[int, int] = {}
     for nid in out.topo_order():
         node = out.node(nid)
-        text = PRIMITIVES[node.op].decomposition
-        if text is None or nid in avoid:
+        if PRIMITIVES[node.op].decomposition is None or nid in avoid:
             continue
-        lower = ExprLowerer(out, {}, rules=True, span=node.span)
-        new = lower.body(parse_statements(text), operand_scope(node))["out"]
+        new = lower_decomposition(out, node.op, operand_scope(node), node.span)
         out.replace_uses(nid, new)
         moved[nid] = new
     _remap_regions(out, moved)

@@ -97,7 +97,25 @@ def test_keepdims_true_false_and_axis_forms() -> None:
             y = a + b + logsumexp(x, axis=()) + prod(x).T
         }
     '''))
-    assert messages("op f(x) -> y {\n    y = x + true\n}\n") == ["undefined name 'true'"]
+    check_source("op f(x) -> y {\n    y = where(true, x, 0) * false + true\n}\n")   # values
+    assert messages("op f(x) -> y {\n    y = x + ture\n}\n") == ["undefined name 'ture'"]
+
+
+def test_dims_of_the_signature_are_values() -> None:
+    check_source(src('''
+        op f(x: [n, k], t: i64[n], eps: nograd = 0.1) -> y {
+            y = x * ((1 - eps) * one_hot(t, k) + eps / k) / sqrt(n)
+        }
+        op g(x: nograd [n, k]) -> y {
+            k2 = k * 2
+            y = x * k2
+        }
+    '''))
+    # a local of the same name wins; a dim is not a parameter of grad()
+    check_source("op f(x: [n], n: i32) -> y {\n    y = x * n\n}\n")
+    assert messages("op f(x: [n]) -> y {\n    y = grad(sum(x), n)\n}\n") == [
+        "the second argument of grad() must be a parameter or an assigned name"]
+    assert messages("op f(x: [n]) -> y {\n    y = x * m\n}\n") == ["undefined name 'm'"]
 
 
 def test_ops_may_call_ops_defined_later_and_pass_defaults_either_way() -> None:
@@ -136,14 +154,13 @@ def test_unknown_function_suggests_a_builtin() -> None:
 
 
 def test_a_function_that_is_not_a_builtin_says_how_to_write_it() -> None:
-    """'softmax' is a typo of nothing: no 'did you mean max' (four edits away)."""
+    """'silu' is a typo of nothing: no 'did you mean sin' (softmax, which was the
+    example here, is a builtin now)."""
     assert rendered('''
         op f(x) -> y {
-            y = softmax(x)
+            y = silu(x)
         }
-    ''').endswith(
-        "    = note: 'softmax' is not a builtin function: write "
-        "exp(x - logsumexp(x, axis=-1, keepdims=true))")
+    ''').endswith("    = note: 'silu' is not a builtin function: write x * sigmoid(x)")
 
 
 @pytest.mark.parametrize("name, near", [("sigmod", "sigmoid"), ("exo", "exp"),
@@ -369,7 +386,8 @@ def test_call_and_name_errors(body: str, message: str) -> None:
     ("op f(x: float32) -> y {\n    y = x\n}\n", "unknown dtype 'float32'"),
     ("op f(x) -> y {\n    y = x\n}\nop f(x) -> y {\n    y = x\n}\n", "'f' is defined twice"),
     ("const f = 1\nop f(x) -> y {\n    y = x\n}\n", "'f' is defined twice"),
-    ("op tanh(x) -> y {\n    y = x\n}\n", "op 'tanh' has the name of a builtin function"),
+    ("op grad(x) -> y {\n    y = x\n}\n",
+     "an op cannot be named 'grad' (grad(EXPR, NAME) and grad blocks)"),
     ("const pi = 3\n", "const 'pi' redefines a builtin constant"),
     ("const A = B\nconst B = 1\n", "const 'B' is used before it is defined"),
     ("const A = 1 / 0\n", "'/' has no value here (division by zero)"),
@@ -463,6 +481,26 @@ def test_ops_of_files_not_imported_are_not_visible() -> None:
         check(main, loader=memory_loader(files))
     assert info.value.message == "unknown function 'b'"
     assert info.value.span.file == "a.grad"
+
+
+def test_an_op_shadows_a_builtin_in_its_file_and_the_files_importing_it() -> None:
+    files = {"a.grad": "op tanh(x) -> y {\n    y = x * 2\n}\nop u(x) -> y {\n    y = tanh(x)\n}\n"}
+    main = parse('import "a.grad"\nop f(x) -> y {\n    y = tanh(x)\n}\n', "main.grad")
+    program = check(main, loader=memory_loader(files))
+    (note,) = program.diagnostics
+    assert str(note) == (
+        "a.grad:1:4: note[N203]: op 'tanh' shadows the builtin function 'tanh' in this file "
+        "and the files that import it\n"
+        "    1 | op tanh(x) -> y {\n"
+        "      |    ^^^^")
+    # a file the op's file imports does not see it: calling the builtin there is E203
+    files = {"a.grad": "op u(x) -> y {\n    y = tanh(x)\n}\n"}
+    main = parse('import "a.grad"\nop tanh(x) -> y {\n    y = x\n}\n', "main.grad")
+    with pytest.raises(GradcError) as info:
+        check(main, loader=memory_loader(files))
+    assert str(info.value).startswith(
+        "a.grad:2:9: error[E203]: this file calls the builtin 'tanh', which op 'tanh' of a "
+        "file importing it shadows")
 
 
 def test_duplicate_names_across_imports() -> None:

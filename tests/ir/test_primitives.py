@@ -195,6 +195,27 @@ def _other_cases() -> list[Case]:
         # one_hot: integer labels in [0, 3) as rows (no gradient to the labels)
         Case("p_one_hot", ("one_hot", "mul"), "x, n: i32", "    r = one_hot(n, 3) * x",
              ((4, 3), (4,)), (REAL, INDEX3), ints=(1,)),
+        # dim_size: dims of the signature as values, and as one_hot's depth
+        Case("i_dim_size", ("dim_size", "div"), "x: [n, k]", "    r = x / k * sqrt(n)",
+             ((3, 4),), (REAL,)),
+        Case("p_one_hot_dim", ("one_hot", "mul"), "x: [n, k], t: i32[n]",
+             "    r = one_hot(t, k) * x", ((4, 3), (4,)), (REAL, INDEX3), ints=(1,)),
+        # argmax, argmin: int64 indices (no gradient), along an axis or of the flattened
+        # array; as a one_hot's labels and as a factor
+        Case("p_argmax", ("argmax", "one_hot", "mul"), "x",
+             "    r = one_hot(argmax(x, axis=1), 4) * x", ((3, 4),), (REAL,), _distinct),
+        Case("p_argmin", ("argmin", "mul"), "x", "    r = x * argmin(x, axis=0, keepdims=true)",
+             ((3, 4),), (REAL,), _distinct),
+        Case("p_argmax_flat", ("argmax", "mul"), "x", "    r = x * argmax(x)", ((3, 4),),
+             (REAL,), _distinct),
+        # the composite builtins: their decompositions (kind "decomposed") in every graph
+        Case("p_relu", ("relu",), "x", "    r = relu(x)", ((4,),), (REAL,),
+             lambda x: np.all(np.abs(x) > 1e-3)),
+        Case("p_log_sigmoid", ("log_sigmoid",), "x", "    r = log_sigmoid(x)", ((4,),), (REAL,)),
+        Case("p_softmax", ("softmax",), "x", "    r = softmax(x, axis=1)", ((3, 4),), (REAL,)),
+        Case("p_softmax_a0", ("softmax",), "x", "    r = softmax(x, axis=0)", ((3, 4),), (REAL,)),
+        Case("p_log_softmax", ("log_softmax",), "x", "    r = log_softmax(x)", ((3, 4),),
+             (REAL,)),
         # zero_masked: the NaN-safe products of a gradient (sin's and mul's rules), which
         # the derivatives of r differentiate in turn (second order)
         Case("i_zero_masked", ("zero_masked",), "x", "    r = grad(sum(sin(x) * x), x)",
@@ -379,6 +400,9 @@ def test_every_primitive_has_a_case(prim) -> None:
     """Every primitive with operands (not param and const) is exercised by a case."""
     users = [c for c in CASES if prim.name in c.prims]
     assert users, f"no test case exercises primitive '{prim.name}'; add one to CASES"
+    if prim.kind == "decomposed":       # never a node: each case spells it
+        assert all(f"{prim.name}(" in c.body for c in users), prim.name
+        return
     # the claim is checked: some graph of some case holds the primitive
     seen = set()
     for c in users:
@@ -412,6 +436,10 @@ def test_every_backend_lowers_every_primitive() -> None:
 @pytest.mark.parametrize("prim", [p for p in PRIMITIVES.values() if p.name not in SOURCES],
                          ids=attrgetter("name"))
 def test_registry_entry_is_consistent(prim) -> None:
+    if prim.kind == "decomposed":       # its decomposition is its lowering and derivative
+        assert prim.ref is not None and prim.decomposition is not None and prim.public
+        assert not (prim.vjp or prim.jvp or prim.cpu or prim.lib), prim.name
+        return
     assert len(prim.vjp) == len(prim.params), prim.name
     assert prim.differentiable == any(r is not None for r in prim.vjp), prim.name
     assert prim.ref is not None, prim.name
@@ -486,7 +514,9 @@ JVPS = [(p, i, r) for p in PRIMITIVES.values() for i, r in enumerate(p.jvp) if r
                          ids=attrgetter("name"))
 def test_every_differentiable_operand_has_a_jvp_rule(prim) -> None:
     """One forward rule per operand that has a reverse rule, and none where no
-    gradient flows (an index, a shape source, data)."""
+    gradient flows (an index, a shape source, data); a decomposed builtin has none."""
+    if prim.kind == "decomposed":
+        return
     assert len(prim.jvp) == len(prim.params), prim.name
     for i, (fwd, rev) in enumerate(zip(prim.jvp, prim.vjp)):
         assert (fwd is None) == (rev is None), f"'{prim.name}' operand {prim.params[i]}"
@@ -621,6 +651,17 @@ _EDGES: dict[str, list[tuple[np.ndarray, ...]]] = {
                    np.array([0, 2, 1, 2]))],
     "p_cumsum": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-30, 1e4, 0]]),),
                  (np.zeros((2, 0)),)],
+    # no ties here (a tie's index may change under the steps): test_index_reductions
+    "p_argmax": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-30, 1e4, 0], [1, 2, 3, 4]]),)],
+    "p_argmin": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-31, 1e4, 1]]),)],
+    "p_argmax_flat": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-31, 1e4, 1]]),)],
+    "p_relu": [(_a(-2.5, 1e3, -1e4, 1e-30, -1e-30, 3),)],
+    "p_log_sigmoid": [(_a(0, -2.5, 1e3, -1e4, 1e-30, -1e-30, 40, -40),)],
+    # huge, tiny and tied logits, a slice of one element, an empty axis
+    "p_softmax": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-30, 1e4, 0], [1, 1, 1, 1]]),),
+                  (np.array([[3.0], [-1e4]]),), (np.zeros((2, 0)),)],
+    "p_log_softmax": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-30, 1e4, 0], [1, 1, 1, 1]]),),
+                      (np.array([[3.0], [-1e4]]),), (np.zeros((2, 0)),)],
 }
 EDGE_PARAMS = [pytest.param(BY_NAME[name], k, id=f"{name}-{k}")
                for name, points in _EDGES.items() for k in range(len(points))]
@@ -841,3 +882,16 @@ def test_clip_kernel_matches_the_reference_when_lo_exceeds_hi(gen) -> None:
     (ref,) = run_forward(BY_NAME["p_clip"], [x, lo, hi])
     np.testing.assert_array_equal(ref, np.clip(x, lo, hi))
     np.testing.assert_array_equal(gen.p_clip(x, lo, hi), ref)
+
+
+@pytest.mark.parametrize("name", ["p_relu", "p_log_sigmoid", "p_softmax", "p_softmax_a0",
+                                  "p_log_softmax"])
+def test_decomposed_builtins_match_their_numpy_references(name) -> None:
+    """The decomposition a composite builtin lowers to computes its reference, at
+    sampled and edge points (float64, to rounding)."""
+    case = BY_NAME[name]
+    prim = PRIMITIVES[case.prims[0]]
+    axis = {"p_softmax": (1,), "p_softmax_a0": (0,)}.get(name)
+    for (x,) in [_fixed_inputs(case, 3)] + list(_EDGES.get(name, [])):
+        want = prim.ref(x) if axis is None else prim.ref(x, axis=axis)
+        np.testing.assert_allclose(run_forward(case, [x])[0], want, rtol=1e-14, atol=1e-300)

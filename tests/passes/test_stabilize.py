@@ -127,3 +127,12 @@ def test_integer_powers_stay_within_three_ulp(import_module_text):
         assert got.dtype == np.float32 and ulp.max() <= 3, (n, ulp.max())
         (g,) = op.vjp(x, np.ones_like(x))
         np.testing.assert_allclose(g, n * x.astype(np.float64) ** (n - 1), rtol=1e-6)
+
+
+def test_log_sigmoid_is_the_form_log_of_sigmoid_is_rewritten_to():
+    """``log(sigmoid(x))`` becomes the builtin ``log_sigmoid(x)``'s decomposition."""
+    def graph(expr):
+        program = check_source(f"op f(x) -> y {{ y = {expr} }}", "s.grad")
+        g = build_op(program.ops["f"], program.ops, program.consts).methods["vjp"].graph
+        return sorted((n.op, n.attrs) for n in g)
+    assert graph("log(sigmoid(x))") == graph("log_sigmoid(x)")

@@ -401,3 +401,36 @@ def test_stream_and_float16_declarations_are_checked(edges) -> None:
         edges.OPS["half"].cuda(cuda.to_device(np.ones(3, np.float16)))
     with pytest.raises(ValueError, match=r"^CUDA_KERNELS\.cuda\.forward: "):
         edges.OPS["CUDA_KERNELS"].cuda(x, out=cuda.device_array(4))
+
+
+INDEX = """
+op picks(x: {dt}[a, b]) -> (i, j, k) {{
+    i = argmax(x, axis=1)
+    j = argmin(x, axis=0, keepdims=true)
+    k = argmax(x)
+}}
+op probs(x: {dt}[a, b]) -> y {{
+    p = softmax(x, axis=-1) * log_softmax(x, axis=0) / b
+    y = p + one_hot(argmax(x, axis=-1), b) * relu(x) + log_sigmoid(x)
+}}
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_index_reductions_and_composites(tmp_path, dtype) -> None:
+    """argmax and argmin (_gck_arg_index: ties at the first index, the first NaN wins,
+    NumPy's ValueError for an empty axis), the composite builtins and a dim as a value."""
+    dt = "f32" if dtype == np.float32 else "f64"
+    ops = load(INDEX.format(dt=dt), tmp_path, f"index_{dt}")
+    x = np.array([[1, 3, 3, 0], [2, 2, 2, 2], [5, np.nan, 7, np.nan]], dtype)
+    for dev in (ops.picks.cuda, ops.picks.cuda.unfused):
+        i, j, k = (v.copy_to_host() for v in dev(cuda.to_device(x)))
+        assert i.dtype == j.dtype == k.dtype == np.int64
+        np.testing.assert_array_equal(i, np.argmax(x, axis=1))
+        np.testing.assert_array_equal(j, np.argmin(x, axis=0, keepdims=True))
+        assert k == np.argmax(x)
+    with pytest.raises(ValueError, match="empty sequence"):
+        ops.picks.cuda(cuda.to_device(np.zeros((2, 0), dtype)))
+    rng = np.random.default_rng(3)
+    every_method(ops, "probs", [rng.standard_normal((3, 4)).astype(dtype)],
+                 [rng.standard_normal((3, 4)).astype(dtype)], dtype)
