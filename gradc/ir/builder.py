@@ -57,7 +57,8 @@ class Builder:
                 raise TypeError_(f"'{op}' takes integer indices as its {_ORDINAL[i]} argument "
                                  "(annotate the parameter i32 or i64), got a float value", span,
                                  "E308")
-        value_args = _VALUE_ARGS.get(op, range(len(args)))
+        value_args = _VALUE_ARGS.get(op, [i for i in range(len(args))
+                                          if i not in prim.index_operands])
         dtype = FLOAT if prim.float_only else self._unify([args[i] for i in value_args])
         for i in value_args:
             args[i] = self._coerce(args[i], dtype, span)
