@@ -278,13 +278,13 @@ def test_add_bias_reduces_the_bias_gradient(act) -> None:
 
 
 # ---- arrays.grad (SPEC §1b): the ops gradc compiles so far ----------------------------
-# examples/arrays.grad holds smooth_xent, st_argmax and softplus of the spec's
-# arrays.grad, as there; its other ops (xent_labels, xent_gather, attention, rope,
-# bias_nchw, cumsum_rows, sorted_weighted, dropout) are not in it yet.  Its values are
+# examples/arrays.grad holds xent_gather, smooth_xent, st_argmax, bias_nchw and softplus
+# of the spec's arrays.grad, as there; its other ops (xent_labels, attention, rope,
+# cumsum_rows, sorted_weighted, dropout) are not in it yet.  Its values are
 # float64: compared to 1e-12 relative in float64, and to 2e-6 (float32's rounding) in
 # float32, through every method, fused and unfused.
 
-ARRAYS_OPS = ("smooth_xent", "st_argmax", "softplus")
+ARRAYS_OPS = ("xent_gather", "smooth_xent", "st_argmax", "bias_nchw", "softplus")
 
 
 @pytest.fixture(scope="module")
@@ -316,6 +316,21 @@ def test_smooth_xent(arrays) -> None:
     check_values(arrays.smooth_xent, [logits, labels], [1.0], 0.5628586725215489,
                  [[[0.028348619918523565, 0.10569756886073216, -0.13404618877925578],
                    [-0.17860822428375212, 0.08930411214187606, 0.08930411214187606]]])
+
+
+def test_xent_gather(arrays) -> None:
+    """take_along_axis of expand_dims: the values of xent_labels in the spec."""
+    logits, labels = np.array([[1.0, 2, 3], [1, 0, 0]]), np.array([2, 0], np.int64)
+    check_values(arrays.xent_gather, [logits, labels], [1.0], 0.4795253391882155,
+                 [[[0.04501528658519023, 0.12236423552739882, -0.1673795221125891],
+                   [-0.21194155761708544, 0.10597077880854272, 0.10597077880854272]]])
+
+
+def test_bias_nchw(arrays) -> None:
+    """reshape with -1; the bias's gradient is reshaped back from the broadcast sum."""
+    x, b = np.zeros((2, 3, 2, 2)), np.array([1.0, 2, 3])
+    y = np.broadcast_to(b[None, :, None, None], x.shape)
+    check_values(arrays.bias_nchw, [x, b], [np.ones(x.shape)], y, [np.ones(x.shape), [8, 8, 8]])
 
 
 def test_st_argmax(arrays) -> None:

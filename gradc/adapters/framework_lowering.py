@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Any, Callable, Mapping, Sequence
 
-import networkx as nx
 import numpy as np
 
 from gradc.ir.graph import FLOAT, CustomRegion, Graph, outermost_regions, unit_order

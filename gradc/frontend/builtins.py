@@ -23,6 +23,9 @@ class Builtin:
     kind: str = "elementwise"     # elementwise | reduction | special | library
     # The kind of each keyword's value: "axis" (an int or a tuple of ints) or "bool".
     kwarg_kinds: tuple[tuple[str, str], ...] = (("axis", "axis"), ("keepdims", "bool"))
+    # The kinds of the trailing positional arguments that are constants (attributes):
+    # "axis", "shape" (a tuple of ints and dims) or "int".
+    arg_kinds: tuple[str, ...] = ()
 
 
 _REDUCTION_KWARGS = (("axis", "axis"), ("keepdims", "bool"))
@@ -36,7 +39,8 @@ def _derived(p) -> list[Builtin]:
     kinds = (_REDUCTION_KWARGS if p.kind == "reduction" else
              tuple((k, kind) for k, kind, _ in p.keywords
                    if kind != "internal" and k not in p.attr_params))
-    return [Builtin(name, n, n, tuple(k for k, _ in kinds), p.kind, kinds)
+    arg_kinds = tuple({k: kind for k, kind, _ in p.keywords}[a] for a in p.attr_params)
+    return [Builtin(name, n, n, tuple(k for k, _ in kinds), p.kind, kinds, arg_kinds)
             for name in (p.name, *p.aliases)]
 
 

@@ -98,8 +98,14 @@ class CallChecker:
             notes = [f"pass the axis as {c.func}(x, axis=...)"] if b.kwargs and n == 2 else []
             self._error(TypeError_, f"'{c.func}' takes {takes} argument"
                         f"{'' if b.max_args == 1 else 's'}, got {n}", c.span, "E303", notes)
-        for arg in c.args:
-            self.expr(arg, scope, later)
+        kinds = (None,) * (n - len(b.arg_kinds)) + b.arg_kinds if n >= len(b.arg_kinds) else ()
+        for arg, kind in zip(c.args, kinds or (None,) * n):
+            if kind == "axis":
+                self._axis(arg)
+            elif kind == "shape":
+                self._shape(arg)
+            else:
+                self.expr(arg, scope, later)
         seen: set[str] = set()
         for key, value in c.kwargs:
             if key in seen:
@@ -110,7 +116,7 @@ class CallChecker:
                          else "no keyword arguments")
                 self._error(NameResolutionError, f"'{c.func}' has no keyword argument '{key}'",
                             leftmost_span(value), "E201", [f"'{c.func}' takes {takes}"])
-            elif n == 2:    # elementwise max/min
+            elif n == 2 and b.kind == "special":    # elementwise max/min
                 self._error(TypeError_, f"'{c.func}' of two arguments is elementwise and "
                             "takes no axis= or keepdims=", leftmost_span(value), "E303")
             elif dict(b.kwarg_kinds)[key] == "axis":
@@ -128,6 +134,12 @@ class CallChecker:
                  for i in items):
             self._error(TypeError_, f"axis= out of range (arrays have fewer than "
                         f"{_MAX_AXIS} dims)", leftmost_span(value), "E304")
+
+    def _shape(self, value: ast.Expr) -> None:
+        items = value.items if isinstance(value, ast.TupleExpr) else (value,)
+        if not all(_is_int(i) or isinstance(i, ast.Name) and i.id in self.dims for i in items):
+            self._error(TypeError_, "a shape must be an integer, a dim of the signature or a "
+                        "tuple of them", leftmost_span(value), "E304")
 
     def _bool(self, key: str, value: ast.Expr) -> None:
         ok = (isinstance(value, ast.Num) and value.is_int and value.value in (0, 1)) or (

@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 import networkx as nx

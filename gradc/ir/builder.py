@@ -53,7 +53,8 @@ class Builder:
                 raise TypeError_(f"'{op}' takes integer indices as its {_ORDINAL[i]} argument "
                                  "(annotate the parameter i32 or i64), got a float value", span,
                                  "E308")
-        value_args = range(len(args)) if prim.value_operands is None else prim.value_operands
+        value_args = ([i for i in range(len(args)) if i not in prim.index_operands]
+                      if prim.value_operands is None else prim.value_operands)
         dtype = FLOAT if prim.float_only else self._unify([args[i] for i in value_args])
         for i in value_args:
             args[i] = self._coerce(args[i], dtype, span)

@@ -26,7 +26,8 @@ from gradc.ir.shapes import DimRef
 
 # Primitives that derivative rules may call but .grad files may not.
 INTERNAL = ("broadcast_in", "sum_to", "shape_check", "size_ratio", "transpose", "matmul", "cast",
-            "identity", "zero_masked", "dim_size")
+            "identity", "zero_masked", "dim_size", "reshape_like", "take_transpose",
+            "take_along_axis_transpose")
 _RENAMED = {"max": "maximum", "min": "minimum"}
 _ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
           "^": operator.pow}
@@ -153,7 +154,8 @@ class ExprLowerer:
 
     def _call(self, e: ast.Call, scope: Scope) -> int:
         kw = {k: self._attr(k, v, scope) for k, v in e.kwargs}
-        name = ALIASES.get(e.func, e.func)
+        # a rule names primitives (transpose), a .grad file builtins (transpose: permute_dims)
+        name = e.func if self.rules and e.func in PRIMITIVES else ALIASES.get(e.func, e.func)
         positional = list(e.args)
         if name in PRIMITIVES and PRIMITIVES[name].attr_params:    # one_hot(idx, depth)
             n = len(PRIMITIVES[name].params)
@@ -183,6 +185,9 @@ class ExprLowerer:
         if isinstance(v, ast.Name) and isinstance(scope.get(v.id), int) and \
                 self.graph.node(scope[v.id]).op == "dim_size":
             return self._dim_attr(scope[v.id], v)    # one_hot(t, k)
+        if key == "shape":                  # reshape(x, (n, -1)), reshape(x, -1)
+            items = v.items if isinstance(v, ast.TupleExpr) else (v,)
+            return tuple(self._attr("dim", i, scope) for i in items)
         attrs = {k: a.value for k, a in scope.items() if isinstance(a, Attr)}
         value = eval_const(v, {**self.consts, **attrs})   # reverse=1 - reverse in a rule
         if key == "axis":

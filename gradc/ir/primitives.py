@@ -42,7 +42,8 @@ from typing import Callable
 import numpy as np
 
 from gradc.codegen import prelude as P
-from gradc.ir.shapes import SCALAR, BroadcastError, Shape, matmul_static, reduce_static
+from gradc.ir.shapes import (SCALAR, BroadcastError, Shape, broadcast_static, checked_axes,
+                             matmul_static, reduce_static)
 
 COMPOSITE = "<composite>"
 
@@ -865,6 +866,558 @@ def _arg_index(name, is_min) -> Primitive:
 ARGMAX, ARGMIN = _arg_index("argmax", False), _arg_index("argmin", True)
 
 
+# --- layout: reshape, expand_dims, squeeze, broadcast_to, permute_dims, swapaxes --
+# NumPy's (the Array API's) layout functions.  Each result's shape is a function of its
+# operand's shape and its attributes: ``_g_*_shape`` (``np_shape``, copied into the
+# wrappers, which call it before any work) raises NumPy's ValueError for sizes that do
+# not fit, and the static rule says the same at compile time (E301) where shapes are
+# known.  Materialised copies between kernels for now (reshape of a C-contiguous array
+# is a view).  The VJPs are the inverse layouts: a reshape back to the operand's shape
+# (``reshape_like``, internal), the inverse permutation, and for ``broadcast_to`` the
+# sum back (``sum_to``).
+
+_g_axes = checked_axes          # NumPy's axis checks, shared with the shape rules
+
+
+
+def _g_reshape_shape(x, shape):
+    """The shape ``reshape`` of an array of shape ``x`` to ``shape`` (one -1 allowed) gives."""
+    shape = tuple(int(d) for d in shape)
+    size, known = math.prod(x), math.prod(d for d in shape if d != -1)
+    if shape.count(-1) > 1 or any(d < -1 for d in shape):
+        raise ValueError(f"reshape: bad shape {shape} (sizes >= 0, one -1 at most)")
+    if -1 in shape and known and size % known == 0:
+        shape = tuple(size // known if d == -1 else d for d in shape)
+    if math.prod(shape) != size or -1 in shape:
+        raise ValueError(f"reshape: cannot reshape an array of shape {tuple(x)} "
+                         f"(size {size}) into shape {shape}")
+    return shape
+
+
+def _g_expand_dims_shape(x, axis):
+    """The shape of ``expand_dims`` of an array of shape ``x`` at ``axis`` (a tuple)."""
+    axes = _g_axes(len(x) + len(axis), axis, "expand_dims")
+    rest = iter(x)
+    return tuple(1 if i in axes else next(rest) for i in range(len(x) + len(axis)))
+
+
+def _g_squeeze_shape(x, axis):
+    """The shape of ``squeeze`` of an array of shape ``x`` along ``axis`` (a tuple)."""
+    axes = _g_axes(len(x), axis, "squeeze")
+    for a in axes:
+        if x[a] != 1:
+            raise ValueError(f"squeeze: cannot squeeze axis {a} of an array of shape "
+                             f"{tuple(x)}: its size is {x[a]}, not 1")
+    return tuple(d for i, d in enumerate(x) if i not in axes)
+
+
+def _g_broadcast_to_shape(x, shape):
+    """``shape``, once an array of shape ``x`` broadcasts to it (NumPy's rule)."""
+    shape = tuple(int(d) for d in shape)
+    lead = len(shape) - len(x)
+    if lead < 0 or any(m != 1 and m != n for m, n in zip(x, shape[lead:])):
+        raise ValueError(f"broadcast_to: cannot broadcast an array of shape {tuple(x)} "
+                         f"to shape {shape}")
+    return shape
+
+
+def _g_permutation(ndim, axes, inverse, axis1, axis2):
+    """The axes of ``permute_dims`` (``axes``; the inverse permutation when ``inverse``)
+    or of ``swapaxes`` (``axes`` None: ``axis1`` and ``axis2`` swapped)."""
+    if axes is None:
+        a, b = _g_axes(ndim, (axis1,), "swapaxes") + _g_axes(ndim, (axis2,), "swapaxes")
+        perm = list(range(ndim))
+        perm[a], perm[b] = b, a
+        return tuple(perm)
+    if len(axes) != ndim:
+        raise ValueError(f"permute_dims: axes {tuple(axes)} do not match an array of "
+                         f"dimension {ndim}")
+    perm = _g_axes(ndim, axes, "permute_dims")
+    return tuple(int(i) for i in np.argsort(perm)) if inverse else perm
+
+
+def _g_permute_shape(x, axes=None, inverse=False, axis1=0, axis2=0):
+    return tuple(x[p] for p in _g_permutation(len(x), axes, inverse, axis1, axis2))
+
+
+def _g_reshape(x, shape):
+    x = np.asarray(x)
+    return np.reshape(x, _g_reshape_shape(x.shape, shape))
+
+
+def _g_expand_dims(x, axis):
+    x = np.asarray(x)
+    return np.reshape(x, _g_expand_dims_shape(x.shape, axis))
+
+
+def _g_squeeze(x, axis):
+    x = np.asarray(x)
+    return np.reshape(x, _g_squeeze_shape(x.shape, axis))
+
+
+def _g_broadcast_to(x, shape):
+    """``np.broadcast_to``, materialised (a C-contiguous copy)."""
+    x = np.asarray(x)
+    return np.ascontiguousarray(np.broadcast_to(x, _g_broadcast_to_shape(x.shape, shape)))
+
+
+def _g_permute(x, axes=None, inverse=False, axis1=0, axis2=0):
+    """``np.transpose(x, perm)`` (:func:`_g_permutation`), materialised."""
+    x = np.asarray(x)
+    return np.ascontiguousarray(np.transpose(x, _g_permutation(x.ndim, axes, inverse,
+                                                               axis1, axis2)))
+
+
+def _gc_layout(x, shape_fn, stream, **attrs):
+    """A reshape of a (C-contiguous) device array to ``shape_fn(x.shape, **attrs)``: a view."""
+    x = _gc_dev(x, stream)
+    new = shape_fn(tuple(x.shape), **attrs)
+    return x.reshape(new) if x.size else _gc_empty(new, x.dtype, stream)
+
+
+def _gc_permute(x, stream, **attrs):
+    """:func:`_g_permute` on the device, materialised (one gather)."""
+    x = _gc_dev(x, stream)
+    perm = _g_permutation(len(x.shape), attrs.get("axes"), attrs.get("inverse", False),
+                          attrs.get("axis1", 0), attrs.get("axis2", 0))
+    st = _gc_strides(x.shape)
+    return _gc_gather(x, tuple(x.shape[p] for p in perm), tuple(st[p] for p in perm),
+                      x.dtype, stream)
+
+
+def _gd_reshape_to(x, new):
+    """A Dask array reshaped to ``new``: made one chunk first where Dask's reshape (which
+    only merges or splits dims evenly) cannot."""
+    new = tuple(new)
+    if tuple(x.shape) == new:
+        return x
+    try:
+        return x.reshape(new)
+    except NotImplementedError:
+        return x.rechunk(-1).reshape(new)
+
+
+def _gd_reshape(t, x, shape):
+    return _gd_reshape_to(x, _g_reshape_shape(x.shape, shape))
+
+
+def _gd_expand_dims(t, x, axis):
+    return _gd_reshape_to(x, _g_expand_dims_shape(x.shape, axis))
+
+
+def _gd_squeeze(t, x, axis):
+    return _gd_reshape_to(x, _g_squeeze_shape(x.shape, axis))
+
+
+def _gd_reshape_like(t, x, like):
+    return _gd_reshape_to(x, like.shape)
+
+
+def _gd_broadcast_to(t, x, shape):
+    import dask.array as da
+    return da.broadcast_to(x, _g_broadcast_to_shape(x.shape, shape))
+
+
+def _gd_permute(t, x, axes=None, inverse=False, axis1=0, axis2=0):
+    import dask.array as da
+    return da.transpose(x, _g_permutation(x.ndim, axes, inverse, axis1, axis2))
+
+
+def _fw_reshaped(shape_fn):
+    """The JAX and PyTorch lowering of a reshape whose shape is ``shape_fn``'s."""
+    return lambda x, **attrs: x.reshape(shape_fn(tuple(x.shape), **attrs))
+
+
+def _fw_permute(x, axes=None, inverse=False, axis1=0, axis2=0):
+    perm = _g_permutation(len(x.shape), axes, inverse, axis1, axis2)
+    return x.permute(perm) if hasattr(x, "permute") else x.transpose(perm)
+
+
+def _fw_broadcast_to(x, shape):
+    new = _g_broadcast_to_shape(tuple(x.shape), shape)
+    if hasattr(x, "expand"):                 # a torch tensor
+        return x.expand(new)
+    import jax.numpy as jnp
+    return jnp.broadcast_to(x, new)
+
+
+def _statically(fn, *args, **kw):
+    """``fn``'s result, its ValueError a BroadcastError (the builder's E301)."""
+    try:
+        return fn(*args, **kw)
+    except ValueError as exc:
+        raise BroadcastError(str(exc)) from None
+
+
+def _named(dims):
+    """An attribute's dims as a shape class spells them (a DimRef by its name)."""
+    return tuple(getattr(d, "name", d) for d in dims)
+
+
+def _reshape_static(shapes, attrs):
+    (s,), shape = shapes, _named(attrs["shape"])
+    if s.dyn or not all(isinstance(d, int) for d in s.static + shape):
+        # checked at run time; n * k is not a dim a class can name
+        return None if -1 in shape else Shape(shape)
+    return Shape(_statically(_g_reshape_shape, s.static, shape))
+
+
+def _expand_dims_static(shapes, attrs):
+    (s,) = shapes
+    return None if s.dyn else Shape(_statically(_g_expand_dims_shape, s.static, attrs["axis"]))
+
+
+def _squeeze_static(shapes, attrs):
+    (s,) = shapes
+    if s.dyn:
+        return None
+    axes = _statically(_g_axes, len(s.static), attrs["axis"], "squeeze")
+    named = tuple(1 if isinstance(d, str) and i in axes else d for i, d in enumerate(s.static))
+    return Shape(_statically(_g_squeeze_shape, named, attrs["axis"]))
+
+
+def _broadcast_to_static(shapes, attrs):
+    (s,), shape = shapes, _named(attrs["shape"])
+    if not s.dyn and (len(s.static) > len(shape) or broadcast_static(s.static, shape) != shape):
+        raise BroadcastError(f"broadcast_to: cannot broadcast an array of shape {s} to "
+                             f"shape {Shape(shape)}")
+    return Shape(shape)
+
+
+def _permute_static(shapes, attrs):
+    (s,) = shapes
+    return None if s.dyn else Shape(_statically(_g_permute_shape, s.static, **attrs))
+
+
+_LAYOUT_HELPERS = (_g_axes, _g_reshape_shape, _g_expand_dims_shape, _g_squeeze_shape,
+                   _g_broadcast_to_shape, _g_permutation, _g_permute_shape)
+
+
+def _layout(name, params, ref, vjp, jvp, lib, cuda, dask, fw, keywords, **kw) -> Primitive:
+    kw.setdefault("helpers", _LAYOUT_HELPERS + (_gd_reshape_to, ref))
+    return Primitive(name, params, LIBRARY, ref, vjp=vjp, jvp=jvp, lib=lib, cuda=cuda,
+                     cuda_helpers=(_gc_layout, _gc_permute), dask=dask, jax=fw, torch=fw,
+                     float_only=False, dtype="same", linear=(0,), keywords=keywords, **kw)
+
+
+_PERMUTE_KW = (("axes", "axis", None), ("inverse", "internal", False))
+_SWAP_KW = (("axis1", "int", 0), ("axis2", "int", 0))
+LAYOUT = (
+    _layout("reshape", ("x",), _g_reshape, ("reshape_like(g, x)",),
+            ("reshape(x_t, shape=shape)",), "_g_reshape({x}, {shape!r})",
+            "_gc_layout({x}, _g_reshape_shape, stream, shape={shape!r})", _gd_reshape,
+            _fw_reshaped(_g_reshape_shape), (("shape", "shape", None),),
+            attr_params=("shape",), static_shape=_reshape_static, np_shape=_g_reshape_shape,
+            public=True),
+    _layout("expand_dims", ("x",), _g_expand_dims, ("reshape_like(g, x)",),
+            ("expand_dims(x_t, axis=axis)",), "_g_expand_dims({x}, {axis!r})",
+            "_gc_layout({x}, _g_expand_dims_shape, stream, axis={axis!r})", _gd_expand_dims,
+            _fw_reshaped(_g_expand_dims_shape), (("axis", "axis", None),),
+            attr_params=("axis",), static_shape=_expand_dims_static,
+            np_shape=_g_expand_dims_shape, public=True),
+    _layout("squeeze", ("x",), _g_squeeze, ("reshape_like(g, x)",),
+            ("squeeze(x_t, axis=axis)",), "_g_squeeze({x}, {axis!r})",
+            "_gc_layout({x}, _g_squeeze_shape, stream, axis={axis!r})", _gd_squeeze,
+            _fw_reshaped(_g_squeeze_shape), (("axis", "axis", None),),
+            attr_params=("axis",), static_shape=_squeeze_static, np_shape=_g_squeeze_shape,
+            public=True),
+    # reshape_like(x, like): x as like's shape; the VJP of the reshapes (internal).
+    _layout("reshape_like", ("x", "like"), lambda x, like: np.reshape(x, np.shape(like)),
+            ("reshape_like(g, x)", None), ("reshape_like(x_t, like)", None),
+            "np.reshape({x}, {like}.shape)",
+            "_gc_layout({x}, _g_reshape_shape, stream, shape=tuple({like}.shape))",
+            _gd_reshape_like, lambda x, like: x.reshape(tuple(like.shape)), (),
+            shape_like=1, shape_only=(1,), helpers=_LAYOUT_HELPERS + (_gd_reshape_to,)),
+    _layout("broadcast_to", ("x",), _g_broadcast_to, ("sum_to(g, x)",),
+            ("broadcast_to(x_t, shape=shape)",), "_g_broadcast_to({x}, {shape!r})",
+            "_gc_broadcast({x}, {shape!r}, stream)", _gd_broadcast_to, _fw_broadcast_to,
+            (("shape", "shape", None),), attr_params=("shape",),
+            static_shape=_broadcast_to_static, np_shape=_g_broadcast_to_shape, public=True),
+    # permute_dims(x, axes), alias transpose(x, axes); inverse (internal): by the
+    # inverse permutation, its VJP.
+    _layout("permute_dims", ("x",), _g_permute,
+            ("permute_dims(g, axes=axes, inverse=1 - inverse)",),
+            ("permute_dims(x_t, axes=axes, inverse=inverse)",),
+            "_g_permute({x}, axes={axes!r}, inverse={inverse!r})",
+            "_gc_permute({x}, stream, axes={axes!r}, inverse={inverse!r})", _gd_permute,
+            _fw_permute, _PERMUTE_KW, attr_params=("axes",), static_shape=_permute_static,
+            np_shape=_g_permute_shape, public=True, aliases=("transpose",)),
+    _layout("swapaxes", ("x",), _g_permute, ("swapaxes(g, axis1, axis2)",),
+            ("swapaxes(x_t, axis1, axis2)",),
+            "_g_permute({x}, axis1={axis1!r}, axis2={axis2!r})",
+            "_gc_permute({x}, stream, axis1={axis1!r}, axis2={axis2!r})", _gd_permute,
+            _fw_permute, _SWAP_KW, attr_params=("axis1", "axis2"),
+            static_shape=_permute_static, np_shape=_g_permute_shape, public=True),
+)
+
+
+# --- take, take_along_axis: gathers by integer indices -----------------------------
+# NumPy's take(x, idx, axis=) (x's axis replaced by idx's dims) and take_along_axis(x,
+# idx, axis=) (idx of x's rank; its other dims broadcast against x's), of the flattened
+# x without axis=.  Negative indices count from the end (NumPy's); one outside [-n, n)
+# is an IndexError at call time, checked before any read (Numba and CUDA kernels do not
+# check bounds).  The VJP is the transpose, a scatter-add of the cotangent into zeros
+# of x's shape where duplicate indices accumulate (take_transpose,
+# take_along_axis_transpose: internal), whose own VJP is the gather again.  One builder
+# makes the four entries (``along``: take_along_axis's).
+
+
+def _g_take_geometry(x, idx, axis, along):
+    """(axis, the shape x is read as, the result's shape) of a gather of an array of
+    shape ``x`` by indices of shape ``idx``; ValueError as NumPy's."""
+    op = "take_along_axis" if along else "take"
+    xs = (math.prod(x),) if axis is None else tuple(x)
+    if axis is not None and len(axis) != 1:
+        raise ValueError(f"{op} takes one axis, got {tuple(axis)}")
+    ax = 0 if axis is None else _g_axes(len(xs), axis, op)[0]
+    if not along:
+        return ax, xs, xs[:ax] + tuple(idx) + xs[ax + 1:]
+    if len(idx) != len(xs):
+        raise ValueError(f"take_along_axis: indices of dimension {len(idx)} for an array "
+                         f"of dimension {len(xs)} (they must be equal)")
+    out = []
+    for i, (m, n) in enumerate(zip(xs, idx)):
+        if i != ax and m != n and 1 not in (m, n):
+            raise ValueError(f"take_along_axis: indices of shape {tuple(idx)} do not "
+                             f"broadcast against an array of shape {xs} (but on axis {ax})")
+        out.append(n if i == ax or m == 1 else m)
+    return ax, xs, tuple(out)
+
+
+def _g_take_shape(x, idx, axis, along):
+    """The shape of ``take`` (``take_along_axis``: ``along``) of arrays of these shapes."""
+    return _g_take_geometry(x, idx, axis, along)[2]
+
+
+def _g_take_index(idx, n, along):
+    """The indices ``idx`` (a NumPy array) as non-negative int64 for an axis of size
+    ``n``; IndexError for one outside [-n, n)."""
+    idx = np.asarray(idx)
+    if idx.size:
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -n or hi >= n:
+            raise IndexError(f"{'take_along_axis' if along else 'take'}: index "
+                             f"{lo if lo < -n else hi} is out of bounds for an axis of size {n}")
+    return np.where(idx < 0, idx + n, idx).astype(np.int64)
+
+
+def _g_take(x, idx, axis, along):
+    """``np.take(x, idx, axis)`` (``np.take_along_axis`` when ``along``); ``axis`` a
+    1-tuple or None (the flattened ``x``)."""
+    x, idx = np.asarray(x), np.asarray(idx)
+    ax, xs, shape = _g_take_geometry(x.shape, idx.shape, axis, along)
+    i, x = _g_take_index(idx, xs[ax], along), x.reshape(xs)
+    if along:
+        full = shape[:ax] + (xs[ax],) + shape[ax + 1:]
+        return np.take_along_axis(np.broadcast_to(x, full), np.broadcast_to(i, shape), ax)
+    return np.take(x, i, axis=ax)
+
+
+def _g_take_transpose(g, idx, like, axis, along):
+    """The adjoint of :func:`_g_take` in ``x``: ``g`` added into zeros of ``like``'s
+    shape at the indices (duplicates accumulate)."""
+    g, idx, shape = np.asarray(g), np.asarray(idx), tuple(np.shape(like))
+    ax, xs, out = _g_take_geometry(shape, idx.shape, axis, along)
+    i, g = _g_take_index(idx, xs[ax], along), np.broadcast_to(g, out)
+    if not along:
+        acc = np.zeros(xs, g.dtype)
+        np.add.at(acc, (slice(None),) * ax + (i,), g)
+        return acc.reshape(shape)
+    full = out[:ax] + (xs[ax],) + out[ax + 1:]
+    acc = np.zeros(full, g.dtype)
+    where = list(np.indices(out, sparse=True))
+    where[ax] = np.broadcast_to(i, out)
+    np.add.at(acc, tuple(where), g)
+    spread = tuple(k for k, (m, n) in enumerate(zip(xs, full)) if m != n)
+    return (acc.sum(axis=spread, keepdims=True) if spread else acc).reshape(shape)
+
+
+def _gck_take(out, x, idx, n, m, inner, along):
+    """``out[(o m + j) inner + i] = x[(o n + k) inner + i]``, ``k`` the index of ``out``'s
+    element (``along``) or ``idx[j]``, from ``n`` + ``k`` when negative."""
+    for t in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        j = (t // inner) % m
+        k = idx[t] if along else idx[j]
+        if k < 0:
+            k += n
+        out[t] = x[((t // (inner * m)) * n + k) * inner + t % inner]
+
+
+def _gck_take_transpose(acc, g, idx, n, m, inner, along):
+    """The adjoint of ``_gck_take``: ``acc[...] += g[t]`` by atomic adds."""
+    for t in range(cuda.grid(1), g.size, cuda.gridsize(1)):
+        j = (t // inner) % m
+        k = idx[t] if along else idx[j]
+        if k < 0:
+            k += n
+        cuda.atomic.add(acc, ((t // (inner * m)) * n + k) * inner + t % inner, g[t])
+
+
+def _gc_take_operands(shape, idx, axis, along, stream):
+    """(device indices, axis, the shape read, result shape, the full shape of the
+    gather, n, m, inner) of a gather on the device, its indices checked on the host
+    (copied back: small beside the data)."""
+    idx = _gc_dev(idx, stream)
+    ax, xs, out = _g_take_geometry(shape, tuple(idx.shape), axis, along)
+    _g_take_index(idx.copy_to_host(stream=stream), xs[ax], along)
+    full = out[:ax] + (xs[ax],) + out[ax + 1:] if along else xs
+    if along and tuple(idx.shape) != out:
+        idx = _gc_broadcast(idx, out, stream)
+    m = out[ax] if along else max(idx.size, 1)
+    return idx, ax, xs, out, full, xs[ax], m, math.prod(full[ax + 1:])
+
+
+def _gc_take(x, idx, axis, along, stream):
+    """:func:`_g_take` on the device (``_gck_take``)."""
+    x = _gc_dev(x, stream)
+    idx, ax, xs, out, full, n, m, inner = _gc_take_operands(tuple(x.shape), idx, axis,
+                                                            along, stream)
+    res = _gc_empty(out, x.dtype, stream)
+    if res.size:
+        x = x.reshape(xs)
+        x = _gc_broadcast(x, full, stream) if full != xs else x
+        _gck_take[_gc_blocks(res.size), _GC_BLOCK, stream](
+            _gc_ravel(res), _gc_ravel(x), _gc_ravel(idx), n, m, inner, bool(along))
+    return res
+
+
+def _gc_take_transpose(g, idx, like, axis, along, stream):
+    """:func:`_g_take_transpose` on the device (``_gck_take_transpose``)."""
+    g, shape = _gc_dev(g, stream), tuple(like.shape)
+    idx, ax, xs, out, full, n, m, inner = _gc_take_operands(shape, idx, axis, along, stream)
+    acc = _gc_upload(np.zeros(full, g.dtype), stream)
+    if g.size:
+        g = _gc_broadcast(g, out, stream) if tuple(g.shape) != out else g
+        _gck_take_transpose[_gc_blocks(g.size), _GC_BLOCK, stream](
+            _gc_ravel(acc), _gc_ravel(g), _gc_ravel(idx), n, m, inner, bool(along))
+    if full != xs:
+        acc = _gc_sum_to(acc, xs, stream)
+    return _gc_layout(acc, _g_reshape_shape, stream, shape=shape)
+
+
+def _gd_take(t, x, idx, axis, along):
+    """:func:`_g_take` of Dask arrays: the gathered axis made whole (one chunk)."""
+    import dask.array as da
+    ax, xs, out = _g_take_geometry(x.shape, idx.shape, axis, along)
+    x, idx = _gd_reshape_to(x, xs).rechunk({ax: -1}), da.asarray(idx)
+    if along:
+        full = out[:ax] + (xs[ax],) + out[ax + 1:]
+        x = da.broadcast_to(x, full).rechunk({ax: -1})
+        idx = da.broadcast_to(idx, out).rechunk(x.chunks[:ax] + (-1,) + x.chunks[ax + 1:])
+        return da.map_blocks(_g_take, x, idx, (ax,), True, dtype=x.dtype,
+                             chunks=idx.chunks)
+    xi = tuple(range(len(xs)))
+    ii = tuple(range(len(xs), len(xs) + idx.ndim))
+    return da.blockwise(_g_take, xi[:ax] + ii + xi[ax + 1:], x, xi, idx.rechunk(-1), ii,
+                        dtype=x.dtype, axis=(ax,), along=False, concatenate=True)
+
+
+def _gd_take_transpose_block(g, idx, n, ax, along, k):
+    """One block of :func:`_gd_take_transpose`: ``k`` index dims from ``ax`` on."""
+    like = g.shape[:ax] + (n,) + g.shape[ax + k:]
+    return _g_take_transpose(g, idx, np.broadcast_to(np.zeros((), g.dtype), like), (ax,),
+                             along)
+
+
+def _gd_take_transpose(t, g, idx, like, axis, along):
+    """:func:`_g_take_transpose` of Dask arrays, block by block (the axis whole)."""
+    import dask.array as da
+    shape = tuple(like.shape)
+    ax, xs, out = _g_take_geometry(shape, idx.shape, axis, along)
+    g, idx, n = da.broadcast_to(da.asarray(g), out), da.asarray(idx), xs[ax]
+    k = 1 if along else idx.ndim
+    g = g.rechunk({d: -1 for d in range(ax, ax + k)})
+    if along:
+        idx = da.broadcast_to(idx, out).rechunk(g.chunks)
+        acc = da.map_blocks(_gd_take_transpose_block, g, idx, n, ax, True, 1, dtype=g.dtype,
+                            chunks=g.chunks[:ax] + ((n,),) + g.chunks[ax + 1:])
+        acc = _g_sum_to(acc, xs)
+    else:
+        gi = tuple(range(g.ndim))
+        oi = gi[:ax] + (g.ndim,) + gi[ax + k:]
+        acc = da.blockwise(_gd_take_transpose_block, oi, g, gi, idx.rechunk(-1),
+                           gi[ax:ax + k], n=n, ax=ax, along=False, k=k, dtype=g.dtype,
+                           new_axes={g.ndim: n}, concatenate=True)
+    return _gd_reshape_to(acc, shape)
+
+
+def _fw_take(x, idx, axis, along):
+    """:func:`_g_take` of jax.numpy arrays or torch tensors."""
+    ax, xs, out = _g_take_geometry(tuple(x.shape), tuple(idx.shape), axis, along)
+    x, n = x.reshape(xs), xs[ax]
+    idx = idx + n * (idx < 0)
+    full = out[:ax] + (n,) + out[ax + 1:]
+    if hasattr(x, "index_select"):              # torch
+        import torch
+        if along:
+            return torch.gather(x.expand(full), ax, idx.long().expand(out))
+        flat = torch.index_select(x, ax, idx.long().reshape(-1))
+        return flat.reshape(out)
+    import jax.numpy as jnp
+    if along:
+        return jnp.take_along_axis(jnp.broadcast_to(x, full), jnp.broadcast_to(idx, out), ax)
+    return jnp.take(x, idx, axis=ax)
+
+
+def _fw_take_transpose(g, idx, like, axis, along):
+    """:func:`_g_take_transpose` in JAX or PyTorch: the VJP of their gather."""
+    shape = tuple(like.shape)
+    zeros = like * 0
+    if hasattr(g, "index_select"):              # torch
+        import torch
+        with torch.enable_grad():
+            x = zeros.detach().requires_grad_(True)
+            (r,) = torch.autograd.grad(_fw_take(x, idx, axis, along), x, g)
+        return r.reshape(shape)
+    import jax
+    return jax.vjp(lambda v: _fw_take(v, idx, axis, along), zeros)[1](g)[0]
+
+
+def _take_signatures(types, t):
+    flat = types.Array(t, 1, "C")
+    return [(flat, flat, types.Array(i, 1, "C"), types.int64, types.int64, types.int64,
+             types.boolean) for i in (types.int32, types.int64)]
+
+
+def _take_static(shapes, attrs):
+    s, i = shapes
+    if s.dyn or i.dyn or not all(isinstance(d, int) for d in s.static + i.static):
+        return None
+    return Shape(_statically(_g_take_shape, s.static, i.static, attrs["axis"], attrs["along"]))
+
+
+def _gathers(name, along) -> tuple[Primitive, Primitive]:
+    kw = (("axis", "axis", None), ("along", "internal", along))
+    common = dict(float_only=False, dtype="same", linear=(0,), index_operands=(1,),
+                  keywords=kw, helpers=(_g_axes, _g_take_geometry, _g_take_shape,
+                                        _g_take_index, _g_take, _g_take_transpose,
+                                        _gd_reshape_to, _gd_take_transpose_block),
+                  cuda_helpers=(_gc_take_operands, _gc_take, _gc_take_transpose, _gc_layout))
+    gather = Primitive(
+        name, ("x", "idx"), LIBRARY, _g_take,
+        vjp=(f"{name}_transpose(g, idx, x, axis=axis)", None),
+        jvp=(f"{name}(x_t, idx, axis=axis)", None),
+        lib="_g_take({x}, {idx}, {axis!r}, {along!r})",
+        cuda="_gc_take({x}, {idx}, {axis!r}, {along!r}, stream)",
+        cuda_kernels=((_gck_take, _take_signatures),), dask=_gd_take, jax=_fw_take,
+        torch=_fw_take, static_shape=_take_static, np_shape=_g_take_shape, public=True,
+        **common)
+    scatter = Primitive(
+        f"{name}_transpose", ("x", "idx", "like"), LIBRARY, _g_take_transpose,
+        vjp=(f"{name}(g, idx, axis=axis)", None, None),
+        jvp=(f"{name}_transpose(x_t, idx, like, axis=axis)", None, None),
+        lib="_g_take_transpose({x}, {idx}, {like}, {axis!r}, {along!r})",
+        cuda="_gc_take_transpose({x}, {idx}, {like}, {axis!r}, {along!r}, stream)",
+        cuda_kernels=((_gck_take_transpose, _take_signatures),), dask=_gd_take_transpose,
+        jax=_fw_take_transpose, torch=_fw_take_transpose, shape_like=2, shape_only=(2,),
+        **common)
+    return gather, scatter
+
+
+TAKE, TAKE_TRANSPOSE = _gathers("take", False)
+TAKE_ALONG, TAKE_ALONG_TRANSPOSE = _gathers("take_along_axis", True)
+
+
 # --- composite builtins: relu, softmax, log_softmax, log_sigmoid -------------------
 # Each is its decomposition wherever it is called (ExprLowerer lowers the statements in
 # its place), so every backend gets it for free and its derivative is the derivative
@@ -1198,7 +1751,8 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               differentiable=False, shape_only=(0, 1), static_shape=_scalar_static,
               np_shape=_g_scalar_shape, dask=_gd_size_ratio,
               jax=_jax_size_ratio, torch=_torch_size_ratio),
-    CUMSUM, ONE_HOT, DIM_SIZE, ARGMAX, ARGMIN, *COMPOSITES,
+    CUMSUM, ONE_HOT, DIM_SIZE, ARGMAX, ARGMIN, *LAYOUT, TAKE, TAKE_TRANSPOSE, TAKE_ALONG,
+    TAKE_ALONG_TRANSPOSE, *COMPOSITES,
 ]})
 
 # Other .grad names of primitives (NumPy's and the Array API's): alias -> primitive.

@@ -79,8 +79,12 @@ def bound_dims(params: Iterable[tuple[Shape, tuple[int, ...]]]) -> dict[str, int
 
 
 def resolve_dims(attrs: dict, dims: dict[str, int]) -> dict:
-    """``attrs`` with each :class:`DimRef` replaced by its size in ``dims``."""
-    return {k: dims[v.name] if isinstance(v, DimRef) else v for k, v in attrs.items()}
+    """``attrs`` with each :class:`DimRef` (alone or in a tuple) replaced by its size in
+    ``dims``."""
+    def size(v):
+        return dims[v.name] if isinstance(v, DimRef) else v
+    return {k: tuple(map(size, v)) if isinstance(v, tuple) else size(v)
+            for k, v in attrs.items()}
 
 
 def broadcast_static(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...]:
@@ -113,18 +117,32 @@ def broadcast(shapes: Iterable[Shape]) -> Shape:
     return Shape(static, frozenset(dyn))
 
 
+def _g_axes(ndim, axes, op):
+    """``axes`` (a tuple of ints) as non-negative axes of a rank-``ndim`` array;
+    ValueError as NumPy's for one out of bounds or repeated."""
+    out = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(f"{op}: axis {a} is out of bounds for array of dimension {ndim}")
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{op}: repeated axis in {tuple(axes)}")
+    return tuple(out)
+
+
 def normalize_axis(axis: tuple[int, ...] | None, rank: int) -> tuple[int, ...]:
     """Axes as non-negative ints, sorted; all axes when ``axis`` is None."""
     if axis is None:
         return tuple(range(rank))
-    out = []
-    for a in axis:
-        if not -rank <= a < rank:
-            raise BroadcastError(f"axis {a} is out of range for an array of rank {rank}")
-        out.append(a % rank)
-    if len(set(out)) != len(out):
-        raise BroadcastError(f"repeated axis in {axis}")
-    return tuple(sorted(out))
+    try:
+        return tuple(sorted(_g_axes(rank, axis, "reduce")))
+    except ValueError as exc:
+        raise BroadcastError(str(exc)) from None
+
+
+# The run time's axis check (copied into generated modules by the registry's layout
+# primitives), under a public name.
+checked_axes = _g_axes
 
 
 def reduce_static(dims: tuple[Dim, ...], axis: tuple[int, ...] | None,

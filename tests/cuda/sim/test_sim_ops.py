@@ -434,3 +434,27 @@ def test_index_reductions_and_composites(tmp_path, dtype) -> None:
     rng = np.random.default_rng(3)
     every_method(ops, "probs", [rng.standard_normal((3, 4)).astype(dtype)],
                  [rng.standard_normal((3, 4)).astype(dtype)], dtype)
+
+
+GATHER = """
+op gl(x: {dt}[a, b], t: i64[a, c]) -> (g, h, r) {{
+    g = take_along_axis(x, t, axis=1)
+    h = take(x, t, axis=0)
+    r = swapaxes(broadcast_to(reshape(x, (b, a)), (2, b, a)), 0, -1) * 2
+}}
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.float64])
+def test_gathers_and_layout(tmp_path, dtype) -> None:
+    """take, take_along_axis (_gck_take; the VJP by _gck_take_transpose's atomic adds,
+    duplicates accumulating; negative indices; the IndexError before any read), and
+    the layout ops (views, _gc_permute's gather, _gc_broadcast)."""
+    ops = load(GATHER.format(dt="f64"), tmp_path, "gather_f64")
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 4)).astype(dtype)
+    t = np.array([[0, -1], [2, 2], [-3, 0]], np.int64)
+    ups = [rng.standard_normal(s).astype(dtype) for s in ((3, 2), (3, 2, 4), (3, 4, 2))]
+    every_method(ops, "gl", [x, t], ups, dtype)
+    with pytest.raises(IndexError, match="out of bounds"):
+        ops.gl.cuda(cuda.to_device(x), cuda.to_device(np.full((3, 2), 4, np.int64)))
