@@ -33,7 +33,7 @@ RESERVED = frozenset({
     "abs", "all", "any", "bool", "complex", "dict", "enumerate", "float", "getattr",
     "globals", "hasattr", "id", "int", "isinstance", "iter", "len", "list", "map", "max", "min", "next",
     "object",
-    "property", "range", "repr", "reversed", "set", "sorted", "str", "sum", "super",
+    "property", "range", "repr", "reversed", "set", "slice", "sorted", "str", "sum", "super",
     "tuple", "type", "zip",
 })
 
