@@ -105,9 +105,10 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
     The block is applied to placeholder upstreams (NaN arrays of the outputs'
     shapes, never read by the result), each gradient output is checked to be
     linear in them, ``stop_gradient`` inside it is read as the identity (it
-    only matters when the block itself is differentiated), and reverse mode
-    from the gradient outputs, seeded with ``tangents``, to the placeholders
-    is the transpose.  Raises :class:`GradientError` (E405) naming the op and
+    only matters when the block itself is differentiated), and so is a
+    ``zero_masked`` (its mask tests the upstream for 0, which maps to 0 anyway),
+    and reverse mode from the gradient outputs, seeded with ``tangents``, to the
+    placeholders is the transpose.  Raises :class:`GradientError` (E405) naming the op and
     the line of the block where linearity is lost.
     """
     rule = region.rule
@@ -117,9 +118,10 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
            for o in region.outputs]
     ups, grads = apply_rule(graph, region, ups)
     reads_ups = _require_linear(graph, region, ups, grads, since)
-    for nid in reads_ups:             # stop_gradient(dy): the identity, as a map of dy
-        if graph.node(nid).op == "stop_gradient":
-            graph.update(nid, op="identity")
+    for nid in reads_ups:     # stop_gradient(dy): the identity, as a map of dy; so is
+        node = graph.node(nid)  # a NaN-safe product's mask, which tests dy == 0 only
+        if node.op in ("stop_gradient", "zero_masked"):
+            graph.update(nid, op="identity", args=node.args[:1])
     roots, seeds = [], []
     for (p, a), gname, g, t in zip(region.differentiable_inputs, rule.gradients, grads,
                                    tangents):

@@ -61,6 +61,9 @@ def classify(graph: Graph, sources: Iterable[int], since: int = 0
         if inherited is not None:
             verdict[nid] = inherited
             continue
+        # a scale-invariant test of an operand keeps linearity in the others (a mask
+        # alone is not linear: where only tested operands depend, they count)
+        operands = [(i, a) for i, a in operands if i not in prim.scale_tested] or operands
         linear_ok = all(i in prim.linear for i, _ in operands)
         if prim.multilinear:
             linear_ok = linear_ok and len(operands) == 1

@@ -79,6 +79,10 @@ class Primitive:
     # ``multilinear`` (``mul``, ``matmul``: linear in each one separately).
     linear: tuple[int, ...] = ()
     multilinear: bool = False
+    # Operands read only by a test that scaling them by a nonzero number does not
+    # change (``zero_masked``'s ``u == 0``): linearity in the other operands is kept
+    # where these depend on the same sources linearly.
+    scale_tested: tuple[int, ...] = ()
     # Attributes (beyond a reduction's axis and keepdims) passed to ``ref``, the
     # library template and every lowering as keywords: (name, kind, default); kinds
     # "axis" (an int or tuple), "bool", "internal" (rules only, never a .grad keyword).
@@ -1567,11 +1571,12 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # autodiff (core.nan_safe): x is a rule's result, linear in the cotangent or tangent u,
     # and 0 * inf must stay 0. Where x is a number it is x, so a derivative of a gradient
     # sees x's dependence on u; its own derivative passes g where it does not mask.
-    # Internal; not linear as the analysis sees it (it reads u and tests x for NaN).
+    # Internal. Linear in x: u is read only by the test u == 0, which scaling the
+    # cotangent does not change (x != x is NaN, kept NaN by any scale but 0).
     _ew("zero_masked", "x u", lambda x, u: np.where((u == 0) & (x != x), 0.0, x),
         ("where((u == 0) * (x != x), 0, g)", None),
         "({dt}(0) if (({u} == {dt}(0)) & ({x} != {x})) else {x})",
-        jax=_jax_zero_masked, torch=_torch_zero_masked),
+        linear=(0,), scale_tested=(1,), jax=_jax_zero_masked, torch=_torch_zero_masked),
     # --- elementwise math ----------------------------------------------------
     _unary("abs", np.abs, "g * sign(x)", "abs({x})", float_only=False, dtype="same",
            jax="jnp.abs", torch="torch.abs"),
