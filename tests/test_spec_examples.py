@@ -278,13 +278,14 @@ def test_add_bias_reduces_the_bias_gradient(act) -> None:
 
 
 # ---- arrays.grad (SPEC §1b): the ops gradc compiles so far ----------------------------
-# examples/arrays.grad holds xent_gather, smooth_xent, st_argmax, bias_nchw and softplus
-# of the spec's arrays.grad, as there; its other ops (xent_labels, attention, rope,
-# cumsum_rows, sorted_weighted, dropout) are not in it yet.  Its values are
+# examples/arrays.grad holds xent_gather, smooth_xent, st_argmax, bias_nchw,
+# sorted_weighted and softplus of the spec's arrays.grad, as there; its other ops
+# (xent_labels, attention, rope, cumsum_rows, dropout) are not in it yet.  Its values are
 # float64: compared to 1e-12 relative in float64, and to 2e-6 (float32's rounding) in
 # float32, through every method, fused and unfused.
 
-ARRAYS_OPS = ("xent_gather", "smooth_xent", "st_argmax", "bias_nchw", "softplus")
+ARRAYS_OPS = ("xent_gather", "smooth_xent", "st_argmax", "bias_nchw", "sorted_weighted",
+              "softplus")
 
 
 @pytest.fixture(scope="module")
@@ -338,6 +339,12 @@ def test_st_argmax(arrays) -> None:
     check_values(arrays.st_argmax, [x], [dy], [[0, 1, 0], [1, 0, 0]],
                  [[[0.14456367056342886, -0.13770761225720413, -0.006856058306224722],
                    [-0.08381950580221058, -0.01134373655849507, 0.09516324236070567]]])
+
+
+def test_sorted_weighted(arrays) -> None:
+    """sort, descending: the gradient flows back through the permutation."""
+    x, w = np.array([[3.0, 1, 2]]), np.array([1, 0.5, 0.25])
+    check_values(arrays.sorted_weighted, [x, w], [[1.0]], [4.25], [[[1, 0.25, 0.5]]])
 
 
 def test_softplus_shadows_the_builtin(arrays) -> None:

@@ -35,7 +35,7 @@ def runtime_signatures(types, t):
     for prim in PRIMITIVES.values():          # the registry's primitives' own kernels
         for kernel, signatures in prim.cuda_kernels:
             sigs += [(kernel.__name__, s) for s in signatures(types, t)]
-    return sigs
+    return list(dict.fromkeys(sigs))          # a kernel two primitives share, once
 
 
 def module_ptx(module: ModuleType, cc: tuple[int, int], dtypes=("float32", "float64"),

@@ -26,7 +26,8 @@ from gradc.ir.shapes import DimRef
 
 # Primitives that derivative rules may call but .grad files may not.
 INTERNAL = ("broadcast_in", "sum_to", "shape_check", "size_ratio", "transpose", "matmul", "cast",
-            "identity", "zero_masked", "dim_size", "reshape_like", "take_transpose",
+            "identity", "zero_masked", "dim_size", "reshape_like", "take_transpose", "shift",
+            "linear_scan",
             "take_along_axis_transpose")
 _RENAMED = {"max": "maximum", "min": "minimum"}
 _ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,

@@ -589,23 +589,30 @@ def _g_cumsum(x, axis, reverse):
     """Inclusive cumulative sum of ``x`` along ``axis`` (a 1-tuple, or None for a
     1-d ``x``), from the last element when ``reverse``, in ``x``'s dtype (as
     ``np.cumsum``: sequential, not pairwise, summation)."""
+    return _g_flip_scan(np.cumsum, x, axis, reverse)
+
+
+def _g_flip_scan(scan, x, axis, reverse):
+    """``scan`` (``np.cumsum``, ``np.cumprod``) of ``x`` along ``axis`` in ``x``'s dtype,
+    from the last element when ``reverse``."""
     x = np.asarray(x)
     ax = _g_scan_axis(x.ndim, axis)
     if reverse:
-        return np.ascontiguousarray(np.flip(np.cumsum(np.flip(x, ax), axis=ax, dtype=x.dtype), ax))
-    return np.cumsum(x, axis=ax, dtype=x.dtype)
+        return np.ascontiguousarray(np.flip(scan(np.flip(x, ax), axis=ax, dtype=x.dtype), ax))
+    return scan(x, axis=ax, dtype=x.dtype)
 
 
-def _gck_scan(out, x, lines, n, inner, reverse):
+def _gck_scan(out, a, x, lines, n, inner, reverse, scaled):
     """One thread per line of ``n`` elements (stride ``inner``) of the C-ordered
-    ``x``: the running sum in float64, stored in ``out``'s dtype."""
+    ``x``: the running sum in float64 (``scaled``: the recurrence of ``linear_scan``,
+    the sum so far times ``a``'s element first), stored in ``out``'s dtype."""
     i = cuda.grid(1)
     if i < lines:
         base = (i // inner) * n * inner + i % inner
         acc = 0.0
         for j in range(n):
             k = base + (n - 1 - j if reverse else j) * inner
-            acc += x[k]
+            acc = x[k] + (a[k] * acc if scaled and j else acc)
             out[k] = acc
 
 
@@ -618,8 +625,9 @@ def _gc_cumsum(x, axis, reverse, stream):
     out = _gc_empty(x.shape, x.dtype, stream)
     lines = x.size // n if n else 0
     if lines:
+        flat = _gc_ravel(x)
         _gck_scan[_gc_blocks(lines), _GC_BLOCK, stream](
-            _gc_ravel(out), _gc_ravel(x), lines, n, inner, bool(reverse))
+            _gc_ravel(out), flat, flat, lines, n, inner, bool(reverse), False)
     return out
 
 
@@ -647,14 +655,16 @@ def _torch_cumsum(x, axis, reverse):
 
 def _scan_signatures(types, t):
     flat = types.Array(t, 1, "C")
-    return [(flat, flat, types.int64, types.int64, types.int64, types.boolean)]
+    return [(flat, flat, flat, types.int64, types.int64, types.int64, types.boolean,
+             types.boolean)]
 
 
 CUMSUM = Primitive(
     "cumsum", ("x",), LIBRARY, _g_cumsum,
     vjp=("cumsum(g, axis=axis, reverse=1 - reverse)",),
     jvp=("cumsum(x_t, axis=axis, reverse=reverse)",),
-    lib="_g_cumsum({x}, {axis!r}, {reverse!r})", helpers=(_g_scan_axis, _g_cumsum),
+    lib="_g_cumsum({x}, {axis!r}, {reverse!r})",
+    helpers=(_g_scan_axis, _g_flip_scan, _g_cumsum),
     cuda="_gc_cumsum({x}, {axis!r}, {reverse!r}, stream)", cuda_helpers=(_gc_cumsum,),
     cuda_kernels=((_gck_scan, _scan_signatures),),
     dask=_gd_cumsum, jax=_jax_cumsum, torch=_torch_cumsum,
@@ -1476,6 +1486,345 @@ COMPOSITES = (
 )
 
 
+# --- argsort, sort, topk: sorting along one axis --------------------------------------
+# argsort(x, axis=-1, descending=false): the int64 permutation of a stable sort (NumPy's
+# kind="stable": equal values keep their order), NaN last as NumPy's (NaN is the largest
+# value; -0.0 and 0.0 are equal).  descending=true is the ascending order reversed but
+# for ties (jnp.argsort(descending=True, stable=True)): NaN first, equal values still in
+# their order.  No gradient (integer data).  The internal attribute ``k`` keeps the first
+# k indices of each line (topk's).  sort and topk are decompositions over it: the values
+# gathered by the permutation (take_along_axis), so their VJP scatters the cotangent back
+# to where each value came from (take_along_axis_transpose) and their JVP gathers the
+# tangent by the permutation, in every backend.  topk(x, k, axis=-1): the k largest
+# values in descending order (torch.topk, jax.lax.top_k; ties: the lower index first,
+# NaN counts as the largest); 0 <= k <= n, checked at compile time where n is known
+# (E301), else at call time (ValueError).
+
+
+def _g_argsort_shape(x, axis, descending=False, k=None):
+    """The shape of ``argsort`` of an array of shape ``x`` (``k`` per line when given);
+    ValueError for an axis out of bounds or a ``k`` outside [0, n]."""
+    ax = _g_scan_axis(len(x), axis)
+    if k is None:
+        return tuple(x)
+    n = x[ax]
+    if isinstance(k, int) and (k < 0 or isinstance(n, int) and k > n):
+        raise ValueError(f"topk: k = {k} is out of range for an axis of size {n} "
+                         f"(0 <= k <= {n})")
+    return tuple(x[:ax]) + (k,) + tuple(x[ax + 1:])
+
+
+def _g_argsort(x, axis, descending, k=None):
+    """The stable ``argsort`` of ``x`` along ``axis`` (a 1-tuple), int64, its first
+    ``k`` per line when given; descending: reversed, ties still in their order."""
+    x = np.asarray(x)
+    shape = _g_argsort_shape(x.shape, axis, descending, k)
+    ax = _g_scan_axis(x.ndim, axis)
+    if descending:
+        idx = x.shape[ax] - 1 - np.flip(np.argsort(np.flip(x, ax), axis=ax, kind="stable"), ax)
+    else:
+        idx = np.argsort(x, axis=ax, kind="stable")
+    return np.ascontiguousarray(idx[(slice(None),) * ax + (slice(0, shape[ax]),)], np.int64)
+
+
+def _gck_argsort(out, x, n, inner, k, descending):
+    """One thread per element of the C-ordered ``x`` (lines of ``n``, stride ``inner``):
+    its rank in the stable sort of its line (the elements before it, and its equals
+    at lower indices), its index stored at that rank of ``out`` (``k`` per line) when
+    the rank is below ``k``.  NaN is the largest value; O(n) per element."""
+    for t in range(cuda.grid(1), x.size, cuda.gridsize(1)):
+        i = t % inner
+        j = (t // inner) % n
+        o = t // (inner * n)
+        v = x[t]
+        rank = 0
+        for m in range(n):
+            u = x[(o * n + m) * inner + i]
+            if descending:
+                before = u > v or (u != u and v == v)
+                after = v > u or (v != v and u == u)
+            else:
+                before = u < v or (v != v and u == u)
+                after = v < u or (u != u and v == v)
+            if before or (m < j and not after):
+                rank += 1
+        if rank < k:
+            out[(o * k + rank) * inner + i] = j
+
+
+def _gc_argsort(x, axis, descending, k, stream):
+    """:func:`_g_argsort` on the device (``_gck_argsort``)."""
+    x = _gc_dev(x, stream)
+    shape = _g_argsort_shape(tuple(x.shape), axis, descending, k)
+    ax = _g_scan_axis(x.ndim, axis)
+    out = _gc_empty(shape, np.int64, stream)
+    if out.size:
+        _gck_argsort[_gc_blocks(x.size), _GC_BLOCK, stream](
+            _gc_ravel(out), _gc_ravel(x), x.shape[ax], math.prod(x.shape[ax + 1:]),
+            shape[ax], bool(descending))
+    return out
+
+
+def _gd_argsort(t, x, axis, descending, k=None):
+    """:func:`_g_argsort` of a Dask array: the sorted axis made whole (one chunk)."""
+    import dask.array as da
+    ax = _g_scan_axis(x.ndim, axis)
+    shape = _g_argsort_shape(x.shape, axis, descending, k)
+    x = x.rechunk({ax: -1})
+    return da.map_blocks(_g_argsort, x, (ax,), descending, k, dtype=np.int64,
+                         chunks=x.chunks[:ax] + ((shape[ax],),) + x.chunks[ax + 1:])
+
+
+def _fw_argsort(x, axis, descending, k=None):
+    """:func:`_g_argsort` of jax.numpy arrays or torch tensors."""
+    ax = _g_scan_axis(x.ndim, axis)
+    n = _g_argsort_shape(tuple(x.shape), axis, descending, k)[ax]
+    if hasattr(x, "index_select"):              # torch
+        import torch
+        flip, order = (lambda a: torch.flip(a, (ax,))), (lambda a: torch.argsort(
+            a, dim=ax, stable=True))
+    else:
+        import jax.numpy as jnp
+        flip, order = (lambda a: jnp.flip(a, ax)), (lambda a: jnp.argsort(a, axis=ax,
+                                                                          stable=True))
+    idx = x.shape[ax] - 1 - flip(order(flip(x))) if descending else order(x)
+    return idx[(slice(None),) * ax + (slice(0, n),)]
+
+
+def _argsort_signatures(types, t):
+    return [(types.Array(types.int64, 1, "C"), types.Array(t, 1, "C"), types.int64,
+             types.int64, types.int64, types.boolean)]
+
+
+def _argsort_static(shapes, attrs):
+    (s,), axis, k = shapes, attrs["axis"], attrs["k"]
+    if axis is None or len(axis) != 1:
+        raise BroadcastError(f"sort, argsort and topk take one axis, got {axis}")
+    if k is not None and not hasattr(k, "name") and (
+            isinstance(k, bool) or not isinstance(k, int) or k < 0):
+        raise BroadcastError(f"topk: k must be a non-negative integer, got {k!r}")
+    if k is None:
+        return s
+    if s.dyn:
+        return None
+    return Shape(_statically(_g_argsort_shape, s.static, axis, attrs["descending"],
+                             getattr(k, "name", k)))
+
+
+ARGSORT = Primitive(
+    "argsort", ("x",), LIBRARY, _g_argsort, vjp=(None,), jvp=(None,),
+    lib="_g_argsort({x}, {axis!r}, {descending!r}, {k!r})",
+    helpers=(_g_scan_axis, _g_argsort_shape, _g_argsort),
+    cuda="_gc_argsort({x}, {axis!r}, {descending!r}, {k!r}, stream)",
+    cuda_helpers=(_gc_argsort,), cuda_kernels=((_gck_argsort, _argsort_signatures),),
+    dask=_gd_argsort, jax=_fw_argsort, torch=_fw_argsort,
+    float_only=False, dtype="i64", differentiable=False,
+    static_shape=_argsort_static, np_shape=_g_argsort_shape,
+    keywords=(("axis", "axis", (-1,)), ("descending", "bool", False), ("k", "internal", None)),
+    public=True)
+
+
+def _np_sort(x, axis=(-1,), descending=False):
+    return np.take_along_axis(x, _g_argsort(x, axis, descending), axis[0])
+
+
+def _np_topk(x, k, axis=(-1,)):
+    return np.take_along_axis(x, _g_argsort(x, axis, True, k), axis[0])
+
+
+SORTS = (
+    _composite("sort", _np_sort, """
+    out = take_along_axis(x, argsort(x, axis=axis, descending=descending), axis=axis)""",
+               keywords=(("axis", "axis", (-1,)), ("descending", "bool", False))),
+    _composite("topk", _np_topk, """
+    out = take_along_axis(x, argsort(x, axis=axis, descending=true, k=k), axis=axis)""",
+               keywords=(("k", "int", None), ("axis", "axis", (-1,))), attr_params=("k",)),
+)
+
+
+# --- cumprod: the inclusive product scan, by a linear recurrence ---------------------
+# cumprod(x, axis=, reverse=) is a decomposition (every backend gets it, and its
+# derivative) over two internal primitives whose derivatives divide by nothing, so a
+# zero in x is no special case:
+#   shift(x, axis, reverse, fill): x moved one place along the axis (s_i = x_{i-1}, or
+#     x_{i+1} when reverse), ``fill`` where nothing moves in; its VJP shifts back.
+#   linear_scan(a, b, axis, reverse): s_0 = b_0, s_i = a_i s_{i-1} + b_i (from the last
+#     element when reverse: s_i = a_i s_{i+1} + b_i); a_0 (a_{n-1}) is not read.  Its
+#     transpose in b is the scan the other way over a shifted one place; in a, the
+#     transpose times the shifted result.
+# cumprod(x) = linear_scan(x, where(first, x, 0)) (first: the first element of each
+# line), the products np.cumprod forms in its order; its VJP is then
+# E * linear_scan(shift(x, back), g, back), E the exclusive products (PyTorch's
+# zero-safe cumprod backward, in O(n)).
+
+
+def _g_shift(x, axis, reverse, fill):
+    """``x`` moved one place along ``axis`` (backwards when ``reverse``), ``fill`` in the
+    place left empty."""
+    x = np.asarray(x)
+    ax = _g_scan_axis(x.ndim, axis)
+    out = np.full(x.shape, fill, x.dtype)
+    lead, rest = slice(0, -1), slice(1, None)
+    pre = (slice(None),) * ax
+    out[pre + (lead if reverse else rest,)] = x[pre + (rest if reverse else lead,)]
+    return out
+
+
+def _g_linear_scan(a, b, axis, reverse):
+    """``s_0 = b_0, s_i = a_i s_{i-1} + b_i`` along ``axis`` (from the last element when
+    ``reverse``), in the dtype of ``a`` and ``b``."""
+    b = np.asarray(b)
+    ax = _g_scan_axis(b.ndim, axis)
+    a = np.moveaxis(np.broadcast_to(a, b.shape), ax, 0)
+    s = np.moveaxis(np.array(b, dtype=np.result_type(a, b)), ax, 0)
+    n = s.shape[0]
+    for i in (range(n - 2, -1, -1) if reverse else range(1, n)):
+        s[i] = a[i] * s[i + 1 if reverse else i - 1] + s[i]
+    return np.ascontiguousarray(np.moveaxis(s, 0, ax))
+
+
+def _gck_shift(out, x, n, inner, reverse, fill):
+    """``out[j] = x[j - 1]`` (``x[j + 1]`` when ``reverse``) along lines of ``n`` (stride
+    ``inner``), ``fill`` where that is outside the line: one thread per element."""
+    for t in range(cuda.grid(1), out.size, cuda.gridsize(1)):
+        j = (t // inner) % n
+        src = j + 1 if reverse else j - 1
+        out[t] = x[t + (src - j) * inner] if 0 <= src < n else fill
+
+
+def _gc_line_geometry(shape, axis):
+    """(axis, n, inner, lines) of the lines a scan runs along in an array of ``shape``."""
+    ax = _g_scan_axis(len(shape), axis)
+    n = shape[ax]
+    return ax, n, math.prod(shape[ax + 1:]), math.prod(shape) // n if n else 0
+
+
+def _gc_shift(x, axis, reverse, fill, stream):
+    """:func:`_g_shift` on the device (``_gck_shift``)."""
+    x = _gc_dev(x, stream)
+    ax, n, inner, lines = _gc_line_geometry(tuple(x.shape), axis)
+    out = _gc_empty(x.shape, x.dtype, stream)
+    if x.size:
+        _gck_shift[_gc_blocks(x.size), _GC_BLOCK, stream](
+            _gc_ravel(out), _gc_ravel(x), n, inner, bool(reverse), fill)
+    return out
+
+
+def _gc_linear_scan(a, b, axis, reverse, stream):
+    """:func:`_g_linear_scan` on the device (``_gck_scan``, scaled)."""
+    b = _gc_dev(b, stream)
+    a = _gc_dev(a, stream)
+    if tuple(a.shape) != tuple(b.shape):
+        a = _gc_broadcast(a, tuple(b.shape), stream)
+    ax, n, inner, lines = _gc_line_geometry(tuple(b.shape), axis)
+    out = _gc_empty(b.shape, b.dtype, stream)
+    if lines:
+        _gck_scan[_gc_blocks(lines), _GC_BLOCK, stream](
+            _gc_ravel(out), _gc_ravel(a), _gc_ravel(b), lines, n, inner, bool(reverse), True)
+    return out
+
+
+def _gd_shift(t, x, axis, reverse, fill):
+    """:func:`_g_shift` of a Dask array (a slice and a filled edge: no rechunking)."""
+    import dask.array as da
+    ax = _g_scan_axis(x.ndim, axis)
+    if x.shape[ax] == 0:
+        return x
+    pre = (slice(None),) * ax
+    edge = da.full(x.shape[:ax] + (1,) + x.shape[ax + 1:], fill, dtype=x.dtype)
+    if reverse:
+        return da.concatenate([x[pre + (slice(1, None),)], edge], axis=ax)
+    return da.concatenate([edge, x[pre + (slice(0, -1),)]], axis=ax)
+
+
+def _gd_linear_scan(t, a, b, axis, reverse):
+    """:func:`_g_linear_scan` of Dask arrays: the scanned axis made whole (one chunk)."""
+    import dask.array as da
+    ax = _g_scan_axis(b.ndim, axis)
+    b = da.asarray(b).rechunk({ax: -1})
+    a = da.broadcast_to(da.asarray(a), b.shape).rechunk(b.chunks)
+    return da.map_blocks(_g_linear_scan, a, b, (ax,), reverse, dtype=b.dtype)
+
+
+def _fw_shift(x, axis, reverse, fill):
+    """:func:`_g_shift` of jax.numpy arrays or torch tensors."""
+    ax = _g_scan_axis(x.ndim, axis)
+    if x.shape[ax] == 0:
+        return x
+    pre, shape = (slice(None),) * ax, tuple(x.shape[:ax]) + (1,) + tuple(x.shape[ax + 1:])
+    if hasattr(x, "index_select"):              # torch
+        import torch
+        cat, edge = torch.cat, torch.full(shape, fill, dtype=x.dtype, device=x.device)
+    else:
+        import jax.numpy as jnp
+        cat, edge = jnp.concatenate, jnp.full(shape, fill, x.dtype)
+    if reverse:
+        return cat([x[pre + (slice(1, None),)], edge], ax)
+    return cat([edge, x[pre + (slice(0, -1),)]], ax)
+
+
+def _fw_linear_scan(a, b, axis, reverse):
+    """:func:`_g_linear_scan` of jax.numpy arrays or torch tensors, one step per element
+    of the axis."""
+    ax = _g_scan_axis(b.ndim, axis)
+    if hasattr(b, "index_select"):              # torch
+        import torch
+        a, stack = a.expand(b.shape), torch.stack
+    else:
+        import jax.numpy as jnp
+        a, stack = jnp.broadcast_to(a, b.shape), jnp.stack
+    n = b.shape[ax]
+    if n == 0:
+        return b
+    pre = (slice(None),) * ax
+    s, acc = [None] * n, None
+    for i in (range(n - 1, -1, -1) if reverse else range(n)):
+        acc = b[pre + (i,)] if acc is None else a[pre + (i,)] * acc + b[pre + (i,)]
+        s[i] = acc
+    return stack(s, ax)
+
+
+def _shift_signatures(types, t):
+    flat = types.Array(t, 1, "C")
+    return [(flat, flat, types.int64, types.int64, types.boolean, t)]
+
+
+_SCAN_KW = (("axis", "axis", None), ("reverse", "bool", False))
+# The transpose of a scan in b: the other way, over a moved one place the other way.
+_BACK = ("linear_scan(shift(a, axis=axis, reverse=1 - reverse), g, axis=axis, "
+         "reverse=1 - reverse)")
+SCANS = (
+    Primitive(
+        "shift", ("x",), LIBRARY, _g_shift,
+        vjp=("shift(g, axis=axis, reverse=1 - reverse)",),
+        jvp=("shift(x_t, axis=axis, reverse=reverse)",),
+        lib="_g_shift({x}, {axis!r}, {reverse!r}, {fill!r})", helpers=(_g_scan_axis, _g_shift),
+        cuda="_gc_shift({x}, {axis!r}, {reverse!r}, {fill!r}, stream)",
+        cuda_helpers=(_gc_line_geometry, _gc_shift),
+        cuda_kernels=((_gck_shift, _shift_signatures),),
+        dask=_gd_shift, jax=_fw_shift, torch=_fw_shift,
+        float_only=False, dtype="same", shape_like=0,
+        keywords=_SCAN_KW + (("fill", "internal", 0.0),)),
+    Primitive(
+        "linear_scan", ("a", "b"), LIBRARY, _g_linear_scan,
+        vjp=(f"shift(out, axis=axis, reverse=reverse) * {_BACK}", _BACK),
+        jvp=("linear_scan(a, a_t * shift(out, axis=axis, reverse=reverse), axis=axis, "
+             "reverse=reverse)", "linear_scan(a, b_t, axis=axis, reverse=reverse)"),
+        lib="_g_linear_scan({a}, {b}, {axis!r}, {reverse!r})",
+        helpers=(_g_scan_axis, _g_linear_scan),
+        cuda="_gc_linear_scan({a}, {b}, {axis!r}, {reverse!r}, stream)",
+        cuda_helpers=(_gc_line_geometry, _gc_linear_scan),
+        cuda_kernels=((_gck_scan, _scan_signatures),),
+        dask=_gd_linear_scan, jax=_fw_linear_scan, torch=_fw_linear_scan,
+        dtype="same", shape_like=1, linear=(1,), keywords=_SCAN_KW),
+    _composite("cumprod", lambda x, axis=None, reverse=False: _g_flip_scan(
+        np.cumprod, x, axis, reverse), """
+    first = shift(zeros_like(x), axis=axis, reverse=reverse, fill=1) > 0
+    out = linear_scan(x, where(first, x, 0), axis=axis, reverse=reverse)""",
+               keywords=_SCAN_KW, aliases=("cumulative_prod",)),
+)
+
+
 # --- dim_size: a dim of the signature as a value ----------------------------------
 # ``k`` in an expression, for ``x: [n, k]``: the size of ``x``'s axis ``index``
 # (counted from the end), an int64 known at call time (ir.expr.dim_scope makes it);
@@ -1757,7 +2106,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               np_shape=_g_scalar_shape, dask=_gd_size_ratio,
               jax=_jax_size_ratio, torch=_torch_size_ratio),
     CUMSUM, ONE_HOT, DIM_SIZE, ARGMAX, ARGMIN, *LAYOUT, TAKE, TAKE_TRANSPOSE, TAKE_ALONG,
-    TAKE_ALONG_TRANSPOSE, *COMPOSITES,
+    TAKE_ALONG_TRANSPOSE, *COMPOSITES, ARGSORT, *SORTS, *SCANS,
 ]})
 
 # Other .grad names of primitives (NumPy's and the Array API's): alias -> primitive.

@@ -248,6 +248,32 @@ def _other_cases() -> list[Case]:
         Case("i_take_second", ("take_transpose", "take"), "x, t: i32",
              "    r = grad(sum(take(x, t, axis=0) ^ 2), x)", ((3, 2), (4,)), (REAL, INDEX3),
              ints=(1,)),
+        # sorting: argsort (int64, no gradient; stable, descending), sort and topk (their
+        # decompositions: a gather by argsort, the VJP its scatter-add), k = n and k = 0
+        Case("p_argsort", ("argsort", "mul"), "x", "    r = x * argsort(x, axis=0)",
+             ((3, 4),), (REAL,), _distinct),
+        Case("p_argsort_desc", ("argsort", "mul"), "x",
+             "    r = x * argsort(x, descending=true)", ((3, 4),), (REAL,), _distinct),
+        Case("p_sort", ("sort",), "x", "    r = sort(x, axis=1)", ((3, 4),), (REAL,),
+             _distinct),
+        Case("p_sort_desc", ("sort",), "x", "    r = sort(x, axis=0, descending=true) * 2",
+             ((3, 4),), (REAL,), _distinct),
+        Case("p_topk", ("topk",), "x", "    r = topk(x, 2)", ((3, 4),), (REAL,), _distinct),
+        Case("p_topk_all", ("topk",), "x", "    r = topk(x, 3, axis=0)", ((3, 4),), (REAL,),
+             _distinct),
+        Case("p_topk_none", ("topk",), "x", "    r = sum(x, axis=1) + sum(topk(x, 0))",
+             ((3, 4),), (REAL,)),
+        # cumprod: a decomposition over shift and linear_scan (zero-safe derivatives), along
+        # each axis, backwards, 1-d; the second order differentiates linear_scan in a (sampled
+        # away from 0, where central differences of a cubic are all error; zeros are edges)
+        Case("p_cumprod", ("cumprod",), "x", "    r = cumprod(x, axis=1)", ((3, 4),),
+             (NONZERO,)),
+        Case("p_cumprod_a0r", ("linear_scan", "shift"), "x",
+             "    r = cumulative_prod(x, axis=0, reverse=true)", ((3, 4),), (NONZERO,)),
+        Case("p_cumprod_1d", ("cumprod", "shift", "linear_scan"), "x", "    r = cumprod(x) * x",
+             ((5,),), (NONZERO,)),
+        Case("i_cumprod_second", ("shift", "linear_scan"), "x",
+             "    r = grad(sum(cumprod(x, axis=1, reverse=true) ^ 2), x)", ((2, 4),), (NONZERO,)),
         # zero_masked: the NaN-safe products of a gradient (sin's and mul's rules), which
         # the derivatives of r differentiate in turn (second order)
         Case("i_zero_masked", ("zero_masked",), "x", "    r = grad(sum(sin(x) * x), x)",
@@ -578,7 +604,8 @@ def test_decomposition_parses_and_names_only_its_scope(prim) -> None:
     assigns ``out`` last, and does not call the primitive it stands for."""
     stmts = parse_statements(prim.decomposition)
     assert stmts[-1].target == "out", prim.name
-    known = set(prim.params) | set(CONSTANTS) | {"axis", "keepdims", "true", "false"}
+    known = set(prim.params) | set(CONSTANTS) | set(prim.attrs) | {"axis", "keepdims", "true",
+                                                                    "false"}
     for s in stmts:
         names, funcs, _ = _free_names(s.value)
         assert names <= known, f"'{prim.name}' decomposition names {names - known}"
@@ -698,6 +725,21 @@ _EDGES: dict[str, list[tuple[np.ndarray, ...]]] = {
     "p_argmax": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-30, 1e4, 0], [1, 2, 3, 4]]),)],
     "p_argmin": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-31, 1e4, 1]]),)],
     "p_argmax_flat": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-31, 1e4, 1]]),)],
+    # sorting: huge, tiny, signed zeros (distinct values: a tie's permutation may change
+    # under the steps; ties, NaN and infinities are tested in test_sorting.py), empty axes
+    # (0 and 1e-30 never share a line: the step at 0 is absolute, so they would swap)
+    "p_argsort": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-30, 1e4, -1e-30],
+                             [1, 2, 3, 4]]),)],
+    "p_sort": [(np.array([[0, -2.5, 1e3, -1e4], [-1e4, 1e-30, 1e4, -1e-30], [4, 3, 2, 1]]),),
+               (np.zeros((3, 0)),)],
+    "p_topk": [(np.array([[0, -2.5, 1e3, -1e4], [-1e4, 1e-30, 1e4, -1e-30], [4, 3, 2, 1]]),),
+               (np.zeros((0, 4)),)],
+    "p_topk_none": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-30, 1e4, -1e-30]]),)],
+    # zeros among the factors (one, two, leading, trailing), huge and tiny, an empty axis
+    "p_cumprod": [(np.array([[0, -2.5, 3, 1e-30], [2, 0, 0, 1.5], [1e3, -1e3, 1e-3, 0]]),),
+                  (np.zeros((2, 0)),)],
+    "p_cumprod_a0r": [(np.array([[0, -2.5, 3, 1e-30], [2, 0, 0, 1.5], [1e3, -1e3, 1e-3, 0]]),)],
+    "i_cumprod_second": [(np.array([[0, -2.5, 3, 1e-30], [2, 0, 0, 1.5]]),)],
     "p_relu": [(_a(-2.5, 1e3, -1e4, 1e-30, -1e-30, 3),)],
     "p_log_sigmoid": [(_a(0, -2.5, 1e3, -1e4, 1e-30, -1e-30, 40, -40),)],
     # huge, tiny and tied logits, a slice of one element, an empty axis

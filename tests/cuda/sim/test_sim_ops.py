@@ -458,3 +458,38 @@ def test_gathers_and_layout(tmp_path, dtype) -> None:
     every_method(ops, "gl", [x, t], ups, dtype)
     with pytest.raises(IndexError, match="out of bounds"):
         ops.gl.cuda(cuda.to_device(x), cuda.to_device(np.full((3, 2), 4, np.int64)))
+
+
+SORTS = """
+op sorts(x: {dt}[a, b]) -> (s, d, t, c, r) {{
+    s = sort(x, axis=1)
+    d = sort(x, axis=0, descending=true) * 2
+    t = topk(x, 2)
+    c = cumprod(x, axis=1)
+    r = cumulative_prod(x, axis=0, reverse=true)
+}}
+op orders(x: {dt}[a, b]) -> (i, j, k) {{
+    i = argsort(x, axis=1)
+    j = argsort(x, axis=0, descending=true)
+    k = argsort(topk(x, 0), axis=-1)
+}}
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.float64])
+def test_sorting_and_products(tmp_path, dtype) -> None:
+    """argsort (_gck_argsort: a stable rank per element, NaN last ascending and first
+    descending), sort and topk (gathers by it, their VJP the scatter-add), cumprod
+    (_gck_shift and _gck_linear_scan: a zero among the factors)."""
+    ops = load(SORTS.format(dt="f64"), tmp_path, "sorts_f64")
+    x = np.array([[1, 3, 3, 0], [2, 0, 2, 2], [5, np.nan, 7, np.nan]], dtype)
+    for dev in (ops.orders.cuda, ops.orders.cuda.unfused):
+        i, j, k = (v.copy_to_host() for v in dev(cuda.to_device(x)))
+        assert i.dtype == j.dtype == np.int64 and k.shape == (3, 0)
+        np.testing.assert_array_equal(i, np.argsort(x, axis=1, kind="stable"))
+        np.testing.assert_array_equal(j, [[2, 2, 2, 2], [1, 0, 0, 1], [0, 1, 1, 0]])
+    rng = np.random.default_rng(7)
+    x = np.array([[1, 3, 3, 0], [2, 0, -2, 0.5], [0.5, -1, 7, 1.5]], dtype)
+    ups = [rng.standard_normal(s).astype(dtype) for s in ((3, 4), (3, 4), (3, 2), (3, 4),
+                                                           (3, 4))]
+    every_method(ops, "sorts", [x], ups, dtype)
