@@ -175,13 +175,15 @@ def render_cuda_matmul(graph: Graph | None, step, name: str, *, fast_math: bool 
     each element of the product where it is computed, without ``step`` the
     product is stored (the run time's ``_gck_matmul``).
 
-    Signature: ``name(*outputs, *inputs, _a, _b, _m, _n, _k, _w)``: the
-    epilogue's outputs and inputs as in :func:`render_cuda_kernel` (flat, of
-    the product's size; the product itself is no input), then the operands,
-    flat C-contiguous ``_m`` by ``_k`` and ``_k`` by ``_n``.  Blocks of
-    _GC_TILE x _GC_TILE threads, one tile of the product each; operand tiles
-    are staged through shared memory and the dot products accumulate in
-    float64.
+    Signature: ``name(*outputs, *inputs, _a, _b, _ao, _bo, _m, _n, _k, _w)``:
+    the epilogue's outputs and inputs as in :func:`render_cuda_kernel` (flat, of
+    the product's size; the product itself is no input), then the operands, flat
+    C-contiguous, and the offsets (int64) of each batch's ``_m`` by ``_k`` and
+    ``_k`` by ``_n`` matrices in them (one per batch of the product, in C order;
+    equal offsets where a batch dim is broadcast).  Blocks of _GC_TILE x
+    _GC_TILE threads, one tile of the product each (the grid's z extent strides
+    over the batches, its y extent over the row tiles); operand tiles are
+    staged through shared memory and the dot products accumulate in float64.
     """
     if step is None:
         hoisted, body, outs, ins = [], ["_o0[_i] = _acc"], ["_o0"], []
@@ -209,24 +211,32 @@ def render_cuda_matmul(graph: Graph | None, step, name: str, *, fast_math: bool 
         "_ty = cuda.threadIdx.y",
         "_col = cuda.blockIdx.x * _GC_TILE + _tx",
     ]
-    # Blocks stride over the row tiles: a grid's y extent is at most 65535.
+    # Blocks stride over the batches and the row tiles: a grid's z and y extents are
+    # at most 65535.
     tiles = [
         "_row = _rt * _GC_TILE + _ty",
         "_acc = 0.0",
         "for _t0 in range(0, _k, _GC_TILE):",
-        "    _sa[_ty, _tx] = _a[_row * _k + _t0 + _tx] if (_row < _m and _t0 + _tx < _k) else 0.0",
-        "    _sb[_ty, _tx] = _b[(_t0 + _ty) * _n + _col] if (_col < _n and _t0 + _ty < _k) else 0.0",
+        "    _sa[_ty, _tx] = _a[_oa + _row * _k + _t0 + _tx] "
+        "if (_row < _m and _t0 + _tx < _k) else 0.0",
+        "    _sb[_ty, _tx] = _b[_ob + (_t0 + _ty) * _n + _col] "
+        "if (_col < _n and _t0 + _ty < _k) else 0.0",
         "    cuda.syncthreads()",
         "    for _j in range(_GC_TILE):",
         "        _acc += _sa[_ty, _j] * _sb[_j, _tx]",
         "    cuda.syncthreads()",
         "if _row < _m and _col < _n:",
-        "    _i = _row * _n + _col",
+        "    _i = (_p * _m + _row) * _n + _col",
         *("    " + line for line in body),
     ]
-    print_loop(buf, f"@cuda.jit(cache=not _GC_SIM{fm})",
-               f"def {name}({', '.join(outs + ins + ['_a', '_b', '_m', '_n', '_k', '_w'])}):",
-               hoisted + setup,
-               "for _rt in range(cuda.blockIdx.y, (_m + _GC_TILE - 1) // _GC_TILE, cuda.gridDim.y):",
-               tiles)
+    batch = [
+        "_oa = _ao[_p]",
+        "_ob = _bo[_p]",
+        "for _rt in range(cuda.blockIdx.y, (_m + _GC_TILE - 1) // _GC_TILE, cuda.gridDim.y):",
+        *("    " + line for line in tiles),
+    ]
+    args = outs + ins + ["_a", "_b", "_ao", "_bo", "_m", "_n", "_k", "_w"]
+    print_loop(buf, f"@cuda.jit(cache=not _GC_SIM{fm})", f"def {name}({', '.join(args)}):",
+               hoisted + setup, "for _p in range(cuda.blockIdx.z, _ao.size, cuda.gridDim.z):",
+               batch)
     return buf.getvalue()

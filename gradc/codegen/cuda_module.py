@@ -37,13 +37,13 @@ class CudaWrapperPrinter(WrapperPrinter):
 
     def _launch(self, name: str, args: list[str], step: Kernel) -> str:
         if isinstance(step, MatmulEpilogue):
-            return f"_gc_launch_matmul({name}, stream, _mnk, {', '.join(args + ['_a', '_b'])})"
+            return f"_gc_launch_matmul({name}, stream, _mm, {', '.join(args + ['_a', '_b'])})"
         return f"_gc_launch({name}, stream, {', '.join(args + ['_gc_witness(_T)'])})"
 
     def _shape_line(self, step: Kernel) -> str:
         if isinstance(step, MatmulEpilogue):
             x, y = (self._value(a) for a in step.inputs[-2:])
-            return f"_a, _b, _mnk, _s = _gc_matmul_operands({x}, {y}, stream)"
+            return f"_a, _b, _mm, _s = _gc_matmul_operands({x}, {y}, stream)"
         return super()._shape_line(step)
 
     def _loop_inputs(self, step: Kernel) -> tuple[int, ...]:

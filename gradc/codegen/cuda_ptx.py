@@ -31,7 +31,8 @@ def runtime_signatures(types, t):
         sigs.append(("_gck_gather", (flat, flat, tup, tup)))
     for out, src in ((flat, flat), (f64, flat), (flat, f64)):
         sigs.append(("_gck_rows", (out, src, f64, i64, i64, i64, i64, i64, i64, types.float64)))
-    sigs.append(("_gck_matmul", (flat, flat, flat, i64, i64, i64, flat)))
+    offsets = types.Array(i64, 1, "C")
+    sigs.append(("_gck_matmul", (flat, flat, flat, offsets, offsets, i64, i64, i64, flat)))
     for prim in PRIMITIVES.values():          # the registry's primitives' own kernels
         for kernel, signatures in prim.cuda_kernels:
             sigs += [(kernel.__name__, s) for s in signatures(types, t)]

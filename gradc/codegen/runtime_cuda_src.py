@@ -539,35 +539,56 @@ def _gc_reduce(kind, x, axis, keepdims, stream, empty_ok=False):
 
 
 def _gc_matmul_operands(a, b, stream):
-    """The operands of ``np.matmul(a, b)`` (rank 1 or 2, one float dtype) as flat
-    device arrays, with ``(m, n, k)`` and the result's shape."""
+    """The operands of ``np.matmul(a, b)`` (rank 1 or more, one float dtype) as flat
+    device arrays, with the product's geometry ``(m, n, k, offsets of a's matrices,
+    of b's)`` (a 1-d ``a`` a row, a 1-d ``b`` a column; one offset per batch of the
+    product, its batch dims broadcast) and the result's shape; ValueError as
+    :func:`_g_matmul_shape`'s."""
     a, b = _gc_dev(a, stream), _gc_dev(b, stream)
-    if a.ndim == 0 or b.ndim == 0:
-        raise ValueError("matmul: input operand does not have enough dimensions")
-    m, k = (1, a.shape[0]) if a.ndim == 1 else a.shape
-    k2, n = (b.shape[0], 1) if b.ndim == 1 else b.shape
-    if k != k2:
-        raise ValueError(f"matmul: mismatch in its core dimension: {a.shape} @ {b.shape}")
     shape = _g_matmul_shape(a.shape, b.shape)
-    return _gc_ravel(a), _gc_ravel(b), (m, n, k), shape
+    sa = (1,) + tuple(a.shape) if a.ndim == 1 else tuple(a.shape)
+    sb = tuple(b.shape) + (1,) if b.ndim == 1 else tuple(b.shape)
+    m, k, n = sa[-2], sa[-1], sb[-1]
+    batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
+    geometry = (m, n, k, _gc_batch_offsets(sa[:-2], batch, m * k, stream),
+                _gc_batch_offsets(sb[:-2], batch, k * n, stream))
+    return _gc_ravel(a), _gc_ravel(b), geometry, shape
 
 
-def _gc_launch_matmul(kernel, stream, mnk, *args):
+def _gc_batch_offsets(own, batch, size, stream):
+    """The offset (int64, on the device) of the matrix of each batch (C order over
+    ``batch``) in a flat operand of batch dims ``own`` and ``size`` elements per
+    matrix: ``own`` broadcast to ``batch``.  Cached by shapes (never written)."""
+    cache = _GC_STATE.setdefault("batch offsets", {})
+    key = (tuple(own), tuple(batch), size)
+    d = cache.get(key)
+    if d is None:
+        off = np.arange(int(np.prod(own, dtype=np.int64)), dtype=np.int64) * size
+        off = np.ascontiguousarray(np.broadcast_to(off.reshape(own), batch)).reshape(-1)
+        if len(cache) >= 256:
+            cache.clear()
+        d = cache[key] = cuda.to_device(off, stream=stream)
+    return d
+
+
+def _gc_launch_matmul(kernel, stream, geometry, *args):
     """Run a tiled matmul kernel (``args``: outputs, inputs, the two operands) over
-    the ``m`` by ``n`` product: one block of _GC_TILE^2 threads per tile."""
-    m, n, k = mnk
-    if m and n:
-        grid = ((n + _GC_TILE - 1) // _GC_TILE, min((m + _GC_TILE - 1) // _GC_TILE, _GC_GRID_Y))
-        kernel[grid, (_GC_TILE, _GC_TILE), stream](*args, m, n, k, _gc_witness(args[-1].dtype))
+    each batch's ``m`` by ``n`` product: one block of _GC_TILE^2 threads per tile."""
+    m, n, k, ao, bo = geometry
+    if m and n and ao.size:
+        grid = ((n + _GC_TILE - 1) // _GC_TILE, min((m + _GC_TILE - 1) // _GC_TILE, _GC_GRID_Y),
+                min(ao.size, _GC_GRID_Y))
+        kernel[grid, (_GC_TILE, _GC_TILE), stream](*args, ao, bo, m, n, k,
+                                                   _gc_witness(args[-1].dtype))
 
 
 def _gc_matmul(a, b, stream):
-    """``np.matmul`` for operands of rank 1 or 2 (float, same dtype): the product
-    stored (``_gck_matmul``); with k = 0, zeros."""
-    fa, fb, mnk, shape = _gc_matmul_operands(a, b, stream)
+    """``np.matmul`` (float, same dtype; batch dims broadcast): the product stored
+    (``_gck_matmul``); with k = 0, zeros."""
+    fa, fb, geometry, shape = _gc_matmul_operands(a, b, stream)
     c = _gc_empty(shape, fa.dtype, stream)
     if c.size:
-        _gc_launch_matmul(_gck_matmul, stream, mnk, c.reshape(c.size), fa, fb)
+        _gc_launch_matmul(_gck_matmul, stream, geometry, _gc_ravel(c), fa, fb)
     return c
 
 

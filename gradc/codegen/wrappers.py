@@ -52,7 +52,8 @@ class Kernels:
         self.by_body[body] = name
         self.arg_dtypes[name] = tuple(graph.node(n).dtype
                                       for n in (*kernel.outputs, *kernel.inputs)) + (
-            ("n", "n", "n") if isinstance(kernel, MatmulEpilogue) else ())   # m, n, k
+            ("i64", "i64", "n", "n", "n") if isinstance(kernel, MatmulEpilogue)
+            else ())                          # the batches' offsets; m, n, k
         self.sources.append(render(graph, kernel, name, fast_math=self.fast_math,
                                    comments=comments))
         return name

@@ -270,8 +270,25 @@ def _matmul_static(shapes, attrs):
 
 
 def _g_matmul_shape(x, y):
-    """The shape of ``a @ b`` for ``a``, ``b`` of shapes ``x``, ``y`` of rank 1 or 2."""
-    return tuple(x[:-1]) + (tuple(y[1:]) if len(y) == 2 else ())
+    """The shape of ``np.matmul(a, b)`` for ``a``, ``b`` of shapes ``x``, ``y`` (rank 1
+    or more; a 1-d operand promoted and its added dim removed, batch dims broadcast);
+    ValueError for a 0-d operand, contracted dims that differ, batch dims that do not
+    broadcast."""
+    x, y = tuple(int(n) for n in x), tuple(int(n) for n in y)
+    if not x or not y:
+        raise ValueError(f"matmul: operands of shapes {x} and {y}: a 0-d operand has no "
+                         f"dim to contract")
+    x2 = (1,) + x if len(x) == 1 else x
+    y2 = y + (1,) if len(y) == 1 else y
+    if x2[-1] != y2[-2]:
+        raise ValueError(f"matmul: operands of shapes {x} and {y}: contracted dims "
+                         f"{x2[-1]} and {y2[-2]} differ")
+    try:
+        batch = np.broadcast_shapes(x2[:-2], y2[:-2])
+    except ValueError:
+        raise ValueError(f"matmul: operands of shapes {x} and {y}: batch dims {x2[:-2]} "
+                         f"and {y2[:-2]} do not broadcast") from None
+    return tuple(batch) + x2[-2:-1] * (len(x) > 1) + y2[-1:] * (len(y) > 1)
 
 
 def _g_transpose_shape(x):
@@ -355,8 +372,12 @@ def _gd_norm(t, x, axis=None, keepdims=False):
 
 
 def _gd_matmul(t, x, y):
+    """``np.matmul`` of Dask arrays (batch dims broadcast, blockwise), the contracted
+    axes rechunked whole: each block of the product is one matrix product."""
     import dask.array as da
-    return da.matmul(_gd_array(x), _gd_array(y))
+    x, y = _gd_array(x), _gd_array(y)
+    _g_matmul_shape(x.shape, y.shape)          # NumPy's ValueError before any graph
+    return da.matmul(x.rechunk({x.ndim - 1: -1}), y.rechunk({max(y.ndim - 2, 0): -1}))
 
 
 def _gd_transpose(t, x):

@@ -154,14 +154,19 @@ def reduce_static(dims: tuple[Dim, ...], axis: tuple[int, ...] | None,
 
 
 def matmul_static(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...]:
-    """Result dims of ``a @ b`` for operands of rank 1 or 2 (NumPy rules)."""
-    if not (1 <= len(a) <= 2 and 1 <= len(b) <= 2):
-        raise BroadcastError(f"matmul takes operands of rank 1 or 2, got ranks "
-                             f"{len(a)} and {len(b)}")
-    ka = a[-1]
-    kb = b[0] if len(b) == 1 else b[-2]
-    if ka != kb and not (isinstance(ka, str) or isinstance(kb, str)):
+    """Result dims of ``a @ b`` by ``np.matmul``'s rules: operands of rank >= 1; a 1-d
+    ``a`` is a row (a 1-d ``b`` a column) whose added dim is removed from the result;
+    the dims before the last two are batch dims, which broadcast.  A named dim is
+    trusted to equal an int (checked at run time); two different names are an error."""
+    if not a or not b:
+        raise BroadcastError("a 0-d operand has no dim to contract (scale with '*')")
+    a2 = (1,) + tuple(a) if len(a) == 1 else tuple(a)
+    b2 = tuple(b) + (1,) if len(b) == 1 else tuple(b)
+    ka, kb = a2[-1], b2[-2]
+    if ka != kb and isinstance(ka, str) == isinstance(kb, str):
         raise BroadcastError(f"contracted dims {ka!r} and {kb!r} differ")
-    if isinstance(ka, str) and isinstance(kb, str) and ka != kb:
-        raise BroadcastError(f"contracted dims {ka!r} and {kb!r} differ")
-    return a[:-1] + b[1:] if len(b) == 2 else a[:-1]
+    try:
+        batch = broadcast_static(a2[:-2], b2[:-2])
+    except BroadcastError as exc:
+        raise BroadcastError(f"batch {exc}") from None
+    return batch + a2[-2:-1] * (len(a) > 1) + b2[-1:] * (len(b) > 1)

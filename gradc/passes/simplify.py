@@ -78,6 +78,11 @@ def _identities(graph: Graph, node: Node) -> int | None:
         return pick if _same_shape(graph, pick, node) else None
     if op == "zero_masked" and _is_needless_mask(graph, node):
         return args[0]
+    if op == "swapaxes" and graph.node(args[0]).op == "swapaxes":
+        inner = graph.node(args[0])        # swapped back (a batched '@''s VJP of k.T)
+        axes = lambda n: {n.attr("axis1"), n.attr("axis2")}
+        if axes(inner) == axes(node) and _same_shape(graph, inner.args[0], node):
+            return inner.args[0]
     return None
 
 

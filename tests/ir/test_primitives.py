@@ -170,6 +170,19 @@ def _other_cases() -> list[Case]:
             prims = ("matmul", "transpose") if tag == "22" else ("matmul",)
             cases.append(Case(f"p_matmul_{tag}_{dt}", prims, f"x: {dt}{px}, y: {dt}{py}",
                               "    r = x @ y", (sx, sy), (REAL, REAL), dtypes=(dt,)))
+    # batched (np.matmul): batch dims, broadcast batch dims (the VJP summed over them), a
+    # 1-d operand against a batch, a matrix against a batch; the second order (a cubic:
+    # sampled away from 0, as i_cumprod_second)
+    for tag, px, py, sx, sy in [("b3", "[b, i, k]", "[b, k, j]", (2, 2, 3), (2, 3, 2)),
+                                ("bc", "[1, h, i, k]", "[b, 1, k, j]", (1, 2, 2, 3), (2, 1, 3, 2)),
+                                ("1b", "[k]", "[b, k, j]", (3,), (2, 3, 2)),
+                                ("b1", "[b, i, k]", "[k]", (2, 2, 3), (3,)),
+                                ("2b", "[i, k]", "[b, k, j]", (2, 3), (2, 3, 2))]:
+        cases.append(Case(f"p_matmul_{tag}", ("matmul",), f"x: {px}, y: {py}", "    r = x @ y",
+                          (sx, sy), (REAL, REAL)))
+    cases.append(Case("i_matmul_second", ("matmul", "swapaxes", "sum_to"),
+                      "x: [1, h, i, k], y: [b, 1, k, j]", "    r = grad(sum((x @ y) ^ 2), x)",
+                      ((1, 2, 2, 3), (2, 1, 3, 2)), (NONZERO, NONZERO)))
     cases += [
         Case("p_transpose", ("transpose",), "x", "    r = x.T * 1", ((2, 3),), (REAL,)),
         Case("p_transpose_mm", ("transpose", "matmul"), "x: f64[m, k], y: f64[m, n]",
@@ -703,6 +716,15 @@ _EDGES: dict[str, list[tuple[np.ndarray, ...]]] = {
     "p_norm": [(_a(0, -2.5, 1e3, 1e-30, -1e4),), (_a(1e-30, -1e-30),), (_a(1e200, 1e200),)],
     "p_matmul_22_f64": [(np.array([[0, 1e3, 1e-30], [-2.5, 0, 1e4]]),
                          np.array([[1, 0, -1e3, 1e-30], [2, 0, 0, 1], [0, 1, 1, 1]]))],
+    # batched: huge and tiny, an empty batch, an empty contracted dim (the product zeros)
+    "p_matmul_b3": [(np.array([[[0, 1e3, 1e-30], [-2.5, 0, 1e4]]] * 2),
+                     np.array([[[1, 0], [-1e3, 1e-30], [2, 0]]] * 2)),
+                    (np.zeros((0, 2, 3)), np.zeros((0, 3, 2))),
+                    (np.zeros((2, 2, 0)), np.zeros((2, 0, 2)))],
+    "p_matmul_bc": [(np.zeros((1, 0, 2, 3)), np.ones((2, 1, 3, 2))),
+                    (np.ones((1, 2, 2, 0)), np.ones((2, 1, 0, 2)))],
+    "p_matmul_1b": [(np.zeros(0), np.zeros((2, 0, 2)))],
+    "p_matmul_b1": [(np.ones((0, 2, 3)), np.ones(3))],
     "p_transpose": [(np.array([[0, 1e3, 1e-30], [-2.5, 0, 1e4]]),)],
     "i_sum_to_outer": [(np.array([[0.0], [1e4]]), np.array([[1e-30, -2.5, 1e3]]))],
     # huge and tiny neighbours (1e4 + 1e-30 rounds), and an empty axis

@@ -43,6 +43,10 @@ op mmstore(a: {dt}[n, k], b: {dt}[k, m]) -> (c, p, s) {{
     c = exp(p) * 2
     s = sum(p, axis=0)
 }}
+op bmm(a: {dt}[1, h, i, k], b: {dt}[c, 1, k, j], u: {dt}[3]) -> (p, q) {{
+    p = tanh(a @ b)
+    q = u @ b
+}}
 op bc(x: {dt}[n, k], b: {dt}[k], s) -> y {{
     y = x * b + s
 }}
@@ -143,6 +147,18 @@ def test_reductions_matmul_transpose_broadcast(libs, dtype) -> None:
                                         for s in ((3, 5), (3, 5), (3, 4))], dtype)
     with pytest.raises(IndexError, match="index 4 is out of range for depth 4"):
         lib.scans.cuda(cuda.to_device(x), cuda.to_device(np.array([0, 4, 1], np.int32)))
+
+
+def test_batched_matmul(libs) -> None:
+    """Batch dims broadcast ((1, h) against (c, 1)), a 1-d operand against a batch; the
+    gradients summed over the broadcast batch dims.  The simulator's grid has 2 blocks
+    along z: the 4 batches of 2 x 2 stride."""
+    rng = np.random.default_rng(3)
+    a, b, u = (rng.standard_normal(s) for s in ((1, 2, 2, 3), (2, 1, 3, 2), (3,)))
+    ups = [rng.standard_normal(s) for s in ((2, 2, 2, 2), (2, 1, 2))]
+    every_method(libs["f64"], "bmm", [a, b, u], ups, np.float64)
+    with pytest.raises(ValueError, match=r"contracted dims 3 and 2 differ"):    # k is not 3
+        libs["f64"].bmm.cuda(*(cuda.to_device(x.copy()) for x in (a[..., :2], b[..., :2, :], u)))
 
 
 def test_matmul_epilogues_are_fused(lib) -> None:
