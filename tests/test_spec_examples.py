@@ -278,14 +278,14 @@ def test_add_bias_reduces_the_bias_gradient(act) -> None:
 
 
 # ---- arrays.grad (SPEC §1b): the ops gradc compiles so far ----------------------------
-# examples/arrays.grad holds xent_gather, smooth_xent, st_argmax, bias_nchw,
+# examples/arrays.grad holds xent_gather, smooth_xent, st_argmax, attention, bias_nchw,
 # sorted_weighted and softplus of the spec's arrays.grad, as there; its other ops
-# (xent_labels, attention, rope, cumsum_rows, dropout) are not in it yet.  Its values are
+# (xent_labels, rope, cumsum_rows, dropout) are not in it yet.  Its values are
 # float64: compared to 1e-12 relative in float64, and to 2e-6 (float32's rounding) in
 # float32, through every method, fused and unfused.
 
-ARRAYS_OPS = ("xent_gather", "smooth_xent", "st_argmax", "bias_nchw", "sorted_weighted",
-              "softplus")
+ARRAYS_OPS = ("xent_gather", "smooth_xent", "st_argmax", "attention", "bias_nchw",
+              "sorted_weighted", "softplus")
 
 
 @pytest.fixture(scope="module")
@@ -325,6 +325,26 @@ def test_xent_gather(arrays) -> None:
     check_values(arrays.xent_gather, [logits, labels], [1.0], 0.4795253391882155,
                  [[[0.04501528658519023, 0.12236423552739882, -0.1673795221125891],
                    [-0.21194155761708544, 0.10597077880854272, 0.10597077880854272]]])
+
+
+def test_attention(arrays) -> None:
+    """Batched @ over (batch, head) dims, swapaxes, a dim as a value; the vjp at ones."""
+    q = np.array([[[[0, 0.3], [-0.3, -0.9]], [[-0.5, -1], [0.1, 1.3]]]])
+    k = np.array([[[[-0.5, -0.6], [0.5, 0.4], [0.1, -0.9]], [[0, 0.7], [-1.3, -0.5], [-1.9, -1.3]]]])
+    v = np.array([[[[-1.8, -0.2], [-1.3, 0.3], [0.2, -0.2]], [[-2.5, -0.5], [0, 0.1], [-1.5, -0.5]]]])
+    out = [[[[-1.0141374778267676, -0.005284130949125895], [-0.8594742146327321, -0.11417663777800231]],
+            [[-1.1432647012028643, -0.3259374471072637], [-1.8786673014427875, -0.3740289712270234]]]]
+    dq = [[[[0.13318475901957275, -0.058570192058511425], [0.17333434249417465, -0.09146426660374574]],
+           [[0.031855416780799034, 0.08774638224597055], [-0.48680617504049073, -0.45360191146777473]]]]
+    dk = [[[[0.08730678396130843, 0.1963975973676423], [0.0009594190713316707, 0.004482694704250031],
+            [-0.08826620303264013, -0.20088029207189234]],
+           [[0.005791777019683647, -0.391579484919697], [-0.12602117038641253, 0.13216262835664525],
+            [0.1202293933667289, 0.2594168565630517]]]]
+    dv = [[[[0.715996999320442, 0.715996999320442], [0.5610784625457437, 0.5610784625457437],
+            [0.7229245381338145, 0.7229245381338145]],
+           [[0.772015956809934, 0.772015956809934], [0.5000559694428548, 0.5000559694428548],
+            [0.7279280737472112, 0.7279280737472112]]]]
+    check_values(arrays.attention, [q, k, v], [np.ones((1, 2, 2, 2))], out, [dq, dk, dv])
 
 
 def test_bias_nchw(arrays) -> None:
