@@ -349,6 +349,11 @@ def _draw_inputs(case: Case, data) -> list[np.ndarray]:
             xs.append(data.draw(arrays(np.int32, shape, elements=st.integers(-3, 3))))
         elif dom == INDEX3:
             xs.append(data.draw(arrays(np.int32, shape, elements=st.integers(0, 2))))
+        elif case.kink is _distinct and dom == REAL:
+            # distinct by construction (a grid of 2e-3), not by rejection: hypothesis's
+            # arrays repeat values, and rejecting ties would cost dozens of draws each
+            grid = st.integers(-1500, 1500).map(lambda i: i * 2e-3)
+            xs.append(data.draw(arrays(np.float64, shape, elements=grid, unique=True)))
         else:
             xs.append(data.draw(arrays(np.float64, shape, elements=_ELEMENTS[dom])))
     if case.name == "p_clip":                      # lo < hi
