@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from gradc.audit.canonical import clip_bounds, proportion, reads_params
-from gradc.audit.gradcheck import fitting_inputs, generic_shapes, sample_inputs
+from gradc.audit.gradcheck import (fitting_inputs, forward_if_fits, generic_shapes,
+                                   sample_inputs)
 from gradc.errors import GradcWarning, NotSupportedError, Span
 from gradc.ir.interpret import interpret
 from gradc.pipeline import CompiledOp, build_op
@@ -246,7 +247,7 @@ def _points(true: CompiledOp, rng: np.random.Generator,
         return []
     sampling = fit[2]
     points = _draw(true, rng, N_RANDOM, (*EDGE_FILLS, None), (), **sampling)
-    second = _second_shape(true, rng, sampling, points[0][0])
+    second = _second_shape(true, custom, rng, sampling, points[0][0])
     if second is not None:
         points += _draw(true, rng, N_OTHER_SHAPE, (), (), **second)
     for values in _other_values(true, rng):
@@ -287,13 +288,12 @@ def _draw(true: CompiledOp, rng: np.random.Generator, n: int, fills: tuple, valu
     return points
 
 
-def _second_shape(true: CompiledOp, rng: np.random.Generator, sampling: dict, first: list
-                  ) -> dict | None:
+def _second_shape(true: CompiledOp, custom: CompiledOp, rng: np.random.Generator,
+                  sampling: dict, first: list) -> dict | None:
     """The keywords of :func:`sample_inputs` for a second set of input shapes at which
-    the forward pass runs (generic shapes 2 larger in every axis, named dims 2 larger),
-    from those of the first (``sampling``); None when the op's shapes are fixed or no
-    larger one fits."""
-    fwd = true.methods["forward"].graph
+    the op runs (generic shapes 2 larger in every axis, named dims 2 larger), from those
+    of the first (``sampling``); None when the op's shapes are fixed or no larger one
+    fits."""
     generic = sampling["generic"]
     larger = tuple(tuple(d + 2 for d in shape) for shape in generic_shapes(generic))
     for gen, first_dim in ((larger, 4), (generic, 4), (larger, 2)):
@@ -301,10 +301,7 @@ def _second_shape(true: CompiledOp, rng: np.random.Generator, sampling: dict, fi
         xs = sample_inputs(true, rng, **kw)
         if [np.shape(x) for x in xs] == [np.shape(x) for x in first]:
             continue
-        try:
-            with np.errstate(all="ignore"):
-                interpret(fwd, xs)
-        except (ValueError, IndexError):      # shapes that do not fit the op
+        if forward_if_fits(true, xs, sampling["ints"], custom) is None:
             continue
         return kw
     return None

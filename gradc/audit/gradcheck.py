@@ -151,19 +151,30 @@ def fitting_inputs(cop: CompiledOp, rng: np.random.Generator,
     for more points of the same kind."""
     for generic, ints in itertools.product(GENERIC_SHAPES, ((-3, 4), (0, 2))):
         xs = sample_inputs(cop, rng, generic=generic, ints=ints)
-        try:
-            with np.errstate(all="ignore"):
-                ys = interpret(cop.methods["forward"].graph, xs)
-                for end in (ints[0], ints[1] - 1):
-                    interpret(cop.methods["forward"].graph,
-                              [np.full_like(x, end) if p.dtype in ("i32", "i64") else x
-                               for p, x in zip(cop.params, xs)])
-                if custom is not None and custom.primal.regions:
-                    interpret(custom.methods["vjp"].graph, xs + [np.ones(np.shape(y)) for y in ys])
+        ys = forward_if_fits(cop, xs, ints, custom)
+        if ys is not None:
             return xs, ys, {"generic": generic, "ints": ints}
-        except (ValueError, IndexError):      # shapes that do not fit the op
-            continue
     return None
+
+
+def forward_if_fits(cop: CompiledOp, xs: list, ints: tuple[int, int],
+                    custom: CompiledOp | None = None) -> list | None:
+    """The outputs of the forward pass at ``xs``, or None where the inputs do not fit
+    the op (a ValueError or IndexError): its forward pass, at ``xs`` and with every
+    integer parameter at each end of ``range(*ints)``, and the VJP of ``custom`` (the
+    op with its custom rules) where it has some."""
+    fwd = cop.methods["forward"].graph
+    try:
+        with np.errstate(all="ignore"):
+            ys = interpret(fwd, xs)
+            for end in (ints[0], ints[1] - 1):
+                interpret(fwd, [np.full_like(x, end) if p.dtype in ("i32", "i64") else x
+                                for p, x in zip(cop.params, xs)])
+            if custom is not None and custom.primal.regions:
+                interpret(custom.methods["vjp"].graph, xs + [np.ones(np.shape(y)) for y in ys])
+    except (ValueError, IndexError):      # shapes that do not fit the op
+        return None
+    return ys
 
 
 def _vjp_dot(cop: CompiledOp, xs: list, vs: list, us: list) -> float:
