@@ -284,8 +284,8 @@ def test_add_bias_reduces_the_bias_gradient(act) -> None:
 # float64: compared to 1e-12 relative in float64, and to 2e-6 (float32's rounding) in
 # float32, through every method, fused and unfused.
 
-ARRAYS_OPS = ("xent_gather", "smooth_xent", "st_argmax", "bias_nchw", "sorted_weighted",
-              "softplus")
+ARRAYS_OPS = ("xent_gather", "smooth_xent", "st_argmax", "bias_nchw", "cumsum_rows",
+              "sorted_weighted", "softplus")
 
 
 @pytest.fixture(scope="module")
@@ -339,6 +339,12 @@ def test_st_argmax(arrays) -> None:
     check_values(arrays.st_argmax, [x], [dy], [[0, 1, 0], [1, 0, 0]],
                  [[[0.14456367056342886, -0.13770761225720413, -0.006856058306224722],
                    [-0.08381950580221058, -0.01134373655849507, 0.09516324236070567]]])
+
+
+def test_cumsum_rows(arrays) -> None:
+    """A scan: its VJP is the reverse scan of the cotangent."""
+    check_values(arrays.cumsum_rows, [np.array([[3.0, 1, 2]])], [[[1.0, 2, 3]]], [[3, 4, 6]],
+                 [[[6, 5, 3]]])
 
 
 def test_sorted_weighted(arrays) -> None:

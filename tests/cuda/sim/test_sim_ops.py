@@ -493,3 +493,14 @@ def test_sorting_and_products(tmp_path, dtype) -> None:
     ups = [rng.standard_normal(s).astype(dtype) for s in ((3, 4), (3, 4), (3, 2), (3, 4),
                                                            (3, 4))]
     every_method(ops, "sorts", [x], ups, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_ops_of_arrays_grad(dtype) -> None:
+    """Every op of examples/arrays.grad (the spec's arrays.grad), every method, fused
+    and unfused, at the inputs of its comments."""
+    from arrays_inputs import ARRAYS_INPUTS, cast
+    ops = Ops(EXAMPLES / "arrays.grad")
+    assert set(ops.OPS) == set(ARRAYS_INPUTS)
+    for name, (xs, ups) in ARRAYS_INPUTS.items():
+        every_method(ops, name, cast(xs, dtype), cast(ups, dtype), dtype)
