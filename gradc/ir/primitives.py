@@ -1902,31 +1902,32 @@ def _fw_random_uniform(x, seed, offset, stream=0, part=0):
     with 32-bit words (no uint64 in JAX without x64, no uint32 arithmetic in PyTorch),
     so the same bits and the same numbers.  ``seed``: the int64 seed, or in JAX
     without x64 its two words as a uint32 pair (the adapter's)."""
-    m = 0xFFFFFFFF
     if hasattr(x, "index_select"):              # torch: words in int64 tensors
         import torch
+        word = int
         n = torch.arange(x.numel(), dtype=torch.int64, device=x.device) + offset
         seed = torch.as_tensor(seed, dtype=torch.int64, device=x.device)
-        k = [seed & m, (seed >> 32) & m]
-        c = [n & m, n >> 32]
+        k = [seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF]
+        c = [n & 0xFFFFFFFF, n >> 32]
         zero, f32, f64 = n * 0, torch.float32, torch.float64
         cast = lambda v, dt: v.to(dt)
     else:                                       # JAX: uint32 words
         import jax.numpy as jnp
-        n = jnp.arange(x.size, dtype=jnp.uint32) + jnp.asarray(offset).astype(jnp.uint32)
-        seed = jnp.asarray(seed)
-        k = ([seed[0], seed[1]] if seed.ndim else
-             [(seed & m).astype(jnp.uint32), ((seed >> 32) & m).astype(jnp.uint32)])
+        word = jnp.uint32
+        n = jnp.arange(x.size, dtype=jnp.uint32) + word(offset)
+        k = ([word(seed & 0xFFFFFFFF), word((seed >> 32) & 0xFFFFFFFF)]
+             if isinstance(seed, int) else [seed[0], seed[1]])
         zero, f32, f64 = n * 0, jnp.float32, jnp.float64
         c = [n, zero]
         cast = lambda v, dt: v.astype(dt)
     c += [zero + stream, zero]
     k0, k1 = k
+    m = word(0xFFFFFFFF)
     for _ in range(10):
-        h0, l0 = _fw_mulhilo(zero + 0xD2511F53, c[0])
-        h1, l1 = _fw_mulhilo(zero + 0xCD9E8D57, c[2])
+        h0, l0 = _fw_mulhilo(zero + word(0xD2511F53), c[0])
+        h1, l1 = _fw_mulhilo(zero + word(0xCD9E8D57), c[2])
         c = [h1 ^ c[1] ^ k0, l1, h0 ^ c[3] ^ k1, l0]
-        k0, k1 = (k0 + 0x9E3779B9) & m, (k1 + 0xBB67AE85) & m
+        k0, k1 = (k0 + word(0x9E3779B9)) & m, (k1 + word(0xBB67AE85)) & m
     a, b = (c[0], c[1]) if part == 0 else (c[2], c[3])
     if x.dtype == f32:
         u = cast(a >> 8, f32) * 5.9604644775390625e-08
