@@ -150,13 +150,13 @@ def _gd_kernel(op, name, s, values, rows, scalars, dtypes, t, likes=()):
     import dask.array as da
     s = tuple(s)
     values = list(values)
-    if s and any(v is _G_NO_OFFSET for v in values):
-        values = _gd_draw_values(s, values)
-    template = _gd_template(s, values, likes)
+    template = _gd_template(s, [v for v in values if v is not _G_NO_OFFSET], likes)
     flags = list(zip(rows, scalars))
     if template is not None:
         values.append(template)
         flags.append((-1, False))                   # read for its chunk's shape only
+    if s and any(v is _G_NO_OFFSET for v in values):
+        values = _gd_draw_values(s, values)
     args = []
     for v in values:
         args += [v, _gd_index(s, v)]

@@ -276,14 +276,14 @@ def _other_cases() -> list[Case]:
              "    r = grad(sum(cumprod(x, axis=1, reverse=true) ^ 2), x)", ((2, 4),), (NONZERO,)),
         # random numbers (a constant for differentiation: x's derivative is the draw's
         # value; lo's and hi's flow through lo + (hi - lo) u); the normal's two uniforms
-        # of one block; a draw in a loop over rows with a reduction; seed 0 (the
+        # of one block; a draw in a loop over rows with its reduction; seed 0 (the
         # interpreter's) in the kernels
         Case("p_random_uniform_like", ("random_uniform_like", "random_uniform"), "x, y",
              "    r = x * random_uniform_like(x) + random_uniform_like(x, -1, hi=y)",
              ((3, 4), (4,)), (REAL, REAL)),
         Case("p_random_normal_like", ("random_normal_like", "random_uniform"), "x",
              "    r = x * random_normal_like(x)", ((3, 4),), (REAL,)),
-        Case("i_random_rows", ("random_uniform", "sum"), "x",
+        Case("i_random_rows", ("random_uniform", "sum"), "x: [n, k]",
              "    r = x * sum(x * random_uniform_like(x), axis=1, keepdims=true)", ((3, 4),),
              (REAL,)),
         # zero_masked: the NaN-safe products of a gradient (sin's and mul's rules), which
