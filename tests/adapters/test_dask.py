@@ -268,7 +268,7 @@ def test_the_ops_of_arrays_grad() -> None:
     dtype = np.float64
     from arrays_inputs import ARRAYS_INPUTS, cast
     arrays = gradc.load(ROOT / "examples" / "arrays.grad")
-    assert set(arrays.OPS) == set(ARRAYS_INPUTS)
+    assert set(arrays.OPS) == set(ARRAYS_INPUTS) | {"dropout"}   # tests/codegen/test_random.py
     tol = 1e-12
     for name, (xs, ups) in ARRAYS_INPUTS.items():
         op = arrays.OPS[name]
