@@ -177,6 +177,24 @@ def forward_if_fits(cop: CompiledOp, xs: list, ints: tuple[int, int],
     return ys
 
 
+def _stop_gradient_note(true: CompiledOp) -> str:
+    """Why a derivative may differ from finite differences by design: the forward
+    pass writes ``stop_gradient`` (a straight-through estimator's idiom), which makes
+    the gradient a surrogate that finite differences cannot check."""
+    written = [n.span for n in true.primal if n.op == "stop_gradient" and n.span is not None
+               and n.span.file == true.op.span.file]
+    # a call's span is its function's name: the user's own stop_gradient, not a builtin's
+    # (softmax's shift by its maximum) that carries the span of the builtin's call
+    where = next((sp for sp in written if sp.end_line == sp.line
+                  and sp.end_column is not None
+                  and sp.end_column - sp.column == len("stop_gradient")), None)
+    if where is None:
+        return ""
+    return (f"the forward uses stop_gradient (line {where.line}, column {where.column}): "
+            "a gradient that is not the derivative by design is a surrogate; write it "
+            "as a grad block marked surrogate to have it audited instead")
+
+
 def _vjp_dot(cop: CompiledOp, xs: list, vs: list, us: list) -> float:
     grads = interpret(cop.methods["vjp"].graph, xs + vs)
     return float(sum(np.vdot(g, u) for g, u in zip(grads, us)))
@@ -227,6 +245,8 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
         result.custom_rel_diff = custom_difference(cop, true, xs, vs)
     if not np.isfinite(fd):
         result.ok, result.note = False, "non-finite values at the sampled point"
+    elif not result.ok:
+        result.note = _stop_gradient_note(true)
     if "jvp" in cop.methods:
         result.jvp_error = check_jvp(cop, xs, rng)
     else:

@@ -399,6 +399,20 @@ def test_check_fits_shapes_to_custom_rules_and_labels(tmp_path, capsys):
     assert "audit of the custom rule: exact" in capsys.readouterr().out
 
 
+def test_check_says_why_a_straight_through_estimator_fails(tmp_path, capsys):
+    """stop_gradient in the forward (the straight-through idiom) gives a gradient that
+    is not the derivative: the check fails and names the user's stop_gradient (not the
+    one inside softmax) and the way to have it audited."""
+    path = tmp_path / "ste.grad"
+    path.write_text("op st_argmax(x: [n, k]) -> y {\n"
+                    "    s = softmax(x, axis=-1)\n"
+                    "    y = one_hot(argmax(x, axis=-1), k) - stop_gradient(s) + s\n}\n")
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "the forward uses stop_gradient (line 3, column 42)" in out
+    assert "grad block marked surrogate" in out
+
+
 def test_unknown_op_names_are_errors_with_a_near_miss(capsys) -> None:
     """explain, bench and --emit ir refuse an op the file does not define (bench used
     to print an empty report and exit 0), naming the likely one."""
