@@ -15,7 +15,8 @@ from gradc import passes
 from gradc.autodiff.core import zeros_like
 from gradc.autodiff.forward import jvp
 from gradc.autodiff.reverse import vjp
-from gradc.errors import GradcError, GradcWarning, GradientError, NotSupportedError, raise_all
+from gradc.errors import (GradcError, GradcWarning, GradientError, NameResolutionError,
+                          NotSupportedError, raise_all)
 from gradc.frontend import ast
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, Graph
@@ -49,6 +50,7 @@ class CompiledOp:
     missing: dict[str, str] = field(default_factory=dict)   # method -> why it is not there
     primal: Graph | None = None
     diagnostics: list = field(default_factory=list)    # GradcWarnings, in order found
+    draws: bool = False           # it draws random numbers: every method takes seed=
 
 
 def upstream_names(op: ast.OpDef) -> tuple[str, ...]:
@@ -90,6 +92,14 @@ def build_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
     compiled = CompiledOp(op, param_infos(op, consts), upstream_names(op), tangent_names(op))
     primal = passes.stabilize(lower_op(op, ops, consts, custom=custom))
     compiled.primal = primal
+    compiled.draws = any(n.op == "seed" for n in primal)
+    taken = [p for p in op.params if p.name == "seed" and p.default is not None]
+    if compiled.draws and taken:
+        raise NameResolutionError(
+            "a parameter with a default cannot be named 'seed' in an op that draws random "
+            "numbers", taken[0].span, "E207",
+            ["parameters with a default are keyword-only, and 'seed=' is the keyword of "
+             "every method of an op that draws: rename the parameter"])
     compiled.methods["forward"] = _method("forward", primal.copy(), check)
     expanded = passes.expand_decompositions(primal)    # differentiated as decomposed
     joint = _differentiate(expanded, compiled)

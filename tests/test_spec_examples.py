@@ -279,13 +279,13 @@ def test_add_bias_reduces_the_bias_gradient(act) -> None:
 
 # ---- arrays.grad (SPEC §1b): the ops gradc compiles so far ----------------------------
 # examples/arrays.grad holds xent_gather, smooth_xent, st_argmax, attention, bias_nchw,
-# sorted_weighted and softplus of the spec's arrays.grad, as there; its other ops
-# (xent_labels, rope, cumsum_rows, dropout) are not in it yet.  Its values are
+# cumsum_rows, sorted_weighted, dropout and softplus of the spec's arrays.grad, as there;
+# its other ops (xent_labels, rope) are not in it yet.  Its values are
 # float64: compared to 1e-12 relative in float64, and to 2e-6 (float32's rounding) in
-# float32, through every method, fused and unfused.
+# float32, through every method, fused and unfused (dropout's: the properties it states).
 
 ARRAYS_OPS = ("xent_gather", "smooth_xent", "st_argmax", "attention", "bias_nchw",
-              "sorted_weighted", "softplus")
+              "cumsum_rows", "sorted_weighted", "dropout", "softplus")
 
 
 @pytest.fixture(scope="module")
@@ -361,10 +361,44 @@ def test_st_argmax(arrays) -> None:
                    [-0.08381950580221058, -0.01134373655849507, 0.09516324236070567]]])
 
 
+def test_cumsum_rows(arrays) -> None:
+    """A scan: its VJP is the reverse scan of the cotangent."""
+    check_values(arrays.cumsum_rows, [np.array([[3.0, 1, 2]])], [[[1.0, 2, 3]]], [[3, 4, 6]],
+                 [[[6, 5, 3]]])
+
+
 def test_sorted_weighted(arrays) -> None:
     """sort, descending: the gradient flows back through the permutation."""
     x, w = np.array([[3.0, 1, 2]]), np.array([1, 0.5, 0.25])
     check_values(arrays.sorted_weighted, [x, w], [[1.0]], [4.25], [[[1, 0.25, 0.5]]])
+
+
+def test_dropout(arrays) -> None:
+    """The properties arrays.grad states: one seed, one mask in every method, fused and
+    unfused, float64 and float32; dx = where(y != 0, dy / (1 - p), 0); another seed,
+    another mask; the kept fraction 1 - p within 5 sigma (10^5 elements)."""
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0.5, 2, (100, 1000))            # no zeros: y != 0 is the mask
+    dy = rng.standard_normal(x.shape)
+    for dt in (np.float64, np.float32):
+        xs, dys = x.astype(dt), dy.astype(dt)
+        op = arrays.dropout
+        for p in (0.5, 0.2):
+            y = op(xs, p=p, seed=11)
+            keep = y != 0
+            np.testing.assert_allclose(y[keep], xs[keep] / dt(1 - p), rtol=1e-6)
+            dx = np.where(keep, dys / dt(1 - p), 0)
+            for o in (op, op.unfused):
+                np.testing.assert_array_equal(o(xs, p=p, seed=11), y)
+                np.testing.assert_array_equal(o.vjp(xs, dys, p=p, seed=11)[0], dx)
+                yy, dxx = o.fwd_bwd(xs, dys, p=p, seed=11)
+                np.testing.assert_array_equal(yy, y)
+                np.testing.assert_array_equal(dxx, dx)
+            kept, n = keep.mean(), keep.size
+            assert abs(kept - (1 - p)) < 5 * np.sqrt(p * (1 - p) / n), (dt, p, kept)
+            other = op(xs, p=p, seed=12) != 0
+            assert 0.1 * n < np.sum(other != keep) < 0.9 * n
+        assert not np.array_equal(op(xs) != 0, op(xs) != 0)    # a fresh seed per call
 
 
 def test_softplus_shadows_the_builtin(arrays) -> None:

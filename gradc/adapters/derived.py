@@ -148,6 +148,18 @@ def signature_of(op) -> tuple[tuple[ParamInfo, ...], tuple[str, ...]]:
     return param_infos(opdef, {}), opdef.outputs     # defaults: numbers in the signature
 
 
+def draws(op) -> bool:
+    """Whether ``op``, an op of a generated module, draws random numbers: its
+    methods then take ``seed=`` (keyword-only, in every method: the forward's
+    signature says so), and so do its derived ops, which call it."""
+    import inspect
+    forward = op._methods.get("forward")
+    if forward is None:
+        return False
+    param = inspect.signature(forward).parameters.get("seed")
+    return param is not None and param.kind is inspect.Parameter.KEYWORD_ONLY
+
+
 def derive(src: Source, kind: str) -> Source:
     """The source of the VJP (``kind="vjp"``) or JVP (``"jvp"``) op of ``src``'s op.
 

@@ -49,13 +49,15 @@ def want_dtype(node_dtype: str, dtype) -> np.dtype:
 
 
 def lower_graph(graph: Graph, inputs: Sequence[int], targets: Sequence[int], fw: Framework,
-                dtype, make_region: Callable[[CustomRegion], Callable] | None = None
-                ) -> Callable[..., list]:
+                dtype, make_region: Callable[[CustomRegion], Callable] | None = None,
+                seed: int = 0) -> Callable[..., list]:
     """A function of the values of ``inputs`` (node ids: params, or any nodes to
     start from) returning the values of ``targets``, computed with ``fw``'s
     functions, floats in ``dtype``.  With ``make_region``, each outermost custom
     region between them is one call of ``make_region(region)`` (made here, once),
-    which takes the region's inputs and returns its outputs.
+    which takes the region's inputs and returns its outputs.  Random numbers are
+    drawn with ``seed`` unless the graph's ``seed`` node is among ``inputs`` (a value
+    of the framework: an int64, or in JAX a uint32 pair of its low and high words).
 
     The order of evaluation is fixed here, so the function is a straight run of
     framework calls that ``jax.jit`` and ``torch.compile`` can trace."""
@@ -75,8 +77,11 @@ def lower_graph(graph: Graph, inputs: Sequence[int], targets: Sequence[int], fw:
                           (), {}))
         elif node.op == "param":
             raise KeyError(f"parameter '{node.attr('name')}' has no value")
+        elif node.op in ("seed", "draw_offset"):      # a draw's key and (whole) offset
+            steps.append(("const", unit, seed if node.op == "seed" else 0, (), {}))
         else:
-            args = tuple((a, None) if node.op == "where" and i == 0 else spec(a)
+            args = tuple((a, None) if node.op == "where" and i == 0 else
+                         (a, "raw") if graph.node(a).op in ("seed", "draw_offset") else spec(a)
                          for i, a in enumerate(node.args))
             attrs = dict(node.attrs)
             kw = {"axis": attrs.get("axis"), "keepdims": bool(attrs.get("keepdims"))} \
@@ -98,6 +103,8 @@ def _run(inputs: tuple, steps: tuple, outs: tuple, fw: Framework, shapes: tuple,
     dims = bound_dims((s, tuple(np.shape(v))) for s, v in zip(shapes, values))
 
     def get(nid: int, dt) -> Any:
+        if dt == "raw":             # a draw's seed and offset, as given
+            return raw[nid]
         if dt is None:              # a where's condition, as a bool array
             v = raw[nid]
             return v if fw.is_bool(v) else fw.ops["ne"](v, 0)

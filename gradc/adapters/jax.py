@@ -44,6 +44,14 @@ callback.  Keyword parameters (defaults such as ``alpha``) are static: Python
 numbers, fixed when the function is traced.  ``nograd`` parameters are
 constants to JAX (their cotangent and tangent are zero), as are integer ones.
 
+An op that draws random numbers takes ``seed=``, required (a JAX function is
+pure: a seed drawn at trace time would be fixed in every call of a jitted
+function): an int, an integer scalar array or a JAX PRNG key, traced like the
+arrays (:func:`_seed_words`: the same 64 bits as the module's ``seed=``, so the
+same numbers).  It is an argument of the ``custom_vjp``/``custom_jvp`` of its
+own, not differentiated, that every derivative reads: the backward draws the
+forward's numbers.
+
 Under ``jax.vmap``, the "xla" lowering is batched by JAX as its own code is.
 With "kernels", an elementwise op (every node elementwise, no annotated
 shape) is called once for the whole batch, ``vmap_method="expand_dims"`` for
@@ -112,6 +120,7 @@ class JaxOp:
         self._graph = lower_op(program.ops[src.name], program.ops, program.consts)
         self._elementwise = all(p.shape is None for p in self._params) and all(
             PRIMITIVES[n.op].kind in (ELEMENTWISE, SOURCE) for n in self._graph)
+        self._draws = derived.draws(op)
         self._fns: dict[tuple, Callable] = {}
         self._shapes: dict[tuple, tuple] = {}
 
@@ -120,6 +129,7 @@ class JaxOp:
                 f"{self.__name__}{self.op.signature}>")
 
     def __call__(self, *args, **keywords):
+        seed = (_seed_words(self.__name__, keywords.pop("seed", None)),) if self._draws else ()
         kw = self._keywords(keywords)
         args = _arrays(self.__name__, self._params, args)
         _check_args(self.__name__, self._params, args, list(self._defaults))
@@ -127,7 +137,7 @@ class JaxOp:
         fn = self._fns.get(kw)
         if fn is None:
             fn = self._fns[kw] = self._function(dict(kw))
-        out = fn(*args)
+        out = fn(*args, *seed)
         return out[0] if len(out) == 1 else out
 
     def _keywords(self, keywords: dict) -> tuple:
@@ -149,8 +159,9 @@ class JaxOp:
         fn = _Fn(self.__name__, tuple(p.differentiable for p in self._params), n_out,
                  partial(_call_op, self.op, kw), partial(self._out_specs, kw),
                  lambda: self._src, lambda: self.op, kw,
-                 "expand_dims" if self._elementwise else "sequential", self.lowering,
-                 lambda: (self._src.compiled.methods["forward"].graph, 0))
+                 "expand_dims" if self._elementwise and not self._draws else "sequential",
+                 self.lowering, lambda: (self._src.compiled.methods["forward"].graph, 0),
+                 self._draws)
         return fn.rev() if self.mode == "rev" else fn.fwd()
 
     def _out_specs(self, kw: dict, args: tuple) -> tuple:
@@ -196,7 +207,12 @@ class _Fn:
     first use: a derivative's op is compiled only when it is differentiated).
     With ``lowering="xla"`` it is ``graph()`` in ``jax.numpy`` instead: the graph
     of the method that ``run`` calls (the op's forward, or the VJP or JVP of the
-    op this one differentiates), as gradc plans it; no module is compiled."""
+    op this one differentiates), as gradc plans it; no module is compiled.
+
+    Where it ``draws`` random numbers, its last argument is the call's seed, two
+    uint32 words (:func:`_seed_words`): an argument of its own, not differentiated
+    (a ``custom_vjp`` residual, as the inputs are), that every derivative reads, so
+    the backward draws the forward's numbers; ``run`` takes it as ``seed=``."""
 
     name: str
     diff: tuple[bool, ...]         # per argument: does it get a gradient / take a tangent
@@ -209,20 +225,26 @@ class _Fn:
     vmap: str                      # "expand_dims", "broadcast_all" or "sequential"
     lowering: str                  # "xla": graph()'s outputs in jax.numpy; "kernels": run
     graph: Callable[[], tuple]     # (graph, index of its first output that is ours)
+    draws: bool = False            # its last argument is the seed's two words
     _made: dict = field(default_factory=dict)
+
+    def split(self, args: tuple) -> tuple[tuple, tuple]:
+        """``args`` as (the arrays, the seed: a 1-tuple where it draws, else ())."""
+        return (args[:-1], args[-1:]) if self.draws else (args, ())
 
     def __call__(self, args: tuple) -> tuple:
         import jax
         if self.lowering == "xla":
-            return self._xla(args)
-        specs = self.specs(args)
-        host = partial(_host, self.run, tuple(np.ndim(a) for a in args), specs)
+            return self._xla(*self.split(args))
+        values, seed = self.split(args)
+        specs = self.specs(values)
+        host = partial(_host, self.run, tuple(np.ndim(a) for a in values), specs, self.draws)
         return tuple(jax.pure_callback(host, specs, *args, vmap_method=self.vmap))
 
-    def _xla(self, args: tuple) -> tuple:
-        """``graph()``'s outputs from ``start`` on, on ``args`` and the keywords, in
-        ``jax.numpy`` (float16 computed in float32 and rounded at the end, as the
-        generated module does)."""
+    def _xla(self, args: tuple, seed: tuple) -> tuple:
+        """``graph()``'s outputs from ``start`` on, on ``args``, the keywords and the
+        ``seed`` (the value of the graph's ``seed`` node), in ``jax.numpy`` (float16
+        computed in float32 and rounded at the end, as the generated module does)."""
         from gradc.adapters.framework_lowering import jax_framework, lower_graph, want_dtype
         graph, start = self.graph()
         names = [graph.node(p).attr("name") for p in graph.params]
@@ -233,12 +255,14 @@ class _Fn:
         if ("xla", rt) not in self._made:
             compute = np.dtype(np.float32) if rt == np.float16 else rt
             targets = graph.outputs[start:]
+            seeds = [n.id for n in graph if n.op == "seed"] if seed else []
             self._made["xla", rt] = (
-                lower_graph(graph, graph.params, targets, jax_framework(), compute),
-                tuple(want_dtype(graph.node(t).dtype, rt) for t in targets))
-        run, dtypes = self._made["xla", rt]
+                lower_graph(graph, [*graph.params, *seeds], targets, jax_framework(), compute),
+                tuple(want_dtype(graph.node(t).dtype, rt) for t in targets), len(seeds))
+        run, dtypes, n_seeds = self._made["xla", rt]
         values = dict(zip(positional, args))
-        outs = run(*(self.keywords[n] if n in self.keywords else values[n] for n in names))
+        outs = run(*(self.keywords[n] if n in self.keywords else values[n] for n in names),
+                   *seed * n_seeds)
         return tuple(o if o.dtype == dt else o.astype(dt) for o, dt in zip(outs, dtypes))
 
     def derivative(self, kind: str) -> "_Fn":
@@ -257,20 +281,20 @@ class _Fn:
         if kind == "vjp":
             wrt = [i for i, d in enumerate(self.diff) if d]
             fn = _Fn(f"{self.name}.vjp", self.diff + (True,) * self.n_out, len(wrt),
-                     lambda *a: _tuple(op.vjp(*a, **kw)),
+                     lambda *a, **seed: _tuple(op.vjp(*a, **kw, **seed)),
                      lambda args: tuple(_struct(args[i]) for i in wrt), source,
                      _once(lambda: derived.compile_op(source())), kw, _derived_vmap(self.vmap),
-                     self.lowering, lambda: (methods()["vjp"].graph, 0))
+                     self.lowering, lambda: (methods()["vjp"].graph, 0), self.draws)
         else:
             why = _missing(op, "jvp") if op is not None else \
                 self.source().compiled.missing.get("jvp")
             if why:
                 raise NotImplementedError(f"{self.name}: no forward mode: {why}")
             fn = _Fn(f"{self.name}.jvp", self.diff + (True,) * sum(self.diff), self.n_out,
-                     lambda *a: _tuple(op.jvp(*a, **kw))[self.n_out:],
+                     lambda *a, **seed: _tuple(op.jvp(*a, **kw, **seed))[self.n_out:],
                      lambda args: self.specs(args[:n]), source,
                      _once(lambda: derived.compile_op(source())), kw, _derived_vmap(self.vmap),
-                     self.lowering, lambda: (methods()["jvp"].graph, self.n_out))
+                     self.lowering, lambda: (methods()["jvp"].graph, self.n_out), self.draws)
         self._made[kind] = fn
         return fn
 
@@ -303,8 +327,9 @@ class _Fn:
             def bwd(args, cts):
                 if not any(self.diff):
                     return (None,) * len(args)
-                grads = iter(self.derivative("vjp").rev()(*args, *cts))
-                return tuple(next(grads) if d else None for d in self.diff)
+                values, seed = self.split(args)     # the forward's seed: the same numbers
+                grads = iter(self.derivative("vjp").rev()(*values, *cts, *seed))
+                return tuple(next(grads) if d else None for d in self.diff) + (None,) * len(seed)
 
             f.defvjp(fwd, bwd)
             self._made["rev"] = f
@@ -325,20 +350,27 @@ class _Fn:
                 if not ts:
                     import jax.numpy as jnp
                     return out, tuple(jnp.zeros(o.shape, o.dtype) for o in out)
-                return out, self.derivative("jvp").fwd()(*primals, *ts)
+                values, seed = self.split(primals)
+                return out, self.derivative("jvp").fwd()(*values, *ts, *seed)
 
             f.defjvp(rule)
             self._made["fwd"] = f
         return self._made["fwd"]
 
 
-def _host(run: Callable, ranks: tuple, specs: tuple, *arrays) -> tuple:
-    """The callback: ``run`` on the host arrays, results in the promised dtypes.
+def _host(run: Callable, ranks: tuple, specs: tuple, draws: bool, *arrays) -> tuple:
+    """The callback: ``run`` on the host arrays, results in the promised dtypes; where
+    the function ``draws``, the last array is the seed's two words, given to ``run``
+    as the int ``seed=`` they are (called per example under ``vmap``: "sequential").
 
     Under ``vmap`` with "expand_dims" or "broadcast_all" (elementwise ops only)
     every argument has the same number of leading batch dims; the op's own dims
     are right-aligned with size-1 dims so the batch dims meet only batch dims."""
     arrays = [np.asarray(a) for a in arrays]
+    seed = {}
+    if draws:
+        *arrays, words = arrays
+        seed = {"seed": int(words[0]) | int(words[1]) << 32}
     k = arrays[0].ndim - ranks[0] if arrays else 0
     batch: tuple = ()
     if k:
@@ -346,9 +378,60 @@ def _host(run: Callable, ranks: tuple, specs: tuple, *arrays) -> tuple:
         arrays = [a.reshape(a.shape[:k] + (1,) * (top - r) + a.shape[k:])
                   for a, r in zip(arrays, ranks)]
         batch = np.broadcast_shapes(*(a.shape[:k] for a in arrays))
-    outs = run(*arrays)
+    outs = run(*arrays, **seed)
     return tuple(np.asarray(o, dtype=s.dtype).reshape(batch + tuple(s.shape))
                  for o, s in zip(outs, specs))
+
+
+def _seed_words(name: str, seed):
+    """The 64-bit seed of a call of an op that draws, as a uint32 array of its low and
+    high words (the Philox key; the generated module's ``seed=``), from:
+
+    * an int: its low 64 bits, as the generated module takes it;
+    * an integer scalar array (NumPy or JAX, traced under ``jax.jit``): the integer it
+      holds, so ``jnp.int32(-5)`` draws as ``seed=-5``;
+    * a JAX PRNG key (``jax.random.key``, or the uint32 pair of
+      ``jax.random.PRNGKey``): its two words, the high one first, as JAX stores
+      ``key(s)``, so ``key(s)`` draws as ``seed=s`` (``0 <= s < 2**32``; any int64
+      with x64, where JAX keeps its high word).
+
+    TypeError for None (a JAX function is pure: a seed drawn here would be fixed
+    into every call of a jitted function), a float, a bool, a key of another
+    implementation or an array of another shape."""
+    import jax
+    import jax.numpy as jnp
+    if isinstance(seed, np.ndarray) and seed.shape == () and seed.dtype.kind in "iu":
+        seed = int(seed)                # all its bits, int64 too without x64
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, (bool, np.bool_)):
+        word = int(seed) % 2**64
+        return jnp.asarray([word & 0xFFFFFFFF, word >> 32], dtype=jnp.uint32)
+    dtype = getattr(seed, "dtype", None)
+    if dtype is not None and jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        data = jax.random.key_data(seed)
+        if data.shape == (2,):
+            return data[::-1]
+    elif dtype is not None and np.dtype(dtype).kind in "iu":
+        a = jnp.asarray(seed)
+        if a.shape == (2,) and a.dtype == jnp.uint32:        # jax.random.PRNGKey's data
+            return a[::-1]
+        if a.shape == ():
+            if a.dtype.itemsize == 8:
+                lo, hi = a & 0xFFFFFFFF, (a >> 32) & 0xFFFFFFFF
+            elif a.dtype.kind == "i":                        # sign-extended to 64 bits
+                lo = jax.lax.bitcast_convert_type(a.astype(jnp.int32), jnp.uint32)
+                hi = jnp.where(a < 0, jnp.uint32(0xFFFFFFFF), jnp.uint32(0))
+            else:
+                lo, hi = a, jnp.zeros_like(a)
+            return jnp.stack([lo.astype(jnp.uint32), hi.astype(jnp.uint32)])
+    if seed is None:
+        raise TypeError(f"{name}: seed= is required: the op draws random numbers, and a "
+                        "JAX function is pure; pass an int, an integer scalar array or a "
+                        "jax.random key (a traced one under jax.jit: a new seed per call "
+                        "without retracing)")
+    what = f"{dtype} array of shape {tuple(np.shape(seed))}" if dtype is not None \
+        else type(seed).__name__
+    raise TypeError(f"{name}: seed= must be an int, an integer scalar array or a "
+                    f"jax.random key (one key of two words), got {what}")
 
 
 def _float_dtype(floats: list) -> np.dtype:
@@ -359,8 +442,8 @@ def _float_dtype(floats: list) -> np.dtype:
                                                   else np.float64))
 
 
-def _call_op(op, kw: dict, *arrays) -> tuple:
-    return _tuple(op(*arrays, **kw))
+def _call_op(op, kw: dict, *arrays, **seed) -> tuple:
+    return _tuple(op(*arrays, **kw, **seed))
 
 
 def _tuple(out) -> tuple:

@@ -28,8 +28,13 @@ double backward are the module's fused kernels:
 Arguments: one per parameter without a default, in order (tensors; Python numbers
 are made tensors of the float dtype of the tensor arguments, or of an integer
 parameter's dtype), then the keyword-only parameters by name (Python numbers or
-0-d tensors).  Results are tensors of the module's dtypes (float32 in,
-float32 out), one or a tuple, on the inputs' device.  Errors are the module's
+0-d tensors).  An op that draws random numbers also takes ``seed=`` (an int, a 0-d
+integer tensor, or None: a fresh seed per call, as the module draws it; under
+``torch.compile`` from ``torch.randint`` in the graph); it is one of the
+Function's arguments, saved with the inputs, so the backward, the JVP and the
+double backward of a call draw its forward's numbers.  Results are tensors of
+the module's dtypes (float32 in, float32 out), one or a tuple, on the inputs'
+device.  Errors are the module's
 (``TypeError``, ``ValueError`` naming the argument), ``NotImplementedError`` for
 forward mode of an op without a JVP (E405) and for double backward of an op that
 gradc cannot differentiate again (several outputs, or a module imported without
@@ -52,6 +57,7 @@ except ImportError as exc:          # the optional extra
                       "(or the CPU build, pip install \"torch==2.13.0+cpu\")") from exc
 
 from gradc.adapters import derived
+from gradc.codegen.runtime_src import _g_seed
 from gradc.ir.lower import ParamInfo
 
 __all__ = ["as_torch", "TorchOp"]
@@ -70,7 +76,8 @@ def as_torch(op, *, source=None) -> "TorchOp":
     level = _LEVELS.get(id(op))
     if level is None:
         params, outputs = derived.signature_of(op)
-        level = _LEVELS[id(op)] = _Level(_Signature(op.__name__, params, outputs), lambda: op,
+        level = _LEVELS[id(op)] = _Level(_Signature(op.__name__, params, outputs,
+                                                    derived.draws(op)), lambda: op,
                                          "forward", lambda: op,
                                          _cached(lambda: _source(op, source)),
                                          type(op).__module__, 0)
@@ -82,10 +89,12 @@ def as_torch(op, *, source=None) -> "TorchOp":
 class _Signature:
     """What an order takes and gives: the op's name, the parameters of its flat
     arguments (:class:`gradc.ir.lower.ParamInfo`; those with a default are the
-    keywords) and its outputs."""
+    keywords), its outputs, and whether it draws random numbers (then its flat
+    arguments end with the call's seed, and every order's methods take ``seed=``)."""
     name: str
     params: tuple[ParamInfo, ...]
     outputs: tuple[str, ...]
+    draws: bool = False
 
     @cached_property
     def positional(self) -> tuple[ParamInfo, ...]:
@@ -176,19 +185,21 @@ class _Level:
     def tensors_only(self, args) -> bool:
         """Whether ``args`` is one tensor per positional parameter and the op has no
         keyword parameters (a call :meth:`bind` would leave as it is)."""
-        return (not self.n_kw and len(args) == self.n_pos
+        return (not self.n_kw and not self.info.draws and len(args) == self.n_pos
                 and all(type(a) is torch.Tensor or isinstance(a, torch.Tensor) for a in args))
 
     # ---- arguments ----------------------------------------------------------
 
     def bind(self, args, kwargs) -> list:
         """``args`` and ``kwargs`` as the flat list the Function and custom op take:
-        positional tensors, then each keyword's value (None where not given)."""
+        positional tensors, then each keyword's value (None where not given), then,
+        for an op that draws, the call's seed (:func:`_seed`): one value that the
+        forward and the backward of the call both read."""
         info = self.info
         if len(args) != self.n_pos:
             raise derived.arity_error(info.name, [p.name for p in info.positional],
                                       [p.name for p in info.keywords], len(args))
-        names = {p.name for p in info.keywords}
+        names = {p.name for p in info.keywords} | ({"seed"} if info.draws else set())
         for key in kwargs:
             if key not in names:
                 raise TypeError(f"{info.name}() got an unexpected keyword argument {key!r}")
@@ -215,11 +226,19 @@ class _Level:
                                      f"no shape annotation), got shape {tuple(v.shape)}")
                 v = v.item()
             flat.append(v)
+        if info.draws:
+            flat.append(_seed(info.name, kwargs.get("seed")))
         return flat
 
-    def split(self, flat):
-        """The flat arguments as (positional tensors, keyword dict of those given)."""
-        kw = {p.name: v for p, v in zip(self.info.keywords, flat[self.n_pos:]) if v is not None}
+    def split(self, flat, fake: bool = False):
+        """The flat arguments as (positional tensors, keyword dict of those given),
+        the seed as ``seed`` among the keywords where the op draws (an int; 0 for
+        ``fake`` arguments, whose values cannot be read)."""
+        given = zip(self.info.keywords, flat[self.n_pos:self.n_pos + self.n_kw])
+        kw = {p.name: v for p, v in given if v is not None}
+        if self.info.draws:
+            seed = flat[self.n_pos + self.n_kw]
+            kw["seed"] = 0 if fake else int(seed)      # an int, or a 0-d tensor (compile)
         return list(flat[:self.n_pos]), kw
 
     # ---- kernels ------------------------------------------------------------
@@ -257,7 +276,8 @@ class _Level:
             cts = tuple(ParamInfo(f"ct_{o}", None, None, None, False, True)
                         for o in info.outputs)
             grads = tuple(f"d_{p.name}" for p in info.differentiable)
-            nxt = _Signature(info.name, info.positional + cts + info.keywords, grads)
+            nxt = _Signature(info.name, info.positional + cts + info.keywords, grads,
+                             info.draws)
             parent = self.source
             source = _cached(lambda: derived.derive(parent(), "vjp"))
             self._next = _Level(nxt, self.self_op, "vjp", _cached(lambda: _compile(source())),
@@ -399,6 +419,7 @@ def _make_custom_op(level: _Level):
     qualname = "gradc::" + re.sub(r"\W", "_", f"{level.module}__{info.name}__{level.order}")
     args = [f"Tensor a{i}" for i in range(level.n_pos)]
     args += [f"Scalar? k{i}=None" for i in range(len(info.keywords))]
+    args += ["Tensor? seed=None"] if info.draws else []     # a 0-d int64 tensor: traced
     outs = "Tensor" if n_out == 1 else "(" + ", ".join(["Tensor"] * n_out) + ")"
     schema = f"({', '.join(args)}) -> {outs}"
 
@@ -410,12 +431,11 @@ def _make_custom_op(level: _Level):
     lib_op.register_fake(lambda *flat: _fake(level, flat))
 
     def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(*inputs[:level.n_pos])
-        ctx.keywords = inputs[level.n_pos:]
+        _save(ctx, inputs)          # the seed too: the backward draws the forward's numbers
 
     def backward(ctx, *grads):
-        flat = [*ctx.saved_tensors, *ctx.keywords]
-        return level.gradients(flat, grads, ctx.needs_input_grad, level.next().custom_op())
+        return level.gradients(_restore(ctx), grads, ctx.needs_input_grad,
+                               level.next().custom_op())
 
     lib_op.register_autograd(backward, setup_context=setup_context)
     return lib_op
@@ -434,12 +454,37 @@ def _fake(level: _Level, flat):
     else:
         proxies = [np.broadcast_to(np.zeros((), _numpy_dtype(a.dtype)),
                                    tuple(int(s) for s in a.shape)) for a in pos]
-        _, kw = level.split(flat)
+        _, kw = level.split(flat, fake=True)
         got = level.call_op()(*proxies, **kw)
         got = got if isinstance(got, tuple) else (got,)
         res = [torch.empty(np.shape(g), dtype=_torch_dtype(np.asarray(g).dtype), device=device)
                for g in got]
     return res[0] if len(res) == 1 else tuple(res)
+
+
+def _seed(name: str, seed):
+    """The seed of one call of an op that draws, from its ``seed=``: an int, a 0-d
+    integer tensor, or None.  In eager mode an int, the module's (its low 64 bits as
+    an int64; where None, 64 fresh bits of the operating system's entropy, as the
+    generated module draws them).  Under ``torch.compile`` a 0-d int64 tensor, the
+    custom operators' argument: where None, ``torch.randint`` in the graph (a fresh
+    seed per call of the compiled function, from PyTorch's generator), since a seed
+    drawn while Dynamo traces would be the same in every call."""
+    if isinstance(seed, torch.Tensor):
+        if seed.dim() or seed.dtype.is_floating_point or seed.dtype.is_complex \
+                or seed.dtype == torch.bool:
+            raise TypeError(f"{name}: seed= must be an int or a 0-d integer tensor, got a "
+                            f"{seed.dtype} tensor of shape {tuple(seed.shape)}")
+        if torch.compiler.is_compiling():
+            return seed.to(torch.int64)
+        seed = seed.item()
+    if not torch.compiler.is_compiling():
+        return int(_g_seed(name, seed))
+    if seed is None:
+        return torch.randint(0, 2**63 - 1, (), dtype=torch.int64)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"{name}: seed= must be an int, got {type(seed).__name__}")
+    return torch.tensor((seed + 2**63) % 2**64 - 2**63, dtype=torch.int64)
 
 
 def _invoke(gop, method: str, args, kwargs, name: str) -> tuple:

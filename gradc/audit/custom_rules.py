@@ -36,7 +36,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from gradc.audit.canonical import clip_bounds, proportion, reads_params
-from gradc.audit.gradcheck import fitting_inputs, sample_inputs
+from gradc.audit.gradcheck import (fitting_inputs, forward_if_fits, generic_shapes,
+                                   sample_inputs)
 from gradc.errors import GradcWarning, NotSupportedError, Span
 from gradc.ir.interpret import interpret
 from gradc.pipeline import CompiledOp, build_op
@@ -234,23 +235,23 @@ def _shift(xs: list, diff: list[int], h: float) -> list:
     return out
 
 
-def _points(true: CompiledOp, rng: np.random.Generator) -> list[tuple[list, bool]]:
+def _points(true: CompiledOp, rng: np.random.Generator,
+            custom: CompiledOp) -> list[tuple[list, bool]]:
     """``(inputs, edge)`` of every sample point: random and edge points at the first
     shape that fits (as ``gradc check`` chooses it) with parameters at their defaults,
     random points at a second shape where one fits (larger generic shapes and named
     dims), and random points and an edge mix at other values of the nograd float
     parameters with a default (:func:`_other_values`)."""
-    fit = fitting_inputs(true, rng)
+    fit = fitting_inputs(true, rng, custom)
     if fit is None:
         return []
-    generic = fit[2]
-    points = _draw(true, rng, N_RANDOM, (*EDGE_FILLS, None), (), generic=generic)
-    second = _second_shape(true, rng, generic, points[0][0])
+    sampling = fit[2]
+    points = _draw(true, rng, N_RANDOM, (*EDGE_FILLS, None), (), **sampling)
+    second = _second_shape(true, custom, rng, sampling, points[0][0])
     if second is not None:
-        points += _draw(true, rng, N_OTHER_SHAPE, (), (), generic=second[0],
-                        first_dim=second[1])
+        points += _draw(true, rng, N_OTHER_SHAPE, (), (), **second)
     for values in _other_values(true, rng):
-        points += _draw(true, rng, N_PER_VALUE, (None,), values, generic=generic)
+        points += _draw(true, rng, N_PER_VALUE, (None,), values, **sampling)
     return points
 
 
@@ -287,23 +288,22 @@ def _draw(true: CompiledOp, rng: np.random.Generator, n: int, fills: tuple, valu
     return points
 
 
-def _second_shape(true: CompiledOp, rng: np.random.Generator, generic: tuple, first: list
-                  ) -> tuple[tuple, int] | None:
-    """``(generic, first_dim)`` of :func:`sample_inputs` for a second set of input shapes
-    at which the forward pass runs (generic shapes 2 larger in every axis, named dims 2
-    larger), None when the op's shapes are fixed or no larger one fits."""
-    fwd = true.methods["forward"].graph
-    larger = tuple(d + 2 for d in generic)
+def _second_shape(true: CompiledOp, custom: CompiledOp, rng: np.random.Generator,
+                  sampling: dict, first: list) -> dict | None:
+    """The keywords of :func:`sample_inputs` for a second set of input shapes at which
+    the op runs (generic shapes 2 larger in every axis, named dims 2 larger), from those
+    of the first (``sampling``); None when the op's shapes are fixed or no larger one
+    fits."""
+    generic = sampling["generic"]
+    larger = tuple(tuple(d + 2 for d in shape) for shape in generic_shapes(generic))
     for gen, first_dim in ((larger, 4), (generic, 4), (larger, 2)):
-        xs = sample_inputs(true, rng, generic=gen, first_dim=first_dim)
+        kw = {**sampling, "generic": gen, "first_dim": first_dim}
+        xs = sample_inputs(true, rng, **kw)
         if [np.shape(x) for x in xs] == [np.shape(x) for x in first]:
             continue
-        try:
-            with np.errstate(all="ignore"):
-                interpret(fwd, xs)
-        except (ValueError, IndexError):      # shapes that do not fit the op
+        if forward_if_fits(true, xs, sampling["ints"], custom) is None:
             continue
-        return gen, first_dim
+        return kw
     return None
 
 
@@ -341,7 +341,7 @@ def _samples(custom: CompiledOp, true: CompiledOp, rng: np.random.Generator) -> 
     fwd = true.methods["forward"].graph
     diff = [i for i, p in enumerate(true.params) if p.differentiable]
     out = []
-    for xs, edge in _points(true, rng):
+    for xs, edge in _points(true, rng, custom):
         ys = interpret(fwd, xs)
         for unit in (True, False):
             vs = [np.ones(np.shape(y)) if unit else rng.normal(0.0, 2.0, np.shape(y))

@@ -91,28 +91,42 @@ class CheckResult:
 
 
 # Shapes tried, in order, for parameters without a declared shape: the first at
-# which the forward pass runs (a scalar next to shaped parameters, a matrix for
-# reductions over axis 1...).
-GENERIC_SHAPES = ((5,), (4, 5), (), (3, 4, 5))
+# which the forward pass (and a custom rule's VJP) runs.  Each entry gives the
+# shapes of those parameters in order, the last repeated: all a vector, a matrix
+# (reductions over axis 1), a scalar next to shaped parameters, then a matrix with
+# vectors after it (a norm's ``x`` with its weights ``w``, ``b``; logits with a label
+# per row), then 3-D.
+GENERIC_SHAPES = (((5,),), ((4, 5),), ((),), ((4, 5), (5,)), ((4, 5), (4,)), ((3, 4, 5),),
+                  ((3, 4, 5), (5,)))
+
+
+def generic_shapes(generic) -> tuple[tuple[int, ...], ...]:
+    """``generic`` (one shape, or one per parameter without a declared shape) as the
+    shapes of those parameters in order, the last repeated."""
+    return generic if generic and isinstance(generic[0], tuple) else (tuple(generic),)
 
 
 def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = False,
-                  generic: tuple[int, ...] = (5,), first_dim: int = 2,
+                  generic: tuple = ((5,),), first_dim: int = 2,
                   ints: tuple[int, int] = (-3, 4)) -> list:
     """Random float64 inputs for every parameter (defaults for those with one);
-    parameters without a declared shape get shape ``generic``, named dims the sizes
-    ``first_dim``, ``first_dim + 1``, ... in order of appearance; integer parameters
-    values in ``range(*ints)``."""
+    parameters without a declared shape get the shapes ``generic``
+    (:func:`generic_shapes`), named dims the sizes ``first_dim``, ``first_dim + 1``,
+    ... in order of appearance; integer parameters values in ``range(*ints)``."""
     dims: dict[str, int] = {}
+    undeclared = iter(generic_shapes(generic))
+    last: tuple[int, ...] = ()
     out = []
     for p in cop.params:
         if p.has_default:
             out.append(np.asarray(p.default, dtype=np.float64 if p.dtype is None
                                   or p.dtype.startswith("f") else None))
             continue
-        shape = generic if p.shape is None else tuple(
-            d if isinstance(d, int) else dims.setdefault(d, first_dim + len(dims))
-            for d in p.shape)
+        if p.shape is None:
+            shape = last = next(undeclared, last)
+        else:
+            shape = tuple(d if isinstance(d, int) else dims.setdefault(d, first_dim + len(dims))
+                          for d in p.shape)
         if p.dtype in ("i32", "i64"):
             out.append(rng.integers(*ints, size=shape))
         elif p.dtype == "bool":
@@ -124,19 +138,61 @@ def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = Fa
     return out
 
 
-def fitting_inputs(cop: CompiledOp, rng: np.random.Generator):
-    """``(xs, ys, generic)``: :func:`sample_inputs` at the first of ``GENERIC_SHAPES`` for
+def fitting_inputs(cop: CompiledOp, rng: np.random.Generator,
+                   custom: CompiledOp | None = None):
+    """``(xs, ys, sampling)``: :func:`sample_inputs` at the first of ``GENERIC_SHAPES`` for
     parameters without a declared shape at which the forward pass runs, and its
-    outputs ``ys``; None when none fits.  Integer parameters are tried in [-3, 3],
-    then as indices, in [0, 1] (valid for any dim of 2 or more: ``one_hot``)."""
+    outputs ``ys``; None when none fits.  Integer parameters are tried in [-3, 3] (all
+    of it: a range fits only if the forward pass runs at both its ends too), then as
+    indices, in [0, 1] (valid for any dim of 2 or more: ``one_hot``, gathers).
+    ``custom``: the op with its custom rules, whose VJP must run too (a layer norm's
+    ``db = sum(dy, axis=0)`` is a gradient of ``b``'s shape only for a matrix ``x``).
+    ``sampling``: the keywords of :func:`sample_inputs` that fit (``generic``, ``ints``),
+    for more points of the same kind."""
     for generic, ints in itertools.product(GENERIC_SHAPES, ((-3, 4), (0, 2))):
         xs = sample_inputs(cop, rng, generic=generic, ints=ints)
-        try:
-            with np.errstate(all="ignore"):
-                return xs, interpret(cop.methods["forward"].graph, xs), generic
-        except (ValueError, IndexError):      # shapes that do not fit the op
-            continue
+        ys = forward_if_fits(cop, xs, ints, custom)
+        if ys is not None:
+            return xs, ys, {"generic": generic, "ints": ints}
     return None
+
+
+def forward_if_fits(cop: CompiledOp, xs: list, ints: tuple[int, int],
+                    custom: CompiledOp | None = None) -> list | None:
+    """The outputs of the forward pass at ``xs``, or None where the inputs do not fit
+    the op (a ValueError or IndexError): its forward pass, at ``xs`` and with every
+    integer parameter at each end of ``range(*ints)``, and the VJP of ``custom`` (the
+    op with its custom rules) where it has some."""
+    fwd = cop.methods["forward"].graph
+    try:
+        with np.errstate(all="ignore"):
+            ys = interpret(fwd, xs)
+            for end in (ints[0], ints[1] - 1):
+                interpret(fwd, [np.full_like(x, end) if p.dtype in ("i32", "i64") else x
+                                for p, x in zip(cop.params, xs)])
+            if custom is not None and custom.primal.regions:
+                interpret(custom.methods["vjp"].graph, xs + [np.ones(np.shape(y)) for y in ys])
+    except (ValueError, IndexError):      # shapes that do not fit the op
+        return None
+    return ys
+
+
+def _stop_gradient_note(true: CompiledOp) -> str:
+    """Why a derivative may differ from finite differences by design: the forward
+    pass writes ``stop_gradient`` (a straight-through estimator's idiom), which makes
+    the gradient a surrogate that finite differences cannot check."""
+    written = [n.span for n in true.primal if n.op == "stop_gradient" and n.span is not None
+               and n.span.file == true.op.span.file]
+    # a call's span is its function's name: the user's own stop_gradient, not a builtin's
+    # (softmax's shift by its maximum) that carries the span of the builtin's call
+    where = next((sp for sp in written if sp.end_line == sp.line
+                  and sp.end_column is not None
+                  and sp.end_column - sp.column == len("stop_gradient")), None)
+    if where is None:
+        return ""
+    return (f"the forward uses stop_gradient (line {where.line}, column {where.column}): "
+            "a gradient that is not the derivative by design is a surrogate; write it "
+            "as a grad block marked surrogate to have it audited instead")
 
 
 def _vjp_dot(cop: CompiledOp, xs: list, vs: list, us: list) -> float:
@@ -161,15 +217,15 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
     cop = build_op(op, ops, consts)
     true = build_op(op, ops, consts, custom=False)
     custom = bool(cop.primal.regions)
-    fit = fitting_inputs(true, rng)
+    fit = fitting_inputs(true, rng, cop)
     if fit is None:
+        tried = ", ".join(" then ".join(map(str, g)) for g in GENERIC_SHAPES)
         return CheckResult(op.name, False, float("nan"), custom,
                            note=f"no input shapes tried fit the op (parameters without a "
-                                f"declared shape were tried as {', '.join(map(str, GENERIC_SHAPES))}"
-                                f"): declare their shapes")
-    xs, ys, generic = fit
+                                f"declared shape were tried as {tried}): declare their shapes")
+    xs, ys, sampling = fit
     if not all(np.all(np.isfinite(y)) for y in ys):
-        xs = sample_inputs(true, rng, positive=True, generic=generic)
+        xs = sample_inputs(true, rng, positive=True, **sampling)
         ys = interpret(true.methods["forward"].graph, xs)
     diff = [i for i, p in enumerate(true.params) if p.differentiable]
     us = [rng.standard_normal(np.shape(xs[i])) for i in diff]
@@ -189,6 +245,8 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
         result.custom_rel_diff = custom_difference(cop, true, xs, vs)
     if not np.isfinite(fd):
         result.ok, result.note = False, "non-finite values at the sampled point"
+    elif not result.ok:
+        result.note = _stop_gradient_note(true)
     if "jvp" in cop.methods:
         result.jvp_error = check_jvp(cop, xs, rng)
     else:

@@ -100,11 +100,10 @@ def loop_body(graph: Graph, kernel: Kernel, printer: type[Printer] = CpuPrinter,
             hoisted.append(f"a{k} = _i{k}[0]")
         else:
             lines.append(f"a{k} = {at(f'_i{k}', nid)}")
-    printer = printer(graph, names)
+    printer = printer(graph, names, "_i" if rows is None else "(_lo + _c)")
     for k, nid in enumerate(kernel.nodes):
-        text = printer.expr(nid)
+        lines += printer.lines(nid, f"v{k}")
         names[nid] = f"v{k}"
-        lines.append(f"v{k} = {text}")
     for k, nid in enumerate(kernel.outputs):
         lines.append(f"{at(f'_o{k}')} = {names[nid]}")
     return hoisted, lines

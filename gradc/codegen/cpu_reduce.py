@@ -183,8 +183,11 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
         if node.op == "broadcast_in":
             names[n] = printer.name(node.args[0])
             return []
+        # the flat index of the element (or row) computed, for a draw's counter
+        printer.index = "_r" if lv[n] == ROW else "_j" if flat else "(_lo + _c)"
+        lines = printer.lines(n, f"{prefix}{pos[n]}")
         names[n] = f"{prefix}{pos[n]}"
-        return [f"{names[n]} = {printer.expr(n)}"]
+        return lines
 
     def accumulate(n: int, acc: str, v: str, kind: str) -> str:
         if kind in ("sum", "mean"):

@@ -67,7 +67,7 @@ TEMPLATES = {
 }
 # Calls CUDA kernels cannot make: NumPy functions and the CPU math library (NumPy's
 # scalar types as casts and its constants are fine).
-_CPU_CALL = re.compile(r"\b(?:_g_\w+|np\.(?!int32\(|int64\(|bool_\(|float32\(|float64\()\w+)\(")
+_CPU_CALL = re.compile(r"\b(?:_g_\w+|np\.(?!u?int32\(|u?int64\(|bool_\(|float32\(|float64\()\w+)\(")
 
 
 class CudaPrinter(Printer):
@@ -165,7 +165,7 @@ def _rename(line: str, local: set[str], j: int) -> str:
     locals suffixed ``_j``, its index ``_i_j``."""
     line = re.sub(r"\b(a\d+|v\d+)\b", lambda m: f"{m.group(1)}_{j}" if m.group(1) in local
                   else m.group(1), line)
-    return line.replace("[_i]", f"[_i_{j}]")
+    return re.sub(r"\b_i\b", f"_i_{j}", line)
 
 
 def render_cuda_matmul(graph: Graph | None, step, name: str, *, fast_math: bool = False,

@@ -156,7 +156,7 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
 
 
 _HELPERS = (runtime_src._g_env_count, runtime_src._g_numba_threads, runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
-            runtime_src._g_bind_dims, runtime_src._g_bshape, runtime_src._g_upstream, runtime_src._g_tangent,
+            runtime_src._g_bind_dims, runtime_src._g_seed, runtime_src._g_bshape, runtime_src._g_upstream, runtime_src._g_tangent,
             runtime_src._g_tangent_broadcast,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
             runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcDask,
@@ -170,7 +170,9 @@ _CONSTANTS = ("_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.floa
               "# An empty array per compute dtype: kernels read their dtype from it.\n"
               "_G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}\n"
               "# The native float dtypes: wrappers' fast paths compare dtypes by identity.\n"
-              "_G_F32, _G_F64 = np.dtype(np.float32), np.dtype(np.float64)\n")
+              "_G_F32, _G_F64 = np.dtype(np.float32), np.dtype(np.float64)\n"
+              "# The draw offset of a loop over whole arrays (a Dask chunk's is its own).\n"
+              "_G_NO_OFFSET = np.zeros((), np.int64)\n")
 
 
 _PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"

@@ -8,7 +8,11 @@ transform graphs.
 """
 from __future__ import annotations
 
+import ast
+import inspect
 import math
+import textwrap
+from typing import Callable, Mapping
 
 from gradc.errors import CodegenError
 from gradc.ir.graph import FLOAT, Graph, Node
@@ -39,9 +43,28 @@ class IndentedBuffer:
 class Printer:
     backend = "cpu"
 
-    def __init__(self, graph: Graph, names: dict[int, str]) -> None:
+    def __init__(self, graph: Graph, names: dict[int, str], index: str = "_i") -> None:
         self.graph = graph
         self.names = names          # node id -> the local holding its value
+        self.index = index          # the loop's flat index of the element computed
+
+    def lines(self, nid: int, var: str) -> list[str]:
+        """Statements assigning node ``nid``'s value to ``var``: one, of :meth:`expr`,
+        or, for a primitive whose template is a function (a draw of random numbers:
+        ``fn(seed, index, *attributes, _T, _w)``, operands ``(x, seed, offset)``), that
+        function's body inlined, its counter the element's flat index ``self.index``
+        plus the loop's offset."""
+        node = self.graph.node(nid)
+        prim = PRIMITIVES[node.op]
+        if not callable(prim.cpu):
+            return [f"{var} = {self.expr(nid)}"]
+        seed, offset = (self.name(a) for a in node.args[1:])
+        values = [seed, f"{offset} + np.int64({self.index})",
+                  *(repr(node.attr(k)) for k in prim.attrs), "_T", "_w"]
+        args = dict(zip(inspect.signature(prim.cpu).parameters, values))
+        where = ", ".join(f"{k} {node.attr(k)}" for k in prim.attrs)
+        return [f"# {node.op} ({where}): {prim.cpu.__name__}, inlined"] + \
+            inline_body(prim.cpu, args, var)
 
     def name(self, nid: int) -> str:
         node = self.graph.node(nid)
@@ -62,8 +85,10 @@ class Printer:
             return special(node)
         prim = PRIMITIVES[node.op]
         template = getattr(prim, self.backend, None) or prim.cpu
-        if template is None:
-            raise CodegenError(f"'{node.op}' has no {self.backend} template", node.span)
+        if template is None or callable(template):
+            what = "statements, not an expression" if callable(template) else \
+                f"no {self.backend} template"
+            raise CodegenError(f"'{node.op}' has {what}", node.span)
         fields = {p: ("None" if i in prim.shape_only else self.name(a))
                   for i, (p, a) in enumerate(zip(prim.params, node.args))}
         return template.format(dt=DTYPE_CTOR[node.dtype], **fields)
@@ -86,3 +111,35 @@ class Printer:
             return f"np.sqrt({x})"
         prim = PRIMITIVES["pow"]
         return (getattr(prim, self.backend, None) or prim.cpu).format(x=x, y=y)
+
+
+def inline_body(fn: Callable, args: Mapping[str, str], out: str) -> list[str]:
+    """The body of function ``fn`` as statements of a kernel: its parameters bound to
+    the expressions ``args`` (those bound to their own name are left as they are), each
+    statement as written, a call ``a, b = _g_f(...)`` of a function of its module
+    inlined in turn, and its final ``return`` assigning ``out``.  So one function is
+    both the NumPy code (the reference) and the text of CPU and CUDA kernels, which
+    cannot call a device function (numba-cuda needs a GPU to compile one)."""
+    src = textwrap.dedent(inspect.getsource(fn))
+    tree = ast.parse(src).body[0]
+    body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
+    names = [a.arg for a in tree.args.args]
+    lines = [f"{p} = {args[p]}" for p in names if args[p] != p]
+    for stmt in body:
+        text = ast.get_source_segment(src, stmt, padded=True)
+        text = textwrap.dedent(text).strip("\n")
+        call = stmt.value if isinstance(stmt, (ast.Assign, ast.Return)) else None
+        callee = (fn.__globals__.get(call.func.id) if isinstance(call, ast.Call)
+                  and isinstance(call.func, ast.Name) and call.func.id.startswith("_g_")
+                  else None)
+        target = (ast.get_source_segment(src, stmt.targets[0]) if isinstance(stmt, ast.Assign)
+                  else out)
+        if callee is not None and inspect.isfunction(callee):
+            inner = [ast.get_source_segment(src, a) for a in call.args]
+            lines += inline_body(callee, dict(zip(inspect.signature(callee).parameters,
+                                                  inner)), target)
+        elif isinstance(stmt, ast.Return):
+            lines += f"{out} = {text.removeprefix('return ')}".splitlines()
+        else:
+            lines += text.splitlines()
+    return lines

@@ -19,13 +19,13 @@ import math
 import numbers
 
 # Names the generated module binds or reads without a leading underscore: its
-# imports, its public names, the ``out=`` keyword of every method (and ``stream=``
-# of the CUDA ones), and the
+# imports, its public names, the ``out=`` keyword of every method (``stream=``
+# of the CUDA ones, ``seed=`` of an op that draws), and the
 # builtins its helpers call (a test keeps this list complete).  A fixed list,
 # not ``dir(builtins)``, so that the output does not depend on the Python version.
 RESERVED = frozenset({
     "np", "numba", "ctypes", "inspect", "math", "os", "site", "sys", "OPS", "SOURCE_SHA256",
-    "out",
+    "out", "seed",
     "cuda", "stream", "TARGET", "CUDA_KERNELS",
     "AttributeError", "Exception", "IndexError", "NotImplementedError", "OSError",
     "OverflowError",

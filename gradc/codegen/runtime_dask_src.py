@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradc.codegen.runtime_src import (_G_WITNESS, _g_flat, _g_float_input, _g_int_input,
+from gradc.codegen.runtime_src import (_G_NO_OFFSET, _G_WITNESS, _g_flat, _g_float_input, _g_int_input,
                                        _g_resolve, _g_tangent,
                                        _g_tangent_broadcast,
                                        _g_upstream,
@@ -150,11 +150,13 @@ def _gd_kernel(op, name, s, values, rows, scalars, dtypes, t, likes=()):
     import dask.array as da
     s = tuple(s)
     values = list(values)
-    template = _gd_template(s, values, likes)
+    template = _gd_template(s, [v for v in values if v is not _G_NO_OFFSET], likes)
     flags = list(zip(rows, scalars))
     if template is not None:
         values.append(template)
         flags.append((-1, False))                   # read for its chunk's shape only
+    if s and any(v is _G_NO_OFFSET for v in values):
+        values = _gd_draw_values(s, values)
     args = []
     for v in values:
         args += [v, _gd_index(s, v)]
@@ -169,6 +171,31 @@ def _gd_kernel(op, name, s, values, rows, scalars, dtypes, t, likes=()):
                  for k, dt in enumerate(dtypes))
 
 
+def _gd_draw_values(s, values):
+    """The values of a loop over ``s`` that draws random numbers, whose counters are
+    flat indices of the whole array: its chunks made runs of whole rows (the Dask values
+    rechunked whole along every axis but the first), so that a chunk's elements are a
+    range of flat indices, and the draw offset ``_G_NO_OFFSET`` replaced by the flat
+    index of each row (an array of shape ``(s[0], 1, ...)``), whose block's first
+    element is its chunk's offset (``_gd_block``)."""
+    import dask.array as da
+    rows = next((v.chunks[0] for v in values if _gd_is_dask(v) and v.ndim == len(s)
+                 and v.shape[0] == s[0]), (s[0],))
+    size = 1
+    for n in s[1:]:
+        size *= n
+    out = []
+    for v in values:
+        if v is _G_NO_OFFSET:
+            v = (da.arange(s[0], chunks=(rows,), dtype=np.int64) * size).reshape(
+                (s[0],) + (1,) * (len(s) - 1))
+        elif _gd_is_dask(v) and v.ndim:
+            lead = len(s) - v.ndim
+            v = v.rechunk({a: -1 for a in range(v.ndim) if lead + a > 0})
+        out.append(v)
+    return out
+
+
 def _gd_block(*blocks, kname, flags, dtypes, t, multi):
     """The task of one chunk: kernel ``kname`` over the chunk's loop shape (the
     broadcast of the blocks' shapes), results in new arrays (a tuple if ``multi``)."""
@@ -178,8 +205,8 @@ def _gd_block(*blocks, kname, flags, dtypes, t, multi):
     for b, (r, sc) in zip(blocks, flags):
         if r < 0:
             continue
-        if sc:
-            ins.append(_g_flat(b, ()))
+        if sc:              # (a draw's offset: the first of its chunk's row offsets)
+            ins.append(_g_flat(b.reshape(-1)[:1] if np.size(b) > 1 else b, ()))
         elif r:             # read once per row: the row, from the first of its copies
             lead = len(s) - r
             ins.append(_g_flat(np.broadcast_to(b, s)[(0,) * lead], s[lead:]))
@@ -209,5 +236,6 @@ def _gd_finish(op, outs, results, shapes, rt, inputs):
 # What gradc.codegen.module copies into every module with CPU kernels, in order (the
 # library steps are the primitives' own Dask functions, Primitive.dask).
 HELPERS = ("_gd_is_dask", "_gd_probe", "_gd_inputs", "_gd_upstream", "_gd_tangent",
-           "_gd_out_tuple", "_gd_index", "_gd_template", "_gd_kernel", "_gd_block",
+           "_gd_out_tuple", "_gd_index", "_gd_template", "_gd_kernel", "_gd_draw_values",
+           "_gd_block",
            "_gd_finish")

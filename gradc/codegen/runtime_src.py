@@ -21,6 +21,7 @@ _G_INTS = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 _G_PARALLEL_MIN = 1 << 17      # _g_env_count('GRADC_PARALLEL_MIN', ...) in modules
 _G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}
 _G_F32, _G_F64 = np.dtype(np.float32), np.dtype(np.float64)
+_G_NO_OFFSET = np.zeros((), np.int64)
 
 
 def _g_env_count(name, text, default):
@@ -215,6 +216,17 @@ def _g_int_input(op, name, v, want):
             got, fix = a.dtype, f"convert with .astype(np.{want.name})"
         raise TypeError(f"{op}: argument '{name}' must be {want.name}, got {got} ({fix})")
     return np.asarray(a, dtype=want, order="C")
+
+
+def _g_seed(op, seed):
+    """The seed of a call's random numbers, as a 0-d int64 array: ``seed`` (an int; its
+    low 64 bits) or, where it is None, 64 fresh bits of the operating system's entropy
+    (NumPy's ``SeedSequence``)."""
+    if seed is None:
+        seed = np.random.SeedSequence().entropy
+    elif isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"{op}: seed= must be an int, got {type(seed).__name__}")
+    return np.asarray((int(seed) + (1 << 63)) % (1 << 64) - (1 << 63), dtype=np.int64)
 
 
 def _g_bind_dims(op, name, actual, dims_spec, dims, where):
@@ -505,7 +517,7 @@ class _GradcOp:
         code, back = fn.__code__, {v: k for k, v in self._keywords.items()}
         names = [back.get(n, n) for n in
                  code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount]
-                 if n not in ("out", "stream")]
+                 if n not in ("out", "stream", "seed")]
         if names:
             call = fn.__qualname__.removesuffix(".forward")     # op[.unfused][.vjp]
             raise TypeError(f"{exc}: {', '.join(names)} {'is' if len(names) == 1 else 'are'} "

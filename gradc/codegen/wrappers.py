@@ -95,6 +95,7 @@ class WrapperPrinter:
         pos = [py_name(i.name) for i in cop.params if not i.has_default]
         pos += [self.vars[u] for u in ups]
         kw = [f"{py_name(i.name)}={py_literal(i.default)}" for i in cop.params if i.has_default]
+        kw += ["seed=None"] if cop.draws else []
         args = ", ".join(pos + (["/"] if pos else []) + ["*"] + kw + ["out=None"]
                          + [f"{k}={v}" for k, v in self.extra_kw])
         b.line(f"def {self.fn_name}({args}):")
@@ -104,6 +105,9 @@ class WrapperPrinter:
         b.line(f"_n = {cop.op.name + self.label + '.' + self.method.name!r}")
         b.line(f"({tup}), _T, _RT, _d = "
                + self.helper("inputs", f"_n, _SIG_{py_name(cop.op.name)}, ({tup})"))
+        if cop.draws:
+            b.line("_seed = _g_seed(_n, seed)")
+        self._bind_sources()
         inputs = "(" + ", ".join(names + [self.vars[u] for u in ups]) + ("," if len(names + ups) == 1 else "") + ")"
         self.slots = self._buffer_slots()
         # Every argument is checked before any work, so a bad one leaves out= untouched.
@@ -136,6 +140,15 @@ class WrapperPrinter:
         b.line("_r = " + self.helper("finish", f"_n, _out, ({results}), _S, _RT, {inputs}"))
         b.line("return _r[0]" if single else "return _r")
         return b.getvalue()
+
+    def _bind_sources(self) -> None:
+        """The values of the source nodes of a draw: the call's seed, and the offset of
+        the loop's first element among the draw's (0: loops over whole arrays)."""
+        for node in self.graph:
+            if node.op == "seed":
+                self.vars[node.id] = "_seed"
+            elif node.op == "draw_offset":
+                self.vars[node.id] = "_G_NO_OFFSET"
 
     @staticmethod
     def lower_plan(plan: KernelPlan) -> KernelPlan:

@@ -21,11 +21,17 @@ class Builtin:
     max_args: int
     kwargs: tuple[str, ...] = ()
     kind: str = "elementwise"     # elementwise | reduction | special | library
-    # The kind of each keyword's value: "axis" (an int or a tuple of ints) or "bool".
+    # The kind of each keyword's value: "axis" (an int or a tuple of ints), "bool", or
+    # "value" (an operand with a default: any expression, ``random_uniform_like``'s lo=).
     kwarg_kinds: tuple[tuple[str, str], ...] = (("axis", "axis"), ("keepdims", "bool"))
     # The kinds of the trailing positional arguments that are constants (attributes):
     # "axis", "shape" (a tuple of ints and dims) or "int".
     arg_kinds: tuple[str, ...] = ()
+
+    def position(self, key: str) -> int | None:
+        """The position of keyword ``key`` when it is an optional operand, else None."""
+        values = [k for k, kind in self.kwarg_kinds if kind == "value"]
+        return self.min_args + values.index(key) if key in values else None
 
 
 _REDUCTION_KWARGS = (("axis", "axis"), ("keepdims", "bool"))
@@ -34,13 +40,15 @@ _REDUCTION_KWARGS = (("axis", "axis"), ("keepdims", "bool"))
 def _derived(p) -> list[Builtin]:
     """The builtins of a public primitive: its name and aliases, taking its operands
     and attributes passed positionally, and its keywords (a reduction's axis= and
-    keepdims=)."""
+    keepdims=, the optional operands)."""
     n = len(p.params) + len(p.attr_params)
     kinds = (_REDUCTION_KWARGS if p.kind == "reduction" else
              tuple((k, kind) for k, kind, _ in p.keywords
                    if kind != "internal" and k not in p.attr_params))
+    kinds += tuple((k, "value") for k, _ in p.optional)
     arg_kinds = tuple({k: kind for k, kind, _ in p.keywords}[a] for a in p.attr_params)
-    return [Builtin(name, n, n, tuple(k for k, _ in kinds), p.kind, kinds, arg_kinds)
+    return [Builtin(name, n - len(p.optional), n, tuple(k for k, _ in kinds), p.kind, kinds,
+                    arg_kinds)
             for name in (p.name, *p.aliases)]
 
 

@@ -106,7 +106,8 @@ class CallChecker:
                 self._shape(arg)
             else:
                 self.expr(arg, scope, later)
-        seen: set[str] = set()
+        seen = {k for k, _ in b.kwarg_kinds                   # optional operands given
+                if b.position(k) is not None and b.position(k) < n}   # positionally
         for key, value in c.kwargs:
             if key in seen:
                 self._error(TypeError_, f"keyword argument '{key}' is given twice",
@@ -121,6 +122,8 @@ class CallChecker:
                             "takes no axis= or keepdims=", leftmost_span(value), "E303")
             elif dict(b.kwarg_kinds)[key] == "axis":
                 self._axis(value)
+            elif dict(b.kwarg_kinds)[key] == "value":
+                self.expr(value, scope, later)
             else:
                 self._bool(key, value)
             seen.add(key)

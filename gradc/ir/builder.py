@@ -38,6 +38,14 @@ class Builder:
         shape = Shape((), frozenset([nid])) if shape is None else shape
         return self.graph.add("param", (), {"name": name}, shape, dtype, span)
 
+    def source(self, op: str) -> int:
+        """The graph's node of source primitive ``op`` (``seed``, ``draw_offset``: one
+        value per call of the op), added if it has none."""
+        for node in self.graph:
+            if node.op == op:
+                return node.id
+        return self.graph.add(op, (), None, SCALAR, PRIMITIVES[op].dtype, self.span)
+
     def apply(self, op: str, args: Sequence[int], attrs: Mapping[str, Any] | None = None,
               span: Span | None = None) -> int:
         prim = PRIMITIVES[op]

@@ -28,7 +28,7 @@ from gradc.ir.shapes import DimRef
 INTERNAL = ("broadcast_in", "sum_to", "shape_check", "size_ratio", "transpose", "matmul", "cast",
             "identity", "zero_masked", "dim_size", "reshape_like", "take_transpose", "shift",
             "linear_scan",
-            "take_along_axis_transpose")
+            "take_along_axis_transpose", "random_uniform")
 _RENAMED = {"max": "maximum", "min": "minimum"}
 _ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
           "^": operator.pow}
@@ -74,6 +74,15 @@ def lower_decomposition(graph: Graph, op: str, scope: Scope, span: Span | None) 
     ``scope`` (its operands by parameter name, its attributes as :class:`Attr`)."""
     text = PRIMITIVES[op].decomposition
     return ExprLowerer(graph, {}, rules=True, span=span).body(parse_statements(text), scope)["out"]
+
+
+def next_stream(graph: Graph) -> int:
+    """A stream of random numbers that no draw of ``graph`` (nor of the custom rules it
+    holds) uses: one per call of a drawing builtin, in the order the op is lowered."""
+    nodes = [*graph, *(n for r in graph.regions if r.rule.backward is not None
+                       for n in r.rule.backward.nodes)]
+    return 1 + max((n.attr("stream") for n in nodes if n.attr("stream") is not None),
+                   default=-1)
 
 
 def eval_const(e: ast.Expr, consts: Mapping[str, float]) -> float:
@@ -154,9 +163,10 @@ class ExprLowerer:
         raise ShapeError("a tuple is only allowed as the value of axis=", e.span)
 
     def _call(self, e: ast.Call, scope: Scope) -> int:
-        kw = {k: self._attr(k, v, scope) for k, v in e.kwargs}
         # a rule names primitives (transpose), a .grad file builtins (transpose: permute_dims)
         name = e.func if self.rules and e.func in PRIMITIVES else ALIASES.get(e.func, e.func)
+        optional = dict(PRIMITIVES[name].optional) if name in PRIMITIVES else {}
+        kw = {k: self._attr(k, v, scope) for k, v in e.kwargs if k not in optional}
         positional = list(e.args)
         if name in PRIMITIVES and PRIMITIVES[name].attr_params:    # one_hot(idx, depth)
             n = len(PRIMITIVES[name].params)
@@ -164,6 +174,11 @@ class ExprLowerer:
                       for k, v in zip(PRIMITIVES[name].attr_params, positional[n:]))
             positional = positional[:n]
         args = [self.expr(a, scope) for a in positional]
+        if optional:                # random_uniform_like(x, lo=-1): the others' defaults
+            given = dict(e.kwargs)
+            args += [self.expr(given[p], scope) if p in given else
+                     self.b.const(optional[p], FLOAT, e.span)
+                     for p in PRIMITIVES[name].params[len(args):]]
         if name in ("max", "min") and len(args) == 2:
             name = _RENAMED[name]
         elif name in ("ones_like", "zeros_like"):
@@ -177,6 +192,9 @@ class ExprLowerer:
         if PRIMITIVES[name].kind == DECOMPOSED:      # relu, softmax...: its statements
             scope = dict(zip(PRIMITIVES[name].params, args))
             scope.update((k, Attr(v)) for k, v in {**PRIMITIVES[name].defaults, **kw}.items())
+            if PRIMITIVES[name].draws:
+                scope.update(seed=self.b.source("seed"), offset=self.b.source("draw_offset"),
+                             stream=Attr(next_stream(self.graph)))
             return lower_decomposition(self.graph, name, scope, self.b.span or e.span)
         return self.b.apply(name, args, kw or None, span=e.span)
 

@@ -16,9 +16,10 @@ from gradc.ir.shapes import bound_dims, resolve_dims
 _NP_DTYPES = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 
 
-def interpret(graph: Graph, args: Sequence, dtype=np.float64) -> list[np.ndarray]:
+def interpret(graph: Graph, args: Sequence, dtype=np.float64, seed: int = 0
+              ) -> list[np.ndarray]:
     """The graph's outputs for ``args`` (one per ``graph.params``, in order),
-    computing floats in ``dtype``."""
+    computing floats in ``dtype``; its random numbers drawn with ``seed``."""
     env: dict[int, np.ndarray] = {}
     params = dict(zip(graph.params, args))
     dims = bound_dims((graph.node(p).shape, np.shape(v)) for p, v in params.items())
@@ -29,6 +30,8 @@ def interpret(graph: Graph, args: Sequence, dtype=np.float64) -> list[np.ndarray
                 value = params[node.id]
             elif node.op == "const":
                 value = node.value
+            elif node.op in ("seed", "draw_offset"):      # a whole array's draws
+                value = seed if node.op == "seed" else 0
             else:
                 value = _apply(node, [env[a] for a in node.args], dtype, dims)
             env[node.id] = np.asarray(value, dtype=want)

@@ -66,7 +66,10 @@ class Primitive:
     ref: Callable | None
     vjp: tuple[str | None, ...] = ()
     jvp: tuple[str | None, ...] = ()   # per operand; derived from vjp when elementwise
-    cpu: str | None = None
+    # The Numba scalar template; or a function of NumPy values whose body the printers
+    # inline as statements (printer.inline_body; random_uniform's generator), which is
+    # then also the reference's code.
+    cpu: str | Callable | None = None
     lib: str | None = None
     float_only: bool = True        # operands are cast to the float dtype first
     dtype: str = "float"           # "float" | "same" (of the operands) | "i64"
@@ -102,6 +105,12 @@ class Primitive:
     # Takes a reduction's ``axis`` and ``keepdims`` attributes (the reductions, and
     # broadcast_in, their adjoint); passed to ``ref``, the templates and the lowerings.
     axis_keepdims: bool = False
+    # Trailing operands with a default, which a call may leave out or pass by keyword
+    # (``random_uniform_like(x, lo=-1)``): (name, default).
+    optional: tuple[tuple[str, float], ...] = ()
+    # A builtin that draws random numbers: its decomposition's scope also holds the op's
+    # ``seed`` and ``offset`` source nodes and a ``stream`` of its own (ir.expr).
+    draws: bool = False
     # The operands whose dtypes a "same"-dtype primitive unifies (None: all), the
     # others being a condition or read for their shapes only (``where``'s ``c``).
     value_operands: tuple[int, ...] | None = None
@@ -1846,6 +1855,144 @@ SCANS = (
 )
 
 
+# --- random numbers: random_uniform_like, random_normal_like ------------------------
+# A counter-based generator (Philox4x32-10: Salmon, Moraes, Dror and Shaw, "Parallel
+# random numbers: as easy as 1, 2, 3", SC'11; Random123's reference): element i of a
+# draw is a pure function of the key (the call's 64-bit seed), the counter (i's two
+# words, the draw's stream, 0) and nothing else, so a CPU loop, a CUDA thread and a
+# Dask chunk compute their elements independently and bit for bit alike, fused into
+# the loop that reads them.  ``seed`` and ``draw_offset`` are source nodes: the call's
+# seed (``seed=`` of every method of an op that draws; a fresh one when omitted) and
+# the flat position of the loop's first element (0 but in a Dask chunk).  Each call of
+# a drawing builtin in an op gets its own ``stream`` (ir.expr numbers them), so two
+# draws differ.  random_uniform(x, seed, offset) is uniform in [0, 1) with x's shape,
+# from the top 24 bits of one word (float32) or 53 bits of two (float64); ``part`` 1
+# takes the other words of the same block (Box-Muller's second uniform).  Its value is a
+# constant for differentiation.  The kernels' text is the body of _g_philox_uniform
+# (printer.inline_body), which is also the NumPy reference: one formula everywhere.
+
+
+def _g_philox(_xc0, _xc1, _xc2, _xc3, _xk0, _xk1):
+    """Philox4x32-10: the four words of counter ``_xc*`` under key ``_xk*`` (uint64 values
+    or arrays holding 32-bit words; every constant a uint64 too, as Numba makes a float
+    of a uint64 and an int), so NumPy, Numba and CUDA compute alike."""
+    for _xr in range(10):
+        _xp0 = np.uint64(0xD2511F53) * _xc0
+        _xp1 = np.uint64(0xCD9E8D57) * _xc2
+        _xc0, _xc1, _xc2, _xc3 = (
+            (_xp1 >> np.uint64(32)) ^ _xc1 ^ _xk0, _xp1 & np.uint64(0xFFFFFFFF),
+            (_xp0 >> np.uint64(32)) ^ _xc3 ^ _xk1, _xp0 & np.uint64(0xFFFFFFFF))
+        _xk0 = (_xk0 + np.uint64(0x9E3779B9)) & np.uint64(0xFFFFFFFF)
+        _xk1 = (_xk1 + np.uint64(0xBB67AE85)) & np.uint64(0xFFFFFFFF)
+    return _xc0, _xc1, _xc2, _xc3
+
+
+def _g_philox_uniform(_xs, _xn, _xt, _xq, _T, _w):
+    """Uniform numbers in [0, 1) of dtype ``_T`` (``_w`` an array of it) at flat indices
+    ``_xn`` (int64) of stream ``_xt`` for the int64 seed ``_xs``: Philox4x32-10 of key
+    (the seed's low and high words) and counter (the index's low and high words, the
+    stream, 0); words 0 and 1 (``_xq`` 0) or 2 and 3 (``_xq`` 1) made a float from
+    their top 24 (float32) or 53 (float64) bits."""
+    _xw0, _xw1, _xw2, _xw3 = _g_philox(np.uint64(_xn & 0xFFFFFFFF), np.uint64(_xn >> 32), np.uint64(_xt), np.uint64(0), np.uint64(_xs & 0xFFFFFFFF), np.uint64((_xs >> 32) & 0xFFFFFFFF))
+    _xa = _xw0 if _xq == 0 else _xw2
+    _xb = _xw1 if _xq == 0 else _xw3
+    return (_T(_xa >> np.uint64(8)) * _T(5.9604644775390625e-08) if _w.itemsize == 4 else
+            _T((_xa << np.uint64(21)) | (_xb >> np.uint64(11))) * _T(1.1102230246251565e-16))
+
+
+def _random_uniform(x, seed, offset, stream=0, part=0):
+    """The reference: _g_philox_uniform over x's flat indices (``offset`` on)."""
+    x = np.asarray(x)
+    t = x.dtype.type if x.dtype.kind == "f" else np.float64
+    index = np.arange(x.size, dtype=np.int64) + np.int64(offset)
+    u = _g_philox_uniform(np.int64(seed), index, stream, part, t, np.empty(0, t))
+    return np.asarray(u, dtype=t).reshape(x.shape)
+
+
+def _fw_mulhilo(a, b):
+    """The high and low words of the product of 32-bit words, from 16-bit halves (every
+    intermediate below 2**32: uint32 arrays in JAX, int64 tensors in PyTorch)."""
+    al, ah, bl, bh = a & 0xFFFF, a >> 16, b & 0xFFFF, b >> 16
+    ll, lh, hl = al * bl, al * bh, ah * bl
+    mid = (ll >> 16) + (lh & 0xFFFF) + (hl & 0xFFFF)
+    return ah * bh + (lh >> 16) + (hl >> 16) + (mid >> 16), ((mid & 0xFFFF) << 16) | (ll & 0xFFFF)
+
+
+def _fw_random_uniform(x, seed, offset, stream=0, part=0):
+    """random_uniform of a jax.numpy array or torch tensor: the kernels' Philox4x32-10
+    with 32-bit words (no uint64 in JAX without x64, no uint32 arithmetic in PyTorch),
+    so the same bits and the same numbers.  ``seed``: the int64 seed, or in JAX
+    without x64 its two words as a uint32 pair (the adapter's)."""
+    if hasattr(x, "index_select"):              # torch: words in int64 tensors
+        import torch
+        word = int
+        n = torch.arange(x.numel(), dtype=torch.int64, device=x.device) + offset
+        seed = torch.as_tensor(seed, dtype=torch.int64, device=x.device)
+        k = [seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF]
+        c = [n & 0xFFFFFFFF, n >> 32]
+        zero, f32, f64 = n * 0, torch.float32, torch.float64
+        cast = lambda v, dt: v.to(dt)
+    else:                                       # JAX: uint32 words
+        import jax.numpy as jnp
+        word = jnp.uint32
+        n = jnp.arange(x.size, dtype=jnp.uint32) + word(offset)
+        k = ([word(seed & 0xFFFFFFFF), word((seed >> 32) & 0xFFFFFFFF)]
+             if isinstance(seed, int) else [seed[0], seed[1]])
+        zero, f32, f64 = n * 0, jnp.float32, jnp.float64
+        c = [n, zero]
+        cast = lambda v, dt: v.astype(dt)
+    c += [zero + stream, zero]
+    k0, k1 = k
+    m = word(0xFFFFFFFF)
+    for _ in range(10):
+        h0, l0 = _fw_mulhilo(zero + word(0xD2511F53), c[0])
+        h1, l1 = _fw_mulhilo(zero + word(0xCD9E8D57), c[2])
+        c = [h1 ^ c[1] ^ k0, l1, h0 ^ c[3] ^ k1, l0]
+        k0, k1 = (k0 + word(0x9E3779B9)) & m, (k1 + word(0xBB67AE85)) & m
+    a, b = (c[0], c[1]) if part == 0 else (c[2], c[3])
+    if x.dtype == f32:
+        u = cast(a >> 8, f32) * 5.9604644775390625e-08
+    else:
+        u = (cast(a, f64) * 2097152.0 + cast(b >> 11, f64)) * 1.1102230246251565e-16
+    return u.reshape(tuple(x.shape))
+
+
+def _np_random_uniform_like(x, lo=0.0, hi=1.0, seed=0):
+    v = lo + (hi - lo) * _random_uniform(x, seed, 0, 0, 0)
+    return np.where(v < hi, v, lo)
+
+
+def _np_random_normal_like(x, seed=0):
+    u, v = (_random_uniform(x, seed, 0, 0, part) for part in (0, 1))
+    return np.sqrt(-2 * np.log1p(-u)) * np.cos(2 * np.pi * v)
+
+
+_DRAW = "u = random_uniform(x, seed, offset, stream=stream, part=0)"
+RANDOM = (
+    Primitive("seed", (), SOURCE, None, float_only=False, dtype="i64"),
+    Primitive("draw_offset", (), SOURCE, None, float_only=False, dtype="i64"),
+    Primitive("random_uniform", ("x", "seed", "offset"), ELEMENTWISE, _random_uniform,
+              vjp=(None, None, None), jvp=(None, None, None), differentiable=False,
+              cpu=_g_philox_uniform, float_only=True, shape_only=(0,), value_operands=(),
+              value_bound=1.0, keywords=(("stream", "internal", 0), ("part", "internal", 0)),
+              jax=_fw_random_uniform, torch=_fw_random_uniform),
+    # lo + (hi - lo) u, kept below hi where it rounds up to it (hi - lo > 1, say)
+    Primitive("random_uniform_like", ("x", "lo", "hi"), DECOMPOSED, _np_random_uniform_like,
+              decomposition=f"""
+    {_DRAW}
+    v = lo + (hi - lo) * u
+    out = where(v < hi, v, lo)""", float_only=False, public=True, draws=True,
+              optional=(("lo", 0.0), ("hi", 1.0))),
+    # Box-Muller: sqrt(-2 log(1 - u)) cos(2 pi v), 1 - u in (0, 1]: finite everywhere
+    Primitive("random_normal_like", ("x",), DECOMPOSED, _np_random_normal_like,
+              decomposition=f"""
+    {_DRAW}
+    v = random_uniform(x, seed, offset, stream=stream, part=1)
+    out = sqrt(-2 * log1p(-u)) * cos(6.283185307179586 * v)""", float_only=False,
+              public=True, draws=True),
+)
+
+
 # --- dim_size: a dim of the signature as a value ----------------------------------
 # ``k`` in an expression, for ``x: [n, k]``: the size of ``x``'s axis ``index``
 # (counted from the end), an int64 known at call time (ir.expr.dim_scope makes it);
@@ -2127,7 +2274,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               np_shape=_g_scalar_shape, dask=_gd_size_ratio,
               jax=_jax_size_ratio, torch=_torch_size_ratio),
     CUMSUM, ONE_HOT, DIM_SIZE, ARGMAX, ARGMIN, *LAYOUT, TAKE, TAKE_TRANSPOSE, TAKE_ALONG,
-    TAKE_ALONG_TRANSPOSE, *COMPOSITES, ARGSORT, *SORTS, *SCANS,
+    TAKE_ALONG_TRANSPOSE, *COMPOSITES, ARGSORT, *SORTS, *SCANS, *RANDOM,
 ]})
 
 # Other .grad names of primitives (NumPy's and the Array API's): alias -> primitive.

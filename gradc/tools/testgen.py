@@ -71,13 +71,13 @@ class OpPlan:
 def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
     """The plan of one op, or why it gets no tests."""
     rng = np.random.default_rng(zlib.crc32(cop.op.name.encode()))
-    fitted = fitting_inputs(true, rng)            # shapes as gradc check chooses them
+    fitted = fitting_inputs(true, rng, cop)          # shapes as gradc check chooses them
     if fitted is None:
         return "no input shapes tried fit it (declare the shapes of its parameters)"
-    xs, ys, generic = fitted
+    xs, ys, sampling = fitted
     positive = not all(np.all(np.isfinite(y)) for y in ys)
     if positive:                                  # inputs in [0.5, 2], as gradc check
-        xs = sample_inputs(true, rng, positive=True, generic=generic)
+        xs = sample_inputs(true, rng, positive=True, **sampling)
         ys = interpret(true.methods["forward"].graph, xs)
     inputs = [(p, x) for p, x in zip(cop.params, xs) if not p.has_default]
     plan = OpPlan(cop.op.name, [(p.name, np.shape(x), p.dtype or "float", p.differentiable)

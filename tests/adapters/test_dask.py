@@ -258,3 +258,30 @@ def test_the_benchmark_runs_small():
     assert re.search(r"peak RSS [\d.]+ MiB", out.stdout) \
         and "max abs difference vs the in-memory op (first and last chunks): 0" in out.stdout
     assert math.isfinite(float(re.search(r"elements/s: ([\d.e+]+)", out.stdout).group(1)))
+
+
+def test_the_ops_of_arrays_grad() -> None:
+    """Every op of examples/arrays.grad (the spec's arrays.grad) on Dask arrays of one
+    row a chunk (the axes an op needs whole are rechunked), every method but jvp (the
+    other tests cover it), equal to the in-memory results; float64 only (the dtype
+    rules are those of the other ops, and each dtype is a compilation)."""
+    dtype = np.float64
+    from arrays_inputs import ARRAYS_INPUTS, cast
+    arrays = gradc.load(ROOT / "examples" / "arrays.grad")
+    assert set(arrays.OPS) == set(ARRAYS_INPUTS) | {"dropout"}   # tests/codegen/test_random.py
+    tol = 1e-12
+    for name, (xs, ups) in ARRAYS_INPUTS.items():
+        op = arrays.OPS[name]
+        for method in ("forward", "vjp", "fwd_bwd"):
+            args = cast(xs, dtype) + (cast(ups, dtype) if method != "forward" else [])
+            want = _call(op, method, args)
+            lazy = [da.from_array(a, chunks=1) for a in args]
+            with dask.config.set(scheduler=_refuse):
+                got = _call(op, method, lazy)
+            want = want if isinstance(want, tuple) else (want,)
+            got = got if isinstance(got, tuple) else (got,)
+            assert all(isinstance(g, da.Array) for g in got), (name, method)
+            got = dask.compute(*got, scheduler="threads")
+            for w, g in zip(want, got, strict=True):
+                assert g.shape == w.shape and g.dtype == w.dtype, (name, method)
+                np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"{name} {method}")

@@ -421,6 +421,105 @@ def test_errors(seed, act, seed64):
     np.testing.assert_allclose(g, 0.25)
 
 
+@pytest.fixture(scope="module")
+def arrays():
+    return gradc.load(EXAMPLES / "arrays.grad")
+
+
+def _frozen(*arrays):
+    """Read-only float32 copies: the arrays a callback gets, so the module's kernels
+    compiled for the comparison are the ones the adapter's callbacks run."""
+    out = [np.array(a, np.float32) for a in arrays]
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
+def test_seed_gives_the_modules_mask_to_every_derivative(arrays, lowering):
+    """arrays.grad's dropout: seed= draws the module's numbers at that seed in the
+    forward, the VJP (bwd reads the forward's seed) and the JVP; another seed draws
+    another mask."""
+    x, dy = _frozen(np.linspace(0.1, 2.0, 64), np.linspace(-1.0, 1.0, 64))
+    drop = as_jax(arrays.dropout, lowering=lowering)
+    fwd = as_jax(arrays.dropout, lowering=lowering, mode="fwd")
+
+    @jax.jit                    # one XLA compile, not one per operation of the draw
+    def run(x, dy):
+        y, vjp = jax.vjp(lambda x: drop(x, p=0.3, seed=5), x)
+        _, t = jax.jvp(lambda x: fwd(x, p=0.3, seed=5), (x,), (dy,))
+        return y, vjp(dy)[0], t, drop(x, p=0.3, seed=6)
+
+    y, dx, t, y6 = run(x, dy)
+    want = arrays.dropout(x, p=0.3, seed=5)
+    np.testing.assert_array_equal(y != 0, want != 0)
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=0)
+    np.testing.assert_array_equal(dx != 0, y != 0)
+    np.testing.assert_allclose(dx, arrays.dropout.vjp(x, dy, p=0.3, seed=5)[0], rtol=1e-6, atol=0)
+    np.testing.assert_allclose(t, arrays.dropout.jvp(x, dy, p=0.3, seed=5)[1], rtol=1e-6, atol=0)
+    assert not np.array_equal(y6 != 0, y != 0)
+
+
+def test_a_traced_seed_draws_per_call_without_retracing(arrays, lowering):
+    """Under jax.jit the seed is an argument: one trace, a mask per seed, the module's."""
+    x, dy = _frozen(np.linspace(0.1, 2.0, 64), np.ones(64))
+    drop = as_jax(arrays.dropout, lowering=lowering)
+    traces = []
+
+    @jax.jit
+    def step(x, seed):
+        traces.append(seed)
+        y, vjp = jax.vjp(lambda x: drop(x, seed=seed), x)
+        return y, vjp(dy)[0]
+
+    masks = []
+    for s in (5, 6, -5):
+        y, dx = step(x, jnp.int32(s))
+        np.testing.assert_array_equal(y != 0, arrays.dropout(x, seed=s) != 0)
+        np.testing.assert_array_equal(dx, np.where(y != 0, 2.0, 0.0))
+        masks.append(np.asarray(y) != 0)
+    assert len(traces) == 1 and not np.array_equal(masks[0], masks[1])
+
+
+def test_seed_as_a_jax_random_key(arrays, x64):
+    """An int, an integer array and a key make the same 64-bit seed (key(s) draws as
+    seed=s), so split keys thread through jit and vmap as in JAX's own code."""
+    from gradc.adapters.jax import _seed_words
+    for s in (7, 2**40 + 3, -5):
+        want = [s % 2**32, s % 2**64 >> 32]
+        for seed in (s, np.int64(s), jnp.int64(s), jax.random.key(s), jax.random.PRNGKey(s)):
+            assert np.asarray(_seed_words("f", seed)).tolist() == want
+    with jax.enable_x64(False):
+        assert np.asarray(_seed_words("f", jnp.int32(-5))).tolist() == [2**32 - 5, 2**32 - 1]
+    (x,) = _frozen(np.linspace(0.1, 2.0, 32))
+    drop = jax.jit(lambda seed: as_jax(arrays.dropout)(x, seed=seed))
+    for s in (7, 2**40 + 3, -5):
+        np.testing.assert_array_equal(drop(jax.random.key(s)) != 0, arrays.dropout(x, seed=s) != 0)
+    keys = jax.random.split(jax.random.key(0), 4)
+    ys = jax.jit(jax.vmap(drop))(keys)
+    np.testing.assert_array_equal(ys[2], drop(keys[2]))
+    assert len({tuple(np.asarray(y) != 0) for y in ys}) == 4
+
+
+def test_seed_reaches_the_second_order(arrays):
+    """jax.grad of jax.grad of sum(dropout(x)^2): the derived ops (the VJP of the
+    VJP) draw the forward's mask, 2 keep / (1 - p)^2."""
+    (x,) = _frozen(np.linspace(0.1, 2.0, 16))
+    drop = as_jax(arrays.dropout)
+    d2 = jax.jit(jax.grad(lambda x: jax.grad(lambda x: (drop(x, seed=3) ** 2).sum())(x).sum()))
+    np.testing.assert_allclose(d2(x), np.where(drop(x, seed=3) != 0, 8.0, 0.0), rtol=1e-6)
+
+
+def test_seed_errors(arrays):
+    x = jnp.ones(4, jnp.float32)
+    with pytest.raises(TypeError, match=r"dropout: seed= is required: the op draws"):
+        as_jax(arrays.dropout)(x)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'seed'"):
+        as_jax(arrays.softplus)(x, seed=1)              # an op that does not draw
+    for bad in (1.5, True, jnp.ones(2), jnp.array([1, 2, 3]), jax.random.key(0, impl="rbg")):
+        with pytest.raises(TypeError, match=r"dropout: seed= must be an int, an integer "):
+            as_jax(arrays.dropout)(x, seed=bad)
+
+
 def test_shapes_that_do_not_broadcast_are_the_ops_value_error(tmp_path, lowering):
     (tmp_path / "gated.grad").write_text("op gated(x, g) -> y {\n    y = x * sigmoid(g)\n}\n")
     f = as_jax(gradc.load(tmp_path / "gated.grad").gated, lowering=lowering)

@@ -314,6 +314,65 @@ def test_torch_compile_fullgraph(modules):
         torch.testing.assert_close(g, e)
 
 
+@pytest.fixture(scope="module")
+def arrays():
+    return _load(EXAMPLES / "arrays.grad")
+
+
+def test_seed_gives_one_mask_to_the_forward_and_its_backward(arrays):
+    """arrays.grad's dropout: with seed= the forward is the module's at that seed and
+    its backward (the seed saved on ctx, not the mask) the module's vjp, bit for bit,
+    dx = where(y != 0, dy / (1 - p), 0); so is the JVP; another seed draws another
+    mask; with no seed each call draws a fresh one that its own backward shares."""
+    drop = as_torch(arrays.dropout)
+    x = torch.linspace(0.1, 2.0, 64).requires_grad_()       # float32, as the JAX tests:
+    dy = torch.linspace(-1.0, 1.0, 64)                       # the same kernels
+    xn, dyn = x.detach().numpy(), dy.numpy()
+    xn.flags.writeable = dyn.flags.writeable = False         # as the adapter passes them
+    y = drop(x, p=0.3, seed=5)
+    (dx,) = torch.autograd.grad(y, x, dy)
+    np.testing.assert_array_equal(y.detach().numpy(), arrays.dropout(xn, p=0.3, seed=5))
+    np.testing.assert_array_equal(dx.numpy(), arrays.dropout.vjp(xn, dyn, p=0.3, seed=5)[0])
+    _, t = torch.func.jvp(lambda x: drop(x, p=0.3, seed=5), (x.detach(),), (dy,))
+    np.testing.assert_array_equal(t.numpy(), arrays.dropout.jvp(xn, dyn, p=0.3, seed=5)[1])
+    assert torch.equal(drop(x, p=0.3, seed=torch.tensor(5)), y)     # a 0-d int tensor
+    assert not torch.equal(drop(x, p=0.3, seed=6) != 0, y != 0)
+    a, b = drop(x, p=0.3), drop(x, p=0.3)
+    assert not torch.equal(a != 0, b != 0)
+    for y in (a, b):
+        (dx,) = torch.autograd.grad(y, x, dy)
+        torch.testing.assert_close(dx, torch.where(y != 0, dy / (1 - 0.3), 0),
+                                   rtol=1e-6, atol=0)
+    x64 = torch.linspace(0.1, 2.0, 16, dtype=F64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: drop(x, p=0.3, seed=5), (x64,))
+
+
+def test_seed_errors(arrays):
+    x = torch.ones(4)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'seed'"):
+        as_torch(arrays.softplus)(x, seed=1)            # an op that does not draw
+    for bad in (1.5, True, "1", torch.tensor([1, 2]), torch.tensor(1.0)):
+        with pytest.raises(TypeError, match="seed= must be an int"):
+            as_torch(arrays.dropout)(x, seed=bad)
+
+
+def test_seed_under_torch_compile(arrays):
+    """A seed tensor is traced (no graph break, one mask per seed, the backward's the
+    forward's); without a seed each call of the compiled function draws a fresh one."""
+    drop = as_torch(arrays.dropout)
+    x = torch.linspace(0.1, 2.0, 32).requires_grad_()
+    f = torch.compile(lambda x, s: drop(x, seed=s), fullgraph=True, backend="aot_eager")
+    y5, y6 = f(x, torch.tensor(5)), f(x, torch.tensor(6))
+    assert torch.equal(y5, drop(x, seed=5)) and not torch.equal(y5 != 0, y6 != 0)
+    (dx,) = torch.autograd.grad(y5, x, torch.ones_like(x))
+    assert torch.equal(dx, torch.where(y5 != 0, 2.0, 0.0))
+    g = torch.compile(lambda x: drop(x), fullgraph=True, backend="aot_eager")
+    a, b = g(x), g(x)
+    assert not torch.equal(a != 0, b != 0)
+    (da,) = torch.autograd.grad(a, x, torch.ones_like(x))
+    assert torch.equal(da, torch.where(a != 0, 2.0, 0.0))
+
+
 def test_cuda_tensors_need_a_cuda_module(modules):
     """No GPU here: the CUDA path's refusal of a CPU-only module is what can run."""
     from gradc.adapters.torch import _invoke_cuda

@@ -101,3 +101,35 @@ def test_every_primitive_compiles_to_ptx(cuda_toolchain, import_module_text, fas
     ptx = module_ptx(module, (9, 0), fast_math=fast_math, prefix="_gck_every_fwd_bwd",
                      runtime=False, dtypes=("float32",) if fast_math else ("float32", "float64"))
     assert ptx and all(k.startswith("_gck_every_fwd_bwd") for k in ptx)
+
+
+
+DRAWS = """
+op mask(x: [n, k]) -> (y, s) {
+    y = where(random_uniform_like(x) >= 0.5, x, 0)
+    s = sum(x * random_uniform_like(x, -1, 1), axis=1)
+}
+op normal(x) -> y {
+    y = x * random_normal_like(x)
+}
+"""
+
+
+@pytest.mark.slow
+def test_random_draws_compile_to_ptx(cuda_toolchain, import_module_text):
+    """Philox4x32-10 inlined into the kernels (uint64 arithmetic, no device function):
+    PTX for sm_80 and sm_90; the uniform's float32 kernels without a float64
+    instruction (the normal's cos is libdevice's, whose slow path has some)."""
+    text = gradc.compile_source(DRAWS, file="draws.grad", target="cuda")
+    module = import_module_text(text, "ptx_draws")
+    for cc in ((8, 0), (9, 0)):
+        ptx = {**module_ptx(module, cc, prefix="_gck_mask_fwd_bwd", runtime=False),
+               **module_ptx(module, cc, prefix="_gck_normal_forward", runtime=False,
+                            dtypes=("float32",))}
+        assert len(ptx) >= 3
+        for name, body in ptx.items():
+            assert ptx_target(body) == f"sm_{cc[0]}{cc[1]}"
+            code = "\n".join(l for l in body.splitlines() if not l.lstrip().startswith("//"))
+            assert "mul.lo.s64" in code or "mul.wide.u32" in code or "mul.lo.u64" in code
+            if "_mask_" in name and name.endswith("[float32]"):
+                assert ".f64" not in code, name

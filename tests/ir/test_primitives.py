@@ -44,7 +44,7 @@ from gradc.ir.primitives import (ABOVE_ONE, BINARY_OPS, COMPARE_OPS, COMPOSITE, 
                                  NONZERO, POSITIVE, PRIMITIVES, REAL, REDUCTION, UNIT)
 from gradc.pipeline import build_op
 
-SOURCES = ("param", "const")
+SOURCES = ("param", "const", "seed", "draw_offset")
 EPS64 = np.finfo(np.float64).eps
 
 
@@ -287,6 +287,18 @@ def _other_cases() -> list[Case]:
              ((5,),), (NONZERO,)),
         Case("i_cumprod_second", ("shift", "linear_scan"), "x",
              "    r = grad(sum(cumprod(x, axis=1, reverse=true) ^ 2), x)", ((2, 4),), (NONZERO,)),
+        # random numbers (a constant for differentiation: x's derivative is the draw's
+        # value; lo's and hi's flow through lo + (hi - lo) u); the normal's two uniforms
+        # of one block; a draw in a loop over rows with its reduction; seed 0 (the
+        # interpreter's) in the kernels
+        Case("p_random_uniform_like", ("random_uniform_like", "random_uniform"), "x, y",
+             "    r = x * random_uniform_like(x) + random_uniform_like(x, -1, hi=y)",
+             ((3, 4), (4,)), (REAL, REAL)),
+        Case("p_random_normal_like", ("random_normal_like", "random_uniform"), "x",
+             "    r = x * random_normal_like(x)", ((3, 4),), (REAL,)),
+        Case("i_random_rows", ("random_uniform", "sum"), "x: [n, k]",
+             "    r = x * sum(x * random_uniform_like(x), axis=1, keepdims=true)", ((3, 4),),
+             (REAL,)),
         # zero_masked: the NaN-safe products of a gradient (sin's and mul's rules), which
         # the derivatives of r differentiate in turn (second order)
         Case("i_zero_masked", ("zero_masked",), "x", "    r = grad(sum(sin(x) * x), x)",
@@ -362,6 +374,11 @@ def _draw_inputs(case: Case, data) -> list[np.ndarray]:
             xs.append(data.draw(arrays(np.int32, shape, elements=st.integers(-3, 3))))
         elif dom == INDEX3:
             xs.append(data.draw(arrays(np.int32, shape, elements=st.integers(0, 2))))
+        elif case.kink is _distinct and dom == REAL:
+            # distinct by construction (a grid of 2e-3), not by rejection: hypothesis's
+            # arrays repeat values, and rejecting ties would cost dozens of draws each
+            grid = st.integers(-1500, 1500).map(lambda i: i * 2e-3)
+            xs.append(data.draw(arrays(np.float64, shape, elements=grid, unique=True)))
         else:
             xs.append(data.draw(arrays(np.float64, shape, elements=_ELEMENTS[dom])))
     if case.name == "p_clip":                      # lo < hi
@@ -619,6 +636,7 @@ def test_decomposition_parses_and_names_only_its_scope(prim) -> None:
     assert stmts[-1].target == "out", prim.name
     known = set(prim.params) | set(CONSTANTS) | set(prim.attrs) | {"axis", "keepdims", "true",
                                                                     "false"}
+    known |= {"seed", "offset", "stream"} if prim.draws else set()
     for s in stmts:
         names, funcs, _ = _free_names(s.value)
         assert names <= known, f"'{prim.name}' decomposition names {names - known}"
@@ -763,6 +781,9 @@ _EDGES: dict[str, list[tuple[np.ndarray, ...]]] = {
     "p_cumprod_a0r": [(np.array([[0, -2.5, 3, 1e-30], [2, 0, 0, 1.5], [1e3, -1e3, 1e-3, 0]]),)],
     "i_cumprod_second": [(np.array([[0, -2.5, 3, 1e-30], [2, 0, 0, 1.5]]),)],
     "p_relu": [(_a(-2.5, 1e3, -1e4, 1e-30, -1e-30, 3),)],
+    "p_random_uniform_like": [(np.array([[0, -2.5, 1e3, 1e-30]] * 3), _a(1e4, -1e-30, 0, 2)),
+                              (np.zeros((0, 4)), _a(1, 2, 3, 4))],
+    "p_random_normal_like": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-30, 1e4, 0]]),)],
     "p_log_sigmoid": [(_a(0, -2.5, 1e3, -1e4, 1e-30, -1e-30, 40, -40),)],
     # huge, tiny and tied logits, a slice of one element, an empty axis
     "p_softmax": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-30, 1e4, 0], [1, 1, 1, 1]]),),
@@ -955,6 +976,7 @@ def test_kernels_match_the_interpreter(gen, case, dtname) -> None:
             xs = [np.asarray(x, dtype=np.int32 if i in case.ints else dt)
                   for i, x in enumerate(xs)]
         ref = run_forward(case, xs, dt)
+        kw = {"seed": 0} if compiled(case.name).draws else {}   # the interpreter's
         rng = np.random.default_rng(2)
         vs = [rng.standard_normal(np.shape(o)).astype(dt) for o in ref]
         gref = run_vjp(case, xs, vs, dt)
@@ -962,14 +984,14 @@ def test_kernels_match_the_interpreter(gen, case, dtname) -> None:
         jref = run_jvp(case, xs, ts, dt)
         with np.errstate(all="ignore"):
             results = {
-                "forward": (op(*xs), op.unfused(*xs)),
-                "vjp": (op.vjp(*xs, *vs), op.unfused.vjp(*xs, *vs)),
+                "forward": (op(*xs, **kw), op.unfused(*xs, **kw)),
+                "vjp": (op.vjp(*xs, *vs, **kw), op.unfused.vjp(*xs, *vs, **kw)),
                 # the fused fwd_bwd kernel is one more compilation per op and dtype:
                 # float64 only, to keep the suite's compile time in budget
-                "fwd_bwd": ((op.fwd_bwd(*xs, *vs) if dt == np.float64 else None),
-                            op.unfused.fwd_bwd(*xs, *vs)),
-                "jvp": ((op.jvp(*xs, *ts) if dt == np.float64 else None),
-                        op.unfused.jvp(*xs, *ts)),
+                "fwd_bwd": ((op.fwd_bwd(*xs, *vs, **kw) if dt == np.float64 else None),
+                            op.unfused.fwd_bwd(*xs, *vs, **kw)),
+                "jvp": ((op.jvp(*xs, *ts, **kw) if dt == np.float64 else None),
+                        op.unfused.jvp(*xs, *ts, **kw)),
             }
         for variant, k in (("fused", 0), ("unfused", 1)):
             _close(results["forward"][k], ref[0], dt, f"{case.name} forward {variant}")

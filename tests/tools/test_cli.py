@@ -384,6 +384,35 @@ def test_check_finds_shapes_for_undeclared_parameters(tmp_path, capsys):
     assert "no input shapes tried fit the op" in capsys.readouterr().out
 
 
+def test_check_fits_shapes_to_custom_rules_and_labels(tmp_path, capsys):
+    """Undeclared shapes that the custom VJP accepts too (layer norm's ``db =
+    sum(dy, axis=0)`` needs a matrix ``x`` and vector ``b``: it was an internal error),
+    and integer labels in range at every point drawn, not only the first."""
+    assert main(["check", str(EXAMPLES / "rowwise.grad")]) == 0, capsys.readouterr().out
+    path = tmp_path / "labels.grad"
+    path.write_text("op xent(logits, labels: i64) -> loss {\n"
+                    "    picked = take_along_axis(logits, expand_dims(labels, -1), axis=-1)\n"
+                    "    loss = mean(logsumexp(logits, axis=-1, keepdims=true) - picked)\n"
+                    "} grad(dl) -> dx {\n"
+                    "    dx = dl * (softmax(logits, axis=-1) - one_hot(labels, 5)) / 4\n}\n")
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+    assert "audit of the custom rule: exact" in capsys.readouterr().out
+
+
+def test_check_says_why_a_straight_through_estimator_fails(tmp_path, capsys):
+    """stop_gradient in the forward (the straight-through idiom) gives a gradient that
+    is not the derivative: the check fails and names the user's stop_gradient (not the
+    one inside softmax) and the way to have it audited."""
+    path = tmp_path / "ste.grad"
+    path.write_text("op st_argmax(x: [n, k]) -> y {\n"
+                    "    s = softmax(x, axis=-1)\n"
+                    "    y = one_hot(argmax(x, axis=-1), k) - stop_gradient(s) + s\n}\n")
+    assert main(["check", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "the forward uses stop_gradient (line 3, column 42)" in out
+    assert "grad block marked surrogate" in out
+
+
 def test_unknown_op_names_are_errors_with_a_near_miss(capsys) -> None:
     """explain, bench and --emit ir refuse an op the file does not define (bench used
     to print an empty report and exit 0), naming the likely one."""

@@ -509,3 +509,42 @@ def test_sorting_and_products(tmp_path, dtype) -> None:
     ups = [rng.standard_normal(s).astype(dtype) for s in ((3, 4), (3, 4), (3, 2), (3, 4),
                                                            (3, 4))]
     every_method(ops, "sorts", [x], ups, dtype)
+
+
+RANDOM = """
+op dropout(x, p: nograd = 0.5) -> y {
+    keep = random_uniform_like(x) >= p
+    y = where(keep, x / (1 - p), 0)
+}
+op noise(x: [n, k]) -> y {
+    y = x * random_normal_like(x) + sum(random_uniform_like(x, -1, 2), axis=1, keepdims=true)
+}
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_random_numbers_are_the_cpus(tmp_path, dtype) -> None:
+    """Philox4x32-10 in the (unrolled) CUDA loops: the CPU's masks bit for bit for one
+    seed in every method, fused and unfused; a normal's values to the rounding of the
+    math library."""
+    ops = load(RANDOM, tmp_path, f"random_{dtype.__name__}")
+    cpu = gradc.load(tmp_path / f"random_{dtype.__name__}.grad")
+    x = np.linspace(0.5, 2, 45, dtype=dtype).reshape(5, 9)
+    dy = np.ones_like(x)
+    for dev in (ops.dropout.cuda, ops.dropout.cuda.unfused):
+        y = dev(cuda.to_device(x), p=0.3, seed=5).copy_to_host()
+        np.testing.assert_array_equal(y, cpu.dropout(x, p=0.3, seed=5))
+        (dx,) = dev.vjp(cuda.to_device(x), cuda.to_device(dy), p=0.3, seed=5)
+        np.testing.assert_array_equal(dx.copy_to_host(), np.where(y != 0, dy / dtype(0.7), 0))
+    every_method(ops, "noise", [x], [np.ones_like(x)], dtype, seed=0)   # the interpreter's
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_ops_of_arrays_grad(dtype) -> None:
+    """Every op of examples/arrays.grad (the spec's arrays.grad), every method, fused
+    and unfused, at the inputs of its comments."""
+    from arrays_inputs import ARRAYS_INPUTS, cast
+    ops = Ops(EXAMPLES / "arrays.grad")
+    assert set(ops.OPS) == set(ARRAYS_INPUTS) | {"dropout"}     # dropout: the test above
+    for name, (xs, ups) in ARRAYS_INPUTS.items():
+        every_method(ops, name, cast(xs, dtype), cast(ups, dtype), dtype)
