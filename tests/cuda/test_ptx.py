@@ -133,3 +133,17 @@ def test_random_draws_compile_to_ptx(cuda_toolchain, import_module_text):
             assert "mul.lo.s64" in code or "mul.wide.u32" in code or "mul.lo.u64" in code
             if "_mask_" in name and name.endswith("[float32]"):
                 assert ".f64" not in code, name
+
+
+@pytest.mark.slow
+def test_batched_matmul_epilogue_compiles_to_ptx(cuda_toolchain, import_module_text):
+    """A batched product (its batches' operand offsets, the grid's z extent) with an
+    elementwise epilogue: PTX for sm_80 and sm_90 (the run time's _gck_matmul, the
+    same template without an epilogue, compiles in the tests above)."""
+    text = gradc.compile_source("op bmm(x: [1, h, i, k], y: [b, 1, k, j]) -> z {\n"
+                                "    z = tanh(x @ y)\n}\n", file="bmm.grad", target="cuda")
+    assert "_gc_launch_matmul(_gck_bmm_forward_" in text
+    module = import_module_text(text, "ptx_bmm")
+    for cc in ((8, 0), (9, 0)):
+        ptx = module_ptx(module, cc, prefix="_gck_bmm_forward", runtime=False)
+        assert len(ptx) == 2 and all(ptx_target(p) == f"sm_{cc[0]}{cc[1]}" for p in ptx.values())
