@@ -23,8 +23,9 @@ Reductions are two-stage block tree reductions in shared memory with a
 fixed split for a given device and shape, and no atomics: the same input
 gives the same bits on every run.  Partial results are accumulated in
 float64.  Matmul is a tiled shared-memory kernel (16x16 tiles, float64
-accumulation), printed by :func:`gradc.codegen.cuda.render_cuda_matmul`, which
-also prints the matmul kernels with a fused elementwise epilogue.
+accumulation, batches along the grid's z extent), printed by
+:func:`gradc.codegen.cuda.render_cuda_matmul`, which also prints the matmul
+kernels with a fused elementwise epilogue.
 """
 from __future__ import annotations
 

@@ -9,6 +9,8 @@ tests/test_spec_examples.py.
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -108,10 +110,9 @@ def test_shapes_that_do_not_fit_are_compile_time_errors(params, message) -> None
     ((), (3,), r"a 0-d operand has no dim to contract"),
 ])
 def test_shapes_known_at_call_time_are_value_errors(m, x, y, message) -> None:
+    shapes = re.escape(f"matmul: operands of shapes {x} and {y}: ")
     for op in (m.gen, m.gen.unfused):
-        with pytest.raises(ValueError, match=r"^gen(\.unfused)?\.forward: matmul: operands of shapes "
-                                             + f"{x} and {y}".replace("(", r"\(").replace(")", r"\)")
-                                             + ": " + message):
+        with pytest.raises(ValueError, match=r"^gen(\.unfused)?\.forward: " + shapes + message):
             op(np.ones(x), np.ones(y))
     assert m.gen(np.ones((2, 1, 3, 4)), np.ones((5, 4, 2))).shape == (2, 5, 3, 2)
 
