@@ -551,15 +551,16 @@ def _gc_matmul_operands(a, b, stream):
     sb = tuple(b.shape) + (1,) if b.ndim == 1 else tuple(b.shape)
     m, k, n = sa[-2], sa[-1], sb[-1]
     batch = tuple(np.broadcast_shapes(sa[:-2], sb[:-2]))
-    geometry = (m, n, k, _gc_batch_offsets(sa[:-2], batch, m * k, stream),
-                _gc_batch_offsets(sb[:-2], batch, k * n, stream))
+    geometry = (m, n, k, _gc_batch_offsets(sa[:-2], batch, m * k),
+                _gc_batch_offsets(sb[:-2], batch, k * n))
     return _gc_ravel(a), _gc_ravel(b), geometry, shape
 
 
-def _gc_batch_offsets(own, batch, size, stream):
+def _gc_batch_offsets(own, batch, size):
     """The offset (int64, on the device) of the matrix of each batch (C order over
     ``batch``) in a flat operand of batch dims ``own`` and ``size`` elements per
-    matrix: ``own`` broadcast to ``batch``.  Cached by shapes (never written)."""
+    matrix: ``own`` broadcast to ``batch``.  Cached by shapes (never written), so
+    uploaded synchronously: a later call on another stream finds it there."""
     cache = _GC_STATE.setdefault("batch offsets", {})
     key = (tuple(own), tuple(batch), size)
     d = cache.get(key)
@@ -568,7 +569,7 @@ def _gc_batch_offsets(own, batch, size, stream):
         off = np.ascontiguousarray(np.broadcast_to(off.reshape(own), batch)).reshape(-1)
         if len(cache) >= 256:
             cache.clear()
-        d = cache[key] = cuda.to_device(off, stream=stream)
+        d = cache[key] = cuda.to_device(off)
     return d
 
 
