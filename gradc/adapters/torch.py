@@ -57,7 +57,7 @@ except ImportError as exc:          # the optional extra
                       "(or the CPU build, pip install \"torch==2.13.0+cpu\")") from exc
 
 from gradc.adapters import derived
-from gradc.codegen.runtime_src import _g_seed
+from gradc.codegen.runtime_src import call_seed
 from gradc.ir.lower import ParamInfo
 
 __all__ = ["as_torch", "TorchOp"]
@@ -479,7 +479,7 @@ def _seed(name: str, seed):
             return seed.to(torch.int64)
         seed = seed.item()
     if not torch.compiler.is_compiling():
-        return int(_g_seed(name, seed))
+        return call_seed(name, seed)
     if seed is None:
         return torch.randint(0, 2**63 - 1, (), dtype=torch.int64)
     if isinstance(seed, bool) or not isinstance(seed, int):

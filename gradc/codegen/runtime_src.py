@@ -229,6 +229,12 @@ def _g_seed(op, seed):
     return np.asarray((int(seed) + (1 << 63)) % (1 << 64) - (1 << 63), dtype=np.int64)
 
 
+def call_seed(op: str, seed) -> int:
+    """The seed of one call of a drawing op (its methods' ``seed=``) as an int, as the
+    generated module computes it (:func:`_g_seed`): for the framework adapters."""
+    return int(_g_seed(op, seed))
+
+
 def _g_bind_dims(op, name, actual, dims_spec, dims, where):
     if len(dims_spec) == 0 and len(actual) != 0:
         raise ValueError(f"{op}: argument '{name}' must be a scalar (a parameter with a "
