@@ -52,6 +52,10 @@ def _xent(logits, labels, label_smoothing=0.0):
     return np.mean((1 - label_smoothing) * nll + label_smoothing * (lse - logits.mean(axis=-1)))
 
 
+def _attention(q, k, v):
+    return _softmax(q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])) @ v
+
+
 RNG = np.random.default_rng(0)
 LABELS = RNG.integers(0, 7, 5)
 # op -> (NumPy reference, random inputs (the differentiable ones first), the values of
@@ -87,6 +91,13 @@ CASES = {
                       ([np.array([[1.0, 2, 3], [1, 0, 0]]), np.array([2, 0])], {},
                        0.4795253391882155)),
 }
+CASES["flash_attention"] = (
+    _attention, [RNG.standard_normal((2, 2, 3, 4)), RNG.standard_normal((2, 2, 5, 4)),
+                 RNG.standard_normal((2, 2, 5, 3))],
+    ([np.array([[[[0, 0.3], [-0.3, -0.9]]]]), np.array([[[[-0.5, -0.6], [0.5, 0.4], [0.1, -0.9]]]]),
+      np.array([[[[-1.8, -0.2], [-1.3, 0.3], [0.2, -0.2]]]])], {},
+     [[[[-1.0141374778267676, -0.005284130949125895],
+        [-0.8594742146327321, -0.11417663777800231]]]]))
 KWARGS = {"cross_entropy": {"label_smoothing": 0.1}}
 
 
