@@ -58,4 +58,4 @@ class DaskWrapperPrinter(WrapperPrinter):
             raise CodegenError(f"'{node.op}' has no Dask lowering", node.span)
         kw = "".join(f", {k}={v!r}" for k, v in self._attrs(node).items())
         kw += ", empty_ok=True" if node.attr("initial") is not None else ""
-        return f"{prim.dask.__name__}(_T, {', '.join(fields.values())}{kw})"
+        return f"{prim.dask.__name__}(_T{''.join(', ' + v for v in fields.values())}{kw})"

@@ -68,7 +68,45 @@ class Call:
     span: Span               # the function name
 
 
-Expr = Union[Num, Name, BinOp, Compare, Neg, Transpose, TupleExpr, Call]
+@dataclass(frozen=True)
+class Slice:
+    """``start:stop:step`` inside a subscript; an omitted part is None."""
+
+    start: "Expr | None"
+    stop: "Expr | None"
+    step: "Expr | None"
+    span: Span               # the first ':'
+
+
+@dataclass(frozen=True)
+class EllipsisIndex:
+    """``...`` inside a subscript: as many ``:`` as the other items leave."""
+
+    span: Span
+
+
+@dataclass(frozen=True)
+class Index:
+    """``value[items]``: NumPy's indexing (docs/language.md, *Indexing*); each item an
+    expression (an integer, or an integer array: advanced indexing), a Slice or ``...``."""
+
+    value: "Expr"
+    items: tuple["Expr | Slice | EllipsisIndex", ...]
+    span: Span               # the '['
+
+
+Expr = Union[Num, Name, BinOp, Compare, Neg, Transpose, TupleExpr, Call, Index]
+
+
+def index_expressions(e: Index) -> tuple["Expr", ...]:
+    """The expressions of ``e``'s subscript, in source order (a slice's bounds)."""
+    out: list[Expr] = []
+    for item in e.items:
+        if isinstance(item, Slice):
+            out.extend(b for b in (item.start, item.stop, item.step) if b is not None)
+        elif not isinstance(item, EllipsisIndex):
+            out.append(item)
+    return tuple(out)
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
@@ -81,6 +119,8 @@ def children(e: Expr) -> tuple[Expr, ...]:
         return (*e.args, *(v for _, v in e.kwargs))
     if isinstance(e, TupleExpr):
         return e.items
+    if isinstance(e, Index):
+        return (e.value, *index_expressions(e))
     return ()
 
 

@@ -22,7 +22,8 @@ class Builtin:
     kwargs: tuple[str, ...] = ()
     kind: str = "elementwise"     # elementwise | reduction | special | library
     # The kind of each keyword's value: "axis" (an int or a tuple of ints), "bool", or
-    # "value" (an operand with a default: any expression, ``random_uniform_like``'s lo=).
+    # "value" (an operand with a default: any expression, ``random_uniform_like``'s lo=;
+    # arange's stop=, a number or a dim).
     kwarg_kinds: tuple[tuple[str, str], ...] = (("axis", "axis"), ("keepdims", "bool"))
     # The kinds of the trailing positional arguments that are constants (attributes):
     # "axis", "shape" (a tuple of ints and dims) or "int".
@@ -34,6 +35,7 @@ class Builtin:
         return self.min_args + values.index(key) if key in values else None
 
 
+MAX_JOINED = 1024       # the most arrays one concat or stack joins
 _REDUCTION_KWARGS = (("axis", "axis"), ("keepdims", "bool"))
 
 
@@ -62,6 +64,13 @@ BUILTINS = MappingProxyType({b.name: b for b in [
     Builtin("min", 1, 2, ("axis", "keepdims"), "special"),
     # grad(EXPR, NAME): gradient of a scalar expression w.r.t. a name.
     Builtin("grad", 2, 2, (), "special"),
+    # Creation and joining, of a varying number of arguments (gradc.ir.indexing lowers
+    # them to the registry's arange and concat): arange(start, stop, step), eye(n, m, k)
+    # of numbers and dims; concat(xs..., axis=) (alias concatenate), stack(xs..., axis=).
+    Builtin("arange", 1, 3, ("stop", "step"), "library", (("stop", "value"), ("step", "value"))),
+    Builtin("eye", 1, 3, ("m", "k"), "library", (("m", "value"), ("k", "value"))),
+    *(Builtin(name, 1, MAX_JOINED, ("axis",), "library", (("axis", "axis"),))
+      for name in ("concat", "concatenate", "stack")),
 ]})
 
 # true and false are values anywhere (bool constants: 1 and 0 in arithmetic, as Python's).

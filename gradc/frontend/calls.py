@@ -17,7 +17,7 @@ import networkx as nx
 
 from gradc.errors import GradcError, GradientError, NameResolutionError, Span, TypeError_
 from gradc.frontend import ast
-from gradc.frontend.builtins import BUILTINS, CONSTANTS
+from gradc.frontend.builtins import BUILTINS, CONSTANTS, MAX_JOINED
 from gradc.frontend.consts import did_you_mean, undefined_name
 from gradc.frontend.to_ast import leftmost_span
 
@@ -52,6 +52,8 @@ class CallChecker:
                 self.expr(e.operand, scope, later)
             case ast.TupleExpr():
                 self._error(TypeError_, "a tuple can only be an axis= value", e.span, "E304")
+            case ast.Index():
+                self._index(e, scope, later)
             case ast.Call():
                 self._call(e, scope, later)
 
@@ -93,8 +95,10 @@ class CallChecker:
         b = BUILTINS[c.func]
         n = len(c.args)
         if not b.min_args <= n <= b.max_args:
-            takes = (f"{b.min_args}" if b.min_args == b.max_args
-                     else f"{b.min_args} or {b.max_args}")
+            takes = (f"{b.min_args}" if b.min_args == b.max_args else
+                     f"{b.min_args} or {b.max_args}" if b.max_args == b.min_args + 1 else
+                     f"at least {b.min_args}" if b.max_args >= MAX_JOINED else
+                     f"{b.min_args} to {b.max_args}")
             notes = [f"pass the axis as {c.func}(x, axis=...)"] if b.kwargs and n == 2 else []
             self._error(TypeError_, f"'{c.func}' takes {takes} argument"
                         f"{'' if b.max_args == 1 else 's'}, got {n}", c.span, "E303", notes)
@@ -137,6 +141,26 @@ class CallChecker:
                  for i in items):
             self._error(TypeError_, f"axis= out of range (arrays have fewer than "
                         f"{_MAX_AXIS} dims)", leftmost_span(value), "E304")
+
+    def _index(self, e: ast.Index, scope: Scope, later: Mapping[str, Span]) -> None:
+        """``x[...]``: its expressions, and what is wrong whatever the array (a float
+        literal, a step of 0, two '...'); the rest is checked as it is lowered."""
+        self.expr(e.value, scope, later)
+        ellipses = [i for i in e.items if isinstance(i, ast.EllipsisIndex)]
+        if len(ellipses) > 1:
+            self._error(TypeError_, "an index can only have a single ellipsis ('...')",
+                        ellipses[1].span, "E309")
+        for item in e.items:
+            if isinstance(item, ast.Slice) and _is_int(item.step) and \
+                    (item.step.operand if isinstance(item.step, ast.Neg) else item.step).value == 0:
+                self._error(TypeError_, "slice step cannot be zero", item.step.span, "E309")
+        for sub in ast.index_expressions(e):
+            bare = sub.operand if isinstance(sub, ast.Neg) else sub
+            if isinstance(bare, ast.Num) and not bare.is_int:
+                self._error(TypeError_, f"an index must be an integer, got {bare.text}",
+                            bare.span, "E309")
+            else:
+                self.expr(sub, scope, later)
 
     def _shape(self, value: ast.Expr) -> None:
         items = value.items if isinstance(value, ast.TupleExpr) else (value,)

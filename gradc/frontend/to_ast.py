@@ -186,6 +186,23 @@ class ToAst(Transformer):
         return ast.Transpose(operand, self.span(tok))
 
     @v_args(inline=True)
+    def index(self, value: ast.Expr, tok: Token, items: tuple) -> ast.Index:
+        return ast.Index(value, items, self.span(tok))
+
+    def subscripts(self, items: list[Any]) -> tuple:
+        return tuple(items)
+
+    def slice(self, items: list[Any]) -> ast.Slice:
+        # [start] ':' [stop] [':' [step]]: placeholders are None
+        start, colon, stop, *rest = items
+        step = rest[-1] if len(rest) == 2 else None
+        return ast.Slice(start, stop, step, self.span(colon))
+
+    @v_args(inline=True)
+    def ellipsis(self, tok: Token) -> ast.EllipsisIndex:
+        return ast.EllipsisIndex(self.span(tok))
+
+    @v_args(inline=True)
     def number(self, tok: Token) -> ast.Num:
         text = str(tok)
         value = float(text)
@@ -242,6 +259,7 @@ class ToAst(Transformer):
 
 def leftmost_span(expr: ast.Expr) -> Span:
     """The span of the first token of ``expr`` (operators' spans point at the operator)."""
-    while isinstance(expr, (ast.BinOp, ast.Compare, ast.Transpose)):
-        expr = expr.operand if isinstance(expr, ast.Transpose) else expr.lhs
+    while isinstance(expr, (ast.BinOp, ast.Compare, ast.Transpose, ast.Index)):
+        expr = (expr.operand if isinstance(expr, ast.Transpose) else
+                expr.value if isinstance(expr, ast.Index) else expr.lhs)
     return expr.span

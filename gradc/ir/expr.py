@@ -21,14 +21,17 @@ from gradc.frontend import ast
 from gradc.frontend.builtins import CONSTANTS
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, Graph, Node
+from gradc.ir.indexing import SPECIAL_CALLS, lower_index, lower_special
 from gradc.ir.primitives import ALIASES, BINARY_OPS, COMPARE_OPS, DECOMPOSED, PRIMITIVES
 from gradc.ir.shapes import DimRef
 
 # Primitives that derivative rules may call but .grad files may not.
 INTERNAL = ("broadcast_in", "sum_to", "shape_check", "size_ratio", "transpose", "matmul", "cast",
             "identity", "zero_masked", "dim_size", "reshape_like", "take_transpose", "shift",
-            "linear_scan",
-            "take_along_axis_transpose", "random_uniform")
+            "linear_scan", "take_along_axis_transpose", "random_uniform",
+            # reached by x[...] (gradc.ir.indexing), not by name
+            "slice", "slice_transpose", "concat_part", "concat_part_transpose", "wrap_index",
+            "merge_axes")
 _RENAMED = {"max": "maximum", "min": "minimum"}
 _ARITH = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
           "^": operator.pow}
@@ -159,10 +162,15 @@ class ExprLowerer:
     def _transpose(self, e: ast.Transpose, scope: Scope) -> int:
         return self.b.apply("transpose", (self.expr(e.operand, scope),), span=e.span)
 
+    def _index(self, e: ast.Index, scope: Scope) -> int:
+        return lower_index(self, e, scope)
+
     def _tupleexpr(self, e: ast.TupleExpr, scope: Scope) -> int:
         raise ShapeError("a tuple is only allowed as the value of axis=", e.span)
 
     def _call(self, e: ast.Call, scope: Scope) -> int:
+        if e.func in SPECIAL_CALLS and not (self.rules and e.func in PRIMITIVES):
+            return lower_special(self, e, scope)        # arange, eye, concat, stack
         # a rule names primitives (transpose), a .grad file builtins (transpose: permute_dims)
         name = e.func if self.rules and e.func in PRIMITIVES else ALIASES.get(e.func, e.func)
         optional = dict(PRIMITIVES[name].optional) if name in PRIMITIVES else {}

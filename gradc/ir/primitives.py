@@ -1993,6 +1993,570 @@ RANDOM = (
 )
 
 
+# --- indexing: slices, integer-array indices, concat, arange -----------------------
+# NumPy's indexing (docs/language.md, *Indexing*), lowered by gradc.ir.indexing:
+#   slice(x, key): basic indexing, x[key] for a key of integers (an axis dropped), slices
+#     (start, stop, step) and Ellipsis, whose bounds are ints or dims known at call time
+#     (DimRef, DimExpr).  A view on the CPU; its VJP is its transpose, slice_transpose
+#     (the cotangent written into zeros of x's shape: no two elements of a basic slice
+#     share a place, so no accumulation), whose VJP is the slice again.  Out-of-range
+#     integers, too many indices and a step of 0 are NumPy's IndexError and ValueError,
+#     raised from the shapes before any read.
+#   wrap_index(idx, like, axis=): an integer-array index of like's axis as non-negative
+#     int64 (negative ones count from the end), IndexError for one out of range (NumPy's
+#     message): the advanced indices, checked before the gather (take) reads them.
+#   merge_axes(x, axis=, count=): count adjacent axes from axis merged into one (a
+#     reshape): several advanced indices become one flat index into the merged axis.
+#   concat(x, y, axis=): np.concatenate of two arrays (concat(a, b, c) is a chain, stack
+#     a concat of expand_dims); its VJP takes each operand's part of the cotangent,
+#     concat_part(g, like, axis=, part=) (the first like.shape[axis] elements along the
+#     axis, part 0, or the last, part 1), whose VJP is concat_part_transpose (the part
+#     written into zeros), the same slices with a key computed from the shapes.
+#   arange(start, stop, step): np.arange of ints (or dims), int64; no operands, no gradient.
+# On CUDA a slice is the run time's strided gather (_gck_gather at an offset), its
+# transpose and concat the strided scatter _gck_scatter.
+
+
+def _g_index_key(key):
+    """A slice's key attribute as NumPy's: its (start, stop, step) triples as slices."""
+    return tuple(slice(*k) if isinstance(k, tuple) else k for k in key)
+
+
+def _g_full_key(nd, key):
+    """``key`` with its Ellipsis (or the axes it leaves out) as full slices: one item per
+    axis of a rank-``nd`` array; IndexError as NumPy's for too many indices."""
+    used = sum(1 for k in key if k is not Ellipsis)
+    if sum(1 for k in key if k is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if used > nd:
+        raise IndexError(f"too many indices for array: array is {nd}-dimensional, but "
+                         f"{used} were indexed")
+    full = []
+    for k in key:
+        full.extend([(None, None, None)] * (nd - used) if k is Ellipsis else [k])
+    return full + [(None, None, None)] * (nd - len(full))
+
+
+def _g_slice_geometry(shape, key):
+    """(offset, shape, strides), in elements, of ``x[key]`` for a C-ordered ``x`` of
+    ``shape``; IndexError and ValueError as NumPy's (out-of-range integers, too many
+    indices, a step of 0)."""
+    shape = tuple(int(n) for n in shape)
+    stride, strides = 1, []
+    for n in reversed(shape):
+        strides.insert(0, stride)
+        stride *= n
+    off, out, out_strides = 0, [], []
+    for ax, (k, n, st) in enumerate(zip(_g_full_key(len(shape), key), shape, strides)):
+        if isinstance(k, tuple):
+            if k[2] == 0:
+                raise ValueError("slice step cannot be zero")
+            start, stop, step = slice(*k).indices(n)
+            m = len(range(start, stop, step))
+            out.append(m)
+            out_strides.append(st * step)
+            off += start * st if m else 0
+        else:
+            if not -n <= k < n:
+                raise IndexError(f"index {k} is out of bounds for axis {ax} with size {n}")
+            off += (k % n) * st
+    if 0 in out:
+        off = 0
+    return off, tuple(out), tuple(out_strides)
+
+
+def _g_slice_shape(x, key):
+    """The shape of ``x[key]`` for an array of shape ``x``."""
+    return _g_slice_geometry(x, key)[1]
+
+
+def _g_slice(x, key):
+    """``x[key]`` (basic indexing): a view, its errors raised first (NumPy's)."""
+    x = np.asarray(x)
+    _g_slice_geometry(x.shape, key)
+    return np.asarray(x[_g_index_key(key)])
+
+
+def _g_slice_transpose(g, like, key):
+    """The adjoint of :func:`_g_slice`: ``g`` written into zeros of ``like``'s shape."""
+    g, shape = np.asarray(g), tuple(np.shape(like))
+    _g_slice_geometry(shape, key)
+    out = np.zeros(shape, g.dtype)
+    out[_g_index_key(key)] = g
+    return out
+
+
+def _g_concat_axis(nd, axis):
+    """The axis ``concat`` joins along, non-negative; ValueError as NumPy's."""
+    if nd == 0:
+        raise ValueError("zero-dimensional arrays cannot be concatenated")
+    return _g_axes(nd, axis, "concat")[0]
+
+
+def _g_concat_shape(x, y, axis):
+    """The shape of ``concat`` of arrays of shapes ``x`` and ``y``; ValueError as NumPy's
+    for ranks or sizes (but along the axis) that differ."""
+    if len(x) != len(y):
+        raise ValueError(f"concat: all the input arrays must have same number of dimensions, "
+                         f"but the array at index 0 has {len(x)} dimension(s) and the array "
+                         f"at index 1 has {len(y)} dimension(s)")
+    ax = _g_concat_axis(len(x), axis)
+    for i, (m, n) in enumerate(zip(x, y)):
+        if i != ax and m != n:
+            raise ValueError(f"concat: all the input array dimensions except for the "
+                             f"concatenation axis must match exactly, but along dimension "
+                             f"{i}, the array at index 0 has size {m} and the array at index "
+                             f"1 has size {n}")
+    return tuple(x[:ax]) + (x[ax] + y[ax],) + tuple(x[ax + 1:])
+
+
+def _g_concat(x, y, axis):
+    """``np.concatenate((x, y), axis)``, its errors raised first."""
+    x, y = np.asarray(x), np.asarray(y)
+    _g_concat_shape(x.shape, y.shape, axis)
+    return np.concatenate((x, y), axis=_g_concat_axis(x.ndim, axis))
+
+
+def _g_part_key(shape, n, axis, part):
+    """The key of the first (``part`` 0) or last ``n`` elements along ``axis`` of an
+    array of ``shape``: an operand's part of a concat."""
+    ax = _g_concat_axis(len(shape), axis)
+    lo = 0 if part == 0 else shape[ax] - n
+    return ((None, None, None),) * ax + ((lo, lo + n, None),)
+
+
+def _g_concat_part(x, like, axis, part):
+    """``like``'s part of ``x``, a concat of it and another array (its VJP)."""
+    x, shape = np.asarray(x), tuple(np.shape(like))
+    return _g_slice(x, _g_part_key(x.shape, shape[_g_concat_axis(len(shape), axis)], axis,
+                                   part))
+
+
+def _g_concat_part_transpose(g, like, axis, part):
+    """The adjoint of :func:`_g_concat_part`: ``g`` written into zeros of ``like``'s shape."""
+    g, shape = np.asarray(g), tuple(np.shape(like))
+    key = _g_part_key(shape, g.shape[_g_concat_axis(g.ndim, axis)], axis, part)
+    return _g_slice_transpose(g, like, key)
+
+
+def _g_wrap_index(idx, like, axis):
+    """Integer-array indices of ``like``'s axis ``axis`` (a 1-tuple; ``like`` an array or
+    its shape) as non-negative int64; IndexError for one outside [-n, n), NumPy's."""
+    idx, shape = np.asarray(idx), tuple(getattr(like, "shape", like))
+    ax = _g_axes(len(shape), axis, "index")[0]
+    n = shape[ax]
+    if idx.size:
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < -n or hi >= n:
+            raise IndexError(f"index {lo if lo < -n else hi} is out of bounds for axis {ax} "
+                             f"with size {n}")
+    return np.where(idx < 0, idx + n, idx).astype(np.int64)
+
+
+def _g_merge_axes_shape(x, axis, count=2):
+    """The shape of an array of shape ``x`` with ``count`` axes from ``axis`` merged."""
+    (ax,) = _g_axes(len(x), axis, "merge_axes")
+    if ax + count > len(x):
+        raise ValueError(f"merge_axes: {count} axes from axis {ax} of an array of "
+                         f"dimension {len(x)}")
+    return tuple(x[:ax]) + (math.prod(x[ax:ax + count]),) + tuple(x[ax + count:])
+
+
+def _g_merge_axes(x, axis, count=2):
+    x = np.asarray(x)
+    return np.reshape(x, _g_merge_axes_shape(x.shape, axis, count))
+
+
+def _g_arange_shape(start=0, stop=None, step=1):
+    """The shape of ``np.arange(start, stop, step)`` of ints; ValueError for a step of 0."""
+    if step == 0:
+        raise ValueError("arange: the step must not be zero")
+    return (max(0, -((start - stop) // step)),)
+
+
+def _g_arange(start=0, stop=None, step=1):
+    """``np.arange(start, stop, step)``, int64."""
+    return np.arange(start, start + step * _g_arange_shape(start, stop, step)[0], step,
+                     dtype=np.int64)
+
+
+def _gck_scatter(dst, src, shape, strides):
+    """``dst[offset(i)] = src[i]``: the transpose of ``_gck_gather`` (``src`` flat over
+    ``shape`` in C order, element ``i``'s place its index dotted with ``strides``); the
+    places of a basic slice are distinct, so no atomics."""
+    nd = len(shape)
+    for i in range(cuda.grid(1), src.size, cuda.gridsize(1)):
+        rest = i
+        off = 0
+        for d in range(nd - 1, -1, -1):
+            n = shape[d]
+            off += (rest % n) * strides[d]
+            rest //= n
+        dst[off] = src[i]
+
+
+def _gc_zeros(shape, dtype, stream):
+    """A new device array of zeros (a broadcast of a cached 0: nothing uploaded)."""
+    return _gc_broadcast(_gc_upload(np.zeros((), dtype), stream), tuple(shape), stream)
+
+
+def _gc_slice(x, key, stream):
+    """:func:`_g_slice` on the device: a strided gather (``_gck_gather``) at an offset."""
+    x = _gc_dev(x, stream)
+    off, shape, strides = _g_slice_geometry(tuple(x.shape), key)
+    flat = _gc_ravel(x)
+    return _gc_gather(flat[off:] if off else flat, shape, strides, x.dtype, stream)
+
+
+def _gc_scatter(dst, src, key, stream):
+    """``dst[key] = src`` on the device (``_gck_scatter``); ``dst`` returned."""
+    off, shape, strides = _g_slice_geometry(tuple(dst.shape), key)
+    src = _gc_dev(src, stream)
+    if math.prod(shape):
+        if tuple(src.shape) != shape:
+            src = _gc_broadcast(src, shape, stream)
+        if not shape:
+            shape, strides = (1,), (0,)
+        flat = _gc_ravel(dst)
+        _gck_scatter[_gc_blocks(src.size), _GC_BLOCK, stream](
+            flat[off:] if off else flat, _gc_ravel(src), shape, tuple(strides))
+    return dst
+
+
+def _gc_slice_transpose(g, like, key, stream):
+    """:func:`_g_slice_transpose` on the device."""
+    g = _gc_dev(g, stream)
+    return _gc_scatter(_gc_zeros(tuple(like.shape), g.dtype, stream), g, key, stream)
+
+
+def _gc_concat(x, y, axis, stream):
+    """:func:`_g_concat` on the device: both operands scattered into one new array."""
+    x, y = _gc_dev(x, stream), _gc_dev(y, stream)
+    shape = _g_concat_shape(tuple(x.shape), tuple(y.shape), axis)
+    ax = _g_concat_axis(len(shape), axis)
+    out = _gc_empty(shape, x.dtype, stream)
+    _gc_scatter(out, x, _g_part_key(shape, x.shape[ax], axis, 0), stream)
+    return _gc_scatter(out, y, _g_part_key(shape, y.shape[ax], axis, 1), stream)
+
+
+def _gc_concat_part(x, like, axis, part, stream):
+    """:func:`_g_concat_part` on the device."""
+    x, shape = _gc_dev(x, stream), tuple(like.shape)
+    n = shape[_g_concat_axis(len(shape), axis)]
+    return _gc_slice(x, _g_part_key(tuple(x.shape), n, axis, part), stream)
+
+
+def _gc_concat_part_transpose(g, like, axis, part, stream):
+    """:func:`_g_concat_part_transpose` on the device."""
+    g, shape = _gc_dev(g, stream), tuple(like.shape)
+    key = _g_part_key(shape, g.shape[_g_concat_axis(len(g.shape), axis)], axis, part)
+    return _gc_slice_transpose(g, like, key, stream)
+
+
+def _gc_wrap_index(idx, like, axis, stream):
+    """:func:`_g_wrap_index` on the device: checked and wrapped on the host (indices are
+    small beside the data they select)."""
+    idx = _gc_dev(idx, stream)
+    return _gc_upload(_g_wrap_index(idx.copy_to_host(stream=stream), tuple(like.shape), axis),
+                      stream)
+
+
+def _gc_arange(start, stop, step, stream):
+    """:func:`_g_arange` on the device (uploaded: its values are its shape's)."""
+    return cuda.to_device(_g_arange(start, stop, step), stream=stream)
+
+
+def _gd_slice(t, x, key):
+    """:func:`_g_slice` of a Dask array (Dask's slicing)."""
+    x = _gd_array(x)
+    _g_slice_geometry(x.shape, key)
+    return x[_g_index_key(key)]
+
+
+def _gd_slice_transpose(t, g, like, key):
+    """:func:`_g_slice_transpose` of a Dask array: zeros chunked as ``like``, assigned."""
+    import dask.array as da
+    like, g = _gd_array(like), _gd_array(g)
+    _g_slice_geometry(like.shape, key)
+    out = da.zeros(like.shape, dtype=g.dtype, chunks=like.chunks)
+    out[_g_index_key(key)] = g
+    return out
+
+
+def _gd_concat(t, x, y, axis):
+    import dask.array as da
+    x, y = _gd_array(x), _gd_array(y)
+    _g_concat_shape(x.shape, y.shape, axis)
+    return da.concatenate([x, y], axis=_g_concat_axis(x.ndim, axis))
+
+
+def _gd_concat_part(t, x, like, axis, part):
+    x, shape = _gd_array(x), tuple(like.shape)
+    n = shape[_g_concat_axis(len(shape), axis)]
+    return _gd_slice(t, x, _g_part_key(x.shape, n, axis, part))
+
+
+def _gd_concat_part_transpose(t, g, like, axis, part):
+    g = _gd_array(g)
+    key = _g_part_key(tuple(like.shape), g.shape[_g_concat_axis(g.ndim, axis)], axis, part)
+    return _gd_slice_transpose(t, g, like, key)
+
+
+def _gd_wrap_index(t, idx, like, axis):
+    import dask.array as da
+    return da.map_blocks(_g_wrap_index, _gd_array(idx), tuple(like.shape), axis,
+                         dtype=np.int64)
+
+
+def _gd_merge_axes(t, x, axis, count=2):
+    return _gd_reshape_to(_gd_array(x), _g_merge_axes_shape(x.shape, axis, count))
+
+
+def _gd_arange(t, start=0, stop=None, step=1):
+    import dask.array as da
+    return da.from_array(_g_arange(start, stop, step))
+
+
+def _fw_positive_key(shape, key):
+    """(axes to flip, a key without negative steps) for frameworks whose slices take
+    no negative step (PyTorch): x[key] is flip(x, axes)[positive key]."""
+    flips, out = [], []
+    axis = 0
+    for k in _g_full_key(len(shape), key):
+        if not isinstance(k, tuple):
+            out.append(k)
+        elif k[2] is not None and k[2] < 0:
+            n = shape[axis]
+            start, stop, step = slice(*k).indices(n)
+            m = len(range(start, stop, step))
+            lo = n - 1 - start if m else 0
+            out.append(slice(lo, lo - step * (m - 1) + 1 if m else 0, -step))
+            flips.append(axis)
+        else:
+            out.append(slice(*k))
+        axis += 1
+    return tuple(flips), tuple(out)
+
+
+def _fw_flip(x, axes):
+    if not axes:
+        return x
+    if hasattr(x, "index_select"):              # torch
+        import torch
+        return torch.flip(x, axes)
+    import jax.numpy as jnp
+    return jnp.flip(x, axes)
+
+
+def _fw_slice(x, key):
+    """:func:`_g_slice` of jax.numpy arrays or torch tensors."""
+    _g_slice_geometry(tuple(x.shape), key)
+    flips, pos = _fw_positive_key(tuple(x.shape), key)
+    return _fw_flip(x, flips)[pos]
+
+
+def _fw_slice_transpose(g, like, key):
+    """:func:`_g_slice_transpose` in JAX or PyTorch."""
+    shape = tuple(like.shape)
+    _g_slice_geometry(shape, key)
+    flips, pos = _fw_positive_key(shape, key)
+    if hasattr(g, "index_select"):              # torch
+        import torch
+        out = torch.zeros(shape, dtype=g.dtype, device=g.device)
+        out[pos] = g
+    else:
+        import jax.numpy as jnp
+        out = jnp.zeros(shape, g.dtype).at[pos].set(g)
+    return _fw_flip(out, flips)
+
+
+def _fw_concat(x, y, axis):
+    _g_concat_shape(tuple(x.shape), tuple(y.shape), axis)
+    ax = _g_concat_axis(len(x.shape), axis)
+    if hasattr(x, "index_select"):              # torch
+        import torch
+        return torch.cat([x, y.to(x.dtype)], ax)
+    import jax.numpy as jnp
+    return jnp.concatenate([x, y], ax)
+
+
+def _fw_concat_part(x, like, axis, part):
+    shape = tuple(like.shape)
+    n = shape[_g_concat_axis(len(shape), axis)]
+    return _fw_slice(x, _g_part_key(tuple(x.shape), n, axis, part))
+
+
+def _fw_concat_part_transpose(g, like, axis, part):
+    shape = tuple(like.shape)
+    key = _g_part_key(shape, g.shape[_g_concat_axis(len(g.shape), axis)], axis, part)
+    return _fw_slice_transpose(g, like, key)
+
+
+def _fw_wrap_index(idx, like, axis):
+    """:func:`_g_wrap_index` in JAX (no check: a jitted function cannot raise) or PyTorch."""
+    shape = tuple(like.shape)
+    ax = _g_axes(len(shape), axis, "index")[0]
+    if hasattr(idx, "index_select"):            # torch
+        if idx.numel():
+            _g_wrap_index(idx.detach().cpu().numpy(), shape, axis)     # its IndexError
+        return (idx + shape[ax] * (idx < 0)).long()
+    import jax.numpy as jnp
+    return jnp.where(idx < 0, idx + shape[ax], idx).astype(jnp.int64)
+
+
+def _fw_arange(start=0, stop=None, step=1):
+    import jax.numpy as jnp
+    return jnp.asarray(_g_arange(start, stop, step))
+
+
+def _torch_arange(start=0, stop=None, step=1):
+    import torch
+    return torch.arange(start, start + step * _g_arange_shape(start, stop, step)[0], step,
+                        dtype=torch.int64)
+
+
+def _gather_signatures(types, t):
+    flat, i64 = types.Array(t, 1, "C"), types.int64
+    return [(flat, flat, types.UniTuple(i64, nd), types.UniTuple(i64, nd)) for nd in (1, 2, 3)]
+
+
+def _slice_static(shapes, attrs):
+    """x[key]'s shape where x's dims and the key's integers say it, else None (at run
+    time: a slice by a dim clips to the axis, which a shape class cannot say)."""
+    s, key = shapes[0], attrs["key"]
+    if s.dyn:
+        return None
+    full = _statically(_g_full_key, len(s.static), key)
+    out = []
+    for k, d in zip(full, s.static):
+        if k == (None, None, None):
+            out.append(d)
+        elif not isinstance(d, int) or not all(isinstance(v, (int, type(None)))
+                                               for v in (k if isinstance(k, tuple) else (k,))):
+            return None
+        elif isinstance(k, tuple):
+            out.append(_statically(_g_slice_shape, (d,), (k,))[0])
+        else:
+            _statically(_g_slice_shape, (d,), (k,))
+    return Shape(tuple(out))
+
+
+def _concat_static(shapes, attrs):
+    x, y = shapes
+    if x.dyn or y.dyn:
+        return None
+    if len(x.static) != len(y.static) or all(isinstance(d, int) for d in x.static + y.static):
+        return Shape(_statically(_g_concat_shape, x.static, y.static, attrs["axis"]))
+    ax = _statically(_g_concat_axis, len(x.static), attrs["axis"])
+    for i, (m, n) in enumerate(zip(x.static, y.static)):
+        if i != ax and m != n and isinstance(m, int) and isinstance(n, int):
+            _statically(_g_concat_shape, x.static, y.static, attrs["axis"])
+    return None
+
+
+def _merge_axes_static(shapes, attrs):
+    (s,), count = shapes, attrs["count"]
+    if s.dyn:
+        return None
+    _statically(_g_merge_axes_shape, (1,) * len(s.static), attrs["axis"], count)
+    ax = _g_axes(len(s.static), attrs["axis"], "merge_axes")[0]
+    merged = s.static[ax:ax + count]
+    if not all(isinstance(d, int) for d in merged):
+        return None
+    return Shape(s.static[:ax] + (math.prod(merged),) + s.static[ax + count:])
+
+
+def _arange_static(shapes, attrs):
+    start, stop, step = attrs["start"], attrs["stop"], attrs["step"]
+    if all(isinstance(v, int) for v in (start, stop, step)):
+        return Shape(_statically(_g_arange_shape, start, stop, step))
+    if start == 0 and step == 1 and hasattr(stop, "name"):      # arange(n): n elements
+        return Shape((stop.name,))
+    return None
+
+
+_SLICE_HELPERS = (_g_axes, _g_index_key, _g_full_key, _g_slice_geometry, _g_slice_shape,
+                  _g_slice, _g_slice_transpose, _g_concat_axis, _g_concat_shape, _g_part_key,
+                  _gd_slice, _gd_slice_transpose)
+_SLICE_CUDA = (_gc_zeros, _gc_slice, _gc_scatter, _gc_slice_transpose)
+_PART_KW = (("axis", "axis", (0,)), ("part", "internal", 0))
+INDEXING = (
+    Primitive(
+        "slice", ("x",), LIBRARY, _g_slice,
+        vjp=("slice_transpose(g, x, key=key)",), jvp=("slice(x_t, key=key)",),
+        lib="_g_slice({x}, {key!r})", helpers=_SLICE_HELPERS,
+        cuda="_gc_slice({x}, {key!r}, stream)", cuda_helpers=_SLICE_CUDA,
+        dask=_gd_slice, jax=_fw_slice, torch=_fw_slice,
+        float_only=False, dtype="same", linear=(0,), static_shape=_slice_static,
+        np_shape=_g_slice_shape, keywords=(("key", "internal", ()),)),
+    Primitive(
+        "slice_transpose", ("x", "like"), LIBRARY, _g_slice_transpose,
+        vjp=("slice(g, key=key)", None), jvp=("slice_transpose(x_t, like, key=key)", None),
+        lib="_g_slice_transpose({x}, {like}, {key!r})", helpers=_SLICE_HELPERS,
+        cuda="_gc_slice_transpose({x}, {like}, {key!r}, stream)",
+        cuda_helpers=_SLICE_CUDA, cuda_kernels=((_gck_scatter, _gather_signatures),),
+        dask=_gd_slice_transpose, jax=_fw_slice_transpose, torch=_fw_slice_transpose,
+        float_only=False, dtype="same", linear=(0,), shape_like=1, shape_only=(1,),
+        value_operands=(0,), keywords=(("key", "internal", ()),)),
+    Primitive(
+        "concat", ("x", "y"), LIBRARY, _g_concat,
+        vjp=("concat_part(g, x, axis=axis, part=0)", "concat_part(g, y, axis=axis, part=1)"),
+        jvp=("concat_part_transpose(x_t, out, axis=axis, part=0)",
+             "concat_part_transpose(y_t, out, axis=axis, part=1)"),
+        lib="_g_concat({x}, {y}, {axis!r})", helpers=_SLICE_HELPERS + (_g_concat, _gd_array),
+        cuda="_gc_concat({x}, {y}, {axis!r}, stream)", cuda_helpers=_SLICE_CUDA + (_gc_concat,),
+        dask=_gd_concat, jax=_fw_concat, torch=_fw_concat,
+        float_only=False, dtype="same", linear=(0, 1), static_shape=_concat_static,
+        np_shape=_g_concat_shape, keywords=(("axis", "axis", (0,)),)),
+    Primitive(
+        "concat_part", ("x", "like"), LIBRARY, _g_concat_part,
+        vjp=("concat_part_transpose(g, x, axis=axis, part=part)", None),
+        jvp=("concat_part(x_t, like, axis=axis, part=part)", None),
+        lib="_g_concat_part({x}, {like}, {axis!r}, {part!r})",
+        helpers=_SLICE_HELPERS + (_g_concat_part,),
+        cuda="_gc_concat_part({x}, {like}, {axis!r}, {part!r}, stream)",
+        cuda_helpers=_SLICE_CUDA + (_gc_concat_part,),
+        dask=_gd_concat_part, jax=_fw_concat_part, torch=_fw_concat_part,
+        float_only=False, dtype="same", linear=(0,), shape_like=1, shape_only=(1,),
+        value_operands=(0,), keywords=_PART_KW),
+    Primitive(
+        "concat_part_transpose", ("x", "like"), LIBRARY, _g_concat_part_transpose,
+        vjp=("concat_part(g, x, axis=axis, part=part)", None),
+        jvp=("concat_part_transpose(x_t, like, axis=axis, part=part)", None),
+        lib="_g_concat_part_transpose({x}, {like}, {axis!r}, {part!r})",
+        helpers=_SLICE_HELPERS + (_g_concat_part_transpose,),
+        cuda="_gc_concat_part_transpose({x}, {like}, {axis!r}, {part!r}, stream)",
+        cuda_helpers=_SLICE_CUDA + (_gc_concat_part_transpose,),
+        dask=_gd_concat_part_transpose, jax=_fw_concat_part_transpose,
+        torch=_fw_concat_part_transpose,
+        float_only=False, dtype="same", linear=(0,), shape_like=1, shape_only=(1,),
+        value_operands=(0,), keywords=_PART_KW),
+    Primitive(
+        "wrap_index", ("idx", "like"), LIBRARY, _g_wrap_index, vjp=(None, None),
+        jvp=(None, None), lib="_g_wrap_index({idx}, {like}.shape, {axis!r})",
+        helpers=(_g_axes, _g_wrap_index, _gd_array),
+        cuda="_gc_wrap_index({idx}, {like}, {axis!r}, stream)", cuda_helpers=(_gc_wrap_index,),
+        dask=_gd_wrap_index, jax=_fw_wrap_index, torch=_fw_wrap_index,
+        float_only=False, dtype="i64", differentiable=False, shape_like=0, shape_only=(1,),
+        index_operands=(0,), value_operands=(), keywords=(("axis", "axis", (0,)),)),
+    _layout("merge_axes", ("x",), _g_merge_axes, ("reshape_like(g, x)",),
+            ("merge_axes(x_t, axis=axis, count=count)",),
+            "_g_merge_axes({x}, {axis!r}, {count!r})",
+            "_gc_layout({x}, _g_merge_axes_shape, stream, axis={axis!r}, count={count!r})",
+            _gd_merge_axes, _fw_reshaped(_g_merge_axes_shape),
+            (("axis", "axis", (0,)), ("count", "internal", 2)),
+            static_shape=_merge_axes_static, np_shape=_g_merge_axes_shape,
+            helpers=_LAYOUT_HELPERS + (_gd_reshape_to, _g_merge_axes)),
+    Primitive(
+        "arange", (), LIBRARY, _g_arange, lib="_g_arange({start!r}, {stop!r}, {step!r})",
+        helpers=(_g_arange,), cuda="_gc_arange({start!r}, {stop!r}, {step!r}, stream)",
+        cuda_helpers=(_gc_arange,), dask=_gd_arange, jax=_fw_arange, torch=_torch_arange,
+        float_only=False, dtype="i64", differentiable=False, static_shape=_arange_static,
+        np_shape=_g_arange_shape,
+        keywords=(("start", "internal", 0), ("stop", "internal", 0), ("step", "internal", 1))),
+)
+
+
 # --- dim_size: a dim of the signature as a value ----------------------------------
 # ``k`` in an expression, for ``x: [n, k]``: the size of ``x``'s axis ``index``
 # (counted from the end), an int64 known at call time (ir.expr.dim_scope makes it);
@@ -2274,7 +2838,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               np_shape=_g_scalar_shape, dask=_gd_size_ratio,
               jax=_jax_size_ratio, torch=_torch_size_ratio),
     CUMSUM, ONE_HOT, DIM_SIZE, ARGMAX, ARGMIN, *LAYOUT, TAKE, TAKE_TRANSPOSE, TAKE_ALONG,
-    TAKE_ALONG_TRANSPOSE, *COMPOSITES, ARGSORT, *SORTS, *SCANS, *RANDOM,
+    TAKE_ALONG_TRANSPOSE, *COMPOSITES, ARGSORT, *SORTS, *SCANS, *RANDOM, *INDEXING,
 ]})
 
 # Other .grad names of primitives (NumPy's and the Array API's): alias -> primitive.

@@ -55,8 +55,34 @@ class Shape:
 SCALAR = Shape()
 
 
+class _DimArithmetic:
+    """Integer arithmetic of dims (``h - 1``, ``2 * h``, ``-h``): a :class:`DimExpr`,
+    folded where both sides are ints."""
+
+    def __add__(self, other):
+        return dim_op("+", self, other)
+
+    def __radd__(self, other):
+        return dim_op("+", other, self)
+
+    def __sub__(self, other):
+        return dim_op("-", self, other)
+
+    def __rsub__(self, other):
+        return dim_op("-", other, self)
+
+    def __mul__(self, other):
+        return dim_op("*", self, other)
+
+    def __rmul__(self, other):
+        return dim_op("*", other, self)
+
+    def __neg__(self):
+        return dim_op("-", 0, self)
+
+
 @dataclass(frozen=True)
-class DimRef:
+class DimRef(_DimArithmetic):
     """An integer attribute that is a dim of the op's signature (the depth of
     ``one_hot(t, k)`` for ``x: [n, k]``): known at call time.  Its ``repr`` is how
     the generated wrappers read it (their dict of the call's dims, ``_d``); the
@@ -66,6 +92,45 @@ class DimRef:
 
     def __repr__(self) -> str:
         return f"_d[{self.name!r}]"
+
+
+@dataclass(frozen=True)
+class DimExpr(_DimArithmetic):
+    """``lhs op rhs`` of ints and dims (``op``: ``+ - *``), known at call time: a slice
+    bound ``x[..., :h - 1]``.  Its ``repr`` is the Python expression over ``_d``."""
+
+    op: str
+    lhs: object
+    rhs: object
+
+    def __repr__(self) -> str:
+        return f"({self.lhs!r} {self.op} {self.rhs!r})"
+
+
+_DIM_OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+
+def dim_op(op: str, lhs, rhs):
+    """``lhs op rhs`` for ints, DimRefs and DimExprs (TypeError for anything else, a
+    float among them)."""
+    for v in (lhs, rhs):
+        if isinstance(v, bool) or not isinstance(v, (int, DimRef, DimExpr)):
+            return NotImplemented
+    if isinstance(lhs, int) and isinstance(rhs, int):
+        return _DIM_OPS[op](lhs, rhs)
+    return DimExpr(op, lhs, rhs)
+
+
+def resolve_dim(v, dims: dict[str, int]):
+    """``v`` with its DimRefs and DimExprs replaced by their sizes in ``dims``, in tuples
+    too (a slice's key)."""
+    if isinstance(v, DimRef):
+        return dims[v.name]
+    if isinstance(v, DimExpr):
+        return _DIM_OPS[v.op](resolve_dim(v.lhs, dims), resolve_dim(v.rhs, dims))
+    if isinstance(v, tuple):
+        return tuple(resolve_dim(i, dims) for i in v)
+    return v
 
 
 def bound_dims(params: Iterable[tuple[Shape, tuple[int, ...]]]) -> dict[str, int]:
@@ -79,12 +144,9 @@ def bound_dims(params: Iterable[tuple[Shape, tuple[int, ...]]]) -> dict[str, int
 
 
 def resolve_dims(attrs: dict, dims: dict[str, int]) -> dict:
-    """``attrs`` with each :class:`DimRef` (alone or in a tuple) replaced by its size in
-    ``dims``."""
-    def size(v):
-        return dims[v.name] if isinstance(v, DimRef) else v
-    return {k: tuple(map(size, v)) if isinstance(v, tuple) else size(v)
-            for k, v in attrs.items()}
+    """``attrs`` with each :class:`DimRef` and :class:`DimExpr` (alone or in tuples)
+    replaced by its size in ``dims``."""
+    return {k: resolve_dim(v, dims) for k, v in attrs.items()}
 
 
 def broadcast_static(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...]:

@@ -16,7 +16,7 @@ from typing import Union
 import networkx as nx
 
 from gradc.ir.graph import FLOAT, Graph
-from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES
+from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, SOURCE
 from gradc.ir.shapes import Shape
 
 
@@ -247,7 +247,7 @@ def plan_kernels(graph: Graph, fuse: bool = True) -> KernelPlan:
         steps[gid] = Kernel(tuple(nodes), tuple(ins), tuple(outs), graph.node(nodes[0]).shape)
     for nid in order:
         node = graph.node(nid)
-        if nid not in group_of and node.args:
+        if nid not in group_of and PRIMITIVES[node.op].kind != SOURCE:   # arange: no operand
             steps[nid] = LibraryCall(nid)
     return KernelPlan(graph, tuple(_order_steps(graph, steps, group_of)), fuse)
 
