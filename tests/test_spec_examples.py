@@ -278,14 +278,14 @@ def test_add_bias_reduces_the_bias_gradient(act) -> None:
 
 
 # ---- arrays.grad (SPEC §1b): the ops gradc compiles so far ----------------------------
-# examples/arrays.grad holds xent_gather, smooth_xent, st_argmax, attention, bias_nchw,
-# cumsum_rows, sorted_weighted, dropout and softplus of the spec's arrays.grad, as there;
-# its other ops (xent_labels, rope) are not in it yet.  Its values are
-# float64: compared to 1e-12 relative in float64, and to 2e-6 (float32's rounding) in
-# float32, through every method, fused and unfused (dropout's: the properties it states).
+# examples/arrays.grad holds every op of the spec's arrays.grad (xent_labels, xent_gather,
+# smooth_xent, st_argmax, attention, rope, bias_nchw, cumsum_rows, sorted_weighted,
+# dropout, softplus), as there.  Its values are float64: compared to 1e-12 relative in
+# float64, and to 2e-6 (float32's rounding) in float32, through every method, fused and
+# unfused (dropout's: the properties it states).
 
-ARRAYS_OPS = ("xent_gather", "smooth_xent", "st_argmax", "attention", "bias_nchw",
-              "cumsum_rows", "sorted_weighted", "dropout", "softplus")
+ARRAYS_OPS = ("xent_labels", "xent_gather", "smooth_xent", "st_argmax", "attention", "rope",
+              "bias_nchw", "cumsum_rows", "sorted_weighted", "dropout", "softplus")
 
 
 @pytest.fixture(scope="module")
@@ -317,6 +317,21 @@ def test_smooth_xent(arrays) -> None:
     check_values(arrays.smooth_xent, [logits, labels], [1.0], 0.5628586725215489,
                  [[[0.028348619918523565, 0.10569756886073216, -0.13404618877925578],
                    [-0.17860822428375212, 0.08930411214187606, 0.08930411214187606]]])
+
+
+def test_xent_labels(arrays) -> None:
+    """Advanced indexing logits[arange(n), labels]: a gather, its VJP a scatter-add."""
+    logits, labels = np.array([[1.0, 2, 3], [1, 0, 0]]), np.array([2, 0], np.int64)
+    check_values(arrays.xent_labels, [logits, labels], [1.0], 0.4795253391882155,
+                 [[[0.04501528658519023, 0.12236423552739882, -0.1673795221125891],
+                   [-0.21194155761708544, 0.10597077880854272, 0.10597077880854272]]])
+
+
+def test_rope(arrays) -> None:
+    """Slices by a dim (x[..., :h], x[..., h:]) and concat; cos and sin are nograd."""
+    x, cos, sin = np.array([[1.0, 2, 3, 4]]), np.array([[0.5, 1]]), np.array([[0.25, 0]])
+    check_values(arrays.rope, [x, cos, sin], [[[1.0, 0, 0, 1]]], [[-0.25, 2, 1.75, 4]],
+                 [[[0.5, 0, -0.25, 1]]])
 
 
 def test_xent_gather(arrays) -> None:

@@ -299,6 +299,31 @@ def _other_cases() -> list[Case]:
         Case("i_random_rows", ("random_uniform", "sum"), "x: [n, k]",
              "    r = x * sum(x * random_uniform_like(x), axis=1, keepdims=true)", ((3, 4),),
              (REAL,)),
+        # indexing (gradc.ir.indexing): basic slices (negative steps, ints, '...', bounds by
+        # dims), their VJP slice_transpose; integer-array indices, adjacent (in place, several
+        # merged into one flat index) and apart (their dims first); concat and its parts,
+        # stack; arange and eye (no gradient); the second order differentiates the transposes
+        Case("p_slice", ("slice", "slice_transpose"), "x",
+             "    r = x[1:, ::-2] * 2 + x[..., :2, -1:]", ((3, 4),), (REAL,)),
+        Case("p_slice_dims", ("slice",), "x: [n, k]",
+             "    r = x[:n - 1, k - 2] * x[0, ..., 1:3]", ((3, 4),), (REAL,)),
+        Case("i_slice_second", ("slice_transpose", "slice"), "x",
+             "    r = grad(sum(x[1:, :2] ^ 3), x)", ((3, 4),), (REAL,)),
+        Case("p_index_array", ("wrap_index", "take", "take_transpose"), "x, t: i32",
+             "    r = x[:, t] * 2", ((3, 4), (5,)), (REAL, INDEX3), ints=(1,)),
+        Case("p_index_pairs", ("arange", "wrap_index", "merge_axes", "take"),
+             "x: [n, k], t: i32[n]", "    r = x[arange(n), t] * x[-1, t]", ((4, 3), (4,)),
+             (REAL, INDEX3), ints=(1,)),
+        Case("p_index_apart", ("permute_dims", "merge_axes", "take"),
+             "x: [a, b, c], t: i32[m]", "    r = x[t, 1:, t]", ((3, 2, 3), (4,)),
+             (REAL, INDEX3), ints=(1,)),
+        Case("p_concat", ("concat", "concat_part"), "x, y",
+             "    r = concat(x, y * y, x, axis=1)", ((2, 3), (2, 2)), (REAL, REAL)),
+        Case("i_concat_second", ("concat_part", "concat_part_transpose"), "x",
+             "    r = grad(sum(stack(x, sin(x), axis=-1) ^ 3), x)", ((2, 3),), (REAL,)),
+        Case("p_arange_eye", ("arange",), "x: [n, k]",
+             "    r = x * arange(k) + eye(n, k, k=-1) + arange(0.5, 2, 0.5)", ((4, 3),),
+             (REAL,)),
         # zero_masked: the NaN-safe products of a gradient (sin's and mul's rules), which
         # the derivatives of r differentiate in turn (second order)
         Case("i_zero_masked", ("zero_masked",), "x", "    r = grad(sum(sin(x) * x), x)",
@@ -592,7 +617,14 @@ def test_vjp_rule_parses_and_names_only_its_scope(prim, i, rule) -> None:
     callable_ = set(BUILTINS) | set(PRIMITIVES)
     assert funcs <= callable_, f"'{prim.name}' rule {rule!r} calls {funcs - callable_}"
     assert "grad" not in funcs, prim.name
-    assert kws <= {"axis", "keepdims", *prim.attrs}, f"'{prim.name}' rule {rule!r} passes {kws}"
+    assert kws <= _keywords(prim, funcs), f"'{prim.name}' rule {rule!r} passes {kws}"
+
+
+def _keywords(prim, funcs) -> set[str]:
+    """The keywords a rule of ``prim`` may pass: ``prim``'s attributes (``axis=axis``) and
+    those of the primitives it calls (concat's VJP: ``concat_part(g, x, part=0)``)."""
+    return {"axis", "keepdims", *prim.attrs,
+            *(a for f in funcs if f in PRIMITIVES for a in PRIMITIVES[f].attrs)}
 
 
 JVPS = [(p, i, r) for p in PRIMITIVES.values() for i, r in enumerate(p.jvp) if r is not None]
@@ -622,7 +654,7 @@ def test_jvp_rule_parses_and_names_only_its_scope(prim, i, rule) -> None:
     assert names <= allowed, f"'{prim.name}' jvp {rule!r} names {names - allowed}"
     assert f"{prim.params[i]}_t" in names, f"'{prim.name}' jvp {rule!r} ignores its tangent"
     assert funcs <= set(BUILTINS) | set(PRIMITIVES), prim.name
-    assert kws <= {"axis", "keepdims", *prim.attrs}, f"'{prim.name}' jvp {rule!r} passes {kws}"
+    assert kws <= _keywords(prim, funcs), f"'{prim.name}' jvp {rule!r} passes {kws}"
 
 
 DECOMPOSED = [p for p in PRIMITIVES.values() if p.decomposition is not None]
@@ -780,6 +812,12 @@ _EDGES: dict[str, list[tuple[np.ndarray, ...]]] = {
                   (np.zeros((2, 0)),)],
     "p_cumprod_a0r": [(np.array([[0, -2.5, 3, 1e-30], [2, 0, 0, 1.5], [1e3, -1e3, 1e-3, 0]]),)],
     "i_cumprod_second": [(np.array([[0, -2.5, 3, 1e-30], [2, 0, 0, 1.5]]),)],
+    # indexing: huge and tiny values move unchanged; empty axes
+    "p_slice": [(np.array([[0, -2.5, 1e3, 1e-30], [-1e4, 1e-30, 1e4, 0], [1, 2, 3, 4]]),),
+                (np.zeros((3, 0)),)],
+    "p_concat": [(np.array([[0, -2.5, 1e3], [-1e4, 1e-30, 1e4]]), np.array([[1e-30, 3],
+                                                                             [-1e3, 0]])),
+                 (np.zeros((0, 3)), np.zeros((0, 2)))],
     "p_relu": [(_a(-2.5, 1e3, -1e4, 1e-30, -1e-30, 3),)],
     "p_random_uniform_like": [(np.array([[0, -2.5, 1e3, 1e-30]] * 3), _a(1e4, -1e-30, 0, 2)),
                               (np.zeros((0, 4)), _a(1, 2, 3, 4))],
