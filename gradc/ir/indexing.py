@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from gradc.errors import TypeError_
 from gradc.frontend import ast
 from gradc.ir.graph import FLOAT
+from gradc.ir.shapes import DimExpr, DimRef
 
 if TYPE_CHECKING:
     from gradc.ir.expr import ExprLowerer, Scope
@@ -140,6 +141,27 @@ def lower_index(lw: "ExprLowerer", e: ast.Index, scope: "Scope") -> int:
         x = b.apply("merge_axes", (x,), {"axis": (where[0],), "count": len(where)},
                     span=e.span)
     return b.apply("take", (x, flat), {"axis": (where[0],)}, span=e.span)
+
+
+def key_text(key: tuple) -> str:
+    """A slice's key as it is written: ``..., 1:h:2, 0``."""
+    def bound(v) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, DimRef):
+            return v.name
+        if isinstance(v, DimExpr):
+            return f"({bound(v.lhs)} {v.op} {bound(v.rhs)})"
+        return str(v)
+
+    def item(k) -> str:
+        if k is Ellipsis:
+            return "..."
+        if not isinstance(k, tuple):
+            return bound(k)
+        start, stop, step = map(bound, k)
+        return f"{start}:{stop}" + (f":{step}" if step else "")
+    return ", ".join(item(k) for k in key)
 
 
 def _slice_bounds(lw: "ExprLowerer", s: ast.Slice, scope: "Scope") -> tuple:

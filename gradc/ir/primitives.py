@@ -2013,8 +2013,8 @@ RANDOM = (
 #     axis, part 0, or the last, part 1), whose VJP is concat_part_transpose (the part
 #     written into zeros), the same slices with a key computed from the shapes.
 #   arange(start, stop, step): np.arange of ints (or dims), int64; no operands, no gradient.
-# On CUDA a slice is the run time's strided gather (_gck_gather at an offset), its
-# transpose and concat the strided scatter _gck_scatter.
+# On CUDA a slice is a strided gather from an offset (_gck_strided), its transpose and
+# concat the same kernel's scatter.
 
 
 def _g_index_key(key):
@@ -2180,19 +2180,23 @@ def _g_arange(start=0, stop=None, step=1):
                      dtype=np.int64)
 
 
-def _gck_scatter(dst, src, shape, strides):
-    """``dst[offset(i)] = src[i]``: the transpose of ``_gck_gather`` (``src`` flat over
-    ``shape`` in C order, element ``i``'s place its index dotted with ``strides``); the
-    places of a basic slice are distinct, so no atomics."""
+def _gck_strided(dst, src, off, shape, strides, scatter):
+    """A strided copy over ``shape`` (C order): element ``i``'s place is ``off`` plus its
+    index dotted with ``strides`` (negative for a negative step); ``dst[i] =
+    src[place]`` (a slice), or ``dst[place] = src[i]`` when ``scatter`` (its transpose:
+    the places of a basic slice are distinct, so no atomics)."""
     nd = len(shape)
-    for i in range(cuda.grid(1), src.size, cuda.gridsize(1)):
+    for i in range(cuda.grid(1), src.size if scatter else dst.size, cuda.gridsize(1)):
         rest = i
-        off = 0
+        place = off
         for d in range(nd - 1, -1, -1):
             n = shape[d]
-            off += (rest % n) * strides[d]
+            place += (rest % n) * strides[d]
             rest //= n
-        dst[off] = src[i]
+        if scatter:
+            dst[place] = src[i]
+        else:
+            dst[i] = src[place]
 
 
 def _gc_zeros(shape, dtype, stream):
@@ -2200,27 +2204,31 @@ def _gc_zeros(shape, dtype, stream):
     return _gc_broadcast(_gc_upload(np.zeros((), dtype), stream), tuple(shape), stream)
 
 
-def _gc_slice(x, key, stream):
-    """:func:`_g_slice` on the device: a strided gather (``_gck_gather``) at an offset."""
-    x = _gc_dev(x, stream)
-    off, shape, strides = _g_slice_geometry(tuple(x.shape), key)
-    flat = _gc_ravel(x)
-    return _gc_gather(flat[off:] if off else flat, shape, strides, x.dtype, stream)
-
-
-def _gc_scatter(dst, src, key, stream):
-    """``dst[key] = src`` on the device (``_gck_scatter``); ``dst`` returned."""
-    off, shape, strides = _g_slice_geometry(tuple(dst.shape), key)
+def _gc_strided(dst, src, key, scatter, stream):
+    """``dst = src[key]`` (a new array), or ``dst[key] = src`` when ``scatter``, on the
+    device (``_gck_strided``); ``dst`` returned."""
     src = _gc_dev(src, stream)
+    off, shape, strides = _g_slice_geometry(tuple((dst if scatter else src).shape), key)
+    if dst is None:
+        dst = _gc_empty(shape, src.dtype, stream)
     if math.prod(shape):
-        if tuple(src.shape) != shape:
+        if scatter and tuple(src.shape) != shape:
             src = _gc_broadcast(src, shape, stream)
         if not shape:
             shape, strides = (1,), (0,)
-        flat = _gc_ravel(dst)
-        _gck_scatter[_gc_blocks(src.size), _GC_BLOCK, stream](
-            flat[off:] if off else flat, _gc_ravel(src), shape, tuple(strides))
+        _gck_strided[_gc_blocks(math.prod(shape)), _GC_BLOCK, stream](
+            _gc_ravel(dst), _gc_ravel(src), off, shape, tuple(strides), bool(scatter))
     return dst
+
+
+def _gc_slice(x, key, stream):
+    """:func:`_g_slice` on the device: a strided gather (``_gck_strided``)."""
+    return _gc_strided(None, x, key, False, stream)
+
+
+def _gc_scatter(dst, src, key, stream):
+    """``dst[key] = src`` on the device (``_gck_strided``); ``dst`` returned."""
+    return _gc_strided(dst, src, key, True, stream)
 
 
 def _gc_slice_transpose(g, like, key, stream):
@@ -2415,9 +2423,10 @@ def _torch_arange(start=0, stop=None, step=1):
                         dtype=torch.int64)
 
 
-def _gather_signatures(types, t):
+def _strided_signatures(types, t):
     flat, i64 = types.Array(t, 1, "C"), types.int64
-    return [(flat, flat, types.UniTuple(i64, nd), types.UniTuple(i64, nd)) for nd in (1, 2, 3)]
+    return [(flat, flat, i64, types.UniTuple(i64, nd), types.UniTuple(i64, nd), types.boolean)
+            for nd in (1, 2, 3)]
 
 
 def _slice_static(shapes, attrs):
@@ -2478,7 +2487,8 @@ def _arange_static(shapes, attrs):
 _SLICE_HELPERS = (_g_axes, _g_index_key, _g_full_key, _g_slice_geometry, _g_slice_shape,
                   _g_slice, _g_slice_transpose, _g_concat_axis, _g_concat_shape, _g_part_key,
                   _gd_slice, _gd_slice_transpose)
-_SLICE_CUDA = (_gc_zeros, _gc_slice, _gc_scatter, _gc_slice_transpose)
+_SLICE_CUDA = (_gc_zeros, _gc_strided, _gc_slice, _gc_scatter, _gc_slice_transpose)
+_STRIDED = ((_gck_strided, _strided_signatures),)
 _PART_KW = (("axis", "axis", (0,)), ("part", "internal", 0))
 INDEXING = (
     Primitive(
@@ -2486,6 +2496,7 @@ INDEXING = (
         vjp=("slice_transpose(g, x, key=key)",), jvp=("slice(x_t, key=key)",),
         lib="_g_slice({x}, {key!r})", helpers=_SLICE_HELPERS,
         cuda="_gc_slice({x}, {key!r}, stream)", cuda_helpers=_SLICE_CUDA,
+        cuda_kernels=_STRIDED,
         dask=_gd_slice, jax=_fw_slice, torch=_fw_slice,
         float_only=False, dtype="same", linear=(0,), static_shape=_slice_static,
         np_shape=_g_slice_shape, keywords=(("key", "internal", ()),)),
@@ -2494,7 +2505,7 @@ INDEXING = (
         vjp=("slice(g, key=key)", None), jvp=("slice_transpose(x_t, like, key=key)", None),
         lib="_g_slice_transpose({x}, {like}, {key!r})", helpers=_SLICE_HELPERS,
         cuda="_gc_slice_transpose({x}, {like}, {key!r}, stream)",
-        cuda_helpers=_SLICE_CUDA, cuda_kernels=((_gck_scatter, _gather_signatures),),
+        cuda_helpers=_SLICE_CUDA, cuda_kernels=_STRIDED,
         dask=_gd_slice_transpose, jax=_fw_slice_transpose, torch=_fw_slice_transpose,
         float_only=False, dtype="same", linear=(0,), shape_like=1, shape_only=(1,),
         value_operands=(0,), keywords=(("key", "internal", ()),)),
@@ -2505,6 +2516,7 @@ INDEXING = (
              "concat_part_transpose(y_t, out, axis=axis, part=1)"),
         lib="_g_concat({x}, {y}, {axis!r})", helpers=_SLICE_HELPERS + (_g_concat, _gd_array),
         cuda="_gc_concat({x}, {y}, {axis!r}, stream)", cuda_helpers=_SLICE_CUDA + (_gc_concat,),
+        cuda_kernels=_STRIDED,
         dask=_gd_concat, jax=_fw_concat, torch=_fw_concat,
         float_only=False, dtype="same", linear=(0, 1), static_shape=_concat_static,
         np_shape=_g_concat_shape, keywords=(("axis", "axis", (0,)),)),
@@ -2515,7 +2527,7 @@ INDEXING = (
         lib="_g_concat_part({x}, {like}, {axis!r}, {part!r})",
         helpers=_SLICE_HELPERS + (_g_concat_part,),
         cuda="_gc_concat_part({x}, {like}, {axis!r}, {part!r}, stream)",
-        cuda_helpers=_SLICE_CUDA + (_gc_concat_part,),
+        cuda_helpers=_SLICE_CUDA + (_gc_concat_part,), cuda_kernels=_STRIDED,
         dask=_gd_concat_part, jax=_fw_concat_part, torch=_fw_concat_part,
         float_only=False, dtype="same", linear=(0,), shape_like=1, shape_only=(1,),
         value_operands=(0,), keywords=_PART_KW),
@@ -2526,7 +2538,7 @@ INDEXING = (
         lib="_g_concat_part_transpose({x}, {like}, {axis!r}, {part!r})",
         helpers=_SLICE_HELPERS + (_g_concat_part_transpose,),
         cuda="_gc_concat_part_transpose({x}, {like}, {axis!r}, {part!r}, stream)",
-        cuda_helpers=_SLICE_CUDA + (_gc_concat_part_transpose,),
+        cuda_helpers=_SLICE_CUDA + (_gc_concat_part_transpose,), cuda_kernels=_STRIDED,
         dask=_gd_concat_part_transpose, jax=_fw_concat_part_transpose,
         torch=_fw_concat_part_transpose,
         float_only=False, dtype="same", linear=(0,), shape_like=1, shape_only=(1,),

@@ -2,6 +2,7 @@
 ``gradc compile --emit ir``: every method's optimised graph (:func:`emit_ir`)."""
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from gradc.codegen.cpu import is_scalar_input, row_inputs
@@ -9,6 +10,7 @@ from gradc.codegen.module import signature_text
 from gradc.frontend.check import load_program
 from gradc.ir.dump import dump, shape_text
 from gradc.ir.graph import FLOAT, Graph
+from gradc.ir.indexing import key_text
 from gradc.ir.primitives import INFIX, PRIMITIVES
 from gradc.codegen.cpu_reduce import input_slots, schedule
 from gradc.ir.shapes import Shape
@@ -76,8 +78,11 @@ class MathPrinter:
             return f"-{args[0]}"
         if node.op == "square":             # as written: x^2
             return f"{self._operand(node.args[0], 'pow', 0)} ^ 2"
-        attrs = "".join(f", {k}={v}" for k, v in node.attrs if v is not None and v is not False)
-        return f"{node.op}({', '.join(self.text(a) for a in node.args)}{attrs})"
+        if node.op == "slice":              # as written: x[..., :h]
+            return f"{self._operand(node.args[0], 'slice', 0)}[{key_text(node.attr('key'))}]"
+        attrs = [f"key=[{key_text(v)}]" if k == "key" else f"{k}={_dims_by_name(v)}"
+                 for k, v in node.attrs if v is not None and v is not False]
+        return f"{node.op}({', '.join([self.text(a) for a in node.args] + attrs)})"
 
     def _operand(self, nid: int, parent: str, i: int) -> str:
         inner = self.graph.node(nid).op
@@ -88,6 +93,11 @@ class MathPrinter:
         if q < p or (q == p and (i == 1 and parent in ("sub", "div", "pow") or parent == "pow")):
             return f"({s})"
         return s
+
+
+def _dims_by_name(v) -> str:
+    """An attribute as explain prints it: a dim by its name (``stop=n``, not ``_d['n']``)."""
+    return re.sub(r"_d\['([^']*)'\]", r"\1", str(v))
 
 
 # Bytes of one element of a value, at float32 and at float64 compute dtype.

@@ -548,3 +548,32 @@ def test_the_ops_of_arrays_grad(dtype) -> None:
     assert set(ops.OPS) == set(ARRAYS_INPUTS) | {"dropout"}     # dropout: the test above
     for name, (xs, ups) in ARRAYS_INPUTS.items():
         every_method(ops, name, cast(xs, dtype), cast(ups, dtype), dtype)
+
+
+INDEXING = """
+op ix(x: {dt}[a, b], t: i64[c], y: {dt}[a, d]) -> (s, u, p, q, j) {{
+    s = x[1:, ::-2] * 2
+    u = x[..., -1] + x[0, :a]
+    p = x[t, t] + x[-1, t]
+    q = concat(x, y, x[:, :1], axis=1)
+    j = stack(x, eye(a, b, k=1) + arange(b), axis=0)
+}}
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.float64])
+def test_indexing_and_concat(tmp_path, dtype) -> None:
+    """Basic slices (_gck_gather at an offset, negative strides; the VJP by the scatter
+    _gck_scatter into zeros), integer-array indices (checked and wrapped on the host,
+    merged into one flat index, the gather's atomic scatter-add for the VJP), concat and
+    stack (scattered into one array; the VJP by slices), arange and eye."""
+    ops = load(INDEXING.format(dt="f64"), tmp_path, "indexing_f64")
+    rng = np.random.default_rng(11)
+    x, y = rng.standard_normal((3, 4)).astype(dtype), rng.standard_normal((3, 2)).astype(dtype)
+    t = np.array([0, -1, 2, 2, 1], np.int64)
+    ups = [rng.standard_normal(s).astype(dtype) for s in ((2, 2), (3,), (5,), (3, 7),
+                                                           (2, 3, 4))]
+    every_method(ops, "ix", [x, t, y], ups, dtype)
+    with pytest.raises(IndexError, match="index 3 is out of bounds for axis 0 with size 3"):
+        ops.ix.cuda(cuda.to_device(x), cuda.to_device(np.array([3], np.int64)),
+                    cuda.to_device(y))
