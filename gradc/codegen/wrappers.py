@@ -454,5 +454,5 @@ def _float_literal(v: float) -> str:
 
 def _shape_call(prim, node, shapes: list[str]) -> str:
     """The call of ``prim``'s NumPy shape function on run-time ``shapes``."""
-    kw = "".join(f", {k}={node.attr(k)!r}" for k in prim.attr_names)
-    return f"{prim.np_shape.__name__}({', '.join(shapes)}{kw})"
+    kw = [f"{k}={node.attr(k)!r}" for k in prim.attr_names]
+    return f"{prim.np_shape.__name__}({', '.join([*shapes, *kw])})"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from gradc.errors import TypeError_
 from gradc.frontend import ast
+from gradc.frontend.to_ast import leftmost_span
 from gradc.ir.graph import FLOAT
 from gradc.ir.shapes import DimExpr, DimRef
 
@@ -173,7 +174,7 @@ def _slice_bounds(lw: "ExprLowerer", s: ast.Slice, scope: "Scope") -> tuple:
         v = static_value(lw, bound, scope)
         if v is None:
             raise _error("a slice bound must be an integer constant or a dim of the "
-                         "signature (known when the op is called)", getattr(bound, "span", s.span),
+                         "signature (known when the op is called)", leftmost_span(bound),
                          ["to select by values computed in the op, index by an integer "
                           "array: x[arange(n), idx]"])
         out.append(v)
@@ -189,7 +190,7 @@ def _index_array(lw: "ExprLowerer", item: ast.Expr, scope: "Scope") -> int:
         return nid
     what = "a bool array" if dtype == "bool" else "a float value"
     raise _error(f"an index array must be an integer array (i32 or i64), got {what}",
-                 getattr(item, "span", None),
+                 leftmost_span(item),
                  ["a mask (x[x > 0]) is not supported: its size depends on the data; "
                   "write where(mask, x, 0)"])
 
