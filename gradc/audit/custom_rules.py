@@ -291,13 +291,15 @@ def _draw(true: CompiledOp, rng: np.random.Generator, n: int, fills: tuple, valu
 def _second_shape(true: CompiledOp, custom: CompiledOp, rng: np.random.Generator,
                   sampling: dict, first: list) -> dict | None:
     """The keywords of :func:`sample_inputs` for a second set of input shapes at which
-    the op runs (generic shapes 2 larger in every axis, named dims 2 larger), from those
+    the op runs (generic shapes 2 larger in every axis, named dims 2 larger, or twice
+    their sizes where they were chosen to fit: ``rope``'s d = 2 h), from those
     of the first (``sampling``); None when the op's shapes are fixed or no larger one
     fits."""
     generic = sampling["generic"]
     larger = tuple(tuple(d + 2 for d in shape) for shape in generic_shapes(generic))
     for gen, first_dim in ((larger, 4), (generic, 4), (larger, 2)):
-        kw = {**sampling, "generic": gen, "first_dim": first_dim}
+        kw = {**sampling, "generic": gen, "first_dim": first_dim,
+              "dims": {d: 2 * n for d, n in (sampling.get("dims") or {}).items()}}
         xs = sample_inputs(true, rng, **kw)
         if [np.shape(x) for x in xs] == [np.shape(x) for x in first]:
             continue

@@ -98,6 +98,8 @@ class CheckResult:
 # per row), then 3-D.
 GENERIC_SHAPES = (((5,),), ((4, 5),), ((),), ((4, 5), (5,)), ((4, 5), (4,)), ((3, 4, 5),),
                   ((3, 4, 5), (5,)))
+# Sizes tried for named dims where 2, 3, 4, ... in order of appearance do not fit.
+DIM_SIZES = (2, 4, 3, 6)
 
 
 def generic_shapes(generic) -> tuple[tuple[int, ...], ...]:
@@ -108,12 +110,13 @@ def generic_shapes(generic) -> tuple[tuple[int, ...], ...]:
 
 def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = False,
                   generic: tuple = ((5,),), first_dim: int = 2,
-                  ints: tuple[int, int] = (-3, 4)) -> list:
+                  ints: tuple[int, int] = (-3, 4), dims: dict[str, int] | None = None) -> list:
     """Random float64 inputs for every parameter (defaults for those with one);
     parameters without a declared shape get the shapes ``generic``
-    (:func:`generic_shapes`), named dims the sizes ``first_dim``, ``first_dim + 1``,
-    ... in order of appearance; integer parameters values in ``range(*ints)``."""
-    dims: dict[str, int] = {}
+    (:func:`generic_shapes`), named dims the sizes ``dims`` gives, else ``first_dim``,
+    ``first_dim + 1``, ... in order of appearance; integer parameters values in
+    ``range(*ints)``."""
+    dims = dict(dims or {})
     undeclared = iter(generic_shapes(generic))
     last: tuple[int, ...] = ()
     out = []
@@ -147,13 +150,19 @@ def fitting_inputs(cop: CompiledOp, rng: np.random.Generator,
     indices, in [0, 1] (valid for any dim of 2 or more: ``one_hot``, gathers).
     ``custom``: the op with its custom rules, whose VJP must run too (a layer norm's
     ``db = sum(dy, axis=0)`` is a gradient of ``b``'s shape only for a matrix ``x``).
-    ``sampling``: the keywords of :func:`sample_inputs` that fit (``generic``, ``ints``),
+    ``sampling``: the keywords of :func:`sample_inputs` that fit (``generic``, ``ints``,
+    ``dims``: other sizes of the named dims, where 2, 3, 4, ... in order do not fit),
     for more points of the same kind."""
-    for generic, ints in itertools.product(GENERIC_SHAPES, ((-3, 4), (0, 2))):
-        xs = sample_inputs(cop, rng, generic=generic, ints=ints)
+    names = list(dict.fromkeys(d for p in cop.params for d in p.shape or ()
+                               if isinstance(d, str)))
+    # named dims 2, 3, 4, ... in order of appearance, then other sizes (rope's d = 2 h)
+    sizes = [{}, *(dict(zip(names, v)) for v in itertools.islice(
+        itertools.product(DIM_SIZES, repeat=len(names)), 1, 64))]
+    for dims, generic, ints in itertools.product(sizes, GENERIC_SHAPES, ((-3, 4), (0, 2))):
+        xs = sample_inputs(cop, rng, generic=generic, ints=ints, dims=dims)
         ys = forward_if_fits(cop, xs, ints, custom)
         if ys is not None:
-            return xs, ys, {"generic": generic, "ints": ints}
+            return xs, ys, {"generic": generic, "ints": ints, "dims": dims}
     return None
 
 
