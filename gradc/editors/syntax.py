@@ -37,7 +37,7 @@ CONSTANTS = tuple(dict.fromkeys((*sorted(_CONSTANTS), *KEEPDIMS_NAMES)))
 KWARGS = tuple(sorted({k for b in _BUILTINS.values() for k in b.kwargs}))
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 NUMBER = r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?"     # the grammar's NUMBER
-OPERATORS = r"->|\.T|<=|>=|==|!=|\*\*|[-+*/@^<>=]"
+OPERATORS = r"->|\.\.\.|\.T|<=|>=|==|!=|\*\*|[-+*/@^<>=]"
 # The keyword 'grad' of a grad block, ``grad(dy) -> dx``; ``grad(`` elsewhere is the builtin.
 GRAD_BLOCK = r"\bgrad(?=\s*\([^()]*\)\s*->)"
 

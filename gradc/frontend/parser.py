@@ -188,7 +188,8 @@ _WORDS = {      # in the order they are listed in a message
 }
 _ORDER = list(_WORDS)
 _EXPR_START = {"NAME", "NUMBER", "LPAR", "MINUS", "PLUS"}
-_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "AT", "POW", "CMP", "TRANSPOSE", "LPAR"}
+_OPERATORS = {"PLUS", "MINUS", "STAR", "SLASH", "AT", "POW", "CMP", "TRANSPOSE", "LPAR",
+              "LSQB"}                 # a call, a subscript x[i]
 _ITEMS = {"OP", "CONST", "IMPORT", "GRAD"}
 _MAX_SHOWN = 4
 
@@ -200,7 +201,7 @@ def describe_expected(terminals: set[str] | frozenset[str]) -> str:
     if "NUMBER" in names:
         names -= _EXPR_START
         words.append((_ORDER.index("NAME"), "an expression"))
-    if names & (_OPERATORS - {"LPAR"}):
+    if names & (_OPERATORS - {"LPAR", "LSQB"}):
         names -= _OPERATORS | {"EQUAL"}     # '=' there only starts a keyword argument
         words.append((_ORDER.index("NAME"), "an operator"))
     if len(names & _ITEMS) > 1:
