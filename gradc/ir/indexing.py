@@ -21,16 +21,14 @@ float arguments: ``start + step * arange(n)``), ``eye`` a comparison of two of t
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
-
 from gradc.errors import TypeError_
 from gradc.frontend import ast
 from gradc.frontend.to_ast import leftmost_span
 from gradc.ir.graph import FLOAT
 from gradc.ir.shapes import DimExpr, DimRef
 
-if TYPE_CHECKING:
-    from gradc.ir.expr import ExprLowerer, Scope
+# ``lw`` below is the gradc.ir.expr.ExprLowerer lowering the expression (which imports
+# this module), ``scope`` its names: node ids, or a rule's attributes (expr.Attr).
 
 FULL = (None, None, None)           # ':' in a slice's key
 SPECIAL_CALLS = ("arange", "eye", "concat", "concatenate", "stack")
@@ -40,11 +38,10 @@ def _error(message: str, span, notes=()) -> TypeError_:
     return TypeError_(message, span, "E309", notes)
 
 
-def static_value(lw: "ExprLowerer", e: ast.Expr, scope: "Scope", floats: bool = False):
+def static_value(lw, e: ast.Expr, scope: dict, floats: bool = False):
     """``e``'s value where it is a constant expression of numbers, consts and dims of
     the signature (an int, or a DimRef or DimExpr known at call time; a float when
     ``floats``), else None (an array: an index array)."""
-    from gradc.ir.expr import Attr
     match e:
         case ast.Num():
             if not e.is_int and not floats:
@@ -55,7 +52,7 @@ def static_value(lw: "ExprLowerer", e: ast.Expr, scope: "Scope", floats: bool = 
             return None if v is None else -v
         case ast.Name(id=name):
             v = scope.get(name)
-            if isinstance(v, Attr):
+            if v is not None and not isinstance(v, int):     # a rule's attribute (Attr)
                 return v.value
             if v is not None:
                 return lw._dim_attr(v, e) if lw.graph.node(v).op == "dim_size" else None
@@ -81,7 +78,7 @@ def static_value(lw: "ExprLowerer", e: ast.Expr, scope: "Scope", floats: bool = 
     return None
 
 
-def lower_index(lw: "ExprLowerer", e: ast.Index, scope: "Scope") -> int:
+def lower_index(lw, e: ast.Index, scope: dict) -> int:
     """The node of ``e.value[e.items]``."""
     b, graph = lw.b, lw.graph
     x = lw.expr(e.value, scope)
@@ -165,7 +162,7 @@ def key_text(key: tuple) -> str:
     return ", ".join(item(k) for k in key)
 
 
-def _slice_bounds(lw: "ExprLowerer", s: ast.Slice, scope: "Scope") -> tuple:
+def _slice_bounds(lw, s: ast.Slice, scope: dict) -> tuple:
     out = []
     for bound in (s.start, s.stop, s.step):
         if bound is None:
@@ -183,7 +180,7 @@ def _slice_bounds(lw: "ExprLowerer", s: ast.Slice, scope: "Scope") -> tuple:
     return tuple(out)
 
 
-def _index_array(lw: "ExprLowerer", item: ast.Expr, scope: "Scope") -> int:
+def _index_array(lw, item: ast.Expr, scope: dict) -> int:
     nid = lw.expr(item, scope)
     dtype = lw.graph.node(nid).dtype
     if dtype in ("i32", "i64"):
@@ -195,7 +192,7 @@ def _index_array(lw: "ExprLowerer", item: ast.Expr, scope: "Scope") -> int:
                   "write where(mask, x, 0)"])
 
 
-def _as_index(lw: "ExprLowerer", kind: str, v, item, scope: "Scope") -> int:
+def _as_index(lw, kind: str, v, item, scope: dict) -> int:
     """An advanced index as a node: an index array, or an integer as a 0-d int64."""
     if kind == "array":
         return v
@@ -226,7 +223,7 @@ def _adjacent(axes: list, rank: int | None) -> bool:
 
 # ---- arange, eye, concat, stack ---------------------------------------------------
 
-def lower_special(lw: "ExprLowerer", e: ast.Call, scope: "Scope") -> int:
+def lower_special(lw, e: ast.Call, scope: dict) -> int:
     """The node of a call of arange, eye, concat (concatenate) or stack."""
     if e.func == "arange":
         return _arange(lw, e, scope)
@@ -261,7 +258,7 @@ def _constants(lw, e: ast.Call, scope, names, floats=True) -> dict:
     return out
 
 
-def _arange(lw: "ExprLowerer", e: ast.Call, scope: "Scope") -> int:
+def _arange(lw, e: ast.Call, scope: dict) -> int:
     v = _constants(lw, e, scope, ("start", "stop", "step"))
     start, stop, step = v.get("start"), v.get("stop"), v.get("step", 1)
     if stop is None:
@@ -281,7 +278,7 @@ def _arange(lw: "ExprLowerer", e: ast.Call, scope: "Scope") -> int:
     return lw.b.apply("add", (scaled, lw.b.const(start, FLOAT, e.span)), span=e.span)
 
 
-def _eye(lw: "ExprLowerer", e: ast.Call, scope: "Scope") -> int:
+def _eye(lw, e: ast.Call, scope: dict) -> int:
     """eye(n, m, k)[i, j] = (j - i == k): arange(n)[:, None] + k == arange(m)[None, :]."""
     v = _constants(lw, e, scope, ("n", "m", "k"), floats=False)
     n, m, k = v["n"], v.get("m", v["n"]), v.get("k", 0)
