@@ -1233,15 +1233,19 @@ def _g_take_shape(x, idx, axis, along):
     return _g_take_geometry(x, idx, axis, along)[2]
 
 
-def _g_take_index(idx, n, along):
+def _g_take_index(idx, n, along, axis=None):
     """The indices ``idx`` (a NumPy array) as non-negative int64 for an axis of size
-    ``n``; IndexError for one outside [-n, n)."""
+    ``n``; IndexError for one outside [-n, n) (NumPy's indexing message where ``axis``,
+    the axis indexed, is given: x[idx])."""
     idx = np.asarray(idx)
     if idx.size:
         lo, hi = int(idx.min()), int(idx.max())
         if lo < -n or hi >= n:
+            bad = lo if lo < -n else hi
+            if axis is not None:
+                raise IndexError(f"index {bad} is out of bounds for axis {axis} with size {n}")
             raise IndexError(f"{'take_along_axis' if along else 'take'}: index "
-                             f"{lo if lo < -n else hi} is out of bounds for an axis of size {n}")
+                             f"{bad} is out of bounds for an axis of size {n}")
     return np.where(idx < 0, idx + n, idx).astype(np.int64)
 
 
@@ -2142,15 +2146,9 @@ def _g_concat_part_transpose(g, like, axis, part):
 def _g_wrap_index(idx, like, axis):
     """Integer-array indices of ``like``'s axis ``axis`` (a 1-tuple; ``like`` an array or
     its shape) as non-negative int64; IndexError for one outside [-n, n), NumPy's."""
-    idx, shape = np.asarray(idx), tuple(getattr(like, "shape", like))
+    shape = tuple(getattr(like, "shape", like))
     ax = _g_axes(len(shape), axis, "index")[0]
-    n = shape[ax]
-    if idx.size:
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < -n or hi >= n:
-            raise IndexError(f"index {lo if lo < -n else hi} is out of bounds for axis {ax} "
-                             f"with size {n}")
-    return np.where(idx < 0, idx + n, idx).astype(np.int64)
+    return _g_take_index(idx, shape[ax], False, ax)
 
 
 def _g_merge_axes_shape(x, axis, count=2):
@@ -2484,12 +2482,25 @@ def _arange_static(shapes, attrs):
     return None
 
 
+def _concat_part(name, transpose, ref, gc, gd, fw) -> Primitive:
+    """concat_part or its transpose: linear in ``x``, each the other's VJP."""
+    return Primitive(
+        name, ("x", "like"), LIBRARY, ref,
+        vjp=(f"{transpose}(g, x, axis=axis, part=part)", None),
+        jvp=(f"{name}(x_t, like, axis=axis, part=part)", None),
+        lib=f"{ref.__name__}({{x}}, {{like}}, {{axis!r}}, {{part!r}})",
+        helpers=_SLICE_HELPERS + (ref,),
+        cuda=f"{gc.__name__}({{x}}, {{like}}, {{axis!r}}, {{part!r}}, stream)",
+        cuda_helpers=_SLICE_CUDA + (gc,), cuda_kernels=_STRIDED, dask=gd, jax=fw, torch=fw,
+        float_only=False, dtype="same", linear=(0,), shape_like=1, shape_only=(1,),
+        value_operands=(0,), keywords=(("axis", "axis", (0,)), ("part", "internal", 0)))
+
+
 _SLICE_HELPERS = (_g_axes, _g_index_key, _g_full_key, _g_slice_geometry, _g_slice_shape,
                   _g_slice, _g_slice_transpose, _g_concat_axis, _g_concat_shape, _g_part_key,
                   _gd_slice, _gd_slice_transpose)
 _SLICE_CUDA = (_gc_zeros, _gc_strided, _gc_slice, _gc_scatter, _gc_slice_transpose)
 _STRIDED = ((_gck_strided, _strided_signatures),)
-_PART_KW = (("axis", "axis", (0,)), ("part", "internal", 0))
 INDEXING = (
     Primitive(
         "slice", ("x",), LIBRARY, _g_slice,
@@ -2520,33 +2531,15 @@ INDEXING = (
         dask=_gd_concat, jax=_fw_concat, torch=_fw_concat,
         float_only=False, dtype="same", linear=(0, 1), static_shape=_concat_static,
         np_shape=_g_concat_shape, keywords=(("axis", "axis", (0,)),)),
-    Primitive(
-        "concat_part", ("x", "like"), LIBRARY, _g_concat_part,
-        vjp=("concat_part_transpose(g, x, axis=axis, part=part)", None),
-        jvp=("concat_part(x_t, like, axis=axis, part=part)", None),
-        lib="_g_concat_part({x}, {like}, {axis!r}, {part!r})",
-        helpers=_SLICE_HELPERS + (_g_concat_part,),
-        cuda="_gc_concat_part({x}, {like}, {axis!r}, {part!r}, stream)",
-        cuda_helpers=_SLICE_CUDA + (_gc_concat_part,), cuda_kernels=_STRIDED,
-        dask=_gd_concat_part, jax=_fw_concat_part, torch=_fw_concat_part,
-        float_only=False, dtype="same", linear=(0,), shape_like=1, shape_only=(1,),
-        value_operands=(0,), keywords=_PART_KW),
-    Primitive(
-        "concat_part_transpose", ("x", "like"), LIBRARY, _g_concat_part_transpose,
-        vjp=("concat_part(g, x, axis=axis, part=part)", None),
-        jvp=("concat_part_transpose(x_t, like, axis=axis, part=part)", None),
-        lib="_g_concat_part_transpose({x}, {like}, {axis!r}, {part!r})",
-        helpers=_SLICE_HELPERS + (_g_concat_part_transpose,),
-        cuda="_gc_concat_part_transpose({x}, {like}, {axis!r}, {part!r}, stream)",
-        cuda_helpers=_SLICE_CUDA + (_gc_concat_part_transpose,), cuda_kernels=_STRIDED,
-        dask=_gd_concat_part_transpose, jax=_fw_concat_part_transpose,
-        torch=_fw_concat_part_transpose,
-        float_only=False, dtype="same", linear=(0,), shape_like=1, shape_only=(1,),
-        value_operands=(0,), keywords=_PART_KW),
+    *(_concat_part(*names, ref, gc, gd, fw) for names, ref, gc, gd, fw in (
+        (("concat_part", "concat_part_transpose"), _g_concat_part, _gc_concat_part,
+         _gd_concat_part, _fw_concat_part),
+        (("concat_part_transpose", "concat_part"), _g_concat_part_transpose,
+         _gc_concat_part_transpose, _gd_concat_part_transpose, _fw_concat_part_transpose))),
     Primitive(
         "wrap_index", ("idx", "like"), LIBRARY, _g_wrap_index, vjp=(None, None),
         jvp=(None, None), lib="_g_wrap_index({idx}, {like}.shape, {axis!r})",
-        helpers=(_g_axes, _g_wrap_index, _gd_array),
+        helpers=(_g_axes, _g_take_index, _g_wrap_index, _gd_array),
         cuda="_gc_wrap_index({idx}, {like}, {axis!r}, stream)", cuda_helpers=(_gc_wrap_index,),
         dask=_gd_wrap_index, jax=_fw_wrap_index, torch=_fw_wrap_index,
         float_only=False, dtype="i64", differentiable=False, shape_like=0, shape_only=(1,),
