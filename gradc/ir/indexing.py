@@ -128,8 +128,9 @@ def lower_index(lw, e: ast.Index, scope: dict) -> int:
         x = b.apply("permute_dims", (x,), {"axes": tuple(perm)}, span=e.span)
         where = list(range(len(where)))
     flat = None
-    for ax, idx in zip(where, (i for _, i in adv)):
-        w = b.apply("wrap_index", (idx, x), {"axis": (ax,)}, span=e.span)
+    for ax, (shown, idx) in zip(where, adv):
+        attrs = {"axis": (ax,), "shown": None if shown == ax else shown}
+        w = b.apply("wrap_index", (idx, x), attrs, span=e.span)
         if flat is None:
             flat = w
         else:

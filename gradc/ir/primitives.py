@@ -2006,7 +2006,7 @@ RANDOM = (
 #     share a place, so no accumulation), whose VJP is the slice again.  Out-of-range
 #     integers, too many indices and a step of 0 are NumPy's IndexError and ValueError,
 #     raised from the shapes before any read.
-#   wrap_index(idx, like, axis=): an integer-array index of like's axis as non-negative
+#   wrap_index(idx, like, axis=, shown=): an integer-array index of like's axis as non-negative
 #     int64 (negative ones count from the end), IndexError for one out of range (NumPy's
 #     message): the advanced indices, checked before the gather (take) reads them.
 #   merge_axes(x, axis=, count=): count adjacent axes from axis merged into one (a
@@ -2143,12 +2143,13 @@ def _g_concat_part_transpose(g, like, axis, part):
     return _g_slice_transpose(g, like, key)
 
 
-def _g_wrap_index(idx, like, axis):
+def _g_wrap_index(idx, like, axis, shown=None):
     """Integer-array indices of ``like``'s axis ``axis`` (a 1-tuple; ``like`` an array or
-    its shape) as non-negative int64; IndexError for one outside [-n, n), NumPy's."""
+    its shape) as non-negative int64; IndexError for one outside [-n, n), NumPy's, which
+    names the axis ``shown`` where ``like`` is the indexed array's permutation."""
     shape = tuple(getattr(like, "shape", like))
     ax = _g_axes(len(shape), axis, "index")[0]
-    return _g_take_index(idx, shape[ax], False, ax)
+    return _g_take_index(idx, shape[ax], False, ax if shown is None else shown)
 
 
 def _g_merge_axes_shape(x, axis, count=2):
@@ -2259,12 +2260,12 @@ def _gc_concat_part_transpose(g, like, axis, part, stream):
     return _gc_slice_transpose(g, like, key, stream)
 
 
-def _gc_wrap_index(idx, like, axis, stream):
+def _gc_wrap_index(idx, like, axis, shown, stream):
     """:func:`_g_wrap_index` on the device: checked and wrapped on the host (indices are
     small beside the data they select)."""
     idx = _gc_dev(idx, stream)
-    return _gc_upload(_g_wrap_index(idx.copy_to_host(stream=stream), tuple(like.shape), axis),
-                      stream)
+    return _gc_upload(_g_wrap_index(idx.copy_to_host(stream=stream), tuple(like.shape), axis,
+                                    shown), stream)
 
 
 def _gc_arange(start, stop, step, stream):
@@ -2308,9 +2309,9 @@ def _gd_concat_part_transpose(t, g, like, axis, part):
     return _gd_slice_transpose(t, g, like, key)
 
 
-def _gd_wrap_index(t, idx, like, axis):
+def _gd_wrap_index(t, idx, like, axis, shown=None):
     import dask.array as da
-    return da.map_blocks(_g_wrap_index, _gd_array(idx), tuple(like.shape), axis,
+    return da.map_blocks(_g_wrap_index, _gd_array(idx), tuple(like.shape), axis, shown,
                          dtype=np.int64)
 
 
@@ -2398,13 +2399,13 @@ def _fw_concat_part_transpose(g, like, axis, part):
     return _fw_slice_transpose(g, like, key)
 
 
-def _fw_wrap_index(idx, like, axis):
+def _fw_wrap_index(idx, like, axis, shown=None):
     """:func:`_g_wrap_index` in JAX (no check: a jitted function cannot raise) or PyTorch."""
     shape = tuple(like.shape)
     ax = _g_axes(len(shape), axis, "index")[0]
     if hasattr(idx, "index_select"):            # torch
         if idx.numel():
-            _g_wrap_index(idx.detach().cpu().numpy(), shape, axis)     # its IndexError
+            _g_wrap_index(idx.detach().cpu().numpy(), shape, axis, shown)   # its IndexError
         return (idx + shape[ax] * (idx < 0)).long()
     import jax.numpy as jnp
     return jnp.where(idx < 0, idx + shape[ax], idx).astype(jnp.int64)
@@ -2538,12 +2539,13 @@ INDEXING = (
          _gc_concat_part_transpose, _gd_concat_part_transpose, _fw_concat_part_transpose))),
     Primitive(
         "wrap_index", ("idx", "like"), LIBRARY, _g_wrap_index, vjp=(None, None),
-        jvp=(None, None), lib="_g_wrap_index({idx}, {like}.shape, {axis!r})",
+        jvp=(None, None), lib="_g_wrap_index({idx}, {like}.shape, {axis!r}, {shown!r})",
         helpers=(_g_axes, _g_take_index, _g_wrap_index, _gd_array),
-        cuda="_gc_wrap_index({idx}, {like}, {axis!r}, stream)", cuda_helpers=(_gc_wrap_index,),
+        cuda="_gc_wrap_index({idx}, {like}, {axis!r}, {shown!r}, stream)",
+        cuda_helpers=(_gc_wrap_index,),
         dask=_gd_wrap_index, jax=_fw_wrap_index, torch=_fw_wrap_index,
         float_only=False, dtype="i64", differentiable=False, shape_like=0, shape_only=(1,),
-        index_operands=(0,), value_operands=(), keywords=(("axis", "axis", (0,)),)),
+        index_operands=(0,), value_operands=(), keywords=(("axis", "axis", (0,)), ("shown", "internal", None))),
     _layout("merge_axes", ("x",), _g_merge_axes, ("reshape_like(g, x)",),
             ("merge_axes(x_t, axis=axis, count=count)",),
             "_g_merge_axes({x}, {axis!r}, {count!r})",
