@@ -1301,6 +1301,12 @@ def _gck_take_transpose(acc, g, idx, n, m, inner, along):
         cuda.atomic.add(acc, ((t // (inner * m)) * n + k) * inner + t % inner, g[t])
 
 
+def _gc_zeros(shape, dtype, stream):
+    """A new device array of zeros (a broadcast of a cached 0: nothing uploaded;
+    not an uploaded array of zeros, which for one element is a cached scalar, shared)."""
+    return _gc_broadcast(_gc_upload(np.zeros((), dtype), stream), tuple(shape), stream)
+
+
 def _gc_take_operands(shape, idx, axis, along, stream):
     """(device indices, axis, the shape read, result shape, the full shape of the
     gather, n, m, inner) of a gather on the device, its indices checked on the host
@@ -1333,7 +1339,7 @@ def _gc_take_transpose(g, idx, like, axis, along, stream):
     """:func:`_g_take_transpose` on the device (``_gck_take_transpose``)."""
     g, shape = _gc_dev(g, stream), tuple(like.shape)
     idx, ax, xs, out, full, n, m, inner = _gc_take_operands(shape, idx, axis, along, stream)
-    acc = _gc_upload(np.zeros(full, g.dtype), stream)
+    acc = _gc_zeros(full, g.dtype, stream)
     if g.size:
         g = _gc_broadcast(g, out, stream) if tuple(g.shape) != out else g
         _gck_take_transpose[_gc_blocks(g.size), _GC_BLOCK, stream](
@@ -1440,7 +1446,8 @@ def _gathers(name, along) -> tuple[Primitive, Primitive]:
                   keywords=kw, helpers=(_g_axes, _g_take_geometry, _g_take_shape,
                                         _g_take_index, _g_take, _g_take_transpose,
                                         _gd_reshape_to, _gd_take_transpose_block),
-                  cuda_helpers=(_gc_take_operands, _gc_take, _gc_take_transpose, _gc_layout))
+                  cuda_helpers=(_gc_zeros, _gc_take_operands, _gc_take, _gc_take_transpose,
+                                _gc_layout))
     gather = Primitive(
         name, ("x", "idx"), LIBRARY, _g_take,
         vjp=(f"{name}_transpose(g, idx, x, axis=axis)", None),
@@ -2196,11 +2203,6 @@ def _gck_strided(dst, src, off, shape, strides, scatter):
             dst[place] = src[i]
         else:
             dst[i] = src[place]
-
-
-def _gc_zeros(shape, dtype, stream):
-    """A new device array of zeros (a broadcast of a cached 0: nothing uploaded)."""
-    return _gc_broadcast(_gc_upload(np.zeros((), dtype), stream), tuple(shape), stream)
 
 
 def _gc_strided(dst, src, key, scatter, stream):

@@ -577,3 +577,10 @@ def test_indexing_and_concat(tmp_path, dtype) -> None:
     with pytest.raises(IndexError, match="index 3 is out of bounds for axis 0 with size 3"):
         ops.ix.cuda(cuda.to_device(x), cuda.to_device(np.array([3], np.int64)),
                     cuda.to_device(y))
+    # the scatter-add into one element starts from a fresh zero at every call (an
+    # uploaded one-element zero is a cached scalar, shared)
+    one = load("op one(x: f64[1], t: i64[m]) -> y {\n    y = x[t] * 2\n}\n", tmp_path, "one")
+    for _ in range(2):
+        (dx,) = one.one.cuda.vjp(cuda.to_device(np.ones(1)), cuda.to_device(np.zeros(3, np.int64)),
+                                 cuda.to_device(np.ones(3)))
+        assert dx.copy_to_host()[0] == 6
