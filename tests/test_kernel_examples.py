@@ -91,6 +91,12 @@ CASES = {
                       ([np.array([[1.0, 2, 3], [1, 0, 0]]), np.array([2, 0])], {},
                        0.4795253391882155)),
 }
+CASES["rope"] = (
+    lambda x, cos, sin: np.concatenate([x[..., :3] * cos - x[..., 3:] * sin,
+                                        x[..., 3:] * cos + x[..., :3] * sin], axis=-1),
+    [RNG.standard_normal((2, 2, 5, 6)), RNG.standard_normal((5, 3)), RNG.standard_normal((5, 3))],
+    ([np.array([[[[1.0, 2, 3, 4]]]]), np.array([[0.5, 1]]), np.array([[0.25, 0]])], {},
+     [[[[-0.25, 2, 1.75, 4]]]]))
 CASES["flash_attention"] = (
     _attention, [RNG.standard_normal((2, 2, 3, 4)), RNG.standard_normal((2, 2, 5, 4)),
                  RNG.standard_normal((2, 2, 5, 3))],
