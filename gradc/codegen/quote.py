@@ -34,6 +34,7 @@ RESERVED = frozenset({
     "globals", "hasattr", "id", "int", "isinstance", "iter", "len", "list", "map", "max", "min", "next",
     "object",
     "property", "range", "repr", "reversed", "set", "slice", "sorted", "str", "sum", "super",
+    "Ellipsis",
     "tuple", "type", "zip",
 })
 
