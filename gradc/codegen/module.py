@@ -195,6 +195,9 @@ _CONSTANTS = ("_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.floa
 _PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"
                  "_G_PARALLEL_MIN = _g_env_count('GRADC_PARALLEL_MIN',\n"
                  "                               os.environ.get('GRADC_PARALLEL_MIN'), 1 << 17)\n"
+                 "# Calls of fewer elements run the generic plan, not a row plan (_g_row_shape).\n"
+                 "_G_ROWS_MIN = _g_env_count('GRADC_ROWS_MIN', os.environ.get('GRADC_ROWS_MIN'), "
+                 "1 << 12)\n"
                  "# Numba's TBB threading layer unless the user chose one (_g_numba_threads):\n"
                  "# OpenMP's spinning workers would slow PyTorch, JAX and BLAS after each loop.\n"
                  "_G_THREADING = _g_numba_threads(os.environ, numba.config)\n")

@@ -20,6 +20,7 @@ import numpy as np
 _G_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 _G_INTS = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 _G_PARALLEL_MIN = 1 << 17      # _g_env_count('GRADC_PARALLEL_MIN', ...) in modules
+_G_ROWS_MIN = 1 << 12          # _g_env_count('GRADC_ROWS_MIN', ...) in modules
 _G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}
 _G_F32, _G_F64 = np.dtype(np.float32), np.dtype(np.float64)
 _G_NO_OFFSET = np.zeros((), np.int64)
@@ -649,7 +650,10 @@ def _g_row_shape(arrays, forms, rank):
     """``(R, K)``: the rows and row length of the arguments of a row plan when they fit
     it (``forms``: per argument ``f`` full, ``c`` a column, ``-`` as declared), else
     None.  The full ones must share one shape of rank >= 1 (``rank`` 1: >= 2, 2: exactly
-    2) whose leading dims make the ``R`` rows; the columns must be of shape ``(K,)``."""
+    2) whose leading dims make the ``R`` rows, of at least ``_G_ROWS_MIN`` elements;
+    the columns must be of shape ``(K,)``.  (Smaller arrays run the generic plan, whose
+    NumPy reductions sum in NumPy's order: the same bits as NumPy where a sum cancels,
+    and the row plan would save microseconds.)"""
     s = None
     for a, f in zip(arrays, forms):
         if f == "f":
@@ -664,7 +668,7 @@ def _g_row_shape(arrays, forms, rank):
     r = 1
     for d in s[:-1]:
         r *= d
-    return r, k
+    return (r, k) if r * k >= _G_ROWS_MIN else None
 
 
 def _g_rows_apart(outs, inputs, inplace):

@@ -45,7 +45,9 @@ op ext(x) -> (hi, lo, n) {
 
 @pytest.fixture(scope="module")
 def m(import_module_text):
-    return import_module_text(gradc.compile_source(SOURCE, file="rows.grad"), "row_plan_ops")
+    module = import_module_text(gradc.compile_source(SOURCE, file="rows.grad"), "row_plan_ops")
+    module._G_ROWS_MIN = 0        # row plans for the small arrays below too (GRADC_ROWS_MIN)
+    return module
 
 
 def _count(m, monkeypatch, name):
@@ -103,6 +105,20 @@ def test_softmax_every_rank(m, monkeypatch, shape):
     _same(m.smax(np.asfortranarray(x)), m.smax.unfused(x))
     x32 = x.astype(np.float32)
     _same(m.smax(x32), m.smax.unfused(x32), rtol=1e-6)
+
+
+def test_small_calls_go_generic(m, monkeypatch):
+    """Below GRADC_ROWS_MIN elements (4096 by default) the generic plan runs: NumPy's
+    order of summation, the same bits where a sum cancels (the row plan's lanes may
+    give 0 for the sum of -1e4, 1e-30, 1e4, -1e-30)."""
+    calls = _count(m, monkeypatch, "_gr0_smax_vjp")
+    monkeypatch.setattr(m, "_G_ROWS_MIN", 4096)
+    x, dy = np.zeros((3, 4)), np.array([[-1e4, 1e-30, 1e4, -1e-30]] * 3)
+    np.testing.assert_array_equal(m.smax.vjp(x, dy)[0], m.smax.unfused.vjp(x, dy)[0])
+    assert not calls
+    big = np.tile(dy, (1024, 1))
+    _same(m.smax.vjp(np.zeros(big.shape), big), m.smax.unfused.vjp(np.zeros(big.shape), big))
+    assert calls
 
 
 def test_in_place_goes_generic(m, monkeypatch):
