@@ -21,7 +21,9 @@ from gradc.frontend import ast
 from gradc.ir.builder import Builder
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.lower import ParamInfo, lower_op, param_infos
+from gradc.passes import row_plan
 from gradc.passes.fuse import KernelPlan, plan_kernels
+from gradc.passes.row_plan import RowVariant
 
 METHODS = ("forward", "vjp", "fwd_bwd", "jvp")
 
@@ -51,6 +53,9 @@ class CompiledOp:
     primal: Graph | None = None
     diagnostics: list = field(default_factory=list)    # GradcWarnings, in order found
     draws: bool = False           # it draws random numbers: every method takes seed=
+    # Row plans of an op whose parameters have no declared shapes (gradc.passes.row_plan):
+    # the same op with its arrays declared of rank 2 or 1, run on the collapsed arrays.
+    rows: tuple = ()
 
 
 def upstream_names(op: ast.OpDef) -> tuple[str, ...]:
@@ -180,6 +185,26 @@ def _method(name: str, graph: Graph, check: bool) -> Method:
     return Method(name, graph, plan_kernels(graph, True), plan_kernels(graph, False), regions)
 
 
+def row_variants(cop: CompiledOp, ops: Mapping[str, ast.OpDef], consts: Mapping[str, float],
+                 check: bool = False) -> tuple[RowVariant, ...]:
+    """The row plans of ``cop`` (:mod:`gradc.passes.row_plan`): for each candidate way of
+    declaring its parameters of undeclared shape (:func:`row_plan.candidate_forms`), the op
+    compiled with those declarations, kept when it compiles and a CPU plan of it loops
+    over rows."""
+    if not row_plan.wanted(cop):
+        return ()
+    out = []
+    for forms in row_plan.candidate_forms(cop):
+        try:
+            spec = build_op(row_plan.declared_op(cop.op, forms), ops, consts, check=check)
+        except (GradcError, GradcWarning):
+            continue
+        if row_plan.worth_it(cop, spec):
+            out.append(RowVariant(forms, spec, {name: row_plan.rank_rule(m.graph)
+                                                     for name, m in cop.methods.items()}))
+    return tuple(out)
+
+
 def build_program(program, *, check: bool = False, fuse: bool = True
                   ) -> dict[str, CompiledOp | str]:
     """Every op of the main file, compiled; raises every user error together.
@@ -201,6 +226,8 @@ def build_program(program, *, check: bool = False, fuse: bool = True
         if not fuse:
             for m in cop.methods.values():
                 m.fused = m.unfused
+        else:
+            cop.rows = row_variants(cop, program.ops, program.consts, check)
         cop.diagnostics.extend(n for n in getattr(program, "diagnostics", ())
                                if n.span == program.ops[name].span)     # N203
         out[name] = cop

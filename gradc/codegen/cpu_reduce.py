@@ -25,6 +25,7 @@ from gradc.codegen.printer import IndentedBuffer
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.ir.shapes import normalize_axis
+from gradc.passes.fuse import _CHEAP
 from gradc.passes.fuse_reduce import (CHUNK, ELEMENT, ROW, ROW_PASSES, ReduceKernel, col_forms,
                                       is_reduction, row_forms, value_args)
 
@@ -80,6 +81,8 @@ class Schedule:
     avail: dict[int, int] = field(default_factory=dict)     # row node -> before pass
     work: list[list[int]] = field(default_factory=list)     # element nodes per pass
     live: set[int] = field(default_factory=set)
+    loads: list[list[int]] = field(default_factory=list)    # element nodes read back per pass
+    scratch: list[int] = field(default_factory=list)        # element nodes kept in scratch
 
 
 def _kind(graph: Graph, nid: int) -> str:
@@ -117,9 +120,35 @@ def schedule(graph: Graph, kernel: ReduceKernel) -> Schedule:
     need_e = [sch.phase[n] + 1 for n in live if lv[n] == ELEMENT]
     need_r = [sch.avail[n] for n in live if lv[n] == ROW]
     sch.passes = max(need_e + need_r + [1])
+    outputs = {n for n in kernel.outputs if lv[n] == ELEMENT}
+    _fill_work(graph, kernel, sch, outputs)
+    # A costly element value a later pass needs again is kept in a row of scratch
+    # memory (in cache) rather than computed again: softmax's exp once per element.
+    again = {n for p, work in enumerate(sch.work) for n in work
+             if sch.phase[n] < p and graph.node(n).op not in _RECOMPUTE}
+    if again:
+        sch.scratch = [n for n in kernel.nodes if n in again]
+        _fill_work(graph, kernel, sch, outputs | again)
+    return sch
+
+
+# Element values a later pass of a row computes again rather than reading them from
+# scratch memory: the arithmetic of gradc.passes.fuse's cheap set, division, and a row
+# value broadcast (a name for the row value, nothing computed).
+_RECOMPUTE = _CHEAP | {"div", "broadcast_in"}
+
+
+def _fill_work(graph: Graph, kernel: ReduceKernel, sch: Schedule, stored: set[int]) -> None:
+    """``sch.work`` and ``sch.loads``: per pass the element nodes it computes and those
+    it reads back from memory, an element value of an earlier pass that is ``stored``
+    (a kernel output, or in scratch)."""
+    lv = dict(kernel.levels)
+    inside = set(kernel.nodes)
+    sch.work, sch.loads = [], []
     for p in range(sch.passes):
-        seeds = {n for n in live if lv[n] == ELEMENT and sch.phase[n] == p and n in kernel.outputs}
-        for n in live:
+        seeds = {n for n in sch.live if lv[n] == ELEMENT and sch.phase[n] == p
+                 and (n in kernel.outputs or n in sch.scratch)}
+        for n in sch.live:
             if not is_reduction(graph, n):
                 continue
             xs = [a for a in value_args(graph, n) if a in inside and lv[a] == ELEMENT]
@@ -129,15 +158,20 @@ def schedule(graph: Graph, kernel: ReduceKernel) -> Schedule:
             last = first + (ROW_PASSES[_kind(graph, n)] if lv[n] == ROW else 1)
             if first <= p < last:
                 seeds.add(xs[0])
+        loads = {n for n in seeds if sch.phase[n] < p and n in stored}
+        seeds -= loads
         todo = list(seeds)
         while todo:
             n = todo.pop()
             for a in value_args(graph, n):
-                if a in inside and lv[a] == ELEMENT and a not in seeds:
-                    seeds.add(a)
-                    todo.append(a)
+                if a in inside and lv[a] == ELEMENT and a not in seeds and a not in loads:
+                    if sch.phase[a] < p and a in stored:
+                        loads.add(a)
+                    else:
+                        seeds.add(a)
+                        todo.append(a)
         sch.work.append([n for n in kernel.nodes if n in seeds])
-    return sch
+        sch.loads.append([n for n in kernel.nodes if n in loads])
 
 
 def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
@@ -160,6 +194,7 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     names: dict[int, str] = {}
     printer = CpuPrinter(graph, names)
     flat = kernel.flat
+    col = ["_c"]          # the element's index in its row (_row_body's blocks change it)
     hoisted = [f"s{j} = _i{j}[0]" for j, (x, a) in enumerate(slots) if a == SCALAR]
     if any(graph.node(n).op == "norm" for n in kernel.nodes):     # the smallest normal number
         hoisted.append("_tn = 1.1754943508222875e-38 if _w.itemsize == 4 "
@@ -184,7 +219,7 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
             names[n] = printer.name(node.args[0])
             return []
         # the flat index of the element (or row) computed, for a draw's counter
-        printer.index = "_r" if lv[n] == ROW else "_j" if flat else "(_lo + _c)"
+        printer.index = "_r" if lv[n] == ROW else "_j" if flat else f"(_lo + {col[0]})"
         lines = printer.lines(n, f"{prefix}{pos[n]}")
         names[n] = f"{prefix}{pos[n]}"
         return lines
@@ -229,6 +264,8 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
                 buf.line(f"_q{pos[n]} = {parts[n]}[_ch]")
                 buf.line("for _c in range(_N):")
                 buf.line(f"    _q{pos[n]}[_c] = {init}")
+                if _kind(graph, n) in ("sum", "mean") and not flat:
+                    buf.line(f"_g{pos[n]} = np.zeros(_N, _w.dtype)")
             else:
                 buf.line(f"_q{pos[n]} = {init}")
         if flat:
@@ -236,7 +273,7 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
                        names, pos, kinds)
         else:
             _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_input,
-                      names, pos, kinds, row_reds)
+                      names, pos, kinds, row_reds, col)
         for n in chunk_reds:
             if kinds[n] != "cols":
                 buf.line(f"{parts[n]}[_ch] = _q{pos[n]}")
@@ -265,8 +302,10 @@ def _flat_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_
 
 
 def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_input,
-              names, pos, kinds, row_reds) -> None:
+              names, pos, kinds, row_reds, col) -> None:
     lv = dict(kernel.levels)
+    for n in sch.scratch:           # one row of scratch per chunk of rows
+        buf.line(f"_k{pos[n]} = np.empty(_N, _w.dtype)")
     buf.line("for _r in range(_r0, _r1):")
     buf.indent()
     buf.line("_lo = _r * _N")
@@ -279,6 +318,10 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
         if lv[n] == ELEMENT:
             buf.line(f"{o}r = {o}[_lo:_lo + _N]")
     done: set[int] = set()
+    # where an element value stored in an earlier pass is read back: its output's row
+    # (in cache: a reduce kernel never writes an input's memory), or scratch
+    kept = {n: f"{o}r" for n, o in outs.items() if lv[n] == ELEMENT}
+    kept.update((n, f"_k{pos[n]}") for n in sch.scratch)
 
     def row_values(before: int) -> None:
         """Row nodes available before pass ``before`` (reductions finished)."""
@@ -300,13 +343,36 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
         for n in row_reds:
             k = p - first_pass(n)
             kind = _kind(graph, n)
-            if k == 0:
-                buf.line(f"_m{pos[n]} = {_INIT[kind]}" if kind in ("logsumexp", "norm")
-                         else f"_s{pos[n]} = {_INIT[kind]}")
+            if k == 0 and kind in ("logsumexp", "norm", "max", "min"):
+                acc = "_m" if kind in ("logsumexp", "norm") else "_s"
+                buf.line(f"{acc}{pos[n]} = _T({_INIT[kind]}); _n{pos[n]} = False")
+            elif k == 0:
+                buf.line(f"_s{pos[n]} = {_INIT[kind]}")
             elif k == 1 and ROW_PASSES[kind] == 2:
                 _between(buf, kind, pos[n])
-        buf.line("for _c in range(_N):")
-        buf.indent()
+        # Sums run in blocks of _BLOCK elements in the compute dtype, each block's sum
+        # added to the row's float64 sum: LLVM vectorises the block in as many lanes
+        # as float32 fills (float64 accumulators would halve them, and every
+        # function of the math library with them).
+        blocked = [(f"_s{pos[n]}", f"_f{pos[n]}") for n in row_reds
+                   if _blocked(graph, n, p - first_pass(n)) and _reads_element(graph, kernel, n)]
+        blocked += [(f"_q{pos[n]}", f"_f{pos[n]}") for n in kernel.partials
+                    if kinds[n] == "all" and _kind(graph, n) in ("sum", "mean")
+                    and _reads_element(graph, kernel, n)
+                    and sch.phase.get(value_args(graph, n)[0], 0) == p]
+        # a pass in blocks reads and writes its arrays through slices of the block (an
+        # index _b + _c kept LLVM from vectorising: gathers and scatters)
+        sliced: list[str] = []
+
+        def at(arr: str) -> str:
+            if not blocked:
+                return f"{arr}[_c]"
+            if arr not in sliced:
+                sliced.append(arr)
+            return f"{arr}b[_c]"
+
+        col[0] = "_b + _c" if blocked else "_c"
+        body = IndentedBuffer()
         work = sch.work[p]
         used = {(x, access(graph, kernel, n, x)) for n in work for x in value_args(graph, n)
                 if x not in lv}
@@ -314,25 +380,52 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
                  for x in value_args(graph, n)[:1] if x not in lv}
         for j, (x, a) in enumerate(slots):
             if (x, a) in used and a == PER_ELEMENT:
-                buf.line(f"a{j} = _i{j}r[_c]")
+                body.line(f"a{j} = {at(f'_i{j}r')}")
             elif (x, a) in used and a == PER_COL:
-                buf.line(f"c{j} = _i{j}[_c]")
+                body.line(f"c{j} = {at(f'_i{j}')}")
+        for n in sch.loads[p]:
+            names[n] = f"v{pos[n]}"
+            body.line(f"v{pos[n]} = {at(kept[n])}")
         for n in work:
             for line in value(n):
-                buf.line(line)
+                body.line(line)
+        for n in sch.scratch:
+            if sch.phase[n] == p:
+                body.line(f"{at(f'_k{pos[n]}')} = {names[n]}")
+        block = dict(blocked)
         for n in row_reds:
             k = p - first_pass(n)
             if 0 <= k < ROW_PASSES[_kind(graph, n)] and _reads_element(graph, kernel, n):
-                buf.line(_row_update(graph, n, k, pos[n], reduced_input(n), accumulate))
+                body.line(_row_update(graph, n, k, pos[n], reduced_input(n), accumulate,
+                                      block.get(f"_s{pos[n]}", f"_s{pos[n]}")))
         for n in kernel.partials:
             x = value_args(graph, n)[0]
             if _reads_element(graph, kernel, n) and sch.phase.get(x, 0) == p:
-                acc = f"_q{pos[n]}[_c]" if kinds[n] == "cols" else f"_q{pos[n]}"
-                buf.line(accumulate(n, acc, reduced_input(n), _kind(graph, n)))
+                acc = (at(f"_g{pos[n]}") if kinds[n] == "cols" and _kind(graph, n) in (
+                    "sum", "mean") else at(f"_q{pos[n]}") if kinds[n] == "cols" else f"_q{pos[n]}")
+                body.line(accumulate(n, block.get(acc, acc), reduced_input(n), _kind(graph, n)))
         for n, o in outs.items():
             if lv[n] == ELEMENT and sch.phase[n] == p:
-                buf.line(f"{o}r[_c] = {names[n]}")
+                body.line(f"{at(f'{o}r')} = {names[n]}")
+        if blocked:
+            buf.line(f"for _b in range(0, _N, {_BLOCK}):")
+            buf.indent()
+            buf.line(f"_e = min(_b + {_BLOCK}, _N)")
+            for arr in sliced:
+                buf.line(f"{arr}b = {arr}[_b:_e]")
+            for _, blk in blocked:
+                buf.line(f"{blk} = _T(0.0)")
+            buf.line("for _c in range(_e - _b):")
+        else:
+            buf.line("for _c in range(_N):")
+        buf.indent()
+        for line in body.getvalue().splitlines():
+            buf.line(line)
         buf.dedent()
+        if blocked:
+            for acc, blk in blocked:
+                buf.line(f"{acc} += {blk}")
+            buf.dedent()
     row_values(sch.passes)
     for n, o in outs.items():
         if lv[n] == ROW:
@@ -340,7 +433,20 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
     for n in kernel.partials:
         if not _reads_element(graph, kernel, n):
             buf.line(accumulate(n, f"_q{pos[n]}", reduced_input(n), _kind(graph, n)))
+    # sums across rows (dw, db) gather _ROWS_F rows in the compute dtype, then are
+    # added to the chunk's float64 partial: the passes keep float32's vector lanes
+    cols = [n for n in kernel.partials if kinds[n] == "cols" and _kind(graph, n) in ("sum", "mean")]
+    if cols:
+        buf.line(f"if (_r - _r0) % {_ROWS_F} == {_ROWS_F - 1} or _r == _r1 - 1:")
+        buf.line("    for _c in range(_N):")
+        for n in cols:
+            buf.line(f"        _q{pos[n]}[_c] += _g{pos[n]}[_c]")
+            buf.line(f"        _g{pos[n]}[_c] = 0.0")
     buf.dedent()
+
+
+# Rows a sum across rows gathers in the compute dtype before its float64 partial.
+_ROWS_F = 16
 
 
 def _reads_element(graph: Graph, kernel: ReduceKernel, n: int) -> bool:
@@ -350,20 +456,43 @@ def _reads_element(graph: Graph, kernel: ReduceKernel, n: int) -> bool:
     return lv.get(x) == ELEMENT if x in lv else graph.node(x).shape == kernel.shape
 
 
-def _row_update(graph: Graph, n: int, k: int, i: int, v: str, accumulate) -> str:
+def _row_update(graph: Graph, n: int, k: int, i: int, v: str, accumulate, acc: str) -> str:
+    """Pass ``k`` of row reduction ``n`` (position ``i``) of the element value ``v``;
+    sums go to ``acc`` (``_s{i}``, or its block's ``_f{i}``)."""
     kind = _kind(graph, n)
     if kind == "logsumexp":
-        return (accumulate(n, f"_m{i}", v, "max") if k == 0
-                else f"_s{i} += _g_exp({v} - _h{i})")
+        return (_max_update(f"_m{i}", f"_n{i}", v, "max") if k == 0
+                else f"{acc} += _g_exp({v} - _h{i})")
     if kind == "norm":
         if k == 0:
-            return f"_a{i} = abs({v}); " + accumulate(n, f"_m{i}", f"_a{i}", "max")
-        return f"_t{i} = np.float64({v} / _h{i}); _s{i} += _t{i} * _t{i}"
-    return accumulate(n, f"_s{i}", v, kind)
+            return f"_a{i} = abs({v}); " + _max_update(f"_m{i}", f"_n{i}", f"_a{i}", "max")
+        return f"_t{i} = {v} / _h{i}; {acc} += _t{i} * _t{i}"
+    if kind in ("max", "min"):
+        return _max_update(f"_s{i}", f"_n{i}", v, kind)
+    return accumulate(n, acc, v, kind)
+
+
+# Elements per block of a row's sum in the compute dtype (_row_body): 16 float32 lanes
+# of 16 serial additions each, so a block's rounding error stays within about 16 ulp
+# of its sum, and the blocks are added in float64.
+_BLOCK = 256
+
+
+def _blocked(graph: Graph, n: int, k: int) -> bool:
+    """Whether pass ``k`` of row reduction ``n`` is a sum run in blocks."""
+    kind = _kind(graph, n)
+    return (kind in ("sum", "mean") and k == 0) or (kind in ("logsumexp", "norm") and k == 1)
+
+
+def _max_update(acc: str, nan: str, v: str, kind: str) -> str:
+    """A row's max or min in the compute dtype, NaN kept apart (an or-reduction): LLVM
+    vectorises both, not a select that propagates a NaN."""
+    return f"{acc} = _g_r{kind}({acc}, _T({v})); {nan} |= {v} != {v}"
 
 
 def _between(buf: IndentedBuffer, kind: str, i: int) -> None:
     """After the first pass of a two-pass reduction: the shift or scale."""
+    buf.line(f"_m{i} = _T(np.nan) if _n{i} else _m{i}")
     if kind == "logsumexp":       # the max where finite, else 0 (as prelude._g_logsumexp)
         buf.line(f"_h{i} = _T(_m{i}) if (_m{i} - _m{i}) == 0.0 else _T(0.0)")
     else:   # the max |x| where finite, raised to the smallest normal number (1/_h stays
@@ -382,5 +511,7 @@ def _finish_row(buf: IndentedBuffer, graph: Graph, n: int, pos, names) -> None:
         buf.line(f"u{i} = _T(np.log(_s{i})) + _h{i}")
     elif kind == "norm":
         buf.line(f"u{i} = _T(_m{i}) if _m{i} == np.inf else _T(np.sqrt(_s{i})) * _h{i}")
+    elif kind in ("max", "min"):
+        buf.line(f"u{i} = _T(np.nan) if _n{i} else _s{i}")
     else:
         buf.line(f"u{i} = _T(_s{i})")

@@ -52,7 +52,7 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
     from gradc.codegen.dask_module import DaskWrapperPrinter
 
     name = py_name(cop.op.name)
-    sig = tuple((p.name, p.dtype if p.dtype else None, p.shape) for p in cop.params)
+    sig = _signature(cop)
     out = [f"_SIG_{name} = {sig!r}\n_SPEC_{name} = {cop.op.source!r}\n",
            f"class {name}:\n    \"\"\"The wrappers of op {cop.op.name}; the name is rebound "
            f"to the op below.\"\"\"\n"]
@@ -61,6 +61,15 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
         (kernels, DaskWrapperPrinter, "dask", 2, ("fused",)),     # kernels: the CPU ones
         (cuda_kernels, CudaWrapperPrinter, "cuda", 2, ("fused", "unfused")))
         if k is not None]
+    for i, variant in enumerate(cop.rows if kernels is not None else ()):
+        # the row plans' wrappers (gradc.passes.row_plan), which the fused CPU ones call
+        out.insert(-1, f"_SIG_gr{i}_{name} = {_signature(variant.cop)!r}\n")
+        for m in (m for m in METHODS if m in cop.methods):
+            w = WrapperPrinter(variant.cop, variant.cop.methods[m],
+                               variant.cop.methods[m].fused, kernels, f"_gr{i}_{name}_{m}",
+                               f"_grk{i}_{name}_{m}")
+            w.sig = f"_SIG_gr{i}_{name}"
+            out.insert(-1, w.render())
     for kset, printer, ns, depth, variants in targets:
         if ns:
             out.append(f"    class {ns}:\n")
@@ -74,6 +83,8 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
                 base = f"_g{'' if ns == 'dask' else ns[:1]}k_{name}_{m}"
                 w = printer(cop, method, plan, kset, m, base)
                 w.label += ".unfused" if variant == "unfused" else ""   # in its errors
+                if printer is WrapperPrinter and variant == "fused":
+                    w.rows = [(v, f"_gr{i}_{name}_{m}") for i, v in enumerate(cop.rows)]
                 out.append("".join(pad + line if line else line
                                    for line in w.render().splitlines(keepends=True)))
     methods = lambda ns: "{" + ", ".join(f"{m!r}: {ns}.{m}" for m in METHODS
@@ -101,6 +112,11 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
     cuda = f",\n    cuda={op(name + '.cuda')}" if cuda_kernels is not None else ""
     out.append(f"{name} = {op(name if kernels is not None else None, cuda)}\n")
     return "\n".join(out)
+
+
+def _signature(cop) -> tuple:
+    """What ``_g_inputs`` checks of each parameter: ``(name, dtype, dims)``."""
+    return tuple((p.name, p.dtype if p.dtype else None, p.shape) for p in cop.params)
 
 
 def render_unsupported(name: str, message: str) -> str:
@@ -159,7 +175,8 @@ _HELPERS = (runtime_src._g_env_count, runtime_src._g_numba_threads, runtime_src.
             runtime_src._g_bind_dims, runtime_src._g_seed, runtime_src._g_bshape, runtime_src._g_upstream, runtime_src._g_tangent,
             runtime_src._g_tangent_broadcast,
             runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
-            runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_combine, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcDask,
+            runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_rmax, runtime_src._g_rmin, runtime_src._g_row_shape, runtime_src._g_rows_apart,
+            runtime_src._g_rows_back, runtime_src._g_combine, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcDask,
             runtime_src._GradcOp, *(getattr(runtime_dask_src, n) for n in runtime_dask_src.HELPERS),
             # the run-time functions of the registry's primitives (their CPU and Dask
             # lowerings, their run-time shapes)
@@ -178,6 +195,9 @@ _CONSTANTS = ("_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.floa
 _PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"
                  "_G_PARALLEL_MIN = _g_env_count('GRADC_PARALLEL_MIN',\n"
                  "                               os.environ.get('GRADC_PARALLEL_MIN'), 1 << 17)\n"
+                 "# Calls of fewer elements run the generic plan, not a row plan (_g_row_shape).\n"
+                 "_G_ROWS_MIN = _g_env_count('GRADC_ROWS_MIN', os.environ.get('GRADC_ROWS_MIN'), "
+                 "1 << 12)\n"
                  "# Numba's TBB threading layer unless the user chose one (_g_numba_threads):\n"
                  "# OpenMP's spinning workers would slow PyTorch, JAX and BLAS after each loop.\n"
                  "_G_THREADING = _g_numba_threads(os.environ, numba.config)\n")

@@ -14,11 +14,13 @@ import site
 import sys
 
 import numba
+import numba.extending
 import numpy as np
 
 _G_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 _G_INTS = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 _G_PARALLEL_MIN = 1 << 17      # _g_env_count('GRADC_PARALLEL_MIN', ...) in modules
+_G_ROWS_MIN = 1 << 12          # _g_env_count('GRADC_ROWS_MIN', ...) in modules
 _G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}
 _G_F32, _G_F64 = np.dtype(np.float32), np.dtype(np.float64)
 _G_NO_OFFSET = np.zeros((), np.int64)
@@ -610,11 +612,14 @@ class _GradcOp:
         return f"<gradc op {self.__name__}{self.signature}>"
 
 
-def _g_rows(op, shape, k, empty_ok):
+def _g_rows(op, shape, k, empty_ok, cols=False):
     """Rows ``R`` (dims before ``k``), row length ``N`` and chunks ``C`` of a reduce
     kernel's loop ``shape``.  A chunk holds at least 4096 elements and there are
     at most 64: enough to share among threads, and fixed by the shape alone, so a
-    reduction's bits do not depend on the thread count."""
+    reduction's bits do not depend on the thread count.  ``cols``: the kernel keeps a
+    float64 partial of a row's length per chunk (a reduction across rows, ``dw``), so
+    long rows get fewer chunks: at most 2^19 partial elements (4 MB), at least 2
+    chunks (16 rows of 262144: 2 chunks, where 16 would write and read 32 MB)."""
     r = n = 1
     for d in shape[:k]:
         r *= d
@@ -623,7 +628,69 @@ def _g_rows(op, shape, k, empty_ok):
     if not empty_ok and n == 0 and r:
         raise ValueError(f"{op}: zero-size array to reduction operation maximum/minimum "
                          f"which has no identity")
-    return r, n, max(1, min(r, 64, (r * n) >> 12))
+    c = max(1, min(r, 64, (r * n) >> 12))
+    return r, n, min(c, max(2, (1 << 19) // max(n, 1))) if cols else c
+
+
+@numba.extending.intrinsic
+def _g_rmax(typingctx, a, b):
+    """``max(a, b)`` of two floats of one type for a reduce kernel's row max: a compare
+    and select flagged ``nnan nsz``, which LLVM vectorises as a max reduction (a NaN's
+    result is left undefined: the kernels track NaN apart, ``cpu_reduce._max_update``)."""
+    def codegen(context, builder, signature, args):
+        c = builder.fcmp_ordered(">", args[0], args[1], flags=("nnan", "nsz"))
+        return builder.select(c, args[0], args[1], flags=("nnan", "nsz"))
+    return a(a, b), codegen
+
+
+@numba.extending.intrinsic
+def _g_rmin(typingctx, a, b):
+    """``min(a, b)`` as :func:`_g_rmax` does ``max``."""
+    def codegen(context, builder, signature, args):
+        c = builder.fcmp_ordered("<", args[0], args[1], flags=("nnan", "nsz"))
+        return builder.select(c, args[0], args[1], flags=("nnan", "nsz"))
+    return a(a, b), codegen
+
+
+def _g_row_shape(arrays, forms, rank):
+    """``(R, K)``: the rows and row length of the arguments of a row plan when they fit
+    it (``forms``: per argument ``f`` full, ``c`` a column, ``-`` as declared), else
+    None.  The full ones must share one shape of rank >= 1 (``rank`` 1: >= 2, 2: exactly
+    2) whose leading dims make the ``R`` rows, of at least ``_G_ROWS_MIN`` elements;
+    the columns must be of shape ``(K,)``.  (Smaller arrays run the generic plan, whose
+    NumPy reductions sum in NumPy's order: the same bits as NumPy where a sum cancels,
+    and the row plan would save microseconds.)"""
+    s = None
+    for a, f in zip(arrays, forms):
+        if f == "f":
+            s = a.shape
+            break
+    if not s or rank == 2 and len(s) != 2 or rank == 1 and len(s) < 2:
+        return None
+    k = s[-1]
+    for a, f in zip(arrays, forms):
+        if f == "f" and a.shape != s or f == "c" and a.shape != (k,):
+            return None
+    r = 1
+    for d in s[:-1]:
+        r *= d
+    return (r, k) if r * k >= _G_ROWS_MIN else None
+
+
+def _g_rows_apart(outs, inputs, inplace):
+    """Whether no out[k] that may be input j itself (``inplace``) is: a row plan may not
+    allow it in place."""
+    return outs is None or not any(_g_same_array(outs[k], inputs[j]) for k, j in inplace)
+
+
+def _g_rows_back(results, shapes, outs, single):
+    """A row plan's results with the call's shapes (reshaped views); ``outs`` when
+    given (its results are in them)."""
+    if outs is not None:
+        return outs[0] if single else outs
+    if single:
+        return results.reshape(shapes[0])
+    return tuple(r.reshape(s) for r, s in zip(results, shapes))
 
 
 def _g_combine(op, kind, partials, count, shape, t, empty_ok=False):

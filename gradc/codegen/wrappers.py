@@ -21,6 +21,7 @@ from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import PRIMITIVES
 from gradc.ir.shapes import Shape
 from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, MatmulEpilogue, value_used
+from gradc.passes import row_plan
 from gradc.passes.fuse_reduce import ROW, ReduceKernel, cpu_plan
 from gradc.pipeline import CompiledOp, Method
 
@@ -84,6 +85,9 @@ class WrapperPrinter:
         self.vars: dict[int, str] = {}
         self.after_blas = False       # a matmul step has been printed
         self.fresh: set[int] = set()  # results stored by a kernel in a buffer of their shape
+        self.sig = f"_SIG_{py_name(cop.op.name)}"     # the signature's variable
+        # Row plans to try first, (RowVariant, wrapper name) (gradc.passes.row_plan)
+        self.rows: list = []
 
     def render(self) -> str:
         g, cop, b = self.graph, self.cop, self.buf
@@ -104,7 +108,7 @@ class WrapperPrinter:
         tup = ", ".join(names) + ("," if len(names) == 1 else "")
         b.line(f"_n = {cop.op.name + self.label + '.' + self.method.name!r}")
         b.line(f"({tup}), _T, _RT, _d = "
-               + self.helper("inputs", f"_n, _SIG_{py_name(cop.op.name)}, ({tup})"))
+               + self.helper("inputs", f"_n, {self.sig}, ({tup})"))
         if cop.draws:
             b.line("_seed = _g_seed(_n, seed)")
         self._bind_sources()
@@ -121,6 +125,9 @@ class WrapperPrinter:
         self._check_upstreams(ups)
         b.line("_out = " + self.helper("out_tuple", f"_n, out, _S, {kinds!r}, {inputs}, {labels!r}"
                                       + (f", {inplace!r}" if inplace else "")))
+        for variant, fn in self.rows:
+            self._row_dispatch(variant, fn, names, ups, inplace, single=(
+                self.method.name == "forward" and len(g.outputs) == 1))
         for k, step in enumerate(self.plan.steps):
             if isinstance(step, ReduceKernel):
                 self._reduce_kernel(step, k)
@@ -140,6 +147,46 @@ class WrapperPrinter:
         b.line("_r = " + self.helper("finish", f"_n, _out, ({results}), _S, _RT, {inputs}"))
         b.line("return _r[0]" if single else "return _r")
         return b.getvalue()
+
+    def _row_dispatch(self, variant, fn: str, names: list[str], ups: list[int], inplace,
+                      single: bool) -> None:
+        """Run the row plan ``variant`` (wrapper ``fn``) when the arguments fit it: the
+        full ones of one shape of a rank it serves, the columns of its last dim, the
+        result dtype the compute dtype, and no out[k] an input itself (the row plan may
+        not allow it in place).  Arguments and out= buffers go as C-contiguous views
+        with the leading dims collapsed; the results come back reshaped."""
+        b, spec = self.buf, variant.cop.methods[self.method.name].graph
+        dims = {row_plan.ROWS: "_R", row_plan.ROW: "_K"}
+
+        def shape(s) -> str:
+            ds = [str(dims.get(d, d)) for d in s.static]
+            return "(" + ", ".join(ds) + ("," if len(ds) == 1 else "") + ")"
+
+        forms = "".join(variant.forms)
+        b.line(f"_v = _g_row_shape(({', '.join(names)},), {forms!r}, "
+               f"{variant.ranks[self.method.name]})")
+        every = ", ".join(names + [self.vars[u] for u in ups]) + ","
+        free = f" and _g_rows_apart(_out, ({every}), {inplace!r})" if inplace else ""
+        b.line(f"if _v is not None and _T is _RT.type{free}:")
+        b.indent()
+        b.line("_R, _K = _v")
+        args = []
+        for k, (name, form) in enumerate(zip(names, variant.forms)):
+            args.append(f"{name}.reshape(_R, _K)" if form == row_plan.FULL else name)
+        ups_spec = spec.params[len(names):]
+        for u, us in zip(ups, ups_spec):
+            args.append(f"{self.vars[u]}.reshape({shape(spec.node(us).shape)})")
+        n_pos = sum(1 for p in self.cop.params if not p.has_default)
+        kw = [f"{py_name(p.name)}={a}" for p, a in zip(self.cop.params, args[:len(names)])
+              if p.has_default]
+        args = [a for p, a in zip(self.cop.params, args) if not p.has_default] + args[len(names):]
+        assert len(args) == n_pos + len(ups)
+        outs = ", ".join(f"_out[{k}].reshape({shape(s)})" for k, s in
+                         enumerate(spec.output_shapes)) + ("," if len(spec.output_shapes) == 1
+                                                           else "")
+        call = ", ".join(args + kw + [f"out=None if _out is None else ({outs})"])
+        b.line(f"return _g_rows_back({fn}({call}), _S, _out, {single!r})")
+        b.dedent()
 
     def _bind_sources(self) -> None:
         """The values of the source nodes of a draw: the call's seed, and the offset of
@@ -311,10 +358,11 @@ class WrapperPrinter:
         b.line(self._shape_line(step))
         lv = dict(step.levels)
         empty_ok = not any(_no_identity(g.node(n)) for n in step.nodes if lv[n] == ROW)
-        b.line(f"_R, _N, _C = _g_rows(_n, _s, {step.split}, {empty_ok!r})")
+        kinds = dict(step.chunk_kind)
+        cols = ", cols=True" if any(kinds[n] == "cols" for n in step.partials) else ""
+        b.line(f"_R, _N, _C = _g_rows(_n, _s, {step.split}, {empty_ok!r}{cols})")
         args = self._output_arrays(step, lambda nid: self.shape_expr(g.node(nid).shape)
                                    if lv[nid] == ROW else "_s")
-        kinds = dict(step.chunk_kind)
         for nid in step.partials:
             shape = "(_C, _N)" if kinds[nid] == "cols" else "(_C,)"
             b.line(f"_p{nid} = np.empty({shape}, dtype=np.float64)")

@@ -339,11 +339,34 @@ def explain(path: str, op_name: str) -> str:
                                     f"kernel plan of {m} (fused, CPU)", dtypes)
         else:
             out += ["", f"{m}: not available (see the diagnostics: E405)"]
+    out += row_plans_text(cop, program, dtypes)
     unfused = cop.methods["fwd_bwd"].unfused
     _, totals = step_texts(unfused, dtypes)
     out += ["", f"kernel plan of fwd_bwd (unfused), as .unfused runs it: {len(unfused.steps)} "
                 "step(s), one primitive or library call each"] + totals
     return "\n".join(out)
+
+
+def row_plans_text(cop, program, dtypes) -> list[str]:
+    """The row plans of an op whose arrays have no declared shapes
+    (:mod:`gradc.passes.row_plan`): the forms, the ranks each method serves, and the
+    fused plans of forward and fwd_bwd."""
+    from gradc.passes import row_plan
+    from gradc.pipeline import row_variants
+    ranks = {row_plan.ANY_RANK: "rank >= 1", row_plan.RANK_2_UP: "rank >= 2",
+             row_plan.RANK_2: "rank 2"}
+    out = []
+    for i, v in enumerate(row_variants(cop, program.ops, program.consts)):
+        decl = ", ".join(f"{p.name}: [{row_plan.ROWS}, {row_plan.ROW}]" if f == row_plan.FULL
+                         else f"{p.name}: [{row_plan.ROW}]"
+                         for p, f in zip(cop.params, v.forms) if f != row_plan.DECLARED)
+        serves = ", ".join(f"{m} {ranks[r]}" for m, r in v.ranks.items())
+        out += ["", f"row plan {i}: run instead when the arguments fit {decl}, their leading "
+                    f"dims collapsed into {row_plan.ROWS} ({serves})"]
+        for m in ("forward", "fwd_bwd"):
+            out += plan_text(cpu_plan(v.cop.methods[m].fused),
+                             f"  kernel plan of {m} (row plan {i}, CPU)", dtypes)
+    return out
 
 
 def unknown_op_error(path, unknown, ops):

@@ -1,0 +1,205 @@
+"""Row plans: ops whose parameters have no declared shapes run the reduce kernels of the
+same op declared of rank 2 (gradc.passes.row_plan), on the arguments with their leading
+dims collapsed.  Checked against the unfused plan (NumPy's reductions) at every rank,
+on empty rows, broadcast and non-contiguous arguments, with ``out=``; which plan runs is
+checked by counting the row plan's calls.  Also the row kernels' vectorised forms (row
+max with NaN kept apart, sums in blocks, sums across rows gathered in float32)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradc
+from gradc.frontend.check import check_source
+from gradc.passes import row_plan
+from gradc.pipeline import build_program
+
+SOURCE = """
+op smax(x) -> y {
+    e = exp(x - max(x, axis=-1, keepdims=true))
+    y = e / sum(e, axis=-1, keepdims=true)
+} grad(dy) -> dx {
+    dx = y * (dy - sum(y * dy, axis=-1, keepdims=true))
+}
+op lnorm(x, w, b, eps: nograd = 1e-5) -> y {
+    xc = x - mean(x, axis=-1, keepdims=true)
+    rstd = rsqrt(mean(xc^2, axis=-1, keepdims=true) + eps)
+    y = xc * rstd * w + b
+} grad(dy) -> (dx, dw, db) {
+    xhat = xc * rstd
+    g = dy * w
+    dx = rstd * (g - mean(g, axis=-1, keepdims=true) - xhat * mean(g * xhat, axis=-1, keepdims=true))
+    dw = sum(dy * xhat, axis=0)
+    db = sum(dy, axis=0)
+}
+op xent(x, t: nograd) -> loss {
+    loss = mean(logsumexp(x, axis=-1) - sum(x * t, axis=-1))
+}
+op ext(x) -> (hi, lo, n) {
+    hi = max(x, axis=-1)
+    lo = min(x, axis=-1, keepdims=true)
+    n = norm(x, axis=-1)
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def m(import_module_text):
+    module = import_module_text(gradc.compile_source(SOURCE, file="rows.grad"), "row_plan_ops")
+    module._G_ROWS_MIN = 0        # row plans for the small arrays below too (GRADC_ROWS_MIN)
+    return module
+
+
+def _count(m, monkeypatch, name):
+    """Calls of the row plan's wrapper ``name`` (a module global the generic one calls)."""
+    calls = []
+    inner = getattr(m, name)
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return inner(*args, **kwargs)
+    monkeypatch.setattr(m, name, counted)
+    return calls
+
+
+def _same(got, want, rtol=1e-12):
+    got = got if isinstance(got, tuple) else (got,)
+    want = want if isinstance(want, tuple) else (want,)
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol)
+
+
+def test_the_plans():
+    """The forms tried and the ranks each method serves: any rank where every reduction
+    is along the last axis; rank >= 2 where a sum over axis 0 is summed back to a column
+    parameter (layer norm's dw, db); rank 2 for the rest (lnorm's jvp)."""
+    cops = build_program(check_source(SOURCE, "rows.grad"))
+    assert [v.forms for v in cops["smax"].rows] == [("f",)]
+    assert [v.forms for v in cops["xent"].rows] == [("f", "c"), ("f", "f")]
+    (ln,) = cops["lnorm"].rows
+    assert ln.forms == ("f", "c", "c", "-")
+    assert ln.ranks == {"forward": row_plan.ANY_RANK, "vjp": row_plan.RANK_2_UP,
+                        "fwd_bwd": row_plan.RANK_2_UP, "jvp": row_plan.RANK_2}
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (2, 3, 4), (7,), (0, 4), (3, 0)])
+def test_softmax_every_rank(m, monkeypatch, shape):
+    calls = _count(m, monkeypatch, "_gr0_smax_fwd_bwd")
+    rng = np.random.default_rng(0)
+    x, dy = rng.standard_normal(shape), rng.standard_normal(shape)
+    if shape[-1] == 0 and x.size == 0 and shape[0]:     # a max of an empty row: NumPy's error
+        for fn in (m.smax.unfused.fwd_bwd, m.smax.fwd_bwd):
+            with pytest.raises(ValueError, match="zero-size array"):
+                fn(x, dy)
+        return
+    _same(m.smax.fwd_bwd(x, dy), m.smax.unfused.fwd_bwd(x, dy))
+    assert calls
+    # out= (the caller's arrays, written through views), float32, a Fortran-ordered x
+    outs = (np.empty(shape), np.empty(shape))
+    assert m.smax.fwd_bwd(x, dy, out=outs) is outs or all(
+        a is b for a, b in zip(m.smax.fwd_bwd(x, dy, out=outs), outs))
+    _same(outs, m.smax.unfused.fwd_bwd(x, dy))
+    _same(m.smax(np.asfortranarray(x)), m.smax.unfused(x))
+    x32 = x.astype(np.float32)
+    _same(m.smax(x32), m.smax.unfused(x32), rtol=1e-6)
+
+
+def test_small_calls_go_generic(m, monkeypatch):
+    """Below GRADC_ROWS_MIN elements (4096 by default) the generic plan runs: NumPy's
+    order of summation, the same bits where a sum cancels (the row plan's lanes may
+    give 0 for the sum of -1e4, 1e-30, 1e4, -1e-30)."""
+    calls = _count(m, monkeypatch, "_gr0_smax_vjp")
+    monkeypatch.setattr(m, "_G_ROWS_MIN", 4096)
+    x, dy = np.zeros((3, 4)), np.array([[-1e4, 1e-30, 1e4, -1e-30]] * 3)
+    np.testing.assert_array_equal(m.smax.vjp(x, dy)[0], m.smax.unfused.vjp(x, dy)[0])
+    assert not calls
+    big = np.tile(dy, (1024, 1))
+    _same(m.smax.vjp(np.zeros(big.shape), big), m.smax.unfused.vjp(np.zeros(big.shape), big))
+    assert calls
+
+
+def test_in_place_goes_generic(m, monkeypatch):
+    """out= an input itself: the generic plan, which the compiler allowed it for."""
+    calls = _count(m, monkeypatch, "_gr0_smax_forward")
+    x = np.random.default_rng(1).standard_normal((4, 6))
+    want = m.smax.unfused(x)
+    try:
+        m.smax(x, out=x)
+    except ValueError:
+        return                                  # not allowed in place at all
+    _same(x, want)
+    assert not calls
+
+
+@pytest.mark.parametrize("shape", [(5, 4), (2, 3, 4), (4,)])
+def test_layer_norm_columns(m, monkeypatch, shape):
+    """w, b of the last dim: the row plan from rank 2 up for the gradients (dw, db
+    summed over every leading dim), its error at rank 1 as the generic plan's."""
+    calls = _count(m, monkeypatch, "_gr0_lnorm_fwd_bwd")
+    rng = np.random.default_rng(2)
+    x, dy = rng.standard_normal(shape), rng.standard_normal(shape)
+    w, b = rng.standard_normal(shape[-1:]), rng.standard_normal(shape[-1:])
+    _same(m.lnorm(x, w, b), m.lnorm.unfused(x, w, b))
+    if len(shape) == 1:
+        with pytest.raises(ValueError, match="gradient 'd[wb]'"):
+            m.lnorm.unfused.fwd_bwd(x, w, b, dy)
+        with pytest.raises(ValueError, match="gradient 'd[wb]'"):
+            m.lnorm.fwd_bwd(x, w, b, dy)
+        assert not calls
+        return
+    _same(m.lnorm.fwd_bwd(x, w, b, dy, eps=0.5), m.lnorm.unfused.fwd_bwd(x, w, b, dy, eps=0.5))
+    assert calls
+
+
+def test_broadcast_arguments_go_generic(m, monkeypatch):
+    """A scalar or (1, k) weight fits no row plan: the generic plan, same results."""
+    calls = _count(m, monkeypatch, "_gr0_lnorm_forward")
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((3, 4))
+    for w in (2.0, rng.standard_normal((1, 4)), rng.standard_normal((3, 4))):
+        _same(m.lnorm(x, w, 0.5), m.lnorm.unfused(x, w, 0.5))
+    assert not calls
+
+
+def test_xent_full_targets(m, monkeypatch):
+    """Targets of x's shape: the second form (every argument full); a scalar loss."""
+    calls = _count(m, monkeypatch, "_gr1_xent_fwd_bwd")
+    rng = np.random.default_rng(4)
+    x, t = rng.standard_normal((2, 3, 5)), rng.random((2, 3, 5))
+    _same(m.xent.fwd_bwd(x, t, 0.75), m.xent.unfused.fwd_bwd(x, t, 0.75))
+    assert calls
+
+
+def test_row_max_min_norm_special_values(m):
+    """The vectorised row max and min keep NaN apart; norm's scale sees NaN before inf."""
+    x = np.array([[1, np.nan, 3, -np.inf], [-np.inf] * 4, [np.inf, np.nan, 0, 1],
+                  [-0.0, 0.0, 2, -5]], np.float32)
+    for got, want in zip(m.ext(x), (x.max(-1), x.min(-1, keepdims=True),
+                                    np.linalg.norm(x.astype(np.float64), axis=-1))):
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("n", [255, 256, 1000])
+def test_long_rows_in_blocks(m, n):
+    """Row sums run in blocks of 256 in float32 added in float64: within float32
+    rounding of the float64 result, at block edges too."""
+    rng = np.random.default_rng(5)
+    x, t = (rng.standard_normal((3, n)) * 4).astype(np.float32), rng.random((3, n))
+    want = m.xent.fwd_bwd(x.astype(np.float64), t, 1.0)
+    got = m.xent.fwd_bwd(x, t.astype(np.float32), 1.0)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, rtol=2e-6, atol=1e-7)
+
+
+def test_column_sums_over_many_rows(m):
+    """dw, db over 40 rows (gathered 16 rows at a time in float32) agree with float64."""
+    rng = np.random.default_rng(6)
+    x, dy = rng.standard_normal((40, 3)), rng.standard_normal((40, 3))
+    w, b = rng.standard_normal(3), rng.standard_normal(3)
+    want = m.lnorm.fwd_bwd(x, w, b, dy)
+    got = m.lnorm.fwd_bwd(*(a.astype(np.float32) for a in (x, w, b, dy)))
+    for a, c in zip(got, want):
+        np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-5)
