@@ -25,8 +25,8 @@ from gradc.codegen.printer import IndentedBuffer
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.ir.shapes import normalize_axis
-from gradc.passes.fuse import _CHEAP
-from gradc.passes.fuse_reduce import (CHUNK, ELEMENT, ROW, ROW_PASSES, ReduceKernel, col_forms,
+from gradc.passes.fuse import CHEAP
+from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, col_forms,
                                       is_reduction, row_forms, value_args)
 
 SCALAR, PER_ROW, PER_COL, PER_ELEMENT = "scalar", "row", "col", "element"
@@ -135,7 +135,7 @@ def schedule(graph: Graph, kernel: ReduceKernel) -> Schedule:
 # Element values a later pass of a row computes again rather than reading them from
 # scratch memory: the arithmetic of gradc.passes.fuse's cheap set, division, and a row
 # value broadcast (a name for the row value, nothing computed).
-_RECOMPUTE = _CHEAP | {"div", "broadcast_in"}
+_RECOMPUTE = CHEAP | {"div", "broadcast_in"}
 
 
 def _fill_work(graph: Graph, kernel: ReduceKernel, sch: Schedule, stored: set[int]) -> None:

@@ -344,7 +344,7 @@ def _reads(graph: Graph, step: Step, nid: int) -> bool:
 # element costs less than storing and reading back one array.
 RECOMPUTE_MAX_NODES = 8
 RECOMPUTE_MAX_TRANSCENDENTAL = 2
-_CHEAP = frozenset("""add sub mul neg identity cast where clip full_like abs maximum minimum
+CHEAP = frozenset("""add sub mul neg identity cast where clip full_like abs maximum minimum
     lt le gt ge eq ne square sign floor ceil round zero_masked""".split())
 
 
@@ -490,7 +490,7 @@ def _recompute_cones(g: Graph, steps: list, s: int, v: int, ref=lambda n: f"%{n}
                 cone.add(a)
                 todo.append(a)
         scalars[q] = extra
-        size, costly = len(cone), sum(1 for n in cone if g.node(n).op not in _CHEAP)
+        size, costly = len(cone), sum(1 for n in cone if g.node(n).op not in CHEAP)
         if size > RECOMPUTE_MAX_NODES or costly > RECOMPUTE_MAX_TRANSCENDENTAL:
             return (f"too costly to recompute in [{q}]: {size} primitive(s), {costly} of "
                     f"them costly (transcendental, division...); at most "
