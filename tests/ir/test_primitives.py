@@ -694,7 +694,7 @@ _F64_CASES = [c for c in DIFF_CASES if not ("f32" in c.dtypes and "f64" not in c
 
 @pytest.mark.parametrize("mode", list(_CHECKS))
 @pytest.mark.parametrize("case", _F64_CASES, ids=attrgetter("name"))
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=15, deadline=None,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @pytest.mark.slow
 @given(data=st.data())
