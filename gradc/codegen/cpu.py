@@ -9,6 +9,8 @@ vectorisation); fast-math is opt-in and never includes ``nnan``/``ninf``
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from gradc.codegen.printer import IndentedBuffer, Printer
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
@@ -38,7 +40,8 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
     compiles each only when first called.
     """
     rows = row_inputs(graph, kernel)
-    hoisted, body = loop_body(graph, kernel, rows=rows or None)
+    element = loop_body(graph, kernel, rows=rows or None)
+    hoisted, body = element.hoisted, element.lines()
     outs = [f"_o{k}" for k in range(len(kernel.outputs))]
     ins = [f"_i{k}" for k in range(len(kernel.inputs))]
     params = ", ".join(outs + ins + ["_w"])
@@ -82,31 +85,62 @@ def print_loop(buf: IndentedBuffer, decorator: str, header: str, hoisted: list[s
     buf.dedent()
 
 
+@dataclass
+class LoopBody:
+    """One element's work in a kernel's loop, in parts a schedule can reorder:
+    ``hoisted`` runs once before the loop (scalar inputs), then per element the
+    ``loads`` (``local = array[index]``), the ``compute`` statements, and the
+    ``stores`` (``array[index] = local``)."""
+
+    hoisted: list[str]
+    loads: list[tuple[str, str, str]]        # (local, array, index)
+    compute: list[str]
+    stores: list[tuple[str, str, str]]       # (array, index, local)
+
+    def load_lines(self) -> list[str]:
+        return [f"{local} = {array}[{index}]" for local, array, index in self.loads]
+
+    def store_lines(self) -> list[str]:
+        return [f"{array}[{index}] = {local}" for array, index, local in self.stores]
+
+    def lines(self) -> list[str]:
+        """The loop's statements: loads, compute, stores."""
+        return self.load_lines() + self.compute + self.store_lines()
+
+
 def loop_body(graph: Graph, kernel: Kernel, printer: type[Printer] = CpuPrinter,
-              rows: dict[int, int] | None = None) -> tuple[list[str], list[str]]:
-    """Lines before the loop (scalar inputs, read once: a 1-element array keeps
-    the loop vectorisable, a stride-0 view would not) and lines of the loop,
-    whose index is ``_i``; ``printer`` renders the nodes (one per backend).
-    With ``rows`` (:func:`row_inputs`), the lines of the loop over the columns
-    ``_c`` of one row: those inputs at ``_c``, the other arrays through their
-    row's slices ``_i0r``, ``_o0r``..."""
+              rows: dict[int, int] | None = None, index: str = "_i",
+              suffix: str = "") -> LoopBody:
+    """The :class:`LoopBody` of ``kernel``: scalar inputs hoisted (read once: a
+    1-element array keeps the loop vectorisable, a stride-0 view would not),
+    elements read and written at the flat index ``index``; ``printer`` renders
+    the nodes (one per backend).  ``suffix`` is appended to the locals of the
+    element (``a0_1``, ``v3_1``: a second element of an unrolled loop) but not to
+    the hoisted ones.  With ``rows`` (:func:`row_inputs`), the body of the loop
+    over the columns ``_c`` of one row: those inputs at ``_c``, the other arrays
+    through their row's slices ``_i0r``, ``_o0r``..."""
     names: dict[int, str] = {}
-    hoisted, lines = [], []
-    at = (lambda a, nid=None: f"{a}[_i]") if rows is None else \
-        (lambda a, nid=None: f"{a}[_c]" if nid in rows else f"{a}r[_c]")
+    body = LoopBody([], [], [], [])
+
+    def at(a: str, nid: int | None = None) -> tuple[str, str]:
+        if rows is None:
+            return a, index
+        return (a, "_c") if nid in rows else (f"{a}r", "_c")
+
     for k, nid in enumerate(kernel.inputs):
-        names[nid] = f"a{k}"
         if is_scalar_input(graph, nid):
-            hoisted.append(f"a{k} = _i{k}[0]")
+            names[nid] = f"a{k}"
+            body.hoisted.append(f"a{k} = _i{k}[0]")
         else:
-            lines.append(f"a{k} = {at(f'_i{k}', nid)}")
-    printer = printer(graph, names, "_i" if rows is None else "(_lo + _c)")
+            names[nid] = f"a{k}{suffix}"
+            body.loads.append((names[nid], *at(f"_i{k}", nid)))
+    printer = printer(graph, names, index if rows is None else "(_lo + _c)")
     for k, nid in enumerate(kernel.nodes):
-        lines += printer.lines(nid, f"v{k}")
-        names[nid] = f"v{k}"
+        body.compute += printer.lines(nid, f"v{k}{suffix}")
+        names[nid] = f"v{k}{suffix}"
     for k, nid in enumerate(kernel.outputs):
-        lines.append(f"{at(f'_o{k}')} = {names[nid]}")
-    return hoisted, lines
+        body.stores.append((*at(f"_o{k}"), names[nid]))
+    return body
 
 
 def row_inputs(graph: Graph, kernel: Kernel) -> dict[int, int]:

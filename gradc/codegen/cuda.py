@@ -22,7 +22,6 @@ from gradc.codegen.printer import IndentedBuffer, Printer
 from gradc.codegen.quote import comment
 from gradc.errors import CodegenError, GradcError
 from gradc.ir.graph import Graph
-from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.fuse import Kernel, MatmulEpilogue
 
 # Templates that differ from the CPU's (gradc.ir.primitives): libdevice through
@@ -73,17 +72,8 @@ _CPU_CALL = re.compile(r"\b(?:_g_\w+|np\.(?!u?int32\(|u?int64\(|bool_\(|float32\
 class CudaPrinter(Printer):
     backend = "cuda"
 
-    def expr(self, nid: int) -> str:
-        node = self.graph.node(nid)
-        if node.op in TEMPLATES and node.op != "pow":
-            prim = PRIMITIVES[node.op]
-            fields = {p: self.name(a) for p, a in zip(prim.params, node.args)}
-            return TEMPLATES[node.op].format(**fields)
-        return super().expr(nid)
-
-    def _print_pow(self, node) -> str:
-        text = super()._print_pow(node)
-        return text.replace("np.sqrt(", "math.sqrt(").replace("_g_pow(", "math.pow(")
+    def template(self, op: str) -> str | None:
+        return TEMPLATES.get(op) or super().template(op)
 
 
 # Elements each thread loads before it computes (see render_cuda_kernel); the
@@ -119,10 +109,12 @@ def render_cuda_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bo
     if isinstance(kernel, MatmulEpilogue):
         return render_cuda_matmul(graph, kernel, name, fast_math=fast_math, comments=comments)
     unroll = unroll_factor() if unroll is None else unroll
-    hoisted, body = loop_body(graph, kernel, CudaPrinter)
-    for line in hoisted + body:
-        if _CPU_CALL.search(line):
-            raise CodegenError(f"CUDA kernel {name} would call a CPU function: {line}")
+    # k elements a grid-stride apart: the body printed once per element, its locals
+    # suffixed _1, _2..., its index _i_1, _i_2... (the hoisted scalars shared)
+    elements = [loop_body(graph, kernel, CudaPrinter, index=f"_i_{j}" if j else "_i",
+                          suffix=f"_{j}" if j else "") for j in range(max(unroll, 1))]
+    hoisted, body = elements[0].hoisted, elements[0].lines()
+    _check_device_calls(name, hoisted + body)
     outs = [f"_o{k}" for k in range(len(kernel.outputs))]
     ins = [f"_i{k}" for k in range(len(kernel.inputs))]
     fm = ", fastmath=True" if fast_math else ""
@@ -138,10 +130,9 @@ def render_cuda_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bo
     setup = [f"_n = {outs[0]}.size", "_st = cuda.gridsize(1)", "_i = cuda.grid(1)"]
     steps = [f"_i_{j} = _i + {j} * _st" if j > 1 else "_i_1 = _i + _st"
              for j in range(1, unroll)]
-    local = {m.group(1) for line in body if (m := re.match(r"(a\d+|v\d+) = ", line))}
-    copies = [body] + [[_rename(line, local, j) for line in body] for j in range(1, unroll)]
-    ordered = [line for part in ("load", "compute", "store") for copy in copies
-               for line in copy if _part(line) == part]
+    ordered = [line for e in elements for line in e.load_lines()] + \
+        [line for e in elements for line in e.compute] + \
+        [line for e in elements for line in e.store_lines()]
     print_loop(buf, decorator, header, hoisted + setup,
                f"while _i + {unroll - 1} * _st < _n:",
                steps + ordered + [f"_i += {unroll} * _st"])
@@ -153,19 +144,10 @@ def render_cuda_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bo
     return buf.getvalue()
 
 
-def _part(line: str) -> str:
-    """Whether a loop line loads an input element, computes, or stores an output."""
-    if re.match(r"a\d+(_\d+)? = _i\d+\[_i(_\d+)?\]$", line):
-        return "load"
-    return "store" if line.startswith("_o") else "compute"
-
-
-def _rename(line: str, local: set[str], j: int) -> str:
-    """Loop line ``line`` for the ``j``-th element of an unrolled iteration: its
-    locals suffixed ``_j``, its index ``_i_j``."""
-    line = re.sub(r"\b(a\d+|v\d+)\b", lambda m: f"{m.group(1)}_{j}" if m.group(1) in local
-                  else m.group(1), line)
-    return re.sub(r"\b_i\b", f"_i_{j}", line)
+def _check_device_calls(name: str, lines: list[str]) -> None:
+    for line in lines:
+        if _CPU_CALL.search(line):
+            raise CodegenError(f"CUDA kernel {name} would call a CPU function: {line}")
 
 
 def render_cuda_matmul(graph: Graph | None, step, name: str, *, fast_math: bool = False,
@@ -189,17 +171,17 @@ def render_cuda_matmul(graph: Graph | None, step, name: str, *, fast_math: bool 
         hoisted, body, outs, ins = [], ["_o0[_i] = _acc"], ["_o0"], []
     else:
         epi, m = step.epilogue, step.matmul
-        hoisted, body = loop_body(graph, epi, CudaPrinter)
+        element = loop_body(graph, epi, CudaPrinter)
         k_m = epi.inputs.index(m)
-        body = [f"a{k_m} = _T(_acc)" if line == f"a{k_m} = _i{k_m}[_i]" else line
-                for line in body]
-        outs = [f"_o{j}" for j in range(len(step.outputs))]
+        # the product's element is the accumulator, not a load
+        element.loads = [ld for ld in element.loads if ld[1] != f"_i{k_m}"]
+        element.compute.insert(0, f"a{k_m} = _T(_acc)")
         if step.store:
-            body.append(f"_o{len(epi.outputs)}[_i] = a{k_m}")
+            element.stores.append((f"_o{len(epi.outputs)}", "_i", f"a{k_m}"))
+        hoisted, body = element.hoisted, element.lines()
+        outs = [f"_o{j}" for j in range(len(step.outputs))]
         ins = [f"_i{j}" for j, nid in enumerate(epi.inputs) if nid != m]
-        for line in hoisted + body:
-            if _CPU_CALL.search(line):
-                raise CodegenError(f"CUDA kernel {name} would call a CPU function: {line}")
+        _check_device_calls(name, hoisted + body)
     fm = ", fastmath=True" if fast_math else ""
     buf = IndentedBuffer()
     for c in comments:

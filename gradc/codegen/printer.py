@@ -78,13 +78,19 @@ class Printer:
             raise CodegenError("broadcast_in of an array inside an elementwise loop", node.span)
         return self.name(node.args[0])
 
+    def template(self, op: str) -> str | Callable | None:
+        """The template of primitive ``op`` on this printer's backend (the CPU's
+        where the backend has none of its own)."""
+        prim = PRIMITIVES[op]
+        return getattr(prim, self.backend, None) or prim.cpu
+
     def expr(self, nid: int) -> str:
         node = self.graph.node(nid)
         special = getattr(self, f"_print_{node.op}", None)
         if special is not None:
             return special(node)
         prim = PRIMITIVES[node.op]
-        template = getattr(prim, self.backend, None) or prim.cpu
+        template = self.template(node.op)
         if template is None or callable(template):
             what = "statements, not an expression" if callable(template) else \
                 f"no {self.backend} template"
@@ -108,9 +114,8 @@ class Printer:
             prod = " * ".join([x] * int(abs(k.value)))
             return f"({prod})" if k.value > 0 else f"(_T(1) / ({prod}))"
         if k.op == "const" and k.value == 0.5:
-            return f"np.sqrt({x})"
-        prim = PRIMITIVES["pow"]
-        return (getattr(prim, self.backend, None) or prim.cpu).format(x=x, y=y)
+            return self.template("sqrt").format(x=x)
+        return self.template("pow").format(x=x, y=y)
 
 
 def inline_body(fn: Callable, args: Mapping[str, str], out: str) -> list[str]:
