@@ -39,16 +39,52 @@ def runtime_signatures(types, t):
     return list(dict.fromkeys(sigs))          # a kernel two primitives share, once
 
 
-def module_ptx(module: ModuleType, cc: tuple[int, int], dtypes=("float32", "float64"),
+def kernel_ptx(fn, args: tuple, ccs, fast_math: bool = False) -> list[str]:
+    """PTX of kernel ``fn`` (a Python function) at argument types ``args``, one text
+    per compute capability in ``ccs``.  Numba types and lowers the kernel once and
+    NVVM compiles that LLVM IR for each capability (what ``compile_ptx`` does per
+    capability; its front end is most of the time).  With a numba-cuda whose
+    internals differ, ``compile_ptx`` once per capability."""
+    from numba import cuda
+    from numba.cuda import compiler
+
+    ccs = list(ccs)
+    compile_once = getattr(compiler, "_compile_pyfunc_with_fixup", None)
+    if compile_once is not None:
+        try:
+            lib, _ = compile_once(fn, args, debug=False, device=False, fastmath=fast_math,
+                                  cc=min(ccs), abi="numba")
+            out = []
+            for cc in ccs:
+                texts = lib.get_asm_strs(cc=cc)
+                if len(texts) != 1:
+                    break
+                out.append(texts[0])
+            else:
+                return out
+        except TypeError:                     # another signature: the public way below
+            pass
+    return [cuda.compile_ptx(fn, args, cc=cc, fastmath=fast_math)[0] for cc in ccs]
+
+
+def module_ptx(module: ModuleType, cc, dtypes=("float32", "float64"),
                fast_math: bool = False, prefix: str = "", runtime: bool = True
                ) -> dict[str, str]:
     """PTX of every CUDA kernel of generated ``module`` (those whose name starts
     with ``prefix``; the run time's too unless ``runtime=False``) for compute
-    capability ``cc``, at each float dtype: ``{"name[float32]": ptx}``.  Raises
-    numba's errors for a kernel that does not compile (the point of the check)."""
-    from numba import cuda, types
+    capability ``cc``, at each float dtype: ``{"name[float32]": ptx}``.  ``cc`` may
+    be a list of capabilities: then ``{cc: {"name[float32]": ptx}}``, each kernel
+    typed and lowered once for all (:func:`kernel_ptx`).  Raises numba's errors for
+    a kernel that does not compile (the point of the check)."""
+    from numba import types
 
-    out = {}
+    ccs = [tuple(c) for c in cc] if isinstance(cc, list) else [tuple(cc)]
+    out: dict = {c: {} for c in ccs}
+
+    def add(key: str, fn, args: tuple, fm: bool) -> None:
+        for c, text in zip(ccs, kernel_ptx(fn, args, ccs, fm)):
+            out[c][key] = text
+
     for dtype in dtypes:
         t = getattr(types, dtype)
         for name, (kernel, arg_dtypes) in sorted(module.CUDA_KERNELS.items()):
@@ -58,12 +94,10 @@ def module_ptx(module: ModuleType, cc: tuple[int, int], dtypes=("float32", "floa
                     types.Array(t if d == "T" else getattr(types, _DTYPES[d]), 1, "C")
                     for d in arg_dtypes]
             args.append(types.Array(t, 1, "C"))           # the dtype witness
-            out[f"{name}[{dtype}]"], _ = cuda.compile_ptx(
-                kernel.py_func, tuple(args), cc=cc, fastmath=fast_math)
+            add(f"{name}[{dtype}]", kernel.py_func, tuple(args), fast_math)
         for k, (name, args) in enumerate(runtime_signatures(types, t) if runtime else ()):
-            fn = getattr(module, name).py_func
-            out[f"{name}#{k}[{dtype}]"], _ = cuda.compile_ptx(fn, args, cc=cc)
-    return out
+            add(f"{name}#{k}[{dtype}]", getattr(module, name).py_func, args, False)
+    return out if isinstance(cc, list) else out[ccs[0]]
 
 
 def ptx_isa(ptx: str) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import gradc
-from gradc.codegen.cuda_ptx import MAX_PTX_ISA, module_ptx, ptx_isa, ptx_target
+from gradc.codegen.cuda_ptx import MAX_PTX_ISA, kernel_ptx, module_ptx, ptx_isa, ptx_target
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SPECS = ["seed", "activations"]
@@ -25,28 +25,56 @@ def module(request, cuda_toolchain, import_module_text):
     return import_module_text(text, f"ptx_{request.param}")
 
 
+CCS = [(8, 0), (9, 0)]
+
+
 @pytest.fixture(scope="module")
-def ptx_sm90(module):
-    """Every kernel's PTX for sm_90 in float32 and float64 (shared by the tests)."""
-    return module_ptx(module, (9, 0))
+def ptx_by_cc(module):
+    """Every kernel's PTX for sm_80 and sm_90 in float32 and float64 (shared by the
+    tests; each kernel typed and lowered once, NVVM run per capability)."""
+    return module_ptx(module, CCS)
+
+
+@pytest.fixture(scope="module")
+def ptx_sm90(ptx_by_cc):
+    return ptx_by_cc[(9, 0)]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cc", [(8, 0), (9, 0)])
-def test_every_kernel_compiles_to_ptx(module, ptx_sm90, cc) -> None:
-    # sm_80 in float32 only: the float64 kernels differ from sm_90's in no way the
-    # front end sees, and NVVM is what takes the suite's time.
-    ptx = ptx_sm90 if cc == (9, 0) else module_ptx(module, cc, dtypes=("float32",))
+@pytest.mark.parametrize("cc", CCS)
+def test_every_kernel_compiles_to_ptx(module, ptx_by_cc, cc) -> None:
+    ptx = ptx_by_cc[cc]
     kernels = {k.split("[")[0].split("#")[0] for k in ptx}
     assert set(module.CUDA_KERNELS) <= kernels
     assert any("_jvp_" in k for k in module.CUDA_KERNELS)     # forward mode's kernels too
     assert {"_gck_gather", "_gck_rows", "_gck_matmul"} <= kernels
+    assert {k.rsplit("[", 1)[1] for k in ptx} == {"float32]", "float64]"}
     for name, text in ptx.items():
         assert ptx_target(text) == f"sm_{cc[0]}{cc[1]}", name
         assert ptx_isa(text) <= MAX_PTX_ISA["13.0"], (
             f"{name}: PTX ISA {ptx_isa(text)} needs a driver newer than CUDA 13.0's "
             f"(install the cuda extra, which pins CUDA 13.0's NVVM)")
         assert re.search(r"^\.(visible )?\.?entry ", text, re.M), name
+
+
+def test_one_front_end_for_every_capability_gives_compile_ptx_s_text(module) -> None:
+    """kernel_ptx types and lowers a kernel once for several capabilities: each text
+    is compile_ptx's for that capability but for the mangled names (their ABI tags
+    hash the compile options)."""
+    from numba import cuda, types
+
+    name, (kernel, dts) = sorted(module.CUDA_KERNELS.items())[0]
+    t = types.float32
+    args = tuple([types.int64 if d == "n" else types.Array(t, 1, "C") if d == "T"
+                  else types.Array(getattr(types, {"i32": "int32", "i64": "int64",
+                                                   "bool": "boolean"}[d]), 1, "C")
+                  for d in dts] + [types.Array(t, 1, "C")])
+
+    def plain(text: str) -> str:
+        return re.sub(r"_cudapy_smem_\d+", "S", re.sub(r"_ZN\w+", "N", text))
+
+    for cc, text in zip(CCS, kernel_ptx(kernel.py_func, args, CCS)):
+        assert plain(text) == plain(cuda.compile_ptx(kernel.py_func, args, cc=cc)[0]), cc
 
 
 def test_float32_kernels_compute_in_float32(module, ptx_sm90) -> None:
@@ -122,10 +150,11 @@ def test_random_draws_compile_to_ptx(cuda_toolchain, import_module_text):
     instruction (the normal's cos is libdevice's, whose slow path has some)."""
     text = gradc.compile_source(DRAWS, file="draws.grad", target="cuda")
     module = import_module_text(text, "ptx_draws")
-    for cc in ((8, 0), (9, 0)):
-        ptx = {**module_ptx(module, cc, prefix="_gck_mask_fwd_bwd", runtime=False),
-               **module_ptx(module, cc, prefix="_gck_normal_forward", runtime=False,
-                            dtypes=("float32",))}
+    masks = module_ptx(module, CCS, prefix="_gck_mask_fwd_bwd", runtime=False)
+    normals = module_ptx(module, CCS, prefix="_gck_normal_forward", runtime=False,
+                         dtypes=("float32",))
+    for cc in CCS:
+        ptx = {**masks[cc], **normals[cc]}
         assert len(ptx) >= 3
         for name, body in ptx.items():
             assert ptx_target(body) == f"sm_{cc[0]}{cc[1]}"
@@ -144,6 +173,6 @@ def test_batched_matmul_epilogue_compiles_to_ptx(cuda_toolchain, import_module_t
                                 "    z = tanh(x @ y)\n}\n", file="bmm.grad", target="cuda")
     assert "_gc_launch_matmul(_gck_bmm_forward_" in text
     module = import_module_text(text, "ptx_bmm")
-    for cc in ((8, 0), (9, 0)):
-        ptx = module_ptx(module, cc, prefix="_gck_bmm_forward", runtime=False)
+    by_cc = module_ptx(module, CCS, prefix="_gck_bmm_forward", runtime=False)
+    for cc, ptx in by_cc.items():
         assert len(ptx) == 2 and all(ptx_target(p) == f"sm_{cc[0]}{cc[1]}" for p in ptx.values())
