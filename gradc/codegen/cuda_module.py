@@ -9,9 +9,8 @@ stream, or 0 for the default stream) after ``out=``.
 """
 from __future__ import annotations
 
-import inspect
-
 from gradc.codegen import runtime_cuda_src as rt
+from gradc.codegen.runtime import runtime_objects, source_of
 from gradc.codegen.wrappers import Kernels, WrapperPrinter
 from gradc.errors import CodegenError
 from gradc.ir.primitives import PRIMITIVES
@@ -91,16 +90,14 @@ def runtime_source() -> str:
 
     parts = [_CONSTANTS + "\n# Elements a thread of the generated kernels loads per iteration "
              f"(GRADC_CUDA_UNROLL when compiled).\n_GC_UNROLL = {unroll_factor()}"]
-    for name in rt.KERNELS:
-        parts.append("@cuda.jit(cache=not _GC_SIM)\n"
-                     + inspect.getsource(getattr(rt, name)).rstrip("\n"))
+    for kernel in runtime_objects(rt, ("_gck_",)):
+        parts.append("@cuda.jit(cache=not _GC_SIM)\n" + source_of(kernel))
     parts.append(render_cuda_matmul(None, None, "_gck_matmul").rstrip("\n"))
     for kernel in registry_kernels():
-        parts.append("@cuda.jit(cache=not _GC_SIM)\n" + inspect.getsource(kernel).rstrip("\n"))
-    helpers = [obj for name, obj in vars(rt).items()
-               if name.startswith("_gc_") and inspect.isfunction(obj)]
+        parts.append("@cuda.jit(cache=not _GC_SIM)\n" + source_of(kernel))
+    helpers = runtime_objects(rt, ("_gc_",))
     helpers += dict.fromkeys(fn for p in PRIMITIVES.values() for fn in p.cuda_helpers)
-    parts += [inspect.getsource(fn).rstrip("\n") for fn in helpers]
+    parts += [source_of(fn) for fn in helpers]
     return "\n\n\n".join(parts) + "\n"
 
 

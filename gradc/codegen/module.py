@@ -12,11 +12,11 @@ targets by :mod:`gradc.codegen.cuda_module` and :mod:`gradc.codegen.dask_module`
 from __future__ import annotations
 
 import hashlib
-import inspect
 from pathlib import Path
 
 from gradc.codegen import mathlib, runtime_dask_src, runtime_src
 from gradc.codegen.quote import comment, docstring, py_name
+from gradc.codegen.runtime import runtime_objects, source_of
 from gradc.codegen.wrappers import Kernels, WrapperPrinter
 from gradc.frontend.limits import out_of_stack
 from gradc.ir.primitives import PRIMITIVES
@@ -146,7 +146,7 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
             op_texts.append(f"# op {name}: not available\n" + render_unsupported(name, cop))
     cpu_sources = kernels.sources if kernels is not None else []
     lib = mathlib.library_source(mathlib.used_functions("".join(cpu_sources)), precise=precise)
-    helpers = "\n\n".join([*(inspect.getsource(obj) for obj in _HELPERS), *([lib] if lib else [])])
+    helpers = "\n\n\n".join([*(source_of(obj) for obj in _HELPERS), *([lib] if lib else [])])
     names = sorted(compiled)
     # Line 1 names the encoding, so that Python never reads one from line 2, which
     # holds the file name (a name like 'coding=utf-16 x.grad' would decide it there).
@@ -171,15 +171,10 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
     return "\n\n".join(p.rstrip("\n") + "\n" for p in parts)
 
 
-_HELPERS = (runtime_src._g_env_count, runtime_src._g_numba_threads, runtime_src._g_inputs, runtime_src._g_resolve, runtime_src._g_float_input, runtime_src._g_int_input,
-            runtime_src._g_bind_dims, runtime_src._g_seed, runtime_src._g_bshape, runtime_src._g_upstream, runtime_src._g_tangent,
-            runtime_src._g_tangent_broadcast,
-            runtime_src._g_out_tuple, runtime_src._g_same_array, runtime_src._g_buffer,
-            runtime_src._g_flat, runtime_src._g_rows, runtime_src._g_rmax, runtime_src._g_rmin, runtime_src._g_row_shape, runtime_src._g_rows_apart,
-            runtime_src._g_rows_back, runtime_src._g_combine, runtime_src._g_finish, runtime_src._GradcMissing, runtime_src._GradcDask,
-            runtime_src._GradcOp, *(getattr(runtime_dask_src, n) for n in runtime_dask_src.HELPERS),
-            # the run-time functions of the registry's primitives (their CPU and Dask
-            # lowerings, their run-time shapes)
+# The CPU and Dask run time (gradc.codegen.runtime), then the run-time functions of the
+# registry's primitives (their CPU and Dask lowerings, their run-time shapes).
+_HELPERS = (*runtime_objects(runtime_src, ("_g_", "_Gradc")),
+            *runtime_objects(runtime_dask_src, ("_gd_",)),
             *dict.fromkeys(fn for p in PRIMITIVES.values()
                            for fn in (*p.helpers, p.np_shape, p.dask) if fn))
 _CONSTANTS = ("_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.float64}\n"

@@ -150,8 +150,8 @@ def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
         r += cuda.gridDim.y
 
 
-KERNELS = ("_gck_gather", "_gck_rows")
-# _gck_matmul is printed by gradc.codegen.cuda.render_cuda_matmul, like the matmul
+# The kernels above (_gck_*) are copied into the module under @cuda.jit
+# (gradc.codegen.runtime); _gck_matmul is printed by gradc.codegen.cuda.render_cuda_matmul, like the matmul
 # kernels with a fused epilogue.
 
 

@@ -233,9 +233,3 @@ def _gd_finish(op, outs, results, shapes, rt, inputs):
     return tuple(final)
 
 
-# What gradc.codegen.module copies into every module with CPU kernels, in order (the
-# library steps are the primitives' own Dask functions, Primitive.dask).
-HELPERS = ("_gd_is_dask", "_gd_probe", "_gd_inputs", "_gd_upstream", "_gd_tangent",
-           "_gd_out_tuple", "_gd_index", "_gd_template", "_gd_kernel", "_gd_draw_values",
-           "_gd_block",
-           "_gd_finish")
