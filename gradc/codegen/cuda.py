@@ -70,6 +70,13 @@ TEMPLATES = {
 _CPU_CALL = re.compile(r"\b(?:_g_\w+|np\.(?!u?int32\(|u?int64\(|bool_\(|float32\(|float64\()\w+)\(")
 
 
+def check_device_lines(name: str, lines) -> None:
+    """Raise CodegenError where a line of CUDA kernel ``name`` calls a CPU function."""
+    for line in lines:
+        if _CPU_CALL.search(line):
+            raise CodegenError(f"CUDA kernel {name} would call a CPU function: {line.strip()}")
+
+
 class CudaPrinter(Printer):
     backend = "cuda"
 
@@ -120,9 +127,7 @@ def render_cuda_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bo
         return render_cuda_matmul(graph, kernel, name, fast_math=fast_math, comments=comments)
     unroll = unroll_factor() if unroll is None else unroll
     hoisted, body = loop_body(graph, kernel, CudaPrinter)
-    for line in hoisted + body:
-        if _CPU_CALL.search(line):
-            raise CodegenError(f"CUDA kernel {name} would call a CPU function: {line}")
+    check_device_lines(name, hoisted + body)
     outs = [f"_o{k}" for k in range(len(kernel.outputs))]
     ins = [f"_i{k}" for k in range(len(kernel.inputs))]
     fm = ", fastmath=True" if fast_math else ""
@@ -197,9 +202,7 @@ def render_cuda_matmul(graph: Graph | None, step, name: str, *, fast_math: bool 
         if step.store:
             body.append(f"_o{len(epi.outputs)}[_i] = a{k_m}")
         ins = [f"_i{j}" for j, nid in enumerate(epi.inputs) if nid != m]
-        for line in hoisted + body:
-            if _CPU_CALL.search(line):
-                raise CodegenError(f"CUDA kernel {name} would call a CPU function: {line}")
+        check_device_lines(name, hoisted + body)
     fm = ", fastmath=True" if fast_math else ""
     buf = IndentedBuffer()
     for c in comments:
