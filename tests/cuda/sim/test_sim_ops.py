@@ -43,6 +43,10 @@ op mmstore(a: {dt}[n, k], b: {dt}[k, m]) -> (c, p, s) {{
     c = exp(p) * 2
     s = sum(p, axis=0)
 }}
+op mmout(a: {dt}[n, k], b: {dt}[k, m]) -> (c, p) {{
+    p = a @ b
+    c = exp(p) * 2
+}}
 op bmm(a: {dt}[1, h, i, k], b: {dt}[c, 1, k, j], u: {dt}[3]) -> (p, q) {{
     p = tanh(a @ b)
     q = u @ b
@@ -139,6 +143,8 @@ def test_reductions_matmul_transpose_broadcast(libs, dtype) -> None:
                                         for s in ((3, 2), (3,), (4, 3))], dtype)
     every_method(lib, "mmstore", [a, b], [rng.standard_normal(s).astype(dtype)
                                           for s in ((3, 2), (3, 2), (2,))], dtype)
+    every_method(lib, "mmout", [a, b], [rng.standard_normal(s).astype(dtype)
+                                        for s in ((3, 2), (3, 2))], dtype, methods=("forward",))
     x, b = rng.standard_normal((5, 3)).astype(dtype), rng.standard_normal(3).astype(dtype)
     every_method(lib, "bc", [x, b, 0.5], [np.ones((5, 3), dtype)], dtype)
     # the registry's scan and one-hot lowerings (_gck_scan, _gck_one_hot)
@@ -163,16 +169,21 @@ def test_batched_matmul(libs) -> None:
 
 def test_matmul_epilogues_are_fused(lib) -> None:
     """tanh(a @ b) is one kernel (the product never stored); a product that is
-    also an output or read by a later step is stored by the fused kernel too."""
+    also an output is stored by the fused kernel too.  A product a reduction reads
+    is stored by the matmul, and the loops around the reduction are one reduce
+    kernel (as many arrays move either way)."""
     text = Path(lib.module.__file__).read_text(encoding="utf-8")
-    fwd = text[text.index("class mm:"):text.index("class bc:")]
-    cuda_fwd = fwd[fwd.index("class cuda:"):]
-    cuda_fwd = cuda_fwd[:cuda_fwd.index("def vjp")]
-    assert "_gc_launch_matmul(_gck_mm_forward_" in cuda_fwd
-    assert "_gc_matmul(" in cuda_fwd                     # a @ v: nothing to fuse
-    store = text[text.index("class mmstore:"):text.index("class bc:")]
-    store = store[store.index("class cuda:"):]
-    assert "_gc_launch_matmul(" in store[:store.index("def vjp")]
+
+    def cuda_forward(op: str) -> str:
+        t = text[text.index(f"class {op}:"):]
+        t = t[t.index("class cuda:"):]
+        return t[:t.index("def vjp") if op != "mmout" else t.index("class unfused:")]
+
+    assert "_gc_launch_matmul(_gck_mm_forward_" in cuda_forward("mm")
+    assert "_gc_matmul(" in cuda_forward("mm")                     # a @ v: nothing to fuse
+    assert "_gc_launch_matmul(" in cuda_forward("mmout")
+    store = cuda_forward("mmstore")
+    assert "_gc_matmul(" in store and store.count("_gc_launch_rows(") == 1
 
 
 def test_float64_activations() -> None:
