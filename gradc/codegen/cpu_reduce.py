@@ -25,8 +25,8 @@ from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, is_reduction,
                                       value_args)
-from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, SCALAR, access, input_slots,
-                                       reads_element, reduction_kind, schedule)
+from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, SCALAR, KernelNames,
+                                       access, reads_element, reduction_kind, schedule)
 
 _INIT = {"sum": "0.0", "mean": "0.0", "prod": "1.0", "max": "-np.inf", "min": "np.inf",
          "logsumexp": "-np.inf", "norm": "-np.inf", "sum_to": "0.0"}
@@ -42,15 +42,13 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     lv = dict(kernel.levels)
     kinds = dict(kernel.chunk_kind)
     sch = schedule(graph, kernel)
-    slots = input_slots(graph, kernel)
-    slot_of = {s: j for j, s in enumerate(slots)}
     outs = {n: f"_o{j}" for j, n in enumerate(kernel.outputs)}
     parts = {n: f"_p{j}" for j, n in enumerate(kernel.partials)}
-    pos = {n: k for k, n in enumerate(kernel.nodes)}
+    names: dict[int, str] = {}
+    kn = KernelNames(graph, kernel, CpuPrinter(graph, names))
+    slots, pos, reduced_input = kn.slots, kn.pos, kn.reduced
     params = ", ".join([*outs.values(), *parts.values(), *(f"_i{j}" for j in range(len(slots))),
                         "_R", "_N", "_C", "_w"])
-    names: dict[int, str] = {}
-    printer = CpuPrinter(graph, names)
     flat = kernel.flat
     col = ["_c"]          # the element's index in its row (_row_body's blocks change it)
     hoisted = [f"s{j} = _i{j}[0]" for j, (x, a) in enumerate(slots) if a == SCALAR]
@@ -58,29 +56,9 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
         hoisted.append("_tn = 1.1754943508222875e-38 if _w.itemsize == 4 "
                        "else 2.2250738585072014e-308")
 
-    def local(x: int, a: str) -> str:
-        j = slot_of[(x, a)]
-        return {SCALAR: f"s{j}", PER_ROW: f"b{j}", PER_COL: f"c{j}", PER_ELEMENT: f"a{j}"}[a]
-
-    def bind(n: int) -> None:
-        """Name node n's outside operands as n reads them."""
-        for x in value_args(graph, n):
-            if x not in lv:
-                names[x] = local(x, access(graph, kernel, n, x))
-
     def value(n: int) -> list[str]:
         """Lines computing the element or row node n (aliases print nothing)."""
-        node = graph.node(n)
-        bind(n)
-        prefix = "v" if lv[n] == ELEMENT else "u"
-        if node.op == "broadcast_in":
-            names[n] = printer.name(node.args[0])
-            return []
-        # the flat index of the element (or row) computed, for a draw's counter
-        printer.index = "_r" if lv[n] == ROW else "_j" if flat else f"(_lo + {col[0]})"
-        lines = printer.lines(n, f"{prefix}{pos[n]}")
-        names[n] = f"{prefix}{pos[n]}"
-        return lines
+        return kn.value(n, "_r" if lv[n] == ROW else "_j" if flat else f"(_lo + {col[0]})")
 
     def accumulate(n: int, acc: str, v: str, kind: str) -> str:
         if kind in ("sum", "mean"):
@@ -89,12 +67,6 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
             return f"{acc} *= {v}"
         cmp = ">" if kind == "max" else "<"       # branch-free; a NaN stays
         return f"{acc} = {v} if (({v} {cmp} {acc}) | ({v} != {v})) else {acc}"
-
-    def reduced_input(n: int) -> str:
-        x = value_args(graph, n)[0]
-        if x not in lv:
-            names[x] = local(x, access(graph, kernel, n, x))
-        return names[x]
 
     buf = IndentedBuffer()
     for c in comments:

@@ -37,8 +37,8 @@ from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, is_reduction,
                                       value_args)
-from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, SCALAR, access, input_slots,
-                                       reads_element, reduction_kind, schedule)
+from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, SCALAR, KernelNames,
+                                       access, reads_element, reduction_kind, schedule)
 
 # Initial values of the float64 accumulators (the simulator runs Python: numba.float64
 # keeps its sums in float64, a Python float would take a float32 operand's type).
@@ -57,48 +57,17 @@ def render_cuda_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     lv = dict(kernel.levels)
     kinds = dict(kernel.chunk_kind)
     sch = schedule(graph, kernel, scratch=False)
-    slots = input_slots(graph, kernel)
-    slot_of = {s: j for j, s in enumerate(slots)}
     outs = {n: f"_o{j}" for j, n in enumerate(kernel.outputs)}
     parts = {n: f"_p{j}" for j, n in enumerate(kernel.partials)}
-    pos = {n: k for k, n in enumerate(kernel.nodes)}
+    names: dict[int, str] = {}
+    kn = KernelNames(graph, kernel, CudaPrinter(graph, names))
+    slots, pos, value, reduced, local = kn.slots, kn.pos, kn.value, kn.reduced, kn.local
     params = [*outs.values(), *parts.values(), *(f"_i{j}" for j in range(len(slots))),
               "_R", "_N", "_w"]
-    names: dict[int, str] = {}
-    printer = CudaPrinter(graph, names)
     row_reds = [n for n in kernel.nodes if lv[n] == ROW and is_reduction(graph, n)
                 and n in sch.live]
     every = [n for n in kernel.partials if kinds[n] == "all"]
     cols = [n for n in kernel.partials if kinds[n] == "cols"]
-
-    def local(x: int, a: str) -> str:
-        j = slot_of[(x, a)]
-        return {SCALAR: f"s{j}", PER_ROW: f"b{j}", PER_COL: f"c{j}", PER_ELEMENT: f"a{j}"}[a]
-
-    def bind(n: int) -> None:
-        """Name node n's outside operands as n reads them."""
-        for x in value_args(graph, n):
-            if x not in lv:
-                names[x] = local(x, access(graph, kernel, n, x))
-
-    def value(n: int, index: str) -> list[str]:
-        """Lines computing the element or row node n (aliases print nothing); ``index``
-        is the flat index of the element or row, a draw's counter."""
-        node = graph.node(n)
-        bind(n)
-        if node.op == "broadcast_in":
-            names[n] = printer.name(node.args[0])
-            return []
-        var = f"{'v' if lv[n] == ELEMENT else 'u'}{pos[n]}"
-        printer.index = index
-        lines = printer.lines(n, var)
-        names[n] = var
-        return lines
-
-    def reduced(n: int) -> str:
-        """The name of the value reduction n reduces."""
-        bind(n)
-        return names[value_args(graph, n)[0]]
 
     # Reductions that finish at the same point share one tree: as many rows of shared
     # memory as the most such reductions.

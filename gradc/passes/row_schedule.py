@@ -173,3 +173,51 @@ def reads_element(graph: Graph, kernel: ReduceKernel, n: int) -> bool:
     x = value_args(graph, n)[0]
     lv = dict(kernel.levels)
     return lv.get(x) == ELEMENT if x in lv else graph.node(x).shape == kernel.shape
+
+
+class KernelNames:
+    """The locals a reduce kernel's printer gives its values, for both backends:
+    outside values by slot (``s{j}`` scalar, ``b{j}`` per row, ``c{j}`` per column,
+    ``a{j}`` per element), element nodes ``v{k}`` and row nodes ``u{k}`` (``k`` the
+    node's position in the kernel); ``printer`` (the backend's) prints the nodes and
+    its ``names`` map is the one kept here."""
+
+    def __init__(self, graph: Graph, kernel: ReduceKernel, printer) -> None:
+        self.graph, self.kernel, self.printer = graph, kernel, printer
+        self.names = printer.names
+        self.level = dict(kernel.levels)
+        self.slots = input_slots(graph, kernel)
+        self.slot_of = {s: j for j, s in enumerate(self.slots)}
+        self.pos = {n: k for k, n in enumerate(kernel.nodes)}
+
+    def local(self, x: int, a: str) -> str:
+        """The local holding outside value ``x`` read as ``a``."""
+        j = self.slot_of[(x, a)]
+        return {SCALAR: f"s{j}", PER_ROW: f"b{j}", PER_COL: f"c{j}", PER_ELEMENT: f"a{j}"}[a]
+
+    def bind(self, n: int) -> None:
+        """Name node n's outside operands as n reads them."""
+        for x in value_args(self.graph, n):
+            if x not in self.level:
+                self.names[x] = self.local(x, access(self.graph, self.kernel, n, x))
+
+    def value(self, n: int, index: str) -> list[str]:
+        """Lines computing the element or row node n (aliases print nothing); ``index``
+        is the flat index of the element (or row) computed, a draw's counter."""
+        node = self.graph.node(n)
+        self.bind(n)
+        prefix = "v" if self.level[n] == ELEMENT else "u"
+        if node.op == "broadcast_in":
+            self.names[n] = self.printer.name(node.args[0])
+            return []
+        self.printer.index = index
+        lines = self.printer.lines(n, f"{prefix}{self.pos[n]}")
+        self.names[n] = f"{prefix}{self.pos[n]}"
+        return lines
+
+    def reduced(self, n: int) -> str:
+        """The name of the value reduction ``n`` reduces."""
+        x = value_args(self.graph, n)[0]
+        if x not in self.level:
+            self.names[x] = self.local(x, access(self.graph, self.kernel, n, x))
+        return self.names[x]
