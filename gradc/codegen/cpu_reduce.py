@@ -26,7 +26,8 @@ from gradc.ir.graph import Graph
 from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, is_reduction,
                                       value_args)
 from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, SCALAR, KernelNames,
-                                       access, reads_element, reduction_kind, schedule)
+                                       access, reads_element, reduction_kind, rows_ready,
+                                       schedule, shift_line)
 
 _INIT = {"sum": "0.0", "mean": "0.0", "prod": "1.0", "max": "-np.inf", "min": "np.inf",
          "logsumexp": "-np.inf", "norm": "-np.inf", "sum_to": "0.0"}
@@ -155,10 +156,7 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
 
     def row_values(before: int) -> None:
         """Row nodes available before pass ``before`` (reductions finished)."""
-        for n in kernel.nodes:
-            if lv[n] != ROW or n in done or n not in sch.live or sch.avail[n] > before:
-                continue
-            done.add(n)
+        for n in rows_ready(kernel, sch, before, done):
             if is_reduction(graph, n):
                 _finish_row(buf, graph, n, pos, names)
             else:
@@ -316,12 +314,7 @@ def _max_update(acc: str, nan: str, v: str, kind: str) -> str:
 def _between(buf: IndentedBuffer, kind: str, i: int) -> None:
     """After the first pass of a two-pass reduction: the shift or scale."""
     buf.line(f"_m{i} = _T(np.nan) if _n{i} else _m{i}")
-    if kind == "logsumexp":       # the max where finite, else 0 (as prelude._g_logsumexp)
-        buf.line(f"_h{i} = _T(_m{i}) if (_m{i} - _m{i}) == 0.0 else _T(0.0)")
-    else:   # the max |x| where finite, raised to the smallest normal number (1/_h stays
-            # finite, as --fast-math's x * (1/_h) needs), 1 where it is 0, inf or NaN
-        buf.line(f"_h{i} = (_T(max(_m{i}, _tn)) if (_m{i} > 0.0 and _m{i} < np.inf) "
-                 f"else _T(1.0))")
+    buf.line(shift_line(kind, i, "np.inf"))
     buf.line(f"_s{i} = 0.0")
 
 

@@ -38,7 +38,8 @@ from gradc.ir.graph import Graph
 from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, is_reduction,
                                       value_args)
 from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, SCALAR, KernelNames,
-                                       access, reads_element, reduction_kind, schedule)
+                                       access, reads_element, reduction_kind, rows_ready,
+                                       schedule, shift_line)
 
 # Initial values of the float64 accumulators (the simulator runs Python: numba.float64
 # keeps its sums in float64, a Python float would take a float32 operand's type).
@@ -144,10 +145,7 @@ def _rows(buf, graph, kernel, sch, slots, outs, parts, pos, names, value, reduce
         for acc, kind, n in group:
             if ROW_PASSES[reduction_kind(graph, n)] == 2 and first_pass(n) + 1 == before:
                 _between(buf, reduction_kind(graph, n), pos[n])
-        for n in kernel.nodes:
-            if lv[n] != ROW or n in done or n not in sch.live or sch.avail[n] > before:
-                continue
-            done.add(n)
+        for n in rows_ready(kernel, sch, before, done):
             if is_reduction(graph, n):
                 _finish_row(buf, graph, n, pos, names)
             else:
@@ -279,11 +277,7 @@ def _tree(buf: IndentedBuffer, accs: list[tuple[str, str]]) -> None:
 def _between(buf: IndentedBuffer, kind: str, i: int) -> None:
     """After the first pass of a two-pass reduction (its max ``_m``, NaN kept, in every
     thread): the shift or scale (as cpu_reduce's)."""
-    if kind == "logsumexp":       # the max where finite, else 0 (as prelude._g_logsumexp)
-        buf.line(f"_h{i} = _T(_m{i}) if (_m{i} - _m{i}) == 0.0 else _T(0.0)")
-    else:   # the max |x| where finite, raised to the smallest normal number, else 1
-        buf.line(f"_h{i} = _T(max(_m{i}, _tn)) if (_m{i} > 0.0 and _m{i} < math.inf) "
-                 f"else _T(1.0)")
+    buf.line(shift_line(kind, i, "math.inf"))
     buf.line(f"_s{i} = numba.float64(0.0)")
 
 

@@ -126,6 +126,16 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True) -> Schedu
     return sch
 
 
+def rows_ready(kernel: ReduceKernel, sch: Schedule, before: int, done: set[int]) -> list[int]:
+    """The live row nodes available before pass ``before`` (their reductions finished)
+    that are not in ``done``, in order; adds them to ``done``."""
+    lv = dict(kernel.levels)
+    ready = [n for n in kernel.nodes if lv[n] == ROW and n not in done and n in sch.live
+             and sch.avail[n] <= before]
+    done.update(ready)
+    return ready
+
+
 # Element values a later pass of a row computes again rather than reading them from
 # scratch memory: the arithmetic of gradc.passes.fuse's cheap set, division, and a row
 # value broadcast (a name for the row value, nothing computed).
@@ -221,3 +231,14 @@ class KernelNames:
         if x not in self.level:
             self.names[x] = self.local(x, access(self.graph, self.kernel, n, x))
         return self.names[x]
+
+
+def shift_line(kind: str, i: int, inf: str) -> str:
+    """The line printing ``_h{i}``, the shift (``logsumexp``: the row's max where finite,
+    else 0, as ``prelude._g_logsumexp``) or scale (``norm``: the max |x| where finite,
+    raised to the smallest normal number ``_tn`` (1/_h stays finite, as --fast-math's
+    x * (1/_h) needs), 1 where it is 0, inf or NaN) of a two-pass reduction's second
+    pass, from the first pass's max ``_m{i}``; ``inf`` is the backend's infinity."""
+    if kind == "logsumexp":
+        return f"_h{i} = _T(_m{i}) if (_m{i} - _m{i}) == 0.0 else _T(0.0)"
+    return f"_h{i} = (_T(max(_m{i}, _tn)) if (_m{i} > 0.0 and _m{i} < {inf}) else _T(1.0))"
