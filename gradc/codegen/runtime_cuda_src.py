@@ -22,7 +22,9 @@ times resident blocks per multiprocessor, read from the device).
 Reductions are two-stage block tree reductions in shared memory with a
 fixed split for a given device and shape, and no atomics: the same input
 gives the same bits on every run.  Partial results are accumulated in
-float64.  Matmul is a tiled shared-memory kernel (16x16 tiles, float64
+float64.  The reduce kernels of the plan (:mod:`gradc.codegen.cuda_reduce`) run
+on a grid that depends on the shape alone (:func:`_gc_row_grid`), their partials
+combined by :func:`_gc_combine`.  Matmul is a tiled shared-memory kernel (16x16 tiles, float64
 accumulation, batches along the grid's z extent), printed by
 :func:`gradc.codegen.cuda.render_cuda_matmul`, which also prints the matmul
 kernels with a fused elementwise epilogue.

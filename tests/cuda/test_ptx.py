@@ -119,21 +119,28 @@ op normal(x) -> y {
 @pytest.mark.slow
 def test_random_draws_compile_to_ptx(cuda_toolchain, import_module_text):
     """Philox4x32-10 inlined into the kernels (uint64 arithmetic, no device function):
-    PTX for sm_80 and sm_90; the uniform's float32 kernels without a float64
-    instruction (the normal's cos is libdevice's, whose slow path has some)."""
+    PTX for sm_80 and sm_90, in a reduce kernel too (mask's fwd_bwd); the uniform's
+    float32 elementwise kernels without a float64 instruction (the normal's cos is
+    libdevice's, whose slow path has some; a reduce kernel accumulates in float64)."""
     text = gradc.compile_source(DRAWS, file="draws.grad", target="cuda")
     module = import_module_text(text, "ptx_draws")
+    assert "n" in module.CUDA_KERNELS["_gck_mask_fwd_bwd_0"][1]        # a reduce kernel
     for cc in ((8, 0), (9, 0)):
         ptx = {**module_ptx(module, cc, prefix="_gck_mask_fwd_bwd", runtime=False),
+               **module_ptx(module, cc, prefix="_gck_mask_vjp", runtime=False,
+                            dtypes=("float32",)),
                **module_ptx(module, cc, prefix="_gck_normal_forward", runtime=False,
                             dtypes=("float32",))}
-        assert len(ptx) >= 3
+        assert len(ptx) >= 5
+        philox = set()
         for name, body in ptx.items():
             assert ptx_target(body) == f"sm_{cc[0]}{cc[1]}"
             code = "\n".join(l for l in body.splitlines() if not l.lstrip().startswith("//"))
-            assert "mul.lo.s64" in code or "mul.wide.u32" in code or "mul.lo.u64" in code
-            if "_mask_" in name and name.endswith("[float32]"):
+            if "mul.lo.s64" in code or "mul.wide.u32" in code or "mul.lo.u64" in code:
+                philox.add(name.split("_")[3])
+            if "_mask_vjp" in name:
                 assert ".f64" not in code, name
+        assert philox == {"forward", "vjp", "fwd"}, philox
 
 
 @pytest.mark.slow
