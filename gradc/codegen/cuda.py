@@ -69,6 +69,13 @@ TEMPLATES = {
 _CPU_CALL = re.compile(r"\b(?:_g_\w+|np\.(?!u?int32\(|u?int64\(|bool_\(|float32\(|float64\()\w+)\(")
 
 
+def check_device_lines(name: str, lines) -> None:
+    """Raise CodegenError where a line of CUDA kernel ``name`` calls a CPU function."""
+    for line in lines:
+        if _CPU_CALL.search(line):
+            raise CodegenError(f"CUDA kernel {name} would call a CPU function: {line.strip()}")
+
+
 class CudaPrinter(Printer):
     backend = "cuda"
 
@@ -114,7 +121,7 @@ def render_cuda_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bo
     elements = [loop_body(graph, kernel, CudaPrinter, index=f"_i_{j}" if j else "_i",
                           suffix=f"_{j}" if j else "") for j in range(max(unroll, 1))]
     hoisted, body = elements[0].hoisted, elements[0].lines()
-    _check_device_calls(name, hoisted + body)
+    check_device_lines(name, hoisted + body)
     outs = [f"_o{k}" for k in range(len(kernel.outputs))]
     ins = [f"_i{k}" for k in range(len(kernel.inputs))]
     fm = ", fastmath=True" if fast_math else ""
@@ -142,12 +149,6 @@ def render_cuda_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bo
     for line in body + ["_i += _st"]:
         buf.line(line)
     return buf.getvalue()
-
-
-def _check_device_calls(name: str, lines: list[str]) -> None:
-    for line in lines:
-        if _CPU_CALL.search(line):
-            raise CodegenError(f"CUDA kernel {name} would call a CPU function: {line}")
 
 
 def render_cuda_matmul(graph: Graph | None, step, name: str, *, fast_math: bool = False,
@@ -181,7 +182,7 @@ def render_cuda_matmul(graph: Graph | None, step, name: str, *, fast_math: bool 
         hoisted, body = element.hoisted, element.lines()
         outs = [f"_o{j}" for j in range(len(step.outputs))]
         ins = [f"_i{j}" for j, nid in enumerate(epi.inputs) if nid != m]
-        _check_device_calls(name, hoisted + body)
+        check_device_lines(name, hoisted + body)
     fm = ", fastmath=True" if fast_math else ""
     buf = IndentedBuffer()
     for c in comments:

@@ -15,6 +15,7 @@ from gradc.codegen.wrappers import Kernels, WrapperPrinter
 from gradc.errors import CodegenError
 from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.fuse import Kernel, MatmulEpilogue, attach_epilogues, recompute_residuals
+from gradc.passes.fuse_reduce import ReduceKernel, fuse_reductions
 
 
 class CudaWrapperPrinter(WrapperPrinter):
@@ -22,17 +23,21 @@ class CudaWrapperPrinter(WrapperPrinter):
     extra_kw = (("stream", "0"),)
     label = ".cuda"
     host_fast_paths = False    # device arrays and streams: _gc_ helpers throughout
+    rows_min = 0               # a row plan whenever the arguments fit one: fewer launches
 
     def _empty(self, dtype: str, shape: str = "_s") -> str:
         return f"_gc_empty({shape}, {dtype}, stream)"
 
     @staticmethod
     def lower_plan(plan):
-        """A matmul whose product an elementwise kernel reads next runs that kernel's
-        body as its epilogue (one kernel, the product never stored unless needed);
-        reductions stay steps of their own (the run time's row-reduction kernels);
-        cheap residuals are recomputed where they are read (as on the CPU)."""
-        return attach_epilogues(recompute_residuals(plan))
+        """Reductions fused with the loops around them into reduce kernels
+        (:func:`~gradc.passes.fuse_reduce.fuse_reductions`, printed by
+        :mod:`gradc.codegen.cuda_reduce`), cheap residuals recomputed where they are
+        read (as on the CPU); then a matmul whose product an elementwise kernel reads
+        next runs that kernel's body as its epilogue (one kernel, the product never
+        stored unless needed).  Other reductions are the run time's row-reduction
+        kernels."""
+        return attach_epilogues(recompute_residuals(fuse_reductions(plan)))
 
     def _launch(self, name: str, args: list[str], step: Kernel) -> str:
         if isinstance(step, MatmulEpilogue):
@@ -49,6 +54,19 @@ class CudaWrapperPrinter(WrapperPrinter):
         if isinstance(step, MatmulEpilogue):
             return tuple(i for i in step.epilogue.inputs if i != step.matmul)
         return step.inputs
+
+    def _declared_arg(self, name: str) -> str:
+        return f"_gc_again({name})"        # a host scalar's 0-d array as a scalar again
+
+    def _rows_call(self, step: ReduceKernel, empty_ok: bool, cols: bool) -> str:
+        """``_R, _N`` and the blocks ``_C`` of a reduce kernel (``_gc_row_grid``)."""
+        return f"_gc_row_grid(_n, _s, {step.split}, {empty_ok!r}, {cols!r}, {step.flat!r})"
+
+    def _partials_arg(self, var: str) -> str:
+        return f"{var}.reshape(-1)"          # the kernels take flat arrays
+
+    def _reduce_launch(self, name: str, args: list[str]) -> str:
+        return f"_gc_launch_rows({name}, stream, _C, {', '.join(args + ['_R', '_N', '_gc_witness(_T)'])})"
 
     def _inplace_pairs(self, inputs: list[int]) -> tuple[tuple[int, int], ...]:
         """No out= may be an input's array where a fused matmul reads its operands
@@ -75,6 +93,7 @@ _GC_SIM = bool(numba.config.ENABLE_CUDASIM)
 _GC_BLOCK = 8 if _GC_SIM else 256
 _GC_RBLOCK = 2 if _GC_SIM else 256        # reductions (a power of 2: a tree)
 _GC_GRID_Y = 2 if _GC_SIM else 65535      # rows of a reduction: blocks stride over more
+_GC_RGRID = 4 if _GC_SIM else 1024        # blocks of a reduce kernel at most (_gc_row_grid)
 _GC_TILE = 4 if _GC_SIM else 16
 # _gck_rows: modes (map and combine) and epilogues.
 _GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN, _GC_SUMEXP, _GC_SUMSQ, _GC_MAXABS = range(7)
@@ -107,8 +126,9 @@ def registry_kernels() -> list:
 
 
 def kernel_table(kernels: Kernels) -> str:
-    """``CUDA_KERNELS``: each generated kernel and the dtypes of its array
-    arguments ("T" is the compute dtype), for ahead-of-time checks such
-    as compiling every kernel to PTX (the witness ``_w`` is not listed)."""
+    """``CUDA_KERNELS``: each generated kernel and the dtypes of its arguments
+    ("T" is the compute dtype, "f64" float64, "n" an int64 scalar; arrays are
+    flat), for ahead-of-time checks such as compiling every kernel to PTX (the
+    witness ``_w`` is not listed)."""
     rows = "".join(f"    {name!r}: ({name}, {dts!r}),\n" for name, dts in kernels.arg_dtypes.items())
     return "CUDA_KERNELS = {\n" + rows + "}\n"

@@ -16,7 +16,7 @@ from gradc.ir.primitives import PRIMITIVES
 # PTX ISA versions by CUDA release (PTX ISA notes): what a driver can JIT.
 MAX_PTX_ISA = {"13.0": (9, 0)}
 
-_DTYPES = {"T": None, "i32": "int32", "i64": "int64", "bool": "boolean"}
+_DTYPES = {"T": None, "i32": "int32", "i64": "int64", "bool": "boolean", "f64": "float64"}
 
 
 def runtime_signatures(types, t):

@@ -61,15 +61,17 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
         (kernels, DaskWrapperPrinter, "dask", 2, ("fused",)),     # kernels: the CPU ones
         (cuda_kernels, CudaWrapperPrinter, "cuda", 2, ("fused", "unfused")))
         if k is not None]
-    for i, variant in enumerate(cop.rows if kernels is not None else ()):
-        # the row plans' wrappers (gradc.passes.row_plan), which the fused CPU ones call
+    # the row plans' wrappers (gradc.passes.row_plan), which the fused CPU and CUDA
+    # ones call
+    rows = [(kernels, WrapperPrinter, "r"), (cuda_kernels, CudaWrapperPrinter, "cr")]
+    for i, variant in enumerate(cop.rows if kernels or cuda_kernels else ()):
         out.insert(-1, f"_SIG_gr{i}_{name} = {_signature(variant.cop)!r}\n")
-        for m in (m for m in METHODS if m in cop.methods):
-            w = WrapperPrinter(variant.cop, variant.cop.methods[m],
-                               variant.cop.methods[m].fused, kernels, f"_gr{i}_{name}_{m}",
-                               f"_grk{i}_{name}_{m}")
-            w.sig = f"_SIG_gr{i}_{name}"
-            out.insert(-1, w.render())
+        for kset, printer, tag in rows:
+            for m in (m for m in METHODS if m in cop.methods and kset is not None):
+                w = printer(variant.cop, variant.cop.methods[m], variant.cop.methods[m].fused,
+                            kset, f"_g{tag}{i}_{name}_{m}", f"_g{tag}k{i}_{name}_{m}")
+                w.sig = f"_SIG_gr{i}_{name}"
+                out.insert(-1, w.render())
     for kset, printer, ns, depth, variants in targets:
         if ns:
             out.append(f"    class {ns}:\n")
@@ -83,8 +85,9 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
                 base = f"_g{'' if ns == 'dask' else ns[:1]}k_{name}_{m}"
                 w = printer(cop, method, plan, kset, m, base)
                 w.label += ".unfused" if variant == "unfused" else ""   # in its errors
-                if printer is WrapperPrinter and variant == "fused":
-                    w.rows = [(v, f"_gr{i}_{name}_{m}") for i, v in enumerate(cop.rows)]
+                if ns != "dask" and variant == "fused":
+                    tag = "cr" if ns == "cuda" else "r"
+                    w.rows = [(v, f"_g{tag}{i}_{name}_{m}") for i, v in enumerate(cop.rows)]
                 out.append("".join(pad + line if line else line
                                    for line in w.render().splitlines(keepends=True)))
     methods = lambda ns: "{" + ", ".join(f"{m!r}: {ns}.{m}" for m in METHODS
@@ -133,10 +136,9 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
     ``target`` is "cpu", "cuda" or "all" (CUDA kernels need numba-cuda to run,
     not to be written)."""
     from gradc.codegen import cuda_module
-    from gradc.codegen.cuda import render_cuda_kernel
 
     kernels = Kernels(fast_math) if target in ("cpu", "all") else None
-    cuda_kernels = Kernels(fast_math, render_cuda_kernel) if target in ("cuda", "all") else None
+    cuda_kernels = Kernels(fast_math, "cuda") if target in ("cuda", "all") else None
     op_texts = []
     for name, cop in compiled.items():
         if isinstance(cop, CompiledOp):

@@ -22,7 +22,9 @@ times resident blocks per multiprocessor, read from the device).
 Reductions are two-stage block tree reductions in shared memory with a
 fixed split for a given device and shape, and no atomics: the same input
 gives the same bits on every run.  Partial results are accumulated in
-float64.  Matmul is a tiled shared-memory kernel (16x16 tiles, float64
+float64.  The reduce kernels of the plan (:mod:`gradc.codegen.cuda_reduce`) run
+on a grid that depends on the shape alone (:func:`_gc_row_grid`), their partials
+combined by :func:`_gc_combine`.  Matmul is a tiled shared-memory kernel (16x16 tiles, float64
 accumulation, batches along the grid's z extent), printed by
 :func:`gradc.codegen.cuda.render_cuda_matmul`, which also prints the matmul
 kernels with a fused elementwise epilogue.
@@ -44,6 +46,7 @@ _GC_SIM = False
 _GC_BLOCK = 256
 _GC_RBLOCK = 256
 _GC_GRID_Y = 65535
+_GC_RGRID = 1024
 _GC_TILE = 16
 
 # Modes of _gc_rows: how an element is mapped and combined.
@@ -537,6 +540,61 @@ def _gc_reduce(kind, x, axis, keepdims, stream, empty_ok=False):
         scale = (1.0 / inner if inner else math.nan) if kind == "mean" else 1.0
         r = _gc_rows(flat, rows, inner, mode, _GC_FIN_NONE, scale, None, t, stream)
     return r.reshape(out_shape) if out_shape != (rows,) else r
+
+
+def _gc_row_grid(op, shape, k, empty_ok, cols=False, flat=False):
+    """``(R, N, G)`` of a reduce kernel (:mod:`gradc.codegen.cuda_reduce`) over the
+    loop ``shape`` split at ``k``: rows and row length as :func:`_g_rows` gives
+    them (its error for a max of empty rows too), and the blocks, a function of
+    the shape alone (so the partials, and the results' bits, do not depend on the
+    device): a block per row up to _GC_RGRID (``flat``: rows of one element, a
+    block per _GC_RBLOCK of them); ``cols``: at most 2^20 float64 partial elements
+    (a row of ``N`` per block).  At least one block, which writes the partials'
+    initial values when there are no rows."""
+    r, n, _ = _g_rows(op, shape, k, empty_ok)
+    g = (r + _GC_RBLOCK - 1) // _GC_RBLOCK if flat else r
+    if cols:
+        g = min(g, (1 << 20) // max(n, 1))
+    return r, n, max(1, min(g, _GC_RGRID))
+
+
+def _gc_launch_rows(kernel, stream, blocks, *args):
+    """Run a reduce kernel on ``blocks`` blocks of _GC_RBLOCK threads (its trees need
+    exactly that many)."""
+    kernel[blocks, _GC_RBLOCK, stream](*args)
+
+
+def _gc_combine(op, kind, partials, count, shape, t, empty_ok=False, stream=0):
+    """:func:`_g_combine` on the device: a chunk reduction's value from a reduce
+    kernel's per-block partials (float64, ``(G,)`` or ``(G, N)``), reduced over the
+    blocks in float64 (one row-reduction launch, deterministic), as a device array
+    of ``shape`` and dtype ``t``; a mean divides by ``count``."""
+    if kind in ("max", "min") and count == 0 and not empty_ok:
+        raise ValueError(f"{op}: zero-size array to reduction operation "
+                         f"{'maximum' if kind == 'max' else 'minimum'} which has no identity")
+    mode = {"sum": _GC_SUM, "mean": _GC_SUM, "prod": _GC_PROD, "max": _GC_MAX,
+            "min": _GC_MIN}[kind]
+    scale = ((1.0 / count) if count else math.nan) if kind == "mean" else 1.0
+    g = partials.shape[0]
+    n = partials.size // g
+    if n == 0:
+        return _gc_empty(tuple(shape), t, stream)
+    p = _gc_transpose(partials, stream) if partials.ndim == 2 else partials     # (N, G)
+    return _gc_rows(_gc_ravel(p), n, g, mode, _GC_FIN_NONE, scale, None, t,
+                    stream).reshape(tuple(shape))
+
+
+def _gc_again(a):
+    """An argument as :func:`_gc_inputs` returned it, as a ``.cuda`` method takes it
+    (the row plans' wrappers are called with them): a host scalar's 0-d array as its
+    NumPy scalar, a device array as it is."""
+    return a[()] if isinstance(a, np.ndarray) else a
+
+
+def _gc_rows_apart(outs, inputs, inplace, stream=0):
+    """:func:`_g_rows_apart` for device arrays: no out[k] that may be input j itself
+    (``inplace``) is."""
+    return outs is None or not any(_gc_overlap(outs[k], inputs[j]) for k, j in inplace)
 
 
 def _gc_matmul_operands(a, b, stream):

@@ -652,29 +652,30 @@ def _g_rmin(typingctx, a, b):
     return a(a, b), codegen
 
 
-def _g_row_shape(arrays, forms, rank):
+def _g_row_shape(arrays, forms, rank, least=None):
     """``(R, K)``: the rows and row length of the arguments of a row plan when they fit
     it (``forms``: per argument ``f`` full, ``c`` a column, ``-`` as declared), else
     None.  The full ones must share one shape of rank >= 1 (``rank`` 1: >= 2, 2: exactly
-    2) whose leading dims make the ``R`` rows, of at least ``_G_ROWS_MIN`` elements;
-    the columns must be of shape ``(K,)``.  (Smaller arrays run the generic plan, whose
-    NumPy reductions sum in NumPy's order: the same bits as NumPy where a sum cancels,
-    and the row plan would save microseconds.)"""
+    2) whose leading dims make the ``R`` rows, of at least ``least`` elements (default
+    ``_G_ROWS_MIN``; the CUDA wrappers, 0); the columns must be of shape ``(K,)``.
+    (Smaller arrays run the generic plan, whose NumPy reductions sum in NumPy's order:
+    the same bits as NumPy where a sum cancels, and the row plan would save
+    microseconds.)  Arrays of any kind with a ``shape``: device arrays too."""
     s = None
     for a, f in zip(arrays, forms):
         if f == "f":
-            s = a.shape
+            s = tuple(a.shape)          # (the CUDA simulator's shapes index from 0 only)
             break
     if not s or rank == 2 and len(s) != 2 or rank == 1 and len(s) < 2:
         return None
     k = s[-1]
     for a, f in zip(arrays, forms):
-        if f == "f" and a.shape != s or f == "c" and a.shape != (k,):
+        if f == "f" and tuple(a.shape) != s or f == "c" and tuple(a.shape) != (k,):
             return None
     r = 1
     for d in s[:-1]:
         r *= d
-    return (r, k) if r * k >= _G_ROWS_MIN else None
+    return (r, k) if r * k >= (_G_ROWS_MIN if least is None else least) else None
 
 
 def _g_rows_apart(outs, inputs, inplace):

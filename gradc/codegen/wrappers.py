@@ -13,7 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gradc.codegen.cpu import is_scalar_input, render_kernel, row_inputs
-from gradc.codegen.cpu_reduce import PER_ROW, PER_COL, SCALAR, input_slots, render_reduce_kernel
+from gradc.codegen.cpu_reduce import render_reduce_kernel
+from gradc.codegen.cuda import render_cuda_kernel
+from gradc.codegen.cuda_reduce import render_cuda_reduce_kernel
 from gradc.codegen.printer import IndentedBuffer
 from gradc.codegen.quote import py_literal, py_name
 from gradc.errors import CodegenError
@@ -23,25 +25,32 @@ from gradc.ir.shapes import Shape
 from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, MatmulEpilogue, value_used
 from gradc.passes import row_plan
 from gradc.passes.fuse_reduce import ROW, ReduceKernel, cpu_plan
+from gradc.passes.row_schedule import PER_COL, PER_ROW, SCALAR, input_slots
 from gradc.pipeline import CompiledOp, Method
 
 OUT_DTYPE = {FLOAT: "_T", "i32": "np.int32", "i64": "np.int64", "bool": "np.bool_"}
 
 
-class Kernels:
-    """The module's kernels, deduplicated by source text."""
+# The kernel printers of each backend: a fused loop's, a reduce kernel's.
+PRINTERS = {"cpu": (render_kernel, render_reduce_kernel),
+            "cuda": (render_cuda_kernel, render_cuda_reduce_kernel)}
 
-    def __init__(self, fast_math: bool, render=render_kernel) -> None:
+
+class Kernels:
+    """The module's kernels for one backend ("cpu" or "cuda"), deduplicated by
+    source text."""
+
+    def __init__(self, fast_math: bool, backend: str = "cpu") -> None:
         self.fast_math = fast_math
-        self.render = render          # render_kernel (CPU) or render_cuda_kernel
+        self.render, self.render_reduce = PRINTERS[backend]
         # Inputs its loops read per row, not broadcast first (CPU loops only).
-        self.rows = row_inputs if render is render_kernel else lambda graph, kernel: {}
+        self.rows = row_inputs if backend == "cpu" else lambda graph, kernel: {}
         self.by_body: dict[str, str] = {}
         self.sources: list[str] = []
         self.arg_dtypes: dict[str, tuple[str, ...]] = {}   # kernel -> dtypes of its arrays
 
     def add(self, graph: Graph, kernel: Kernel, base: str, comments: tuple[str, ...]) -> str:
-        render = render_reduce_kernel if isinstance(kernel, ReduceKernel) else self.render
+        render = self.render_reduce if isinstance(kernel, ReduceKernel) else self.render
         body = render(graph, kernel, "_K", fast_math=self.fast_math)
         if body in self.by_body:
             return self.by_body[body]
@@ -51,10 +60,15 @@ class Kernels:
             n += 1
             name = f"{base}_{n}"
         self.by_body[body] = name
-        self.arg_dtypes[name] = tuple(graph.node(n).dtype
-                                      for n in (*kernel.outputs, *kernel.inputs)) + (
-            ("i64", "i64", "n", "n", "n") if isinstance(kernel, MatmulEpilogue)
-            else ())                          # the batches' offsets; m, n, k
+        if isinstance(kernel, ReduceKernel):     # partials (float64), input slots; _R, _N
+            self.arg_dtypes[name] = tuple(graph.node(n).dtype for n in kernel.outputs) + (
+                ("f64",) * len(kernel.partials)) + tuple(
+                graph.node(x).dtype for x, _ in input_slots(graph, kernel)) + ("n", "n")
+        else:
+            self.arg_dtypes[name] = tuple(graph.node(n).dtype
+                                          for n in (*kernel.outputs, *kernel.inputs)) + (
+                ("i64", "i64", "n", "n", "n") if isinstance(kernel, MatmulEpilogue)
+                else ())                          # the batches' offsets; m, n, k
         self.sources.append(render(graph, kernel, name, fast_math=self.fast_math,
                                    comments=comments))
         return name
@@ -74,6 +88,8 @@ class WrapperPrinter:
     # NumPy arrays on the host: the usual call (no out=, the compute dtype the result
     # dtype, inputs as _g_inputs returns them) skips helpers it does not need
     host_fast_paths = True
+    # The least elements a call runs a row plan for (None: _G_ROWS_MIN, see _g_row_shape)
+    rows_min: int | None = None
 
     def __init__(self, cop: CompiledOp, method: Method, plan: KernelPlan, kernels: Kernels,
                  fn_name: str, kernel_base: str) -> None:
@@ -163,19 +179,22 @@ class WrapperPrinter:
             return "(" + ", ".join(ds) + ("," if len(ds) == 1 else "") + ")"
 
         forms = "".join(variant.forms)
+        least = "" if self.rows_min is None else f", {self.rows_min}"
         b.line(f"_v = _g_row_shape(({', '.join(names)},), {forms!r}, "
-               f"{variant.ranks[self.method.name]})")
+               f"{variant.ranks[self.method.name]}{least})")
         every = ", ".join(names + [self.vars[u] for u in ups]) + ","
-        free = f" and _g_rows_apart(_out, ({every}), {inplace!r})" if inplace else ""
+        free = (" and " + self.helper("rows_apart", f"_out, ({every}), {inplace!r}")
+                if inplace else "")
         b.line(f"if _v is not None and _T is _RT.type{free}:")
         b.indent()
         b.line("_R, _K = _v")
         args = []
         for k, (name, form) in enumerate(zip(names, variant.forms)):
-            args.append(f"{name}.reshape(_R, _K)" if form == row_plan.FULL else name)
+            args.append(f"{name}.reshape(_R, _K)" if form == row_plan.FULL else
+                        self._declared_arg(name) if form == row_plan.DECLARED else name)
         ups_spec = spec.params[len(names):]
         for u, us in zip(ups, ups_spec):
-            args.append(f"{self.vars[u]}.reshape({shape(spec.node(us).shape)})")
+            args.append(self._declared_arg(f"{self.vars[u]}.reshape({shape(spec.node(us).shape)})"))
         n_pos = sum(1 for p in self.cop.params if not p.has_default)
         kw = [f"{py_name(p.name)}={a}" for p, a in zip(self.cop.params, args[:len(names)])
               if p.has_default]
@@ -184,9 +203,15 @@ class WrapperPrinter:
         outs = ", ".join(f"_out[{k}].reshape({shape(s)})" for k, s in
                          enumerate(spec.output_shapes)) + ("," if len(spec.output_shapes) == 1
                                                            else "")
-        call = ", ".join(args + kw + [f"out=None if _out is None else ({outs})"])
+        call = ", ".join(args + kw + [f"out=None if _out is None else ({outs})"]
+                         + [f"{k}={k}" for k, _ in self.extra_kw])
         b.line(f"return _g_rows_back({fn}({call}), _S, _out, {single!r})")
         b.dedent()
+
+    def _declared_arg(self, name: str) -> str:
+        """An argument of declared shape or a cotangent, as ``_g_inputs`` or
+        ``_g_upstream`` returned it, passed on to a row plan's wrapper."""
+        return name
 
     def _bind_sources(self) -> None:
         """The values of the source nodes of a draw: the call's seed, and the offset of
@@ -350,33 +375,29 @@ class WrapperPrinter:
                 and not is_scalar_input(self.graph, i) and node.shape == step.shape)
 
     def _reduce_kernel(self, step: ReduceKernel, k: int) -> None:
-        """A loop over rows with its reductions (:mod:`gradc.codegen.cpu_reduce`):
-        ``_R`` rows of ``_N`` elements in ``_C`` chunks; chunk reductions are
-        combined from their partials after it."""
+        """A loop over rows with its reductions (:mod:`gradc.codegen.cpu_reduce`,
+        :mod:`gradc.codegen.cuda_reduce`): ``_R`` rows of ``_N`` elements in ``_C``
+        chunks (CUDA: blocks); chunk reductions are combined from their partials
+        after it."""
         g, b = self.graph, self.buf
         name = self.kernels.add(g, step, f"{self.kernel_base}_{k}", self._comments(step))
         b.line(self._shape_line(step))
         lv = dict(step.levels)
         empty_ok = not any(_no_identity(g.node(n)) for n in step.nodes if lv[n] == ROW)
         kinds = dict(step.chunk_kind)
-        cols = ", cols=True" if any(kinds[n] == "cols" for n in step.partials) else ""
-        b.line(f"_R, _N, _C = _g_rows(_n, _s, {step.split}, {empty_ok!r}{cols})")
+        cols = any(kinds[n] == "cols" for n in step.partials)
+        b.line(f"_R, _N, _C = {self._rows_call(step, empty_ok, cols)}")
         args = self._output_arrays(step, lambda nid: self.shape_expr(g.node(nid).shape)
                                    if lv[nid] == ROW else "_s")
         for nid in step.partials:
             shape = "(_C, _N)" if kinds[nid] == "cols" else "(_C,)"
-            b.line(f"_p{nid} = np.empty({shape}, dtype=np.float64)")
-            args.append(f"_p{nid}")
+            b.line(f"_p{nid} = {self._empty('np.float64', shape)}")
+            args.append(self._partials_arg(f"_p{nid}"))
         for x, how in input_slots(g, step):
             shape = ("()" if how == SCALAR else self.shape_expr(g.node(x).shape)
                      if how in (PER_ROW, PER_COL) else "_s")
-            args.append(f"_g_flat({self._value(x)}, {shape})")
-        args += ["_R", "_N", "_C", "_G_WITNESS[_T]"]
-        call = ", ".join(args)
-        if self.after_blas:
-            b.line(f"{name}_serial({call})")
-        else:
-            b.line(f"({name} if _R * _N >= _G_PARALLEL_MIN else {name}_serial)({call})")
+            args.append(self.helper("flat", f"{self._value(x)}, {shape}"))
+        b.line(self._reduce_launch(name, args))
         for nid in step.partials:
             node = g.node(nid)
             op = "sum" if node.op == "sum_to" else node.op
@@ -385,8 +406,23 @@ class WrapperPrinter:
             self.vars[nid] = f"_v{nid}"
             empty = ", empty_ok=True" if node.op in ("max", "min") and not _no_identity(node) \
                 else ""
-            b.line(f"_v{nid} = _g_combine(_n, {op!r}, _p{nid}, {count}, "
-                   f"{self.shape_expr(node.shape)}, _T{empty})")
+            b.line(f"_v{nid} = " + self.helper("combine", f"_n, {op!r}, _p{nid}, {count}, "
+                                               f"{self.shape_expr(node.shape)}, _T{empty}"))
+
+    def _rows_call(self, step: ReduceKernel, empty_ok: bool, cols: bool) -> str:
+        """The call giving a reduce kernel's ``_R, _N, _C`` from its loop's shape ``_s``."""
+        return f"_g_rows(_n, _s, {step.split}, {empty_ok!r}{', cols=True' if cols else ''})"
+
+    def _partials_arg(self, var: str) -> str:
+        """A reduce kernel's partials array ``var`` as the kernel takes it."""
+        return var
+
+    def _reduce_launch(self, name: str, args: list[str]) -> str:
+        """The call of reduce kernel ``name`` on its arrays ``args``."""
+        call = ", ".join(args + ["_R", "_N", "_C", "_G_WITNESS[_T]"])
+        if self.after_blas:
+            return f"{name}_serial({call})"
+        return f"({name} if _R * _N >= _G_PARALLEL_MIN else {name}_serial)({call})"
 
     def _output_arrays(self, step: Kernel, shape_of=lambda nid: "_s") -> list[str]:
         """Arrays for the values ``step`` stores (the caller's out[k] where it is a

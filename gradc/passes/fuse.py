@@ -313,8 +313,8 @@ def attach_epilogues(plan: KernelPlan) -> KernelPlan:
         readers = [q for q in range(k + 1, len(steps)) if _reads(g, steps[q], m)]
         q = readers[0] if readers else None
         epi = steps[q] if q is not None else None
-        if (not isinstance(epi, Kernel) or isinstance(epi, MatmulEpilogue)
-                or epi.shape != node.shape):
+        # the epilogue is a plain loop: no reduce kernel, no other matmul's epilogue
+        if type(epi) is not Kernel or epi.shape != node.shape:
             k += 1
             continue
         store = (m in g.outputs or len(readers) > 1

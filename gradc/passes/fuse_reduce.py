@@ -28,8 +28,9 @@ of three passes per row, reading the logits once from memory.
 
 Only loop shapes of static rank take part (a named dim is fine: its size is
 read at run time); reductions over other axis sets, of integer values, or of
-generic-rank arrays stay NumPy calls.  The CUDA plan does not use this (its
-reductions are kernels of their own, see :mod:`gradc.codegen.runtime_cuda_src`).
+generic-rank arrays stay NumPy calls.  The CUDA plan uses it too (its reduce
+kernels are printed by :mod:`gradc.codegen.cuda_reduce`; its other reductions are
+the run time's, :mod:`gradc.codegen.runtime_cuda_src`).
 """
 from __future__ import annotations
 

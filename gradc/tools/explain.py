@@ -12,11 +12,11 @@ from gradc.ir.dump import dump, shape_text
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.indexing import key_text
 from gradc.ir.primitives import INFIX, PRIMITIVES
-from gradc.codegen.cpu_reduce import input_slots, schedule
 from gradc.ir.shapes import Shape
 from gradc.passes.fuse import (Kernel, KernelPlan, reading_steps, value_args, value_used,
                                why_stored)
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, is_reduction
+from gradc.passes.row_schedule import input_slots, schedule
 from gradc.pipeline import build_op
 
 _PREC = {"lt": 0, "le": 0, "gt": 0, "ge": 0, "eq": 0, "ne": 0, "add": 1, "sub": 1,

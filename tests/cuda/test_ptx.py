@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -146,22 +147,28 @@ op normal(x) -> y {
 @pytest.mark.slow
 def test_random_draws_compile_to_ptx(cuda_toolchain, import_module_text):
     """Philox4x32-10 inlined into the kernels (uint64 arithmetic, no device function):
-    PTX for sm_80 and sm_90; the uniform's float32 kernels without a float64
-    instruction (the normal's cos is libdevice's, whose slow path has some)."""
+    PTX for sm_80 and sm_90, in a reduce kernel too (mask's fwd_bwd); the uniform's
+    float32 elementwise kernels without a float64 instruction (the normal's cos is
+    libdevice's, whose slow path has some; a reduce kernel accumulates in float64)."""
     text = gradc.compile_source(DRAWS, file="draws.grad", target="cuda")
     module = import_module_text(text, "ptx_draws")
+    assert "n" in module.CUDA_KERNELS["_gck_mask_fwd_bwd_0"][1]        # a reduce kernel
     masks = module_ptx(module, CCS, prefix="_gck_mask_fwd_bwd", runtime=False)
+    vjps = module_ptx(module, CCS, prefix="_gck_mask_vjp", runtime=False, dtypes=("float32",))
     normals = module_ptx(module, CCS, prefix="_gck_normal_forward", runtime=False,
                          dtypes=("float32",))
     for cc in CCS:
-        ptx = {**masks[cc], **normals[cc]}
-        assert len(ptx) >= 3
+        ptx = {**masks[cc], **vjps[cc], **normals[cc]}
+        assert len(ptx) >= 5
+        philox = set()
         for name, body in ptx.items():
             assert ptx_target(body) == f"sm_{cc[0]}{cc[1]}"
             code = "\n".join(l for l in body.splitlines() if not l.lstrip().startswith("//"))
-            assert "mul.lo.s64" in code or "mul.wide.u32" in code or "mul.lo.u64" in code
-            if "_mask_" in name and name.endswith("[float32]"):
+            if "mul.lo.s64" in code or "mul.wide.u32" in code or "mul.lo.u64" in code:
+                philox.add(name.split("_")[3])
+            if "_mask_vjp" in name:
                 assert ".f64" not in code, name
+        assert philox == {"forward", "vjp", "fwd"}, philox
 
 
 @pytest.mark.slow
@@ -176,3 +183,75 @@ def test_batched_matmul_epilogue_compiles_to_ptx(cuda_toolchain, import_module_t
     by_cc = module_ptx(module, CCS, prefix="_gck_bmm_forward", runtime=False)
     for cc, ptx in by_cc.items():
         assert len(ptx) == 2 and all(ptx_target(p) == f"sm_{cc[0]}{cc[1]}" for p in ptx.values())
+
+
+# The row-wise examples, whose reductions are reduce kernels on CUDA
+# (gradc.codegen.cuda_reduce): rowwise.grad's ops take any shape (their row plans'
+# kernels), those of kernels/ declare theirs.
+ROWWISE = ["rowwise", "kernels/softmax", "kernels/layer_norm", "kernels/rms_norm",
+           "kernels/cross_entropy"]
+
+
+def _reduce_kernels(module) -> dict:
+    """The reduce kernels of ``CUDA_KERNELS``: those ending in ``_R, _N`` (a matmul's
+    geometry ends in three sizes)."""
+    return {name: k for name, k in module.CUDA_KERNELS.items()
+            if k[1][-2:] == ("n", "n") and k[1][-3] != "n"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("spec", ROWWISE)
+def test_reduce_kernels_compile_to_ptx(spec, cuda_toolchain, import_module_text) -> None:
+    """Every reduce kernel of kernels/'s ops in float32, their fwd_bwd ones in float64
+    too, and the fwd_bwd ones of rowwise.grad's row plans in float32, for sm_90
+    (NVVM's time: the others differ from these in no way the front end sees; the
+    other kernels are elementwise loops of the templates tested above).  The
+    partials are float64 arrays, ``_R`` and ``_N`` int64 (Kernels.arg_dtypes)."""
+    path = EXAMPLES / f"{spec}.grad"
+    text = gradc.compile_source(path.read_text(encoding="utf-8"), file=str(path), target="cuda")
+    module = import_module_text(text, f"ptx_{spec.replace('/', '_')}")
+    kernels = _reduce_kernels(module)
+    fwd_bwd = {n: k for n, k in kernels.items() if "_fwd_bwd_" in n}
+    assert fwd_bwd
+    if spec == "rowwise":
+        kernels, fwd_bwd = fwd_bwd, {}
+    ptx = {**module_ptx(SimpleNamespace(CUDA_KERNELS=kernels), (9, 0), dtypes=("float32",),
+                        runtime=False),
+           **module_ptx(SimpleNamespace(CUDA_KERNELS=fwd_bwd), (9, 0), dtypes=("float64",),
+                        runtime=False)}
+    assert len(ptx) == len(kernels) + len(fwd_bwd)
+    for name, body in ptx.items():
+        assert ptx_target(body) == "sm_90" and ptx_isa(body) <= MAX_PTX_ISA["13.0"], name
+        assert "bar.sync" in body, name             # the block trees' syncthreads
+    if spec == "kernels/softmax":
+        # the float32 kernel's elements in float32: exp is expf (float64's exp would
+        # bring its polynomial's fma.rn.f64); the float64 accumulators add in float64
+        body = "\n".join(line for line in ptx["_gck_softmax_fwd_bwd_0[float32]"].splitlines()
+                         if not line.lstrip().startswith("//"))
+        assert "fma.rn.f64" not in body and "add.f64" in body and "ex2.approx" in body
+
+
+def test_softmax_fwd_bwd_is_one_reduce_kernel_on_cuda() -> None:
+    """Softmax's forward and backward on CUDA: one kernel, three passes over each row,
+    no reduction of the run time's (the row plan's wrapper, which the op's fused
+    wrapper calls, and the plan of an op with declared shapes)."""
+    from gradc.codegen.cuda_module import CudaWrapperPrinter
+    from gradc.frontend.check import check_source
+    from gradc.passes.fuse_reduce import ReduceKernel
+    from gradc.pipeline import build_program
+
+    path = EXAMPLES / "rowwise.grad"
+    text = gradc.compile_source(path.read_text(encoding="utf-8"), file=str(path), target="cuda")
+    fn = text[text.index("def _gcr0_softmax_rows_fwd_bwd("):]
+    fn = fn[:fn.index("\ndef ")]
+    assert fn.count("_gc_launch_rows(") == 1
+    assert "_gc_reduce(" not in fn and "_gc_launch(" not in fn
+    generic = text[text.index("class softmax_rows:"):]
+    generic = generic[generic.index("class cuda:"):]
+    generic = generic[generic.index("def fwd_bwd("):generic.index("def jvp(")]
+    assert "return _g_rows_back(_gcr0_softmax_rows_fwd_bwd(" in generic
+    path = EXAMPLES / "kernels" / "softmax.grad"
+    method = build_program(check_source(path.read_text(encoding="utf-8"), str(path)))[
+        "softmax"].methods["fwd_bwd"]
+    steps = CudaWrapperPrinter.lower_plan(method.fused).steps
+    assert len(steps) == 1 and isinstance(steps[0], ReduceKernel)

@@ -43,6 +43,10 @@ op mmstore(a: {dt}[n, k], b: {dt}[k, m]) -> (c, p, s) {{
     c = exp(p) * 2
     s = sum(p, axis=0)
 }}
+op mmout(a: {dt}[n, k], b: {dt}[k, m]) -> (c, p) {{
+    p = a @ b
+    c = exp(p) * 2
+}}
 op bmm(a: {dt}[1, h, i, k], b: {dt}[c, 1, k, j], u: {dt}[3]) -> (p, q) {{
     p = tanh(a @ b)
     q = u @ b
@@ -106,9 +110,9 @@ def agree(want, got, dtype) -> None:
 
 
 def every_method(ops: Ops, name: str, xs, ups, dtype, methods=("forward", "vjp", "fwd_bwd", "jvp"),
-                 **kw) -> None:
-    """``name``'s forward, vjp, fwd_bwd and jvp, fused and unfused, on the
-    (simulated) device against the IR interpreter (NumPy, float64) on the same
+                 unfused: bool = True, **kw) -> None:
+    """``name``'s forward, vjp, fwd_bwd and jvp, fused and (``unfused``) unfused, on
+    the (simulated) device against the IR interpreter (NumPy, float64) on the same
     values (jvp: a tangent like each differentiable input, scalars as scalars)."""
     cop = ops.compiled[name]
     params = list(xs) + [kw.get(p.name, p.default) for p in cop.params if p.has_default]
@@ -121,7 +125,7 @@ def every_method(ops: Ops, name: str, xs, ups, dtype, methods=("forward", "vjp",
     dx, du, dt = ([dev_array(v) for v in vs] for vs in (xs, ups, ts))
     op = ops.OPS[name]
     args = {"forward": dx, "vjp": dx + du, "fwd_bwd": dx + du, "jvp": dx + dt}
-    for dev in (op.cuda, op.cuda.unfused):
+    for dev in (op.cuda, op.cuda.unfused) if unfused else (op.cuda,):
         for m in methods:
             agree(ref[m], (dev if m == "forward" else getattr(dev, m))(*args[m], **kw), dtype)
 
@@ -139,6 +143,8 @@ def test_reductions_matmul_transpose_broadcast(libs, dtype) -> None:
                                         for s in ((3, 2), (3,), (4, 3))], dtype)
     every_method(lib, "mmstore", [a, b], [rng.standard_normal(s).astype(dtype)
                                           for s in ((3, 2), (3, 2), (2,))], dtype)
+    every_method(lib, "mmout", [a, b], [rng.standard_normal(s).astype(dtype)
+                                        for s in ((3, 2), (3, 2))], dtype, methods=("forward",))
     x, b = rng.standard_normal((5, 3)).astype(dtype), rng.standard_normal(3).astype(dtype)
     every_method(lib, "bc", [x, b, 0.5], [np.ones((5, 3), dtype)], dtype)
     # the registry's scan and one-hot lowerings (_gck_scan, _gck_one_hot)
@@ -163,16 +169,21 @@ def test_batched_matmul(libs) -> None:
 
 def test_matmul_epilogues_are_fused(lib) -> None:
     """tanh(a @ b) is one kernel (the product never stored); a product that is
-    also an output or read by a later step is stored by the fused kernel too."""
+    also an output is stored by the fused kernel too.  A product a reduction reads
+    is stored by the matmul, and the loops around the reduction are one reduce
+    kernel (as many arrays move either way)."""
     text = Path(lib.module.__file__).read_text(encoding="utf-8")
-    fwd = text[text.index("class mm:"):text.index("class bc:")]
-    cuda_fwd = fwd[fwd.index("class cuda:"):]
-    cuda_fwd = cuda_fwd[:cuda_fwd.index("def vjp")]
-    assert "_gc_launch_matmul(_gck_mm_forward_" in cuda_fwd
-    assert "_gc_matmul(" in cuda_fwd                     # a @ v: nothing to fuse
-    store = text[text.index("class mmstore:"):text.index("class bc:")]
-    store = store[store.index("class cuda:"):]
-    assert "_gc_launch_matmul(" in store[:store.index("def vjp")]
+
+    def cuda_forward(op: str) -> str:
+        t = text[text.index(f"class {op}:"):]
+        t = t[t.index("class cuda:"):]
+        return t[:t.index("def vjp") if op != "mmout" else t.index("class unfused:")]
+
+    assert "_gc_launch_matmul(_gck_mm_forward_" in cuda_forward("mm")
+    assert "_gc_matmul(" in cuda_forward("mm")                     # a @ v: nothing to fuse
+    assert "_gc_launch_matmul(" in cuda_forward("mmout")
+    store = cuda_forward("mmstore")
+    assert "_gc_matmul(" in store and store.count("_gc_launch_rows(") == 1
 
 
 def test_float64_activations() -> None:
@@ -585,3 +596,58 @@ def test_indexing_and_concat(tmp_path, dtype) -> None:
         (dx,) = one.one.cuda.vjp(cuda.to_device(np.ones(1)), cuda.to_device(np.zeros(3, np.int64)),
                                  cuda.to_device(np.ones(3)))
         assert dx.copy_to_host()[0] == 6
+
+
+@pytest.fixture(scope="module")
+def rowwise():
+    return Ops(EXAMPLES / "rowwise.grad")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_ops_of_rowwise_grad(rowwise, dtype) -> None:
+    """Softmax, log-softmax, layer norm, RMS norm and cross-entropy: the fused methods
+    run the row plans' reduce kernels (gradc.codegen.cuda_reduce), the unfused ones
+    the run time's reductions.  Rows of 5 (more than a simulated block's 2 threads);
+    a 3-d input, whose 6 rows are more than the simulator's 4 blocks."""
+    rng = np.random.default_rng(7)
+    for shape in ((3, 5), (2, 3, 4)):
+        x, dy = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+        w, b = (rng.standard_normal(shape[-1:]).astype(dtype) for _ in range(2))
+        t = rng.random(shape).astype(dtype)
+        # the 3-d case: the fused methods (their row plan) and no jvp
+        kw = {} if len(shape) == 2 else {"unfused": False, "methods": ("forward", "fwd_bwd")}
+        every_method(rowwise, "softmax_rows", [x], [dy], dtype, **kw)
+        every_method(rowwise, "log_softmax_rows", [x], [dy], dtype, **kw)
+        every_method(rowwise, "layer_norm", [x, w, b], [dy], dtype, **kw)
+        every_method(rowwise, "rms_norm", [x, w], [dy], dtype, **kw)
+        every_method(rowwise, "xent_rows", [x, t], [np.asarray(0.5, dtype)], dtype, **kw)
+
+
+# inf - inf in the simulator's threads, whose NumPy scalars warn (np.errstate is per thread)
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+def test_rowwise_edges_nan_inf_and_empty_rows(rowwise) -> None:
+    """Rows with a NaN, an inf, every element -inf; no rows; rows of no elements
+    (softmax's max of nothing is NumPy's error, layer norm's mean of nothing NaN)."""
+    nan, inf = np.nan, np.inf
+    x = np.array([[1.0, nan, 2.0], [inf, 1.0, 2.0], [-inf, -inf, -inf], [1.0, 2.0, 3.0],
+                  [-inf, 0.0, 1.0]])
+    w, b = np.array([0.5, 1.0, 2.0]), np.array([0.0, 0.1, -0.1])
+    dy = np.ones_like(x)
+    for name, xs in (("softmax_rows", [x]), ("log_softmax_rows", [x]),
+                     ("layer_norm", [x, w, b])):
+        cop = rowwise.compiled[name]
+        params = xs + [p.default for p in cop.params if p.has_default]
+        op = rowwise.OPS[name].cuda
+        dev = [cuda.to_device(a) for a in xs]
+        with np.errstate(all="ignore"):
+            want = interpret(cop.methods["fwd_bwd"].graph, params + [dy])
+        got = op.fwd_bwd(*dev, cuda.to_device(dy))
+        for w_, g in zip(want, got):
+            np.testing.assert_allclose(g.copy_to_host(), w_, rtol=1e-12, atol=1e-12)
+    none = cuda.to_device(np.zeros((0, 3)))
+    assert rowwise.OPS["softmax_rows"].cuda(none).shape == (0, 3)
+    with pytest.raises(ValueError, match="zero-size array to reduction operation maximum"):
+        rowwise.OPS["softmax_rows"].cuda(cuda.to_device(np.zeros((2, 0))))
+    empty = rowwise.OPS["layer_norm"].cuda.vjp(*(cuda.to_device(np.zeros(s)) for s in (
+        (2, 0), (0,), (0,), (2, 0))))
+    assert [e.shape for e in empty] == [(2, 0), (0,), (0,)]

@@ -1,0 +1,244 @@
+"""The schedule stage of reduce kernels, shared by the CPU and CUDA printers.
+
+A :class:`~gradc.passes.fuse_reduce.ReduceKernel` runs per row a number of
+passes over the row's elements (:func:`schedule`): which element values each
+pass computes, which it reads back from memory (a value an earlier pass
+stored), which row values are available before it; and how each node reads
+the values from outside the kernel (:func:`access`, :func:`input_slots`:
+once per kernel, per row, per column or per element).  What a pass prints
+is the backend's (:mod:`gradc.codegen.cpu_reduce`,
+:mod:`gradc.codegen.cuda_reduce`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gradc.ir.graph import Graph
+from gradc.ir.shapes import normalize_axis
+from gradc.passes.fuse import CHEAP
+from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, col_forms,
+                                      is_reduction, row_forms, value_args)
+
+SCALAR, PER_ROW, PER_COL, PER_ELEMENT = "scalar", "row", "col", "element"
+
+
+def access(graph: Graph, kernel: ReduceKernel, reader: int, x: int) -> str:
+    """How node ``reader`` of ``kernel`` reads the outside value ``x``: once per
+    kernel (``scalar``), once per row, at the element's column (``col``: a bias
+    over the row's dims), or per element (``element``: broadcast to the loop by
+    the wrapper first)."""
+    xs = graph.node(x).shape
+    if xs.is_scalar:
+        return SCALAR
+    node = graph.node(reader)
+    if is_reduction(graph, reader):
+        return PER_ELEMENT if xs == kernel.shape else PER_ROW
+    if kernel.level(reader) == ROW:
+        return PER_ROW
+    n, k = len(kernel.shape.static), kernel.split
+    if node.op == "broadcast_in":
+        axes = normalize_axis(node.attr("axis"), n)
+        return PER_ROW if axes[-1] == n - 1 else PER_COL
+    if not kernel.flat and not xs.dyn:
+        if xs.static in col_forms(kernel.shape, k):      # NumPy aligns on the right
+            return PER_COL
+        if xs.static == row_forms(kernel.shape, k)[1]:
+            return PER_ROW
+    return PER_ELEMENT
+
+
+def input_slots(graph: Graph, kernel: ReduceKernel) -> list[tuple[int, str]]:
+    """The kernel's array arguments after its outputs and partials: one per
+    outside value and way of reading it, in order of first use."""
+    slots: list[tuple[int, str]] = []
+    for n in kernel.nodes:
+        for x in value_args(graph, n):
+            if x not in kernel.nodes:
+                s = (x, access(graph, kernel, n, x))
+                if s not in slots:
+                    slots.append(s)
+    return slots
+
+
+@dataclass
+class Schedule:
+    """When each value of a reduce kernel is computed (see :func:`schedule`)."""
+
+    passes: int
+    phase: dict[int, int] = field(default_factory=dict)     # element node -> pass
+    avail: dict[int, int] = field(default_factory=dict)     # row node -> before pass
+    work: list[list[int]] = field(default_factory=list)     # element nodes per pass
+    live: set[int] = field(default_factory=set)
+    loads: list[list[int]] = field(default_factory=list)    # element nodes read back per pass
+    scratch: list[int] = field(default_factory=list)        # element nodes kept in scratch
+
+
+def reduction_kind(graph: Graph, nid: int) -> str:
+    """The reduction node ``nid`` computes (``sum_to`` is a sum)."""
+    op = graph.node(nid).op
+    return "sum" if op == "sum_to" else op
+
+
+def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True) -> Schedule:
+    """Passes over a row: an element node runs in the pass after every row
+    reduction it depends on has finished; a row reduction of an element value
+    of pass ``p`` accumulates in passes ``p .. p + ROW_PASSES - 1`` and its value
+    is available from the next; a row node is computed before the first pass
+    in which all its operands are.  Only values that reach an output or a used
+    partial are computed (``live``); element values a pass needs from earlier
+    passes are recomputed (the row is in cache), not stored, or read back from
+    the kernel's own output rows where they are outputs.  With ``scratch``
+    (the CPU's), costly ones are kept in a row of scratch memory instead
+    (``Schedule.scratch``)."""
+    lv = dict(kernel.levels)
+    inside = set(kernel.nodes)
+    live = set(kernel.outputs) | set(kernel.partials)
+    for n in reversed(kernel.nodes):
+        if n in live:
+            live.update(a for a in value_args(graph, n) if a in inside)
+    sch = Schedule(passes=0, live=live)
+    for n in kernel.nodes:
+        ins = [a for a in value_args(graph, n) if a in inside]
+        if lv[n] == ELEMENT:
+            sch.phase[n] = max([sch.phase[a] if lv[a] == ELEMENT else sch.avail[a]
+                                for a in ins], default=0)
+        elif lv[n] == ROW:
+            if is_reduction(graph, n):
+                x = ins[0] if ins else None
+                start = sch.phase.get(x, 0) if x is not None and lv[x] == ELEMENT else 0
+                sch.avail[n] = start + ROW_PASSES[reduction_kind(graph, n)]
+            else:
+                sch.avail[n] = max([sch.avail[a] for a in ins], default=0)
+    need_e = [sch.phase[n] + 1 for n in live if lv[n] == ELEMENT]
+    need_r = [sch.avail[n] for n in live if lv[n] == ROW]
+    sch.passes = max(need_e + need_r + [1])
+    outputs = {n for n in kernel.outputs if lv[n] == ELEMENT}
+    _fill_work(graph, kernel, sch, outputs)
+    # A costly element value a later pass needs again is kept in a row of scratch
+    # memory (in cache) rather than computed again: softmax's exp once per element.
+    if not scratch:
+        return sch
+    again = {n for p, work in enumerate(sch.work) for n in work
+             if sch.phase[n] < p and graph.node(n).op not in _RECOMPUTE}
+    if again:
+        sch.scratch = [n for n in kernel.nodes if n in again]
+        _fill_work(graph, kernel, sch, outputs | again)
+    return sch
+
+
+def rows_ready(kernel: ReduceKernel, sch: Schedule, before: int, done: set[int]) -> list[int]:
+    """The live row nodes available before pass ``before`` (their reductions finished)
+    that are not in ``done``, in order; adds them to ``done``."""
+    lv = dict(kernel.levels)
+    ready = [n for n in kernel.nodes if lv[n] == ROW and n not in done and n in sch.live
+             and sch.avail[n] <= before]
+    done.update(ready)
+    return ready
+
+
+# Element values a later pass of a row computes again rather than reading them from
+# scratch memory: the arithmetic of gradc.passes.fuse's cheap set, division, and a row
+# value broadcast (a name for the row value, nothing computed).
+_RECOMPUTE = CHEAP | {"div", "broadcast_in"}
+
+
+def _fill_work(graph: Graph, kernel: ReduceKernel, sch: Schedule, stored: set[int]) -> None:
+    """``sch.work`` and ``sch.loads``: per pass the element nodes it computes and those
+    it reads back from memory, an element value of an earlier pass that is ``stored``
+    (a kernel output, or in scratch)."""
+    lv = dict(kernel.levels)
+    inside = set(kernel.nodes)
+    sch.work, sch.loads = [], []
+    for p in range(sch.passes):
+        seeds = {n for n in sch.live if lv[n] == ELEMENT and sch.phase[n] == p
+                 and (n in kernel.outputs or n in sch.scratch)}
+        for n in sch.live:
+            if not is_reduction(graph, n):
+                continue
+            xs = [a for a in value_args(graph, n) if a in inside and lv[a] == ELEMENT]
+            if not xs:
+                continue
+            first = sch.phase[xs[0]]
+            last = first + (ROW_PASSES[reduction_kind(graph, n)] if lv[n] == ROW else 1)
+            if first <= p < last:
+                seeds.add(xs[0])
+        loads = {n for n in seeds if sch.phase[n] < p and n in stored}
+        seeds -= loads
+        todo = list(seeds)
+        while todo:
+            n = todo.pop()
+            for a in value_args(graph, n):
+                if a in inside and lv[a] == ELEMENT and a not in seeds and a not in loads:
+                    if sch.phase[a] < p and a in stored:
+                        loads.add(a)
+                    else:
+                        seeds.add(a)
+                        todo.append(a)
+        sch.work.append([n for n in kernel.nodes if n in seeds])
+        sch.loads.append([n for n in kernel.nodes if n in loads])
+
+
+def reads_element(graph: Graph, kernel: ReduceKernel, n: int) -> bool:
+    """Whether reduction ``n`` reduces an element value (else a row value)."""
+    x = value_args(graph, n)[0]
+    lv = dict(kernel.levels)
+    return lv.get(x) == ELEMENT if x in lv else graph.node(x).shape == kernel.shape
+
+
+class KernelNames:
+    """The locals a reduce kernel's printer gives its values, for both backends:
+    outside values by slot (``s{j}`` scalar, ``b{j}`` per row, ``c{j}`` per column,
+    ``a{j}`` per element), element nodes ``v{k}`` and row nodes ``u{k}`` (``k`` the
+    node's position in the kernel); ``printer`` (the backend's) prints the nodes and
+    its ``names`` map is the one kept here."""
+
+    def __init__(self, graph: Graph, kernel: ReduceKernel, printer) -> None:
+        self.graph, self.kernel, self.printer = graph, kernel, printer
+        self.names = printer.names
+        self.level = dict(kernel.levels)
+        self.slots = input_slots(graph, kernel)
+        self.slot_of = {s: j for j, s in enumerate(self.slots)}
+        self.pos = {n: k for k, n in enumerate(kernel.nodes)}
+
+    def local(self, x: int, a: str) -> str:
+        """The local holding outside value ``x`` read as ``a``."""
+        j = self.slot_of[(x, a)]
+        return {SCALAR: f"s{j}", PER_ROW: f"b{j}", PER_COL: f"c{j}", PER_ELEMENT: f"a{j}"}[a]
+
+    def bind(self, n: int) -> None:
+        """Name node n's outside operands as n reads them."""
+        for x in value_args(self.graph, n):
+            if x not in self.level:
+                self.names[x] = self.local(x, access(self.graph, self.kernel, n, x))
+
+    def value(self, n: int, index: str) -> list[str]:
+        """Lines computing the element or row node n (aliases print nothing); ``index``
+        is the flat index of the element (or row) computed, a draw's counter."""
+        node = self.graph.node(n)
+        self.bind(n)
+        prefix = "v" if self.level[n] == ELEMENT else "u"
+        if node.op == "broadcast_in":
+            self.names[n] = self.printer.name(node.args[0])
+            return []
+        self.printer.index = index
+        lines = self.printer.lines(n, f"{prefix}{self.pos[n]}")
+        self.names[n] = f"{prefix}{self.pos[n]}"
+        return lines
+
+    def reduced(self, n: int) -> str:
+        """The name of the value reduction ``n`` reduces."""
+        x = value_args(self.graph, n)[0]
+        if x not in self.level:
+            self.names[x] = self.local(x, access(self.graph, self.kernel, n, x))
+        return self.names[x]
+
+
+def shift_line(kind: str, i: int, inf: str) -> str:
+    """The line printing ``_h{i}``, the shift (``logsumexp``: the row's max where finite,
+    else 0, as ``prelude._g_logsumexp``) or scale (``norm``: the max |x| where finite,
+    raised to the smallest normal number ``_tn`` (1/_h stays finite, as --fast-math's
+    x * (1/_h) needs), 1 where it is 0, inf or NaN) of a two-pass reduction's second
+    pass, from the first pass's max ``_m{i}``; ``inf`` is the backend's infinity."""
+    if kind == "logsumexp":
+        return f"_h{i} = _T(_m{i}) if (_m{i} - _m{i}) == 0.0 else _T(0.0)"
+    return f"_h{i} = (_T(max(_m{i}, _tn)) if (_m{i} > 0.0 and _m{i} < {inf}) else _T(1.0))"
