@@ -39,6 +39,19 @@ def runtime_signatures(types, t):
     return list(dict.fromkeys(sigs))          # a kernel two primitives share, once
 
 
+def kernel_args(arg_dtypes: tuple[str, ...], dtype: str) -> tuple:
+    """Numba's argument types of a generated kernel whose ``CUDA_KERNELS`` entry lists
+    ``arg_dtypes`` ("T" the compute dtype ``dtype``, "n" a size), the dtype witness
+    last."""
+    from numba import types
+
+    t = getattr(types, dtype)
+    args = [types.int64 if d == "n" else
+            types.Array(t if d == "T" else getattr(types, _DTYPES[d]), 1, "C")
+            for d in arg_dtypes]
+    return (*args, types.Array(t, 1, "C"))
+
+
 def kernel_ptx(fn, args: tuple, ccs, fast_math: bool = False) -> list[str]:
     """PTX of kernel ``fn`` (a Python function) at argument types ``args``, one text
     per compute capability in ``ccs``.  Numba types and lowers the kernel once and
@@ -90,11 +103,7 @@ def module_ptx(module: ModuleType, cc, dtypes=("float32", "float64"),
         for name, (kernel, arg_dtypes) in sorted(module.CUDA_KERNELS.items()):
             if not name.startswith(prefix):
                 continue
-            args = [types.int64 if d == "n" else
-                    types.Array(t if d == "T" else getattr(types, _DTYPES[d]), 1, "C")
-                    for d in arg_dtypes]
-            args.append(types.Array(t, 1, "C"))           # the dtype witness
-            add(f"{name}[{dtype}]", kernel.py_func, tuple(args), fast_math)
+            add(f"{name}[{dtype}]", kernel.py_func, kernel_args(arg_dtypes, dtype), fast_math)
         for k, (name, args) in enumerate(runtime_signatures(types, t) if runtime else ()):
             add(f"{name}#{k}[{dtype}]", getattr(module, name).py_func, args, False)
     return out if isinstance(cc, list) else out[ccs[0]]

@@ -20,6 +20,8 @@ if not collect_ignore:
     # wait at syncthreads(); at Python's default 5 ms switch interval each barrier
     # costs milliseconds. 50 us makes the simulated reductions 10-20x faster.
     sys.setswitchinterval(5e-5)
+    from sim_shared_lock import lock_shared_arrays
+    lock_shared_arrays()
 
 
 def require_cuda_toolchain() -> None:

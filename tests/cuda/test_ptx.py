@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 import gradc
-from gradc.codegen.cuda_ptx import MAX_PTX_ISA, kernel_ptx, module_ptx, ptx_isa, ptx_target
+from gradc.codegen.cuda_ptx import MAX_PTX_ISA, kernel_args, kernel_ptx, module_ptx, ptx_isa, ptx_target
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SPECS = ["seed", "activations"]
@@ -62,14 +62,10 @@ def test_one_front_end_for_every_capability_gives_compile_ptx_s_text(module) -> 
     """kernel_ptx types and lowers a kernel once for several capabilities: each text
     is compile_ptx's for that capability but for the mangled names (their ABI tags
     hash the compile options)."""
-    from numba import cuda, types
+    from numba import cuda
 
     name, (kernel, dts) = sorted(module.CUDA_KERNELS.items())[0]
-    t = types.float32
-    args = tuple([types.int64 if d == "n" else types.Array(t, 1, "C") if d == "T"
-                  else types.Array(getattr(types, {"i32": "int32", "i64": "int64",
-                                                   "bool": "boolean"}[d]), 1, "C")
-                  for d in dts] + [types.Array(t, 1, "C")])
+    args = kernel_args(dts, "float32")
 
     def plain(text: str) -> str:
         return re.sub(r"_cudapy_smem_\d+", "S", re.sub(r"_ZN\w+", "N", text))
