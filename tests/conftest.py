@@ -42,6 +42,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # folder is removed, so the real temp folder is left as the run found it.
 _TEMP_ENV = "GRADC_TEST_TMPDIR"
 _THEIRS = ("pytest-of-", "torchinductor_")
+_RUN_CACHE = "gradc-cache-of-the-run"         # removed with the folder, not a leftover
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,6 +53,11 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[_TEMP_ENV] = os.environ["TMPDIR"] = private
     tempfile.tempdir = None                     # re-read TMPDIR
     config.stash[_temp_key] = private
+    # One gradc cache for the whole run (workers and their subprocesses inherit it): a
+    # module compiled by one process, with Numba's compiled kernels beside it, is
+    # imported by the others (the cache's writes are atomic, made for processes that
+    # share it).  Tests that need a cache of their own set GRADC_CACHE_DIR themselves.
+    os.environ.setdefault("GRADC_CACHE_DIR", os.path.join(private, _RUN_CACHE))
 
 
 _temp_key = pytest.StashKey[str]()
@@ -62,7 +68,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if private is None:
         return
     import shutil
-    left = sorted(p for p in os.listdir(private) if not p.startswith(_THEIRS))
+    left = sorted(p for p in os.listdir(private)
+                  if not p.startswith(_THEIRS) and p != _RUN_CACHE)
     shutil.rmtree(private, ignore_errors=True)
     if left:
         session.config.stash[_left_key] = left
@@ -88,8 +95,9 @@ def update_golden(request: pytest.FixtureRequest) -> bool:
 
 @pytest.fixture(scope="session", autouse=True)
 def _gradc_cache_dir(tmp_path_factory: pytest.TempPathFactory):
-    """Modules compiled by ``gradc.load`` go to a per-session directory, not the
-    user's cache (unless GRADC_CACHE_DIR is set explicitly)."""
+    """Modules compiled by ``gradc.load`` go to the run's cache (pytest_configure) or,
+    in a run started otherwise (``--basetemp``), to a per-session directory; never to
+    the user's cache (unless GRADC_CACHE_DIR is set explicitly)."""
     if os.environ.get("GRADC_CACHE_DIR"):
         yield
         return
