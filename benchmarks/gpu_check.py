@@ -17,18 +17,27 @@ One run does everything a GPU session needs:
    (libdevice; and CUDA's fast intrinsics under ``--fast-math``) over a
    float32 sample (random bit patterns plus special values) against
    NumPy's float64, next to the tolerance of the CPU library (4 ULP).
+4. **Row-wise**: each op of ``examples/rowwise.grad`` (softmax, log-softmax,
+   layer norm, RMS norm, cross-entropy; one reduce kernel per fused group) at
+   ``--row-shapes`` (4096x1024, 65536x64, 16x262144), float32, on the inputs of
+   ``benchmarks/rowwise_cases.py``: the fused ``fwd_bwd`` (``out=`` buffers)
+   against a device-to-device copy of the same traffic (2 reads + 2 writes of
+   the rows) and PyTorch's native CUDA kernels with autograd (where torch has
+   CUDA; else recorded as skipped, with the reason), timed like the bandwidth
+   table; gradc's and torch's results against the float64 NumPy reference and
+   against each other (max relative error; gradc's must be within 1e-4).
 
 Modules come from ``.grad`` files compiled with ``--target all`` (needs
 gradc importable), or pre-generated with ``--prepare DIR`` and passed with
 ``--modules DIR`` (a GPU machine without gradc's dependencies needs only
-numpy, numba and numba-cuda).
+numpy, numba and numba-cuda; torch for the row-wise peer).
 
 Run::
 
     python benchmarks/gpu_check.py --prepare .gpu     # here: write the modules
     python benchmarks/gpu_check.py --modules .gpu     # there: check and time
     NUMBA_ENABLE_CUDASIM=1 python benchmarks/gpu_check.py --log2-sizes 8 --repeat 2 \\
-        --calls 1 --dtypes float32 --math-samples 256      # the simulator (a CI test)
+        --calls 1 --dtypes float32 --math-samples 256 --row-shapes 4x8   # the simulator (CI)
 """
 from __future__ import annotations
 
@@ -43,12 +52,19 @@ import re
 import statistics
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from rowwise_cases import SHAPES, make_inputs, reference, torch_math, torch_runner  # noqa: E402
+
 SPECS = [ROOT / "examples" / "seed.grad", ROOT / "examples" / "activations.grad"]
+ROWWISE = ROOT / "examples" / "rowwise.grad"
+ROW_TOL = 1e-4      # rel_err of the row-wise results against float64 NumPy
 # One op per function of the math table: name -> .grad expression in x.
 MATH = {"exp": "exp(x)", "exp2": "exp2(x)", "expm1": "expm1(x)", "log": "log(x)",
         "log2": "log2(x)", "log10": "log10(x)", "log1p": "log1p(x)", "tanh": "tanh(x)",
@@ -69,7 +85,8 @@ def math_source() -> str:
 def prepare(out_dir: Path, n: int = 1000, dtypes=(np.float32, np.float64),
             unroll_variants=(), references: bool = True) -> list[Path]:
     """Compile the examples (``--target all``; libm on the CPU side, the
-    reference) and the math table into ``out_dir``, and save the CPU's results
+    reference), the row-wise example (``--target cuda``: its reference is
+    NumPy's) and the math table into ``out_dir``, and save the CPU's results
     on sampled inputs (``expected.pkl``; not with ``references=False``, for a run
     that computes them itself); ``unroll_variants`` adds the examples'
     CUDA kernels compiled with other unroll factors (``NAME_u4_gen.py``), which
@@ -87,6 +104,7 @@ def prepare(out_dir: Path, n: int = 1000, dtypes=(np.float32, np.float64),
     if references:
         with open(out_dir / "expected.pkl", "wb") as f:
             pickle.dump(cases, f)
+    paths.append(Path(gradc.compile_file(ROWWISE, out_dir / "rowwise_gen.py", target="cuda")))
     for k in unroll_variants:                  # the same kernels, another unroll factor
         for spec in SPECS:
             os.environ["GRADC_CUDA_UNROLL"] = str(k)
@@ -407,15 +425,143 @@ def _ulp_error(fname: str, x: np.ndarray, got: np.ndarray, normal: bool = False)
     return math.inf if bad_special.any() else float(err.max(initial=0.0))
 
 
+# -- 4. row-wise --------------------------------------------------------------------
+
+
+def torch_cuda():
+    """``(torch, "")`` where PyTorch can run on this GPU, else ``(None, why not)``."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return None, "Numba's CUDA simulator: no GPU for torch"
+    try:
+        import torch
+    except ImportError as exc:
+        return None, f"torch is not installed ({exc})"
+    if not torch.cuda.is_available():
+        return None, f"torch {torch.__version__} sees no CUDA device"
+    return torch, ""
+
+
+def rowwise(module, cuda, shapes, calls: int, repeat: int) -> list[dict]:
+    """Each op of ``examples/rowwise.grad`` at each shape, float32, on the inputs
+    of ``rowwise_cases.make_inputs``: gradc's fused ``fwd_bwd`` (``out=`` buffers),
+    a device-to-device copy of twice the elements (the traffic of a row-shaped
+    input and upstream read and output and gradient written) and PyTorch's native
+    CUDA kernels with autograd (``rowwise_cases.torch_runner``; torch's events),
+    timed round-robin as in :func:`bandwidth`. Before timing, gradc's and torch's
+    results are compared with the float64 NumPy reference and with each other; a
+    torch that is missing or fails is recorded with the reason, not timed, and a
+    case that raises otherwise with its error (so the other tables still come)."""
+    torch, why = torch_cuda()
+    rows = []
+    for shape in shapes:
+        n = math.prod(shape)
+        src, dst = cuda.device_array(2 * n, np.float32), cuda.device_array(2 * n, np.float32)
+        for name, op in module.OPS.items():
+            row = {"op": name, "shape": list(shape), "torch_skipped": why or None}
+            try:
+                row.update(_rowwise_case(name, op, shape, cuda, torch, calls, repeat,
+                                         lambda: dst.copy_to_device(src)))
+            except Exception as exc:                # reported, and the run goes on
+                row.update(error=f"{type(exc).__name__}: {exc}", max_rel_err=math.inf, ok=False)
+            rows.append(row)
+    return rows
+
+
+def _rowwise_case(name, op, shape, cuda, torch, calls, repeat, copy) -> dict:
+    """:func:`rowwise`'s one op at one shape: errors, and times unless gradc's raised."""
+    params, ups = make_inputs(name, shape)
+    want = reference(name, params, ups)
+    dparams = [cuda.to_device(a) for a in params]
+    dups = [cuda.to_device(u) if np.ndim(u) else u for u in ups]
+    bufs = tuple(cuda.device_array(r.shape, r.dtype)
+                 for r in as_tuple(op.cuda.fwd_bwd(*dparams, *dups)))
+    cases = {"gradc": (cuda, lambda: op.cuda.fwd_bwd(*dparams, *dups, out=bufs)),
+             "copy": (cuda, copy)}
+    got = [r.copy_to_host() for r in as_tuple(cases["gradc"][1]())]
+    err = max(rel_err(w, g) for w, g in zip(want, got)) if len(got) == len(want) else math.inf
+    row = {"max_rel_err": err, "ok": err <= ROW_TOL}
+    if torch is not None:
+        try:
+            run = torch_runner(name, params, ups, device="cuda")
+            tgot = [r.cpu().numpy() for r in run()]
+            row["torch_max_rel_err"] = max(rel_err(w, g) for w, g in zip(want, tgot))
+            row["gradc_vs_torch"] = max(rel_err(t, g) for t, g in zip(tgot, got))
+            row["torch_note"] = torch_math(name)[2] or None
+            timer = types.SimpleNamespace(event=lambda: torch.cuda.Event(enable_timing=True),
+                                          synchronize=torch.cuda.synchronize)
+            cases["torch"] = (timer, run)
+        except Exception as exc:                    # reported, and the run goes on
+            msg = (str(exc).splitlines() or [""])[0][:120]
+            row["torch_skipped"] = f"{type(exc).__name__}: {msg}"
+    for timer, fn in cases.values():                # warm-up
+        time_gpu(timer, fn, 1, 1)
+    samples = {k: [] for k in cases}
+    for _ in range(repeat):
+        for k, (timer, fn) in cases.items():
+            samples[k].append(time_gpu(timer, fn, calls, 1))
+    t = {k: statistics.median(v) for k, v in samples.items()}
+    row.update(gradc_ms=t["gradc"] * 1e3, copy_ms=t["copy"] * 1e3,
+               pct_copy=100 * t["copy"] / t["gradc"])
+    if "torch" in t:
+        row.update(torch_ms=t["torch"] * 1e3, torch_vs_gradc=t["torch"] / t["gradc"])
+    return row
+
+
+def shape_arg(text: str) -> tuple[int, int]:
+    """``ROWSxCOLS`` (``4096x1024``) for ``--row-shapes``."""
+    try:
+        shape = tuple(int(d) for d in text.lower().split("x"))
+    except ValueError:
+        shape = ()
+    if len(shape) != 2 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"write a shape as ROWSxCOLS, e.g. 4096x1024 "
+                                          f"(got {text!r})")
+    return shape
+
+
 # -- main ----------------------------------------------------------------------------
+
+
+def fast_simulator() -> None:
+    """Numba's CUDA simulator, faster and with its shared arrays made safe.
+
+    It runs a block's threads as Python threads and polls them while they wait at
+    syncthreads(); at Python's default 5 ms switch interval each barrier costs
+    milliseconds. 50 us makes a simulated reduction 10-20x faster. But the
+    simulator creates a block's shared array at the first ``cuda.shared.array``
+    call of its threads, looked up and stored without a lock (numba-cuda 0.30.4,
+    ``FakeCUDAShared.array``): at 50 us two threads sometimes each create one and
+    read each other's zeros (about 1 tiled-matmul call in 40 of the seed
+    example's unfused methods gave wrong results); here the look-up and the store
+    are one step under a lock."""
+    import threading
+
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+
+    sys.setswitchinterval(5e-5)
+    lock, simulated = threading.Lock(), kernelapi.FakeCUDAShared.array
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0 or alignment is not None:    # dynamic shared memory: one buffer
+            return simulated(self, shape, dtype, alignment)
+        frame = sys._getframe(1)
+        caller = (frame.f_code.co_filename, frame.f_lineno)   # the simulator's key
+        with lock:
+            res = self._allocations.get(caller)
+            if res is None:
+                if isinstance(dtype, types.Type):
+                    dtype = numpy_support.as_dtype(dtype)
+                res = self._allocations[caller] = np.empty(shape, dtype)
+        return res
+
+    kernelapi.FakeCUDAShared.array = array
 
 
 def main(argv=None) -> int:
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-        # The simulator runs a block's threads as Python threads and polls them while
-        # they wait at syncthreads(); at Python's default 5 ms switch interval each
-        # barrier costs milliseconds. 50 us makes a simulated reduction 10-20x faster.
-        sys.setswitchinterval(5e-5)
+        fast_simulator()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("specs", nargs="*", type=Path, help=".grad files (default: the examples)")
     ap.add_argument("--prepare", type=Path, help="write the modules to this folder and stop")
@@ -426,6 +572,9 @@ def main(argv=None) -> int:
     ap.add_argument("--calls", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=15)
     ap.add_argument("--math-samples", type=int, default=1 << 22)
+    ap.add_argument("--row-shapes", type=shape_arg, nargs="*", default=list(SHAPES),
+                    metavar="RxC", help="shapes of the row-wise table (default: "
+                    + " ".join("x".join(map(str, s)) for s in SHAPES) + "; none: no table)")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--skip-check", action="store_true", help="time only")
     ap.add_argument("--unroll-variants", type=int, nargs="*", default=[],
@@ -455,6 +604,7 @@ def main(argv=None) -> int:
         paths = prepare(Path(workdir.name), references=False)
     mods = {p.stem: import_path(p) for p in paths}
     math_mods = {k: mods.pop(k) for k in ("math_gen", "math_fast_gen") if k in mods}
+    row_mod = mods.pop("rowwise_gen", None)
     dev = cuda.get_current_device()
     name = getattr(dev, "name", b"simulator")
     name = name.decode() if isinstance(name, bytes) else str(name)
@@ -515,12 +665,47 @@ def main(argv=None) -> int:
         print("(fast, normal: inputs and results normal float32 or zero, sin/cos on [-pi, pi];"
               " fast-math flushes subnormals to zero)")
         report["math_ulp"] = errs
+    row_failed = []
+    if args.row_shapes and row_mod is None:
+        print(f"\n## row-wise: no rowwise_gen.py in {args.modules} (written by --prepare "
+              f"since the row-wise table exists): skipped")
+    elif args.row_shapes:
+        rw = rowwise(row_mod, cuda, args.row_shapes, args.calls, args.repeat)
+        print(f"\n## row-wise: float32, fused fwd_bwd with out= buffers, a device copy of "
+              f"2 reads + 2 writes of the rows, torch's CUDA kernels with autograd; median of "
+              f"{args.repeat} x {args.calls} calls, round-robin ({time.perf_counter() - t0:.0f} "
+              f"s); 'err': max rel err against float64 NumPy, 'vs torch': gradc's against "
+              f"torch's")
+        print(f"{'op':<18} {'shape':>11} {'gradc ms':>9} {'copy ms':>8} {'% copy':>7} "
+              f"{'torch ms':>9} {'torch/gradc':>11} {'gradc err':>10} {'torch err':>10} "
+              f"{'vs torch':>9}")
+        cell = lambda r, k, fmt, w, unit="": (format(r[k], fmt) + unit if k in r else "-").rjust(w)
+        for r in rw:
+            print(f"{r['op']:<18} {'x'.join(map(str, r['shape'])):>11} "
+                  f"{cell(r, 'gradc_ms', '.3f', 9)} {cell(r, 'copy_ms', '.3f', 8)} "
+                  f"{cell(r, 'pct_copy', '.0f', 7, '%')} {cell(r, 'torch_ms', '.3f', 9)} "
+                  f"{cell(r, 'torch_vs_gradc', '.2f', 11)} {r['max_rel_err']:>10.2g} "
+                  f"{cell(r, 'torch_max_rel_err', '.2g', 10)} "
+                  f"{cell(r, 'gradc_vs_torch', '.2g', 9)}{'' if r['ok'] else '  FAIL'}"
+                  + (f"  {r['error'].splitlines()[0]}" if "error" in r else ""))
+        for msg in dict.fromkeys(r["torch_skipped"] for r in rw if r["torch_skipped"]):
+            print(f"torch not timed: {msg}")
+        for msg in dict.fromkeys(f"torch: {r['torch_note']}" for r in rw if r.get("torch_note")):
+            print(msg)
+        row_failed = [r for r in rw if not r["ok"]]
+        vs_torch = [r["gradc_vs_torch"] for r in rw if "gradc_vs_torch" in r]
+        print(f"row-wise: {len(rw) - len(row_failed)}/{len(rw)} gradc results within {ROW_TOL:g} "
+              f"of float64 NumPy (max {max(r['max_rel_err'] for r in rw):.2g}); of torch's, "
+              + (f"{sum(e <= ROW_TOL for e in vs_torch)}/{len(vs_torch)} (max "
+                 f"{max(vs_torch):.2g})" if vs_torch else "none: torch not run"))
+        report["rowwise"] = rw
     if args.json:
         args.json.write_text(json.dumps(report, indent=1, default=float), encoding="utf-8")
     failed = [r for r in rows if not r["ok"]]
-    print(f"\n{len(rows) - len(failed)}/{len(rows)} correctness checks passed "
-          f"({time.perf_counter() - t0:.0f} s)")
-    return 1 if failed else 0
+    print(f"\n{len(rows) - len(failed)}/{len(rows)} correctness checks passed"
+          + (f", {len(row_failed)} row-wise cases FAILED" if row_failed else "")
+          + f" ({time.perf_counter() - t0:.0f} s)")
+    return 1 if failed or row_failed else 0
 
 
 if __name__ == "__main__":

@@ -38,13 +38,15 @@ def test_simulator_suite(tmp_path) -> None:
 @pytest.mark.slow
 def test_gpu_check_runs_end_to_end_in_the_simulator(tmp_path) -> None:
     """Every op of the examples through every CUDA method against the CPU, the
-    bandwidth table and the math table, on tiny sizes: on a GPU it only has to
-    be run (``python benchmarks/gpu_check.py``)."""
+    bandwidth table, the math table and the row-wise table (gradc's results
+    against float64 NumPy; torch, which has no GPU here, skipped with its
+    reason), on tiny sizes: on a GPU it only has to be run (``python
+    benchmarks/gpu_check.py``)."""
     out = tmp_path / "report.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--log2-sizes", "6",
          "--repeat", "1", "--calls", "1", "--dtypes", "float32", "--check-size", "6",
-         "--math-samples", "32", "--json", str(out)],
+         "--math-samples", "32", "--row-shapes", "4x8", "--json", str(out)],
         cwd=ROOT, env=_simulator_env(tmp_path), capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
@@ -54,3 +56,10 @@ def test_gpu_check_runs_end_to_end_in_the_simulator(tmp_path) -> None:
                                                      "swish.fwd_bwd", "gelu_tanh.fwd_bwd"}
     assert set(report["math_ulp"]["math_gen"]) >= {"exp", "tanh", "sigmoid", "erf"}
     assert all(v < 4 for v in report["math_ulp"]["math_gen"].values())
+    rows = {r["op"]: r for r in report["rowwise"]}
+    assert set(rows) == {"softmax_rows", "log_softmax_rows", "layer_norm", "rms_norm",
+                         "xent_rows"} and len(report["rowwise"]) == 5, report["rowwise"]
+    for r in rows.values():
+        assert r["shape"] == [4, 8] and {"gradc_ms", "copy_ms", "pct_copy"} <= set(r), r
+        assert r["ok"] and r["max_rel_err"] <= 1e-4, r
+        assert "simulator" in r["torch_skipped"] and "torch_ms" not in r, r
