@@ -522,45 +522,9 @@ def shape_arg(text: str) -> tuple[int, int]:
 # -- main ----------------------------------------------------------------------------
 
 
-def fast_simulator() -> None:
-    """Numba's CUDA simulator, faster and with its shared arrays made safe.
-
-    It runs a block's threads as Python threads and polls them while they wait at
-    syncthreads(); at Python's default 5 ms switch interval each barrier costs
-    milliseconds. 50 us makes a simulated reduction 10-20x faster. But the
-    simulator creates a block's shared array at the first ``cuda.shared.array``
-    call of its threads, looked up and stored without a lock (numba-cuda 0.30.4,
-    ``FakeCUDAShared.array``): at 50 us two threads sometimes each create one and
-    read each other's zeros (about 1 tiled-matmul call in 40 of the seed
-    example's unfused methods gave wrong results); here the look-up and the store
-    are one step under a lock."""
-    import threading
-
-    from numba.core import types
-    from numba.cuda.simulator import kernelapi
-    from numba.np import numpy_support
-
-    sys.setswitchinterval(5e-5)
-    lock, simulated = threading.Lock(), kernelapi.FakeCUDAShared.array
-
-    def array(self, shape, dtype, alignment=None):
-        if shape == 0 or alignment is not None:    # dynamic shared memory: one buffer
-            return simulated(self, shape, dtype, alignment)
-        frame = sys._getframe(1)
-        caller = (frame.f_code.co_filename, frame.f_lineno)   # the simulator's key
-        with lock:
-            res = self._allocations.get(caller)
-            if res is None:
-                if isinstance(dtype, types.Type):
-                    dtype = numpy_support.as_dtype(dtype)
-                res = self._allocations[caller] = np.empty(shape, dtype)
-        return res
-
-    kernelapi.FakeCUDAShared.array = array
-
-
 def main(argv=None) -> int:
     if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        from gradc.tools.cudasim import fast_simulator
         fast_simulator()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("specs", nargs="*", type=Path, help=".grad files (default: the examples)")

@@ -16,12 +16,9 @@ from optional import missing
 
 collect_ignore = [] if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1" else ["sim"]
 if not collect_ignore:
-    # The simulator runs a block's threads as Python threads and polls them while they
-    # wait at syncthreads(); at Python's default 5 ms switch interval each barrier
-    # costs milliseconds. 50 us makes the simulated reductions 10-20x faster.
-    sys.setswitchinterval(5e-5)
-    from sim_shared_lock import lock_shared_arrays
-    lock_shared_arrays()
+    # a short switch interval, and shared arrays shared (gradc.tools.cudasim)
+    from gradc.tools.cudasim import fast_simulator
+    fast_simulator()
 
 
 def require_cuda_toolchain() -> None:
