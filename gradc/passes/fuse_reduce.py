@@ -269,7 +269,6 @@ def fuse_reductions(plan: KernelPlan) -> KernelPlan:
     owner = {}                                   # unit -> group id it joined
     for u, step in enumerate(plan.steps):
         nodes = units[u]
-        loop = step.shape if isinstance(step, Kernel) else None
         reads = [owner[unit_of[d]] for d in sorted(_unit_deps(g, nodes))
                  if d in unit_of and unit_of[d] in owner]
         candidates = list(dict.fromkeys(reads)) + [gid for gid in groups if gid not in reads]

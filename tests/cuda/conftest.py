@@ -9,7 +9,6 @@ failure.
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 from optional import missing
