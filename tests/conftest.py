@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +44,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 _TEMP_ENV = "GRADC_TEST_TMPDIR"
 _THEIRS = ("pytest-of-", "torchinductor_")
 _RUN_CACHE = "gradc-cache-of-the-run"         # removed with the folder, not a leftover
+_RUN_MODULES = "modules-of-the-run"           # import_module_text's files, likewise
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -69,7 +71,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     import shutil
     left = sorted(p for p in os.listdir(private)
-                  if not p.startswith(_THEIRS) and p != _RUN_CACHE)
+                  if not p.startswith(_THEIRS) and p not in (_RUN_CACHE, _RUN_MODULES))
     shutil.rmtree(private, ignore_errors=True)
     if left:
         session.config.stash[_left_key] = left
@@ -127,9 +129,27 @@ def import_module_text(tmp_path_factory: pytest.TempPathFactory):
     import it (a real file, so Numba's on-disk cache works as for users)."""
     import importlib.util
 
+    shared = os.environ.get(_TEMP_ENV)
+
     def load(text: str, name: str):
-        path = tmp_path_factory.mktemp(name) / f"{name}.py"
-        path.write_text(text, encoding="utf-8")
+        if shared is None:                      # a run with --basetemp: a folder each
+            path = tmp_path_factory.mktemp(name) / f"{name}.py"
+            path.write_text(text, encoding="utf-8")
+        else:
+            # One file per text for the whole run (workers too), written once: a text
+            # another test (or worker) imported already finds Numba's compiled kernels
+            # beside it instead of compiling them again.
+            import hashlib
+            import tempfile
+
+            digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:20]
+            path = Path(shared, _RUN_MODULES, f"{name}_{digest}.py")
+            if not path.exists():
+                path.parent.mkdir(exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    f.write(text)
+                os.replace(tmp, path)
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
