@@ -23,6 +23,7 @@ from gradc.codegen.cpu import FAST_MATH, CpuPrinter
 from gradc.codegen.printer import IndentedBuffer
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
+from gradc.passes.fuse import CHEAP
 from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, is_reduction,
                                       value_args)
 from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, SCALAR, KernelNames,
@@ -135,8 +136,51 @@ def _flat_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_
 def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_input,
               names, pos, kinds, row_reds, col) -> None:
     lv = dict(kernel.levels)
+
+    def first_pass(n: int) -> int:
+        return sch.avail[n] - ROW_PASSES[reduction_kind(graph, n)]
+
+    def blocked_sums(p: int) -> list[tuple[str, str]]:
+        """(accumulator, block accumulator) of the sums pass ``p`` runs in blocks."""
+        # Sums run in blocks of _BLOCK elements in the compute dtype, each block's sum
+        # added to the row's float64 sum: LLVM vectorises the block in as many lanes
+        # as float32 fills (float64 accumulators would halve them, and every
+        # function of the math library with them).
+        return [(f"_s{pos[n]}", f"_f{pos[n]}") for n in row_reds
+                if _blocked(graph, n, p - first_pass(n)) and reads_element(graph, kernel, n)] + [
+            (f"_q{pos[n]}", f"_f{pos[n]}") for n in kernel.partials
+            if kinds[n] == "all" and reduction_kind(graph, n) in ("sum", "mean")
+            and reads_element(graph, kernel, n) and sch.phase.get(value_args(graph, n)[0], 0) == p]
+
+    def slots_used(p: int) -> set[tuple[int, str]]:
+        """The (value, access) of the input slots pass ``p`` may read."""
+        used = {(x, access(graph, kernel, n, x)) for n in sch.work[p]
+                for x in value_args(graph, n) if x not in lv}
+        return used | {(x, access(graph, kernel, n, x)) for n in row_reds + list(kernel.partials)
+                       for x in value_args(graph, n)[:1] if x not in lv}
+
+    # One pass in blocks prefetches the next row's elements, a block at a time, so memory
+    # delivers them while this row computes (rows of a page or more start cold: the
+    # hardware's prefetchers stop at page boundaries): of those that read nothing from
+    # memory themselves (no first read of the row: a pass streaming its row gains
+    # nothing from streaming the next one too), the one with the most arithmetic to
+    # hide the hints' loop in (layer norm's variance pass, a subtraction and a square
+    # per element, ran 5-10 % slower with it).  _pf says whether rows are of that size,
+    # _pl is the elements per cache line.
+    streamed = [(j, (x, a)) for j, (x, a) in enumerate(slots) if a == PER_ELEMENT]
+    seen: set[tuple[int, str]] = set()
+    fresh = []                                  # per pass: its first reads of the row
+    for p in range(sch.passes):
+        used = slots_used(p)
+        fresh.append(sum(1 for _, s in streamed if s in used and s not in seen))
+        seen |= used
+    prefetch_pass = max((p for p in range(sch.passes) if blocked_sums(p) and not fresh[p]),
+                        key=lambda p: (_arithmetic(graph, sch.work[p]), -p), default=None)
     for n in sch.scratch:           # one row of scratch per chunk of rows
         buf.line(f"_k{pos[n]} = np.empty(_N, _w.dtype)")
+    if prefetch_pass is not None and streamed:
+        buf.line(f"_pf = {_PREFETCH_ROWS[0]} <= _N and _N * _w.itemsize <= {_PREFETCH_ROWS[1]}")
+        buf.line("_pl = 64 // _w.itemsize")
     buf.line("for _r in range(_r0, _r1):")
     buf.indent()
     buf.line("_lo = _r * _N")
@@ -163,9 +207,6 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
                 for line in value(n):
                     buf.line(line)
 
-    def first_pass(n: int) -> int:
-        return sch.avail[n] - ROW_PASSES[reduction_kind(graph, n)]
-
     for p in range(sch.passes):
         row_values(p)
         for n in row_reds:
@@ -178,16 +219,7 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
                 buf.line(f"_s{pos[n]} = {_INIT[kind]}")
             elif k == 1 and ROW_PASSES[kind] == 2:
                 _between(buf, kind, pos[n])
-        # Sums run in blocks of _BLOCK elements in the compute dtype, each block's sum
-        # added to the row's float64 sum: LLVM vectorises the block in as many lanes
-        # as float32 fills (float64 accumulators would halve them, and every
-        # function of the math library with them).
-        blocked = [(f"_s{pos[n]}", f"_f{pos[n]}") for n in row_reds
-                   if _blocked(graph, n, p - first_pass(n)) and reads_element(graph, kernel, n)]
-        blocked += [(f"_q{pos[n]}", f"_f{pos[n]}") for n in kernel.partials
-                    if kinds[n] == "all" and reduction_kind(graph, n) in ("sum", "mean")
-                    and reads_element(graph, kernel, n)
-                    and sch.phase.get(value_args(graph, n)[0], 0) == p]
+        blocked = blocked_sums(p)
         # a pass in blocks reads and writes its arrays through slices of the block (an
         # index _b + _c kept LLVM from vectorising: gathers and scatters)
         sliced: list[str] = []
@@ -202,10 +234,7 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
         col[0] = "_b + _c" if blocked else "_c"
         body = IndentedBuffer()
         work = sch.work[p]
-        used = {(x, access(graph, kernel, n, x)) for n in work for x in value_args(graph, n)
-                if x not in lv}
-        used |= {(x, access(graph, kernel, n, x)) for n in row_reds + list(kernel.partials)
-                 for x in value_args(graph, n)[:1] if x not in lv}
+        used = slots_used(p)
         for j, (x, a) in enumerate(slots):
             if (x, a) in used and a == PER_ELEMENT:
                 body.line(f"a{j} = {at(f'_i{j}r')}")
@@ -239,6 +268,11 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
             buf.line(f"for _b in range(0, _N, {_BLOCK}):")
             buf.indent()
             buf.line(f"_e = min(_b + {_BLOCK}, _N)")
+            if p == prefetch_pass and streamed:
+                buf.line("if _pf:")
+                buf.line("    for _q in range(_lo + _N + _b, _lo + _N + _e, _pl):")
+                for j, _ in streamed:
+                    buf.line(f"        _g_prefetch(_i{j}, _q)")
             for arr in sliced:
                 buf.line(f"{arr}b = {arr}[_b:_e]")
             for _, blk in blocked:
@@ -273,6 +307,11 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
     buf.dedent()
 
 
+# The rows whose next row a reduce kernel prefetches: at least this many elements
+# (shorter rows follow each other within a page, where the hardware's prefetchers
+# work), of at most this many bytes (a longer row's own passes fill the caches).
+_PREFETCH_ROWS = (512, 1 << 17)
+
 # Rows a sum across rows gathers in the compute dtype before its float64 partial.
 _ROWS_F = 16
 
@@ -303,6 +342,12 @@ def _blocked(graph: Graph, n: int, k: int) -> bool:
     """Whether pass ``k`` of row reduction ``n`` is a sum run in blocks."""
     kind = reduction_kind(graph, n)
     return (kind in ("sum", "mean") and k == 0) or (kind in ("logsumexp", "norm") and k == 1)
+
+
+def _arithmetic(graph: Graph, nodes) -> int:
+    """A rough cost of computing ``nodes`` per element: 1 per cheap primitive, 10 per
+    costly one (transcendental, division: ``gradc.passes.fuse.CHEAP``)."""
+    return sum(1 if graph.node(n).op in CHEAP else 10 for n in nodes)
 
 
 def _max_update(acc: str, nan: str, v: str, kind: str) -> str:

@@ -74,7 +74,10 @@ ARGS = {
     "shifted": ["b", "b"], "costly": ["b", "b"],
 }
 SHAPES = {"serial": dict(a=3, b=5, c=4, n=7), "parallel": dict(a=40, b=600, c=9, n=300),
-          "one-row": dict(a=1, b=1, c=1, n=33), "one-column": dict(a=2, b=70, c=1, n=1)}
+          "one-row": dict(a=1, b=1, c=1, n=33), "one-column": dict(a=2, b=70, c=1, n=1),
+          # rows long enough that the kernels prefetch the next row (cpu_reduce), serial
+          # and in parallel: the last row's prefetch points past the arrays
+          "long-rows": dict(a=2, b=5, c=2, n=700), "long-rows-parallel": dict(a=2, b=200, c=2, n=700)}
 
 
 def source(dtype: str) -> str:
@@ -145,8 +148,8 @@ def check_methods(m, op: str, args: list, dtype) -> None:
 # Compiling is the cost: the parallel (prange) kernels, 10-20 s each, at float32
 # only (their text does not depend on the dtype; float64 takes the serial ones on the
 # other shapes, where its tight tolerance checks the loops' arithmetic).
-@pytest.mark.parametrize("dt,shape", [("f64", s) for s in sorted(SHAPES) if s != "parallel"]
-                         + [("f32", "parallel"), ("f32", "one-row")])
+@pytest.mark.parametrize("dt,shape", [("f64", s) for s in sorted(SHAPES) if "parallel" not in s]
+                         + [("f32", "parallel"), ("f32", "one-row"), ("f32", "long-rows-parallel")])
 @pytest.mark.slow
 @pytest.mark.parametrize("op", sorted(ARGS))
 def test_fused_unfused_and_numpy_agree(modules, op, dt, shape) -> None:
@@ -257,6 +260,55 @@ def test_softmax_cross_entropy_reads_the_logits_once_per_pass() -> None:
     assert [g.node(i).attr("name") for i in k.inputs if g.node(i).op == "param"] == \
         ["logits", "onehot", "dloss"]
     assert len(k.outputs) == 1 and len(k.partials) == 1       # dlogits; the mean's partials
+
+
+PREFETCH_SOURCE = """
+op softmax(x: f32[b, n]) -> y {
+    m = max(x, axis=1, keepdims=true)
+    e = exp(x - m)
+    y = e / sum(e, axis=1, keepdims=true)
+} grad(dy) -> dx {
+    dx = y * (dy - sum(y * dy, axis=1, keepdims=true))
+}
+op scale(x: f32[b, n]) -> y { y = x * rsqrt(mean(x * x, axis=1, keepdims=true) + 0.000001) }
+"""
+
+
+def kernel_text(text: str, name: str) -> str:
+    """The parallel kernel ``name`` of a generated module's text."""
+    start = text.index(f"def {name}(")
+    return text[start:text.index("\n@numba.njit", start)]
+
+
+def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() -> None:
+    text = gradc.compile_source(PREFETCH_SOURCE, file="prefetch.grad")
+    # softmax's fwd_bwd: max (reads x), exp and sum (x again: in cache), y and its dot
+    # with dy (reads dy), dx: the exp pass prefetches the next row of x and dy
+    body = kernel_text(text, "_gk_softmax_fwd_bwd_0")
+    assert body.count("for _c in range(") == 4
+    lines = [line.strip() for line in body.splitlines()]
+    hints = [i for i, line in enumerate(lines) if line.startswith("_g_prefetch(")]
+    assert [lines[i] for i in hints] == ["_g_prefetch(_i0, _q)", "_g_prefetch(_i1, _q)"]
+    max_done = next(i for i, line in enumerate(lines) if line.startswith("u0 = "))
+    sum_done = next(i for i, line in enumerate(lines) if line.startswith("u3 = "))
+    assert max_done < hints[0] < hints[1] < sum_done
+    assert "_pf = 512 <= _N" in body
+    # one pass that streams the row, one that computes y: nothing to overlap
+    assert "_g_prefetch" not in kernel_text(text, "_gk_scale_forward_0")
+
+
+def test_prefetch_hints_never_fault() -> None:
+    from gradc.codegen import runtime_src
+
+    @numba.njit
+    def hint(a, indices):
+        for i in indices:
+            runtime_src._g_prefetch(a, i)
+        return a.sum()
+
+    far = np.array([-(1 << 62), -1, 0, 3, 4, 1 << 40, (1 << 63) - 1], np.int64)
+    assert hint(np.arange(4.0), far) == 6.0
+    assert hint(np.zeros(0, np.float32), far) == 0.0
 
 
 @pytest.mark.parametrize("op", ["middle", "generic"])
