@@ -165,8 +165,7 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
     # memory themselves (no first read of the row: a pass streaming its row gains
     # nothing from streaming the next one too), the one with the most arithmetic to
     # hide the hints' loop in (layer norm's variance pass, a subtraction and a square
-    # per element, ran 5-10 % slower with it).  _pf says whether rows are of that size,
-    # _pl is the elements per cache line.
+    # per element, ran 5-10 % slower with it).  _pf says whether rows are of that size.
     streamed = [(j, (x, a)) for j, (x, a) in enumerate(slots) if a == PER_ELEMENT]
     seen: set[tuple[int, str]] = set()
     fresh = []                                  # per pass: its first reads of the row
@@ -180,7 +179,6 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
         buf.line(f"_k{pos[n]} = np.empty(_N, _w.dtype)")
     if prefetch_pass is not None and streamed:
         buf.line(f"_pf = {_PREFETCH_ROWS[0]} <= _N and _N * _w.itemsize <= {_PREFETCH_ROWS[1]}")
-        buf.line("_pl = 64 // _w.itemsize")
     buf.line("for _r in range(_r0, _r1):")
     buf.indent()
     buf.line("_lo = _r * _N")
@@ -270,9 +268,8 @@ def _row_body(buf, graph, kernel, sch, slots, outs, value, accumulate, reduced_i
             buf.line(f"_e = min(_b + {_BLOCK}, _N)")
             if p == prefetch_pass and streamed:
                 buf.line("if _pf:")
-                buf.line("    for _q in range(_lo + _N + _b, _lo + _N + _e, _pl):")
                 for j, _ in streamed:
-                    buf.line(f"        _g_prefetch(_i{j}, _q)")
+                    buf.line(f"    _g_prefetch(_i{j}, _lo + _N + _b, _lo + _N + _e)")
             for arr in sliced:
                 buf.line(f"{arr}b = {arr}[_b:_e]")
             for _, blk in blocked:

@@ -653,28 +653,32 @@ def _g_rmin(typingctx, a, b):
 
 
 @numba.extending.intrinsic
-def _g_prefetch(typingctx, a, i):
-    """Ask the CPU to bring the cache line of ``a[i]`` (a 1-d array) into its L2 cache
-    (``llvm.prefetch``, read, locality 2: ``prefetcht1`` on x86, which leaves the L1
-    to the row being computed): a hint that never faults; an ``i`` outside the array
-    prefetches its first element instead.  Reduce kernels prefetch the next
-    row while they compute on this one (``cpu_reduce``)."""
+def _g_prefetch(typingctx, a, start, stop):
+    """Ask the CPU to bring the elements ``a[start:stop]`` of a 1-d array into its L2
+    cache: one ``llvm.prefetch`` (read, locality 2: ``prefetcht1`` on x86, which leaves
+    the L1 to the row being computed) per 64-byte line, the step a constant of the
+    dtype.  A hint: it never faults, and the range is clipped to the array.  Reduce
+    kernels prefetch the next row while they compute on this one (``cpu_reduce``)."""
     from llvmlite import ir
     from numba.core import cgutils
 
     def codegen(context, builder, signature, args):
-        ary = context.make_array(signature.args[0])(context, builder, args[0])
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
         n = builder.extract_value(ary.shape, 0)
-        inside = builder.icmp_unsigned("<", args[1], n)
-        at = builder.select(inside, args[1], ir.Constant(args[1].type, 0))
-        ptr = builder.bitcast(builder.gep(ary.data, [at]), ir.IntType(8).as_pointer())
-        i32 = ir.IntType(32)
+        zero = ir.Constant(n.type, 0)
+        lo = builder.select(builder.icmp_signed("<", args[1], zero), zero, args[1])
+        hi = builder.select(builder.icmp_signed(">", args[2], n), n, args[2])
+        line = max(1, 64 // context.get_abi_sizeof(context.get_data_type(aryty.dtype)))
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
         fn = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]),
             "llvm.prefetch.p0")
-        builder.call(fn, [ptr, i32(0), i32(2), i32(1)])
+        with cgutils.for_range_slice(builder, lo, hi, ir.Constant(n.type, line)) as (i, _):
+            ptr = builder.bitcast(builder.gep(ary.data, [i]), i8p)
+            builder.call(fn, [ptr, i32(0), i32(2), i32(1)])
         return context.get_dummy_value()
-    return numba.types.void(a, numba.types.intp), codegen
+    return numba.types.void(a, numba.types.intp, numba.types.intp), codegen
 
 
 def _g_row_shape(arrays, forms, rank, least=None):

@@ -288,7 +288,8 @@ def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() ->
     assert body.count("for _c in range(") == 4
     lines = [line.strip() for line in body.splitlines()]
     hints = [i for i, line in enumerate(lines) if line.startswith("_g_prefetch(")]
-    assert [lines[i] for i in hints] == ["_g_prefetch(_i0, _q)", "_g_prefetch(_i1, _q)"]
+    assert [lines[i] for i in hints] == ["_g_prefetch(_i0, _lo + _N + _b, _lo + _N + _e)",
+                                         "_g_prefetch(_i1, _lo + _N + _b, _lo + _N + _e)"]
     max_done = next(i for i, line in enumerate(lines) if line.startswith("u0 = "))
     sum_done = next(i for i, line in enumerate(lines) if line.startswith("u3 = "))
     assert max_done < hints[0] < hints[1] < sum_done
@@ -301,13 +302,15 @@ def test_prefetch_hints_never_fault() -> None:
     from gradc.codegen import runtime_src
 
     @numba.njit
-    def hint(a, indices):
-        for i in indices:
-            runtime_src._g_prefetch(a, i)
+    def hint(a, bounds):
+        for lo in bounds:
+            for hi in bounds:
+                runtime_src._g_prefetch(a, lo, hi)
         return a.sum()
 
-    far = np.array([-(1 << 62), -1, 0, 3, 4, 1 << 40, (1 << 63) - 1], np.int64)
+    far = np.array([-(1 << 62), -1, 0, 3, 4, 100, 1 << 40, (1 << 63) - 1], np.int64)
     assert hint(np.arange(4.0), far) == 6.0
+    assert hint(np.arange(1000, dtype=np.float32), far) == 499500.0
     assert hint(np.zeros(0, np.float32), far) == 0.0
 
 

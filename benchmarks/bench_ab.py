@@ -1,0 +1,85 @@
+"""Two compiled modules of the row-wise ops side by side: a kernel change, measured.
+
+Compile ``examples/rowwise.grad`` before and after a change (``gradc compile ... -o
+before.py``, the same with the change ``-o after.py``), then::
+
+    python benchmarks/bench_ab.py before.py after.py --ops softmax_rows --shapes 4096x1024
+
+times each op's fused ``fwd_bwd`` into ``out=`` buffers from both modules, interleaved
+call by call, and prints the medians and their ratio (> 1: the second module is
+faster).  ``--serial`` runs the kernels on the calling thread and times its CPU time
+(``time.thread_time``), which other processes' turns on the cores do not inflate: on a
+shared machine the steadier figure for a change to a kernel's arithmetic or its
+memory access (the caches and memory are still shared).  The results of both modules
+are checked against float64 NumPy first (``rowwise_cases.reference``).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from rowwise_cases import make_inputs, reference
+
+
+def load(path: Path):
+    """The module at ``path``, imported under its file's stem (Numba's cache beside it
+    is keyed by that name)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("before", type=Path)
+    ap.add_argument("after", type=Path)
+    ap.add_argument("--ops", nargs="+", default=["softmax_rows", "log_softmax_rows",
+                                                 "layer_norm", "rms_norm", "xent_rows"])
+    ap.add_argument("--shapes", nargs="+", default=["4096x1024", "65536x64", "16x262144"],
+                    metavar="RxC")
+    ap.add_argument("--repeat", type=int, default=21)
+    ap.add_argument("--serial", action="store_true",
+                    help="one thread, timed by its CPU time (run under `taskset -c N`)")
+    args = ap.parse_args(argv)
+    if args.before.stem == args.after.stem:
+        ap.error("the two modules need different file names (Numba caches by module name)")
+    mods = [load(args.before), load(args.after)]
+    clock = time.thread_time if args.serial else time.perf_counter
+    if args.serial:                       # every loop on the calling thread
+        for m in mods:
+            m._G_PARALLEL_MIN = 1 << 62
+    print(f"{args.before.name} vs {args.after.name}: median ms of {args.repeat} interleaved "
+          f"calls of fwd_bwd(out=), {'serial, thread CPU time' if args.serial else 'wall'}")
+    for op in args.ops:
+        for text in args.shapes:
+            shape = tuple(int(v) for v in text.lower().split("x"))
+            params, ups = make_inputs(op, shape)
+            want = reference(op, params, ups)
+            calls = []
+            for m in mods:
+                fn = getattr(m, op).fwd_bwd
+                out = fn(*params, *ups)
+                for got, ref in zip(out, want):
+                    np.testing.assert_allclose(got, ref, rtol=1e-3, atol=1e-3)
+                calls.append(lambda fn=fn, out=out: fn(*params, *ups, out=out))
+            times: list[list[float]] = [[], []]
+            for _ in range(args.repeat):
+                for k, call in enumerate(calls):
+                    t0 = clock()
+                    call()
+                    times[k].append(clock() - t0)
+            a, b = (float(np.median(t)) * 1e3 for t in times)
+            print(f"{op:17s} {text:10s} {a:8.2f} {b:8.2f}  after/before speed {a / b:5.3f}",
+                  flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
