@@ -23,7 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from rowwise_cases import make_inputs, reference
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rowwise_cases import make_inputs, reference  # noqa: E402
 
 
 def load(path: Path):

@@ -142,3 +142,25 @@ def test_the_generated_module_gives_the_values_written_in_the_example():
                 np.testing.assert_allclose(got[k], value, rtol=1e-9, atol=1e-12,
                                            err_msg=f"{name}[{k}]")
 
+
+
+def test_bench_ab_runs_two_modules_side_by_side(tmp_path, capsys):
+    import gradc
+    spec = importlib.util.spec_from_file_location("bench_ab", ROOT / "benchmarks" / "bench_ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    text = gradc.compile_source((ROOT / "examples" / "rowwise.grad").read_text(),
+                                file="rowwise.grad")
+    for name in ("rowwise_before", "rowwise_after"):
+        (tmp_path / f"{name}.py").write_text(text)
+    # rows of 2048: the row plan, whose serial kernel prefetches the next row
+    assert ab.main([str(tmp_path / "rowwise_before.py"), str(tmp_path / "rowwise_after.py"),
+                    "--ops", "softmax_rows", "--shapes", "2x2048", "--repeat", "2",
+                    "--serial"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "serial, thread CPU time" in lines[0]
+    (row,) = [line.split() for line in lines if line.startswith("softmax_rows ")]
+    assert row[1] == "2x2048" and row[-3:-1] == ["after/before", "speed"], row
+    assert float(row[-1]) > 0
+    with pytest.raises(SystemExit):        # one name for both: Numba's caches would clash
+        ab.main([str(tmp_path / "rowwise_before.py")] * 2)
