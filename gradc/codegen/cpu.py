@@ -16,7 +16,9 @@ from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.passes.fuse import Kernel
 
-FAST_MATH = '{"nsz", "contract"}'
+# LLVM's fast-math flags of --fast-math, and the fastmath= text of an elementwise kernel.
+FAST_MATH_FLAGS = ("nsz", "contract")
+FAST_MATH = "{" + ", ".join(f'"{f}"' for f in FAST_MATH_FLAGS) + "}"
 
 
 class CpuPrinter(Printer):

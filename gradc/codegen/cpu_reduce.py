@@ -19,7 +19,7 @@ empty rows.
 """
 from __future__ import annotations
 
-from gradc.codegen.cpu import FAST_MATH, CpuPrinter
+from gradc.codegen.cpu import FAST_MATH_FLAGS, CpuPrinter
 from gradc.codegen.printer import IndentedBuffer
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
@@ -76,7 +76,11 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     # reassoc lets LLVM vectorise the accumulations (lanes of partial sums); it
     # does not reach the math library's functions, whose instructions keep their
     # own flags when inlined (their range reductions must not be reassociated).
-    fm = ", fastmath=" + ("{" + FAST_MATH[1:-1] + ', "reassoc"}' if fast_math else '{"reassoc"}')
+    # With --fast-math, nsz is left out: reassoc and nsz together let LLVM regroup
+    # subtractions, (x - m) - lse as x - (m + lse), which rounded log_softmax of float32
+    # logits near 1e4 to 5e-4 (1e-6 without).
+    flags = [f for f in FAST_MATH_FLAGS if f != "nsz"] if fast_math else []
+    fm = ", fastmath={" + ", ".join(f'"{f}"' for f in [*flags, "reassoc"]) + "}"
     row_reds = [n for n in kernel.nodes if lv[n] == ROW and is_reduction(graph, n) and n in sch.live]
     chunk_reds = [n for n in kernel.partials]
     for suffix, par in (("", "parallel=True, "), ("_serial", "")):

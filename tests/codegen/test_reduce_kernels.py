@@ -429,3 +429,17 @@ def test_norm_of_subnormal_rows(import_module_text, fast_math) -> None:
     np.testing.assert_allclose(m.rn(x), [np.sqrt(2) * 1e-40, 5, 0], rtol=1e-5, atol=0)
     x64 = np.array([[1e-310, 0, -1e-310], [3, 4, 0]])
     np.testing.assert_allclose(m.rn64(x64), [np.sqrt(2) * 1e-310, 5], rtol=1e-12, atol=0)
+
+
+def test_fast_math_does_not_regroup_the_subtractions_of_log_softmax(import_module_text) -> None:
+    """--fast-math reduce kernels keep reassoc (vectorised sums) and FMA but not nsz:
+    the two together let LLVM compute (x - m) - lse as x - (m + lse), which rounded
+    float32 log_softmax of logits near 1e4 to 5e-4 instead of 1e-6."""
+    text = gradc.compile_source("op lsm(x: f32[b, n]) -> y { y = log_softmax(x, axis=1) }",
+                                file="lsm.grad", fast_math=True)
+    assert 'fastmath={"contract", "reassoc"}' in text and '"nsz", "reassoc"' not in text
+    m = import_module_text(text, "fast_math_log_softmax")
+    x = (np.random.default_rng(0).standard_normal((4096, 8)) * 3 + 1e4).astype(np.float32)
+    xd = x.astype(np.float64) - x.max(1, keepdims=True)
+    want = xd - np.log(np.exp(xd).sum(1, keepdims=True))
+    assert np.abs(m.lsm(x) - want).max() < 1e-5
