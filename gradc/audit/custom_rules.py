@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from gradc.audit.canonical import clip_bounds, proportion, reads_params
-from gradc.audit.gradcheck import (fitting_inputs, forward_if_fits, generic_shapes,
-                                   sample_inputs)
+from gradc.audit.gradcheck import (CustomRuleError, fitting_inputs, forward_if_fits,
+                                   generic_shapes, sample_inputs)
 from gradc.errors import GradcWarning, NotSupportedError, Span
 from gradc.ir.interpret import interpret
 from gradc.pipeline import CompiledOp, build_op
@@ -186,7 +186,11 @@ def audit_op(op, ops, consts, *, seed: int = 0) -> AuditResult:
         result.note = exc.message
         return result
     cg, tg = custom.methods["vjp"].graph, true.methods["vjp"].graph
-    samples = _samples(custom, true, np.random.default_rng(seed))
+    try:
+        samples = _samples(custom, true, np.random.default_rng(seed))
+    except CustomRuleError as exc:          # no shape to compare at
+        result.note = str(exc)
+        return result
     if not samples:
         result.note = "no input shapes tried fit the op, or no finite gradients at them"
         return result

@@ -98,6 +98,12 @@ class CheckResult:
 # per row), then 3-D.
 GENERIC_SHAPES = (((5,),), ((4, 5),), ((),), ((4, 5), (5,)), ((4, 5), (4,)), ((3, 4, 5),),
                   ((3, 4, 5), (5,)))
+# The same for ops that reduce or otherwise work along an axis (an ``axis`` attribute in
+# the op or its custom rule): matrices first, of unequal dims, so that a rule summing
+# along the wrong axis or dropping a kept dim cannot pass on a vector, where axis 0 is
+# axis -1 and a row's cotangent is a scalar.
+AXIS_SHAPES = (((4, 5),), ((4, 5), (5,)), ((4, 5), (4,)), ((5,),), ((),), ((3, 4, 5),),
+               ((3, 4, 5), (5,)))
 # Sizes tried for named dims where 2, 3, 4, ... in order of appearance do not fit.
 DIM_SIZES = (2, 4, 3, 6)
 
@@ -158,20 +164,43 @@ def fitting_inputs(cop: CompiledOp, rng: np.random.Generator,
     # named dims 2, 3, 4, ... in order of appearance, then other sizes (rope's d = 2 h)
     sizes = [{}, *(dict(zip(names, v)) for v in itertools.islice(
         itertools.product(DIM_SIZES, repeat=len(names)), 1, 64))]
-    for dims, generic, ints in itertools.product(sizes, GENERIC_SHAPES, ((-3, 4), (0, 2))):
+    failed = []                     # (rank, shapes, error): the forward ran, the rule did not
+    for dims, generic, ints in itertools.product(sizes, shapes_to_try(cop, custom),
+                                                 ((-3, 4), (0, 2))):
         xs = sample_inputs(cop, rng, generic=generic, ints=ints, dims=dims)
-        ys = forward_if_fits(cop, xs, ints, custom)
+        ys = forward_if_fits(cop, xs, ints, custom, failed)
         if ys is not None:
+            rank = max((np.ndim(x) for x in xs), default=0)
+            worse = [f for f in failed if f[0] > rank]
+            if worse:
+                raise CustomRuleError(f"the custom rule fails at {worse[0][1]}, where the "
+                                      f"forward pass runs: {worse[0][2]}")
             return xs, ys, {"generic": generic, "ints": ints, "dims": dims}
     return None
 
 
+class CustomRuleError(ValueError):
+    """A custom rule that fails at inputs of a higher rank than the ones it runs at,
+    where the forward pass runs at both (:func:`fitting_inputs`)."""
+
+
+def shapes_to_try(cop: CompiledOp, custom: CompiledOp | None = None) -> tuple:
+    """``AXIS_SHAPES`` for an op with an ``axis`` (in its forward pass or in the custom
+    rules of ``custom``), else ``GENERIC_SHAPES``."""
+    graphs = [cop.methods["forward"].graph]
+    if custom is not None and custom.primal.regions:
+        graphs.append(custom.methods["vjp"].graph)
+    along = any(node.attr("axis") is not None for g in graphs for node in g)
+    return AXIS_SHAPES if along else GENERIC_SHAPES
+
+
 def forward_if_fits(cop: CompiledOp, xs: list, ints: tuple[int, int],
-                    custom: CompiledOp | None = None) -> list | None:
+                    custom: CompiledOp | None = None, failed: list | None = None) -> list | None:
     """The outputs of the forward pass at ``xs``, or None where the inputs do not fit
     the op (a ValueError or IndexError): its forward pass, at ``xs`` and with every
     integer parameter at each end of ``range(*ints)``, and the VJP of ``custom`` (the
-    op with its custom rules) where it has some."""
+    op with its custom rules) where it has some.  ``failed`` gets ``(rank, shapes,
+    error)`` where the forward pass ran and the custom VJP did not."""
     fwd = cop.methods["forward"].graph
     try:
         with np.errstate(all="ignore"):
@@ -179,10 +208,18 @@ def forward_if_fits(cop: CompiledOp, xs: list, ints: tuple[int, int],
             for end in (ints[0], ints[1] - 1):
                 interpret(fwd, [np.full_like(x, end) if p.dtype in ("i32", "i64") else x
                                 for p, x in zip(cop.params, xs)])
-            if custom is not None and custom.primal.regions:
-                interpret(custom.methods["vjp"].graph, xs + [np.ones(np.shape(y)) for y in ys])
     except (ValueError, IndexError):      # shapes that do not fit the op
         return None
+    if custom is not None and custom.primal.regions:
+        try:
+            with np.errstate(all="ignore"):
+                interpret(custom.methods["vjp"].graph, xs + [np.ones(np.shape(y)) for y in ys])
+        except (ValueError, IndexError) as exc:
+            if failed is not None:
+                shapes = ", ".join(f"{p.name} {np.shape(x)}" for p, x in zip(cop.params, xs)
+                                   if not p.has_default)
+                failed.append((max((np.ndim(x) for x in xs), default=0), shapes, exc))
+            return None
     return ys
 
 
@@ -226,9 +263,12 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
     cop = build_op(op, ops, consts)
     true = build_op(op, ops, consts, custom=False)
     custom = bool(cop.primal.regions)
-    fit = fitting_inputs(true, rng, cop)
+    try:
+        fit = fitting_inputs(true, rng, cop)
+    except CustomRuleError as exc:
+        return CheckResult(op.name, False, float("nan"), custom, note=str(exc))
     if fit is None:
-        tried = ", ".join(" then ".join(map(str, g)) for g in GENERIC_SHAPES)
+        tried = ", ".join(" then ".join(map(str, g)) for g in shapes_to_try(true, cop))
         return CheckResult(op.name, False, float("nan"), custom,
                            note=f"no input shapes tried fit the op (parameters without a "
                                 f"declared shape were tried as {tried}): declare their shapes")

@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from gradc.codegen.quote import comment, docstring
-from gradc.audit.gradcheck import custom_difference, fitting_inputs, sample_inputs
+from gradc.audit.gradcheck import (CustomRuleError, custom_difference, fitting_inputs,
+                                   sample_inputs)
 from gradc.ir.interpret import interpret
 from gradc.pipeline import CompiledOp, build_op
 
@@ -71,7 +72,10 @@ class OpPlan:
 def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
     """The plan of one op, or why it gets no tests."""
     rng = np.random.default_rng(zlib.crc32(cop.op.name.encode()))
-    fitted = fitting_inputs(true, rng, cop)          # shapes as gradc check chooses them
+    try:
+        fitted = fitting_inputs(true, rng, cop)      # shapes as gradc check chooses them
+    except CustomRuleError as exc:
+        return str(exc)
     if fitted is None:
         return "no input shapes tried fit it (declare the shapes of its parameters)"
     xs, ys, sampling = fitted
@@ -343,6 +347,8 @@ def write_tests(spec: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, 
                  "'grad(...) -> ... surrogate {' and generate the file again; gradc check "
                  "reports the same (docs/audit.md)"]),
                 stacklevel=2)
+    for name, why in skipped.items():
+        warnings.warn(GradcWarning(f"op '{name}' gets no tests: {why}"), stacklevel=2)
     try:
         rel = Path(os.path.relpath(spec.resolve(), out.resolve().parent)).as_posix()
     except ValueError:                    # another drive (Windows): no relative path

@@ -343,3 +343,46 @@ def test_integer_parameters_with_a_default_stay_at_it():
     a = audit("op f(x, k: i32 = 2) -> y {\n    y = x * k\n} grad(dy) -> dx {\n"
               "    dx = dy * k\n}\n")
     assert a.kind == "exact" and a.values == {} and a.points == 22
+
+
+# Row-wise rules written for parameters without declared shapes: at a vector, axis 0 is
+# axis -1 and a row's cotangent is a scalar, so these two classic mistakes pass there.
+ROW_MISTAKES = """op wrong_axis(x) -> y {
+    y = softmax(x, axis=-1)
+} grad(dy) -> dx {
+    dx = y * (dy - sum(y * dy, axis=0, keepdims=true))
+}
+op dropped_dim(x) -> y {
+    y = logsumexp(x, axis=-1)
+} grad(dy) -> dx {
+    dx = dy * softmax(x, axis=-1)
+}
+op right(x) -> y {
+    y = softmax(x, axis=-1)
+} grad(dy) -> dx {
+    dx = y * (dy - sum(y * dy, axis=-1, keepdims=true))
+}
+"""
+
+
+def test_row_rules_are_checked_at_a_matrix_of_unequal_dims(tmp_path, capsys):
+    audits = {a.op: a for a in audit_program(check_source(ROW_MISTAKES, "rows.grad"))}
+    assert audits["wrong_axis"].kind != "exact" and audits["wrong_axis"].warning is not None
+    assert audits["right"].kind == "exact" and audits["right"].shapes[0] == "(4, 5)"
+    f = tmp_path / "rows.grad"
+    f.write_text(ROW_MISTAKES)
+    assert main(["check", str(f)]) == 1
+    out = capsys.readouterr().out
+    assert re.search(r"^FAIL wrong_axis: its custom gradient is not the derivative", out, re.M)
+    assert re.search(r"^FAIL dropped_dim: .*\[the custom rule fails at x \(4, 5\), where the "
+                     r"forward pass runs: operands could not be broadcast", out, re.M), out
+    assert re.search(r"^ok   right:", out, re.M)
+
+
+def test_elementwise_ops_are_still_sampled_at_a_vector():
+    from gradc.audit.gradcheck import AXIS_SHAPES, GENERIC_SHAPES, shapes_to_try
+    from gradc.pipeline import build_op
+    program = check_source("op t(x) -> y { y = tanh(x) * 2 }\n"
+                           "op s(x) -> y { y = x - mean(x, axis=-1, keepdims=true) }", "t.grad")
+    t, s = (build_op(program.ops[n], program.ops, program.consts) for n in "ts")
+    assert shapes_to_try(t) == GENERIC_SHAPES and shapes_to_try(s) == AXIS_SHAPES

@@ -282,3 +282,16 @@ def test_the_generator_draws_what_the_file_draws(tmp_path, name, op) -> None:
     assert [x.shape for x in ours] == [x.shape for x in theirs]
     for a, b in zip(ours, theirs):
         np.testing.assert_array_equal(a, np.asarray(b, np.float64))
+
+
+def test_an_op_without_tests_is_named_in_a_warning(tmp_path) -> None:
+    """A custom rule that fails at a matrix where its forward pass runs gets no tests
+    (a vector would hide its dropped dim): gradc testgen says so, not only a comment."""
+    spec = tmp_path / "rows.grad"
+    spec.write_text("op lse(x) -> y {\n    y = logsumexp(x, axis=-1)\n} grad(dy) -> dx {\n"
+                    "    dx = dy * softmax(x, axis=-1)\n}\n"
+                    "op ok(x) -> y { y = tanh(x) }\n")
+    with pytest.warns(gradc.GradcWarning, match=r"op 'lse' gets no tests: the custom rule "
+                      r"fails at x \(4, 5\), where the forward pass runs"):
+        out, n = write_tests(spec, tmp_path / "test_rows.py")
+    assert "#   lse: the custom rule fails at x (4, 5)" in out.read_text() and n > 0
