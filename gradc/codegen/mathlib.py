@@ -33,6 +33,7 @@ import inspect
 import re
 
 from gradc.codegen import mathlib_f32, mathlib_f64, mathlib_trig
+from gradc.codegen.runtime import source_of
 
 # name -> (libm expression in x (and y: the first and second arguments), float32
 # implementation, float64 implementation).
@@ -107,7 +108,7 @@ def implementation_source(impls) -> str:
     order = [n for n in _IMPLS if n in needed]
     parts = [_NOTICE] + [_intrinsic(n) for n in INTRINSICS if n in needed]
     parts += [_table(n) for n in _TABLES if n in needed]
-    parts += [inspect.getsource(_IMPLS[n]).rstrip("\n") for n in order]
+    parts += [source_of(_IMPLS[n]) for n in order]
     parts += [_INLINE, "\n".join(f"{n} = _g_inline({n})" for n in order)]
     return "\n\n\n".join(parts)
 

@@ -14,6 +14,7 @@ import math
 import textwrap
 from typing import Callable, Mapping
 
+from gradc.codegen.runtime import source_of
 from gradc.errors import CodegenError
 from gradc.ir.graph import FLOAT, Graph, Node
 from gradc.ir.primitives import PRIMITIVES
@@ -125,7 +126,7 @@ def inline_body(fn: Callable, args: Mapping[str, str], out: str) -> list[str]:
     inlined in turn, and its final ``return`` assigning ``out``.  So one function is
     both the NumPy code (the reference) and the text of CPU and CUDA kernels, which
     cannot call a device function (numba-cuda needs a GPU to compile one)."""
-    src = textwrap.dedent(inspect.getsource(fn))
+    src = textwrap.dedent(source_of(fn))
     tree = ast.parse(src).body[0]
     body = tree.body[1:] if ast.get_docstring(tree) is not None else tree.body
     names = [a.arg for a in tree.args.args]

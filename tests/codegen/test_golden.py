@@ -165,3 +165,23 @@ def test_kernels_say_where_they_came_from(text: str) -> None:
     for m in re.finditer(r"\n((?:#[^\n]*\n)+)@numba\.njit[^\n]*\ndef (\w+)\(", text):
         comments, name = m.group(1), m.group(2)
         assert "from scaled_tanh.grad:" in comments, name
+
+
+def test_the_run_time_copied_is_its_source_as_it_stands() -> None:
+    """gradc.codegen.runtime reads each run-time object's source once per process
+    (the time of compiling a small op): the text copied is still inspect's, every
+    object is found again in source order, and a caller may change the list it gets."""
+    import inspect
+
+    from gradc.codegen import runtime, runtime_cuda_src, runtime_src
+    for module, prefixes in ((runtime_src, ("_g_", "_Gradc")), (runtime_cuda_src, ("_gck_",))):
+        objects = runtime.runtime_objects(module, prefixes)
+        assert objects and objects == runtime.runtime_objects(module, prefixes)
+        lines = [inspect.getsourcelines(inspect.unwrap(o) if hasattr(o, "__wrapped__")
+                                        else o)[1] for o in objects]
+        assert lines == sorted(lines)
+        objects.append(None)                     # the caller's list, not the cached one
+        assert None not in runtime.runtime_objects(module, prefixes)
+        for obj in objects[:-1]:
+            assert runtime.source_of(obj) == inspect.getsource(obj).rstrip("\n")
+            assert runtime.source_of(obj) is runtime.source_of(obj)      # read once

@@ -12,7 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 import gradc
-from gradc.codegen.cuda_ptx import MAX_PTX_ISA, kernel_args, kernel_ptx, module_ptx, ptx_isa, ptx_target
+from gradc.codegen.cuda_ptx import (MAX_PTX_ISA, kernel_args, module_ptx, ptx_isa, ptx_target,
+                                    runtime_signatures)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SPECS = ["seed", "activations"]
@@ -29,11 +30,33 @@ def module(request, cuda_toolchain, import_module_text):
 CCS = [(8, 0), (9, 0)]
 
 
+# The run time's kernels (_gck_gather, _gck_rows, _gck_matmul, the primitives') are
+# copied from gradc into every module with its CUDA run time: their PTX is compiled
+# once per text of that section (which both examples' modules share), not per module.
+_RUN_TIME_PTX: dict[str, dict] = {}
+
+
+def _run_time_text(module) -> str:
+    """The module's CUDA run time, where every kernel of the run time is defined."""
+    text = Path(module.__file__).read_text(encoding="utf-8")
+    start, end = text.index("# --- CUDA run time"), text.index("# --- CUDA kernels ---")
+    first, last = text.count("\n", 0, start) + 1, text.count("\n", 0, end) + 1
+    from numba import types
+    for name in sorted({name for name, _ in runtime_signatures(types, types.float32)}):
+        line = getattr(module, name).py_func.__code__.co_firstlineno
+        assert first < line < last, f"{name} is defined outside the CUDA run time"
+    return text[start:end]
+
+
 @pytest.fixture(scope="module")
 def ptx_by_cc(module):
     """Every kernel's PTX for sm_80 and sm_90 in float32 and float64 (shared by the
     tests; each kernel typed and lowered once, NVVM run per capability)."""
-    return module_ptx(module, CCS)
+    own = module_ptx(module, CCS, runtime=False)
+    key = _run_time_text(module)
+    if key not in _RUN_TIME_PTX:
+        _RUN_TIME_PTX[key] = module_ptx(module, CCS, prefix="\0")   # the run time's only
+    return {cc: {**own[cc], **_RUN_TIME_PTX[key][cc]} for cc in CCS}
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +81,11 @@ def test_every_kernel_compiles_to_ptx(module, ptx_by_cc, cc) -> None:
         assert re.search(r"^\.(visible )?\.?entry ", text, re.M), name
 
 
-def test_one_front_end_for_every_capability_gives_compile_ptx_s_text(module) -> None:
+def test_one_front_end_for_every_capability_gives_compile_ptx_s_text(module,
+                                                                    ptx_by_cc) -> None:
     """kernel_ptx types and lowers a kernel once for several capabilities: each text
-    is compile_ptx's for that capability but for the mangled names (their ABI tags
-    hash the compile options)."""
+    (module_ptx's, by kernel_ptx) is compile_ptx's for that capability but for the
+    mangled names (their ABI tags hash the compile options)."""
     from numba import cuda
 
     name, (kernel, dts) = sorted(module.CUDA_KERNELS.items())[0]
@@ -70,7 +94,8 @@ def test_one_front_end_for_every_capability_gives_compile_ptx_s_text(module) -> 
     def plain(text: str) -> str:
         return re.sub(r"_cudapy_smem_\d+", "S", re.sub(r"_ZN\w+", "N", text))
 
-    for cc, text in zip(CCS, kernel_ptx(kernel.py_func, args, CCS)):
+    for cc in CCS:
+        text = ptx_by_cc[cc][f"{name}[float32]"]
         assert plain(text) == plain(cuda.compile_ptx(kernel.py_func, args, cc=cc)[0]), cc
 
 
