@@ -652,13 +652,9 @@ def _g_rmin(typingctx, a, b):
     return a(a, b), codegen
 
 
-@numba.extending.intrinsic
-def _g_prefetch(typingctx, a, start, stop):
-    """Ask the CPU to bring the elements ``a[start:stop]`` of a 1-d array into its L2
-    cache: one ``llvm.prefetch`` (read, locality 2: ``prefetcht1`` on x86, which leaves
-    the L1 to the row being computed) per 64-byte line, the step a constant of the
-    dtype.  A hint: it never faults, and the range is clipped to the array.  Reduce
-    kernels prefetch the next row while they compute on this one (``cpu_reduce``)."""
+def _g_prefetch_codegen(write):
+    """The code generator of :func:`_g_prefetch` (``write`` 0) and
+    :func:`_g_prefetch_w` (1)."""
     from llvmlite import ir
     from numba.core import cgutils
 
@@ -676,9 +672,26 @@ def _g_prefetch(typingctx, a, start, stop):
             "llvm.prefetch.p0")
         with cgutils.for_range_slice(builder, lo, hi, ir.Constant(n.type, line)) as (i, _):
             ptr = builder.bitcast(builder.gep(ary.data, [i]), i8p)
-            builder.call(fn, [ptr, i32(0), i32(2), i32(1)])
+            builder.call(fn, [ptr, i32(write), i32(2), i32(1)])
         return context.get_dummy_value()
-    return numba.types.void(a, numba.types.intp, numba.types.intp), codegen
+    return codegen
+
+
+@numba.extending.intrinsic
+def _g_prefetch(typingctx, a, start, stop):
+    """Ask the CPU to bring the elements ``a[start:stop]`` of a 1-d array into its L2
+    cache: one ``llvm.prefetch`` (read, locality 2: ``prefetcht1`` on x86, which leaves
+    the L1 to the row being computed) per 64-byte line, the step a constant of the
+    dtype.  A hint: it never faults, and the range is clipped to the array.  Reduce
+    kernels prefetch the next row while they compute on this one (``cpu_reduce``)."""
+    return numba.types.void(a, numba.types.intp, numba.types.intp), _g_prefetch_codegen(0)
+
+
+@numba.extending.intrinsic
+def _g_prefetch_w(typingctx, a, start, stop):
+    """:func:`_g_prefetch` for elements about to be written (``prefetchw`` on x86): the
+    lines arrive owned, so the stores to them wait for no read for ownership."""
+    return numba.types.void(a, numba.types.intp, numba.types.intp), _g_prefetch_codegen(1)
 
 
 def _g_row_shape(arrays, forms, rank, least=None):

@@ -131,9 +131,9 @@ def _imports(text: str, where=ast.walk) -> list[str]:
 def test_module_never_imports_gradc(text: str) -> None:
     """numpy, numba and the standard library only: the module ships without gradc.
     Only the Dask helpers import more (dask.array, operator), inside themselves,
-    when called with a Dask array (docs/dask.md); the intrinsics import Numba's own
-    code-generation layer (numba.core, llvmlite) inside themselves, when Numba types
-    a kernel that calls them."""
+    when called with a Dask array (docs/dask.md); the intrinsics' code generators
+    import Numba's own code-generation layer (numba.core, llvmlite) inside themselves,
+    when Numba types a kernel that calls them."""
     imports = _imports(text, where=ast.iter_child_nodes)      # at import time
     assert imports, "no imports found"
     assert all(n.split(".")[0] in ("numpy", "numba", "ctypes", "inspect", "math", "os", "site",
@@ -146,8 +146,7 @@ def test_module_never_imports_gradc(text: str) -> None:
         if inside & dask:
             assert fn.name.startswith("_gd_"), fn.name
         if inside & codegen:
-            assert fn.name.startswith("_g_") and any(
-                ast.unparse(d).endswith("intrinsic") for d in fn.decorator_list), fn.name
+            assert fn.name.startswith("_g_") and "codegen" in fn.name, fn.name
     lines = [line for line in text.splitlines() if re.match(r"\s*(import|from)\s", line)]
     assert all("gradc" not in line for line in lines), lines
 

@@ -290,22 +290,25 @@ def kernel_text(text: str, name: str) -> str:
 def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() -> None:
     text = gradc.compile_source(PREFETCH_SOURCE, file="prefetch.grad")
     # softmax's fwd_bwd: max (reads x), exp and sum (x again: in cache), y and its dot
-    # with dy (reads dy), dx: the exp pass prefetches the next row of x and dy
+    # with dy (reads dy), dx: the exp pass prefetches the next row of x and dy, and of
+    # the outputs y and dx for writing
     body = kernel_text(text, "_gk_softmax_fwd_bwd_0")
     assert body.count("for _c in range(") == 4
     lines = [line.strip() for line in body.splitlines()]
-    hints = [i for i, line in enumerate(lines) if line.startswith("_g_prefetch(")]
+    hints = [i for i, line in enumerate(lines) if line.startswith("_g_prefetch")]
     assert [lines[i] for i in hints] == ["_g_prefetch(_i0, _lo + _N + _b, _lo + _N + _e)",
-                                         "_g_prefetch(_i1, _lo + _N + _b, _lo + _N + _e)"]
+                                         "_g_prefetch(_i1, _lo + _N + _b, _lo + _N + _e)",
+                                         "_g_prefetch_w(_o0, _lo + _N + _b, _lo + _N + _e)",
+                                         "_g_prefetch_w(_o1, _lo + _N + _b, _lo + _N + _e)"]
     max_done = next(i for i, line in enumerate(lines) if line.startswith("u0 = "))
     sum_done = next(i for i, line in enumerate(lines) if line.startswith("u3 = "))
-    assert max_done < hints[0] < hints[1] < sum_done
+    assert max_done < hints[0] < hints[-1] < sum_done
     assert "_pf = 512 <= _N" in body
     # one pass that streams the row, one that computes y: nothing to overlap
     assert "_g_prefetch" not in kernel_text(text, "_gk_scale_forward_0")
 
 
-def test_prefetch_hints_never_fault() -> None:
+def test_prefetch_hints_never_fault_nor_write() -> None:
     from gradc.codegen import runtime_src
 
     @numba.njit
@@ -313,6 +316,7 @@ def test_prefetch_hints_never_fault() -> None:
         for lo in bounds:
             for hi in bounds:
                 runtime_src._g_prefetch(a, lo, hi)
+                runtime_src._g_prefetch_w(a, lo, hi)
         return a.sum()
 
     far = np.array([-(1 << 62), -1, 0, 3, 4, 100, 1 << 40, (1 << 63) - 1], np.int64)
