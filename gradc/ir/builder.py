@@ -19,6 +19,16 @@ _INT_RANK = {"bool": 0, "i32": 1, "i64": 2}
 _ORDINAL = ("first", "second", "third")
 
 
+def misfit(op: str, shapes: Sequence[Shape], why: str, span: Span | None) -> ShapeError:
+    """The error of operands of ``shapes`` that do not fit ``op`` (as spelled in the
+    source) for the reason ``why``, kept as the error's ``why`` (a builtin whose steps
+    fail names itself with it: :class:`gradc.ir.expr.ExprLowerer`)."""
+    desc = " and ".join(str(s) for s in shapes)
+    err = ShapeError(f"shapes {desc} do not fit '{op}': {why}", span)
+    err.why = why
+    return err
+
+
 class Builder:
     """Adds nodes to ``graph``; ``span`` overrides the span of every node made."""
 
@@ -114,7 +124,6 @@ class Builder:
                 kw = {k: attrs.get(k) for k in prim.attr_names}
                 return Shape(prim.np_shape(*(s.static for s in shapes), **kw))
         except BroadcastError as exc:
-            desc = " and ".join(str(s) for s in shapes)
             spelled = {v: k for k, v in BINARY_OPS.items()}.get(op, op)
-            raise ShapeError(f"shapes {desc} do not fit '{spelled}': {exc}", span) from None
+            raise misfit(spelled, shapes, str(exc), span) from None
         raise AssertionError(f"no shape rule for {op} ({prim.kind})")

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Sequence
 from gradc.errors import NameResolutionError, ShapeError, Span
 from gradc.frontend import ast
 from gradc.frontend.builtins import CONSTANTS
-from gradc.ir.builder import Builder
+from gradc.ir.builder import Builder, misfit
 from gradc.ir.graph import FLOAT, Graph, Node
 from gradc.ir.indexing import SPECIAL_CALLS, lower_index, lower_special
 from gradc.ir.primitives import ALIASES, BINARY_OPS, COMPARE_OPS, DECOMPOSED, PRIMITIVES
@@ -203,7 +203,13 @@ class ExprLowerer:
             if PRIMITIVES[name].draws:
                 scope.update(seed=self.b.source("seed"), offset=self.b.source("draw_offset"),
                              stream=Attr(next_stream(self.graph)))
-            return lower_decomposition(self.graph, name, scope, self.b.span or e.span)
+            try:
+                return lower_decomposition(self.graph, name, scope, self.b.span or e.span)
+            except ShapeError as exc:          # a step of the builtin: name the builtin
+                if not hasattr(exc, "why"):
+                    raise
+                shapes = [self.graph.node(a).shape for a in args]
+                raise misfit(e.func, shapes, exc.why, exc.span) from None
         return self.b.apply(name, args, kw or None, span=e.span)
 
     def _attr(self, key: str, v: ast.Expr, scope: Scope) -> Any:

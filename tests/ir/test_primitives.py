@@ -676,6 +676,18 @@ def test_decomposition_parses_and_names_only_its_scope(prim) -> None:
         known.add(s.target)
 
 
+@pytest.mark.parametrize("call", ["softmax(x, axis=2)", "log_softmax(x, axis=-3)"])
+def test_a_builtin_whose_steps_do_not_fit_names_itself(call) -> None:
+    """A decomposed builtin's error names the builtin written, not the primitive of the
+    step that failed (softmax's max)."""
+    name = call.split("(")[0]
+    with pytest.raises(gradc.GradcError) as err:
+        gradc.compile_source(f"op f(x: [n, m]) -> y {{\n    y = {call}\n}}\n", file="f.grad")
+    text = str(err.value)
+    assert f"f.grad:2:9: error[E301]: shapes (n, m) do not fit '{name}': " in text, text
+    assert "out of bounds for array of dimension 2" in text and "'max'" not in text, text
+
+
 def test_composite_rules_have_composites() -> None:
     from gradc.autodiff.rules import COMPOSITES
     for p in PRIMITIVES.values():
