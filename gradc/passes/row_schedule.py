@@ -242,3 +242,14 @@ def shift_line(kind: str, i: int, inf: str) -> str:
     if kind == "logsumexp":
         return f"_h{i} = _T(_m{i}) if (_m{i} - _m{i}) == 0.0 else _T(0.0)"
     return f"_h{i} = (_T(max(_m{i}, _tn)) if (_m{i} > 0.0 and _m{i} < {inf}) else _T(1.0))"
+
+
+def accumulate_line(acc: str, v: str, kind: str, select: str) -> str:
+    """The line updating accumulator ``acc`` of a reduction of ``kind`` with the value
+    ``v``; a max or min is the backend's ``select`` (a format of ``acc``, ``v`` and
+    ``cmp``, ``>`` or ``<``), which keeps a NaN."""
+    if kind in ("sum", "mean"):
+        return f"{acc} += {v}"
+    if kind == "prod":
+        return f"{acc} *= {v}"
+    return select.format(acc=acc, v=v, cmp=">" if kind == "max" else "<")
