@@ -21,14 +21,13 @@ empty rows.
 from __future__ import annotations
 
 from gradc.codegen.cpu import FAST_MATH_FLAGS, CpuPrinter
-from gradc.codegen.printer import IndentedBuffer
+from gradc.codegen.printer import IndentedBuffer, LoopPrinter
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.passes.fuse_reduce import ELEMENT, ROW, ReduceKernel
-from gradc.passes.loop_ir import (CPU, Acc, Compute, Finish, Load, LoadBack, ReduceLoops,
+from gradc.passes.loop_ir import (CPU, Acc, Finish, Load, LoadBack, PartialWrite, ReduceLoops,
                                   Shift, Start, Store, Update, lower)
-from gradc.passes.row_schedule import (PER_ELEMENT, PER_ROW, SCALAR, KernelNames,
-                                       accumulate_line, shift_line)
+from gradc.passes.row_schedule import (PER_ELEMENT, PER_ROW, SCALAR, accumulate_line, shift_line)
 
 _INIT = {"sum": "0.0", "mean": "0.0", "prod": "1.0", "max": "-np.inf", "min": "np.inf",
          "logsumexp": "-np.inf", "norm": "-np.inf", "sum_to": "0.0"}
@@ -60,17 +59,11 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     return buf.getvalue().rstrip("\n") + "\n"
 
 
-class _CpuLoops:
+class _CpuLoops(LoopPrinter):
     """Prints a :class:`~gradc.passes.loop_ir.ReduceLoops` as one Numba kernel."""
 
     def __init__(self, graph: Graph, kernel: ReduceKernel, loops: ReduceLoops) -> None:
-        self.graph, self.loops = graph, loops
-        self.names: dict[int, str] = {}
-        self.kn = KernelNames(graph, kernel, CpuPrinter(graph, self.names))
-        self.pos = self.kn.pos
-        self.outs = {n: f"_o{j}" for j, n in enumerate(loops.outputs)}
-        self.parts = {n: f"_p{j}" for j, n in enumerate(loops.partials)}
-        self.index = "_j"           # the flat index of the element computed
+        super().__init__(graph, kernel, loops, CpuPrinter)
         self.sliced: list[str] | None = None    # a pass in blocks: the arrays it slices
 
     def kernel(self, buf: IndentedBuffer, name: str, par: str, fm: str) -> None:
@@ -109,8 +102,7 @@ class _CpuLoops:
             buf.dedent()
         else:
             self.rows(buf)
-        for w in loops.chunk_end:
-            buf.line(f"{parts[w.node]}[_ch] = _q{pos[w.node]}")
+        self.statements(buf, loops.chunk_end)
         buf.dedent()
         buf.dedent()
 
@@ -197,45 +189,45 @@ class _CpuLoops:
         name = f"_{a.role}{self.pos[a.node]}"
         return self.at(name) if a.column else name
 
-    def statements(self, buf: IndentedBuffer, stmts: list) -> None:
-        for s in stmts:
-            for line in self.statement(s):
-                buf.line(line)
+    def print_load(self, s: Load) -> list[str]:
+        if self.loops.flat:
+            return [f"a{s.slot} = _i{s.slot}[_j]"]
+        if s.access == PER_ELEMENT:
+            return [f"a{s.slot} = {self.at(f'_i{s.slot}r')}"]
+        return [f"c{s.slot} = {self.at(f'_i{s.slot}')}"]
 
-    def statement(self, s) -> list[str]:
-        """The lines of IR statement ``s``."""
-        pos, names, flat = self.pos, self.names, self.loops.flat
-        if isinstance(s, Compute):
-            row = self.kn.level[s.node] == ROW
-            return self.kn.value(s.node, "_r" if row else self.index)
-        if isinstance(s, Load):
-            return [f"a{s.slot} = _i{s.slot}[_j]" if flat else
-                    f"a{s.slot} = {self.at(f'_i{s.slot}r')}" if s.access == PER_ELEMENT else
-                    f"c{s.slot} = {self.at(f'_i{s.slot}')}"]
-        if isinstance(s, LoadBack):
-            names[s.node] = f"v{pos[s.node]}"
-            return [f"v{pos[s.node]} = {self.at(self.row_of(s.buffer))}"]
-        if isinstance(s, Store):
-            if flat:
-                return [f"{self.outs[s.node]}[_j] = {names[s.node]}"]
-            if self.kn.level[s.node] == ROW:
-                return [f"{self.outs[s.node]}[_r] = {names[s.node]}"]
-            return [f"{self.at(self.row_of(s.buffer))} = {names[s.node]}"]
-        if isinstance(s, Update):
-            return [_update(s, self.acc(s.acc), pos[s.node], self.kn.reduced(s.node))]
-        if isinstance(s, Start):
-            i, acc = pos[s.node], self.acc(s.acc)
-            if s.nan_flag:
-                return [f"{acc} = _T({_INIT[s.kind]}); _n{i} = False"]
-            return [f"{acc} = {_INIT[s.kind]}"]
-        if isinstance(s, Shift):
-            i = pos[s.node]
-            return [f"_m{i} = _T(np.nan) if _n{i} else _m{i}", shift_line(s.kind, i, "np.inf"),
-                    f"_s{i} = 0.0"]
-        if isinstance(s, Finish):
-            names[s.node] = f"u{pos[s.node]}"
-            return [_finish(s, pos[s.node])]
-        raise TypeError(f"no CPU reduce kernel statement {s!r}")
+    def print_loadback(self, s: LoadBack) -> list[str]:
+        self.names[s.node] = f"v{self.pos[s.node]}"
+        return [f"v{self.pos[s.node]} = {self.at(self.row_of(s.buffer))}"]
+
+    def print_store(self, s: Store) -> list[str]:
+        v = self.names[s.node]
+        if self.loops.flat:
+            return [f"{self.outs[s.node]}[_j] = {v}"]
+        if self.kn.level[s.node] == ROW:
+            return [f"{self.outs[s.node]}[_r] = {v}"]
+        return [f"{self.at(self.row_of(s.buffer))} = {v}"]
+
+    def print_update(self, s: Update) -> list[str]:
+        return [_update(s, self.acc(s.acc), self.pos[s.node], self.kn.reduced(s.node))]
+
+    def print_start(self, s: Start) -> list[str]:
+        i, acc = self.pos[s.node], self.acc(s.acc)
+        if s.nan_flag:
+            return [f"{acc} = _T({_INIT[s.kind]}); _n{i} = False"]
+        return [f"{acc} = {_INIT[s.kind]}"]
+
+    def print_shift(self, s: Shift) -> list[str]:
+        i = self.pos[s.node]
+        return [f"_m{i} = _T(np.nan) if _n{i} else _m{i}", shift_line(s.kind, i, "np.inf"),
+                f"_s{i} = 0.0"]
+
+    def print_finish(self, s: Finish) -> list[str]:
+        self.names[s.node] = f"u{self.pos[s.node]}"
+        return [_finish(s, self.pos[s.node])]
+
+    def print_partialwrite(self, s: PartialWrite) -> list[str]:
+        return [f"{self.parts[s.node]}[_ch] = _q{self.pos[s.node]}"]
 
     def row_of(self, b) -> str:
         """The row of buffer ``b`` (a view of the output's row, or the scratch row)."""
