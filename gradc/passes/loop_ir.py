@@ -36,9 +36,8 @@ from gradc.ir.graph import Graph
 from gradc.passes.fuse import CHEAP
 from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, is_reduction,
                                       value_args)
-from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, Schedule, access,
-                                       input_slots, reads_element, reduction_kind, rows_ready,
-                                       schedule)
+from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, access, input_slots,
+                                       reads_element, reduction_kind, rows_ready, schedule)
 
 CPU, CUDA = "cpu", "cuda"
 
@@ -221,20 +220,19 @@ class ReduceLoops:
     tree_rows: int = 1
 
 
-def lower(graph: Graph, kernel: ReduceKernel, target: str,
-          sch: Schedule | None = None) -> ReduceLoops:
-    """The loops of ``kernel`` for ``target`` (``CPU`` or ``CUDA``) from its schedule
-    (``sch``, else :func:`~gradc.passes.row_schedule.schedule`'s, with scratch rows
-    on the CPU)."""
-    return _Lowering(graph, kernel, target, sch).run()
+def lower(graph: Graph, kernel: ReduceKernel, target: str) -> ReduceLoops:
+    """The loops of ``kernel`` for ``target`` (``CPU`` or ``CUDA``) from its
+    :func:`~gradc.passes.row_schedule.schedule` (with scratch rows on the CPU)."""
+    return _Lowering(graph, kernel, target).run()
 
 
 class _Lowering:
-    def __init__(self, graph: Graph, kernel: ReduceKernel, target: str,
-                 sch: Schedule | None) -> None:
+    """The decisions of :func:`lower`, one method each."""
+
+    def __init__(self, graph: Graph, kernel: ReduceKernel, target: str) -> None:
         self.graph, self.kernel, self.target = graph, kernel, target
         self.cpu = target == CPU
-        self.sch = sch if sch is not None else schedule(graph, kernel, scratch=self.cpu)
+        self.sch = schedule(graph, kernel, scratch=self.cpu)
         self.lv = dict(kernel.levels)
         self.kinds = dict(kernel.chunk_kind)
         self.slots = input_slots(graph, kernel)
