@@ -1,7 +1,9 @@
 """CUDA reduce kernels: one ``@cuda.jit`` kernel for a :class:`ReduceKernel`.
 
-The same schedule as the CPU's (:mod:`gradc.passes.row_schedule`), printed
-for a GPU: the blocks stride over the ``_R`` rows (block ``b`` takes rows
+The same schedule as the CPU's (:mod:`gradc.passes.row_schedule`), lowered
+for a GPU (:func:`gradc.passes.loop_ir.lower`, target ``CUDA``: no scratch
+rows, no blocks of a pass, no prefetch hints; block trees) and printed here,
+which decides nothing: the blocks stride over the ``_R`` rows (block ``b`` takes rows
 ``b, b + grid, ...``) and, in each pass of the schedule, the block's
 ``_GC_RBLOCK`` threads stride over the row's ``_N`` elements (thread ``t``
 takes ``t, t + _GC_RBLOCK, ...``, the same elements in every pass, so an
@@ -32,20 +34,23 @@ scaled sum), with the conventions of ``prelude._g_logsumexp`` and
 from __future__ import annotations
 
 from gradc.codegen.cuda import CudaPrinter, check_device_lines
-from gradc.codegen.printer import IndentedBuffer
+from gradc.codegen.printer import IndentedBuffer, LoopPrinter
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
-from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, is_reduction,
-                                      value_args)
-from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, SCALAR, KernelNames,
-                                       access, reads_element, reduction_kind, rows_ready,
-                                       schedule, shift_line)
+from gradc.passes.fuse_reduce import ROW, ReduceKernel
+from gradc.passes.loop_ir import (CUDA, Acc, Finish, Load, LoadBack, PartialWrite,
+                                  ReduceLoops, Shift, Start, Store, Tree, Update, lower)
+from gradc.passes.row_schedule import (PER_COL, PER_ROW, SCALAR, accumulate_line,
+                                       shift_line)
 
 # Initial values of the float64 accumulators (the simulator runs Python: numba.float64
 # keeps its sums in float64, a Python float would take a float32 operand's type).
 _INIT = {"sum": "numba.float64(0.0)", "mean": "numba.float64(0.0)",
          "prod": "numba.float64(1.0)", "max": "numba.float64(-math.inf)",
          "min": "numba.float64(math.inf)"}
+
+# A max or min in float64: a select that keeps a NaN.
+_SELECT = "{acc} = numba.float64({v}) if ({v} {cmp} {acc} or {v} != {v}) else {acc}"
 
 
 def render_cuda_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
@@ -55,25 +60,10 @@ def render_cuda_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     ``grid`` or ``grid * _N`` elements), the
     :func:`~gradc.passes.row_schedule.input_slots` (flat), then ``_R``, ``_N`` and
     the dtype witness ``_w``.  Launched with ``_GC_RBLOCK`` threads per block."""
-    lv = dict(kernel.levels)
-    kinds = dict(kernel.chunk_kind)
-    sch = schedule(graph, kernel, scratch=False)
-    outs = {n: f"_o{j}" for j, n in enumerate(kernel.outputs)}
-    parts = {n: f"_p{j}" for j, n in enumerate(kernel.partials)}
-    names: dict[int, str] = {}
-    kn = KernelNames(graph, kernel, CudaPrinter(graph, names))
-    slots, pos, value, reduced, local = kn.slots, kn.pos, kn.value, kn.reduced, kn.local
-    params = [*outs.values(), *parts.values(), *(f"_i{j}" for j in range(len(slots))),
+    loops = lower(graph, kernel, CUDA)
+    p = _CudaLoops(graph, kernel, loops)
+    params = [*p.outs.values(), *p.parts.values(), *(f"_i{j}" for j in range(len(loops.slots))),
               "_R", "_N", "_w"]
-    row_reds = [n for n in kernel.nodes if lv[n] == ROW and is_reduction(graph, n)
-                and n in sch.live]
-    every = [n for n in kernel.partials if kinds[n] == "all"]
-    cols = [n for n in kernel.partials if kinds[n] == "cols"]
-
-    # Reductions that finish at the same point share one tree: as many rows of shared
-    # memory as the most such reductions.
-    trees = [len(_tree_group(graph, sch, row_reds, p, pos)) for p in range(sch.passes + 1)]
-    depth = max(trees + [len(every), 1])
     buf = IndentedBuffer()
     for c in comments:
         buf.line(f"# {comment(c)}")
@@ -83,167 +73,129 @@ def render_cuda_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     buf.indent()
     body = IndentedBuffer()
     body.level = buf.level
-    body.line("_T = _w.dtype.type")
-    body.line(f"_sh = cuda.shared.array(({depth}, _GC_RBLOCK), numba.float64)")
-    body.line("_tx = cuda.threadIdx.x")
-    for j, (x, a) in enumerate(slots):
-        if a == SCALAR:
-            body.line(f"s{j} = _i{j}[0]")
-    if any(graph.node(n).op == "norm" for n in row_reds):      # the smallest normal number
-        body.line("_tn = 1.1754943508222875e-38 if _w.itemsize == 4 else 2.2250738585072014e-308")
-    for n in every:
-        body.line(f"_q{pos[n]} = {_INIT[reduction_kind(graph, n)]}")
-    if cols:
-        body.line("_pb = cuda.blockIdx.x * _N")
-        body.line("for _c in range(_tx, _N, _GC_RBLOCK):")
-        for n in cols:
-            body.line(f"    {parts[n]}[_pb + _c] = {_INIT[reduction_kind(graph, n)]}")
-    if kernel.flat:
-        body.line("for _j in range(cuda.grid(1), _R, cuda.gridsize(1)):")
-        body.indent()
-        for j, (x, a) in enumerate(slots):
-            if a in (PER_ELEMENT, PER_ROW):
-                body.line(f"{local(x, a)} = _i{j}[_j]")
-        for n in sch.work[0]:
-            for line in value(n, "_j"):
-                body.line(line)
-        for n in kernel.partials:
-            body.line(_accumulate(f"_q{pos[n]}", reduced(n), reduction_kind(graph, n)))
-        for n, o in outs.items():
-            body.line(f"{o}[_j] = {names[n]}")
-        body.dedent()
-    else:
-        _rows(body, graph, kernel, sch, slots, outs, parts, pos, names, value, reduced, local,
-              row_reds)
-    if every:                     # the block's partials: one tree, written by thread 0
-        _tree(body, [(f"_q{pos[n]}", reduction_kind(graph, n)) for n in every])
-        body.line("if _tx == 0:")
-        for n in every:
-            body.line(f"    {parts[n]}[cuda.blockIdx.x] = _q{pos[n]}")
+    p.kernel(body)
     check_device_lines(name, body.lines)
     buf.lines += body.lines
     return buf.getvalue()
 
 
-def _rows(buf, graph, kernel, sch, slots, outs, parts, pos, names, value, reduced, local,
-          row_reds) -> None:
-    """The loop over the block's rows: the passes of the schedule, each a loop of the
-    block's threads over the row's elements, the row reductions' trees between them."""
-    lv = dict(kernel.levels)
-    kinds = dict(kernel.chunk_kind)
-    done: set[int] = set()
+class _CudaLoops(LoopPrinter):
+    """Prints a :class:`~gradc.passes.loop_ir.ReduceLoops` as a CUDA kernel's body."""
 
-    def first_pass(n: int) -> int:
-        return sch.avail[n] - ROW_PASSES[reduction_kind(graph, n)]
+    def __init__(self, graph: Graph, kernel: ReduceKernel, loops: ReduceLoops) -> None:
+        super().__init__(graph, kernel, loops, CudaPrinter)
 
-    def row_values(before: int) -> None:
-        """The trees of the reductions that finish before pass ``before`` (or whose
-        first pass ends there), then the row nodes available before it."""
-        group = _tree_group(graph, sch, row_reds, before, pos)
-        if group:
-            _tree(buf, [(acc, kind) for acc, kind, _ in group])
-        for acc, kind, n in group:
-            if ROW_PASSES[reduction_kind(graph, n)] == 2 and first_pass(n) + 1 == before:
-                _between(buf, reduction_kind(graph, n), pos[n])
-        for n in rows_ready(kernel, sch, before, done):
-            if is_reduction(graph, n):
-                _finish_row(buf, graph, n, pos, names)
-            else:
-                for line in value(n, "_r"):
-                    buf.line(line)
+    def kernel(self, buf: IndentedBuffer) -> None:
+        loops, pos, parts = self.loops, self.pos, self.parts
+        buf.line("_T = _w.dtype.type")
+        buf.line(f"_sh = cuda.shared.array(({loops.tree_rows}, _GC_RBLOCK), numba.float64)")
+        buf.line("_tx = cuda.threadIdx.x")
+        for j, (x, a) in enumerate(loops.slots):
+            if a == SCALAR:
+                buf.line(f"s{j} = _i{j}[0]")
+        if loops.tiny_normal:      # the smallest normal number
+            buf.line("_tn = 1.1754943508222875e-38 if _w.itemsize == 4 else 2.2250738585072014e-308")
+        cols = [i for i in loops.partial_inits if i.chunk == "cols"]
+        for init in loops.partial_inits:
+            if init.chunk == "all":
+                buf.line(f"_q{pos[init.node]} = {_INIT[init.kind]}")
+        if cols:
+            buf.line("_pb = cuda.blockIdx.x * _N")
+            buf.line("for _c in range(_tx, _N, _GC_RBLOCK):")
+            for init in cols:
+                buf.line(f"    {parts[init.node]}[_pb + _c] = {_INIT[init.kind]}")
+        if loops.flat:
+            buf.line("for _j in range(cuda.grid(1), _R, cuda.gridsize(1)):")
+            buf.indent()
+            self.statements(buf, loops.flat_body)
+            buf.dedent()
+        else:
+            self.rows(buf)
+        self.guarded(buf, loops.chunk_end)
 
-    buf.line("for _r in range(cuda.blockIdx.x, _R, cuda.gridDim.x):")
-    buf.indent()
-    buf.line("_lo = _r * _N")
-    for j, (x, a) in enumerate(slots):
-        if a == PER_ROW:
-            buf.line(f"b{j} = _i{j}[_r]")
-    for p in range(sch.passes):
-        row_values(p)
-        for n in row_reds:
-            kind = reduction_kind(graph, n)
-            if p == first_pass(n):
-                acc = "_m" if kind in ("logsumexp", "norm") else "_s"
-                buf.line(f"{acc}{pos[n]} = {_INIT['max' if acc == '_m' else kind]}")
-        work = sch.work[p]
-        red_here = [n for n in row_reds if 0 <= p - first_pass(n) < ROW_PASSES[
-            reduction_kind(graph, n)] and reads_element(graph, kernel, n)]
-        part_here = [n for n in kernel.partials if reads_element(graph, kernel, n)
-                     and sch.phase.get(value_args(graph, n)[0], 0) == p]
-        used = {(x, access(graph, kernel, n, x)) for n in work for x in value_args(graph, n)
-                if x not in lv}
-        used |= {(x, access(graph, kernel, n, x)) for n in red_here + part_here
-                 for x in value_args(graph, n)[:1] if x not in lv}
-        buf.line("for _c in range(_tx, _N, _GC_RBLOCK):")
+    def rows(self, buf: IndentedBuffer) -> None:
+        """The loop over the block's rows: the passes, each a loop of the block's threads
+        over the row's elements, the row steps (trees, row values) between them."""
+        loops = self.loops
+        buf.line("for _r in range(cuda.blockIdx.x, _R, cuda.gridDim.x):")
         buf.indent()
-        for j, (x, a) in enumerate(slots):
-            if (x, a) in used and a == PER_ELEMENT:
-                buf.line(f"a{j} = _i{j}[_lo + _c]")
-            elif (x, a) in used and a == PER_COL:
-                buf.line(f"c{j} = _i{j}[_c]")
-        for n in sch.loads[p]:           # stored by this thread in an earlier pass
-            names[n] = f"v{pos[n]}"
-            buf.line(f"v{pos[n]} = {outs[n]}[_lo + _c]")
-        for n in work:
-            for line in value(n, "(_lo + _c)"):
-                buf.line(line)
-        for n in red_here:
-            buf.line(_row_update(graph, n, p - first_pass(n), pos[n], reduced(n)))
-        for n in part_here:
-            kind = reduction_kind(graph, n)
-            acc = f"{parts[n]}[_pb + _c]" if kinds[n] == "cols" else f"_q{pos[n]}"
-            buf.line(_accumulate(acc, reduced(n), kind))
-        for n, o in outs.items():
-            if lv[n] == ELEMENT and sch.phase[n] == p:
-                buf.line(f"{o}[_lo + _c] = {names[n]}")
+        buf.line("_lo = _r * _N")
+        for j, (x, a) in enumerate(loops.slots):
+            if a == PER_ROW:
+                buf.line(f"b{j} = _i{j}[_r]")
+        self.index = "(_lo + _c)"
+        for ps in loops.passes:
+            self.statements(buf, ps.before)
+            buf.line("for _c in range(_tx, _N, _GC_RBLOCK):")
+            buf.indent()
+            self.statements(buf, ps.body)
+            buf.dedent()
+        self.statements(buf, loops.after)
+        self.index = "_r"
+        self.guarded(buf, loops.row_end)
         buf.dedent()
-    row_values(sch.passes)
-    row_outs = [(n, o) for n, o in outs.items() if lv[n] == ROW]
-    row_parts = [n for n in kernel.partials if not reads_element(graph, kernel, n)]
-    if row_outs or row_parts:
-        buf.line("if _tx == 0:")
-        for n, o in row_outs:
-            buf.line(f"    {o}[_r] = {names[n]}")
-        for n in row_parts:
-            buf.line("    " + _accumulate(f"_q{pos[n]}", reduced(n), reduction_kind(graph, n)))
-    buf.dedent()
+
+    def guarded(self, buf: IndentedBuffer, stmts: list) -> None:
+        """Trees (every thread), then the other statements by thread 0 alone."""
+        self.statements(buf, [s for s in stmts if isinstance(s, Tree)])
+        rest = [s for s in stmts if not isinstance(s, Tree)]
+        if rest:
+            buf.line("if _tx == 0:")
+            buf.indent()
+            self.statements(buf, rest)
+            buf.dedent()
+
+    def acc(self, a: Acc) -> str:
+        if a.role == "p":
+            return f"{self.parts[a.node]}[_pb + _c]"
+        return f"_{a.role}{self.pos[a.node]}"
+
+    def print_tree(self, s: Tree) -> list[str]:
+        buf = IndentedBuffer()
+        _tree(buf, [(self.acc(a), kind) for a, kind in s.accs])
+        return buf.lines
+
+    def print_load(self, s: Load) -> list[str]:
+        local = self.kn.local(*self.loops.slots[s.slot])
+        at = "_j" if self.loops.flat else "_c" if s.access == PER_COL else "_lo + _c"
+        return [f"{local} = _i{s.slot}[{at}]"]
+
+    def print_loadback(self, s: LoadBack) -> list[str]:     # stored by this thread before
+        self.names[s.node] = f"v{self.pos[s.node]}"
+        return [f"v{self.pos[s.node]} = {self.outs[s.buffer.node]}[_lo + _c]"]
+
+    def print_store(self, s: Store) -> list[str]:
+        at = "_j" if self.loops.flat else "_r" if self.kn.level[s.node] == ROW else "_lo + _c"
+        return [f"{self.outs[s.node]}[{at}] = {self.names[s.node]}"]
+
+    def print_update(self, s: Update) -> list[str]:
+        return [_update(s, self.acc(s.acc), self.pos[s.node], self.kn.reduced(s.node))]
+
+    def print_start(self, s: Start) -> list[str]:
+        return [f"{self.acc(s.acc)} = {_INIT[s.kind]}"]
+
+    def print_shift(self, s: Shift) -> list[str]:
+        i = self.pos[s.node]
+        return [shift_line(s.kind, i, "math.inf"), f"_s{i} = numba.float64(0.0)"]
+
+    def print_finish(self, s: Finish) -> list[str]:
+        self.names[s.node] = f"u{self.pos[s.node]}"
+        return [_finish(s, self.pos[s.node])]
+
+    def print_partialwrite(self, s: PartialWrite) -> list[str]:
+        return [f"{self.parts[s.node]}[cuda.blockIdx.x] = _q{self.pos[s.node]}"]
 
 
-def _tree_group(graph: Graph, sch, row_reds: list[int], before: int,
-                pos: dict[int, int]) -> list[tuple[str, str, int]]:
-    """The accumulators whose block trees run before pass ``before``: ``(name, kind,
-    node)`` of the row reductions finishing there, and of the maxima of the two-pass
-    ones whose first pass ends there."""
-    group = []
-    for n in row_reds:
-        kind, i = reduction_kind(graph, n), pos[n]
-        if sch.avail[n] == before:
-            group.append((f"_s{i}", "sum" if ROW_PASSES[kind] == 2 else kind, n))
-        elif ROW_PASSES[kind] == 2 and sch.avail[n] - 1 == before:
-            group.append((f"_m{i}", "max", n))
-    return group
-
-
-def _accumulate(acc: str, v: str, kind: str) -> str:
-    """``acc`` (float64) updated with the value ``v``; max and min keep a NaN."""
-    if kind in ("sum", "mean"):
-        return f"{acc} += {v}"
-    if kind == "prod":
-        return f"{acc} *= {v}"
-    cmp = ">" if kind == "max" else "<"
-    return f"{acc} = numba.float64({v}) if ({v} {cmp} {acc} or {v} != {v}) else {acc}"
-
-
-def _row_update(graph: Graph, n: int, k: int, i: int, v: str) -> str:
-    """Pass ``k`` of row reduction ``n`` (position ``i``) of the element value ``v``."""
-    kind = reduction_kind(graph, n)
-    if kind == "logsumexp":
-        return _accumulate(f"_m{i}", v, "max") if k == 0 else f"_s{i} += math.exp({v} - _h{i})"
-    if kind == "norm":
-        if k == 0:
-            return f"_a{i} = abs({v}); " + _accumulate(f"_m{i}", f"_a{i}", "max")
-        return f"_t{i} = {v} / _h{i}; _s{i} += _t{i} * _t{i}"
-    return _accumulate(f"_s{i}", v, kind)
+def _update(s: Update, acc: str, i: int, v: str) -> str:
+    """Update ``s`` of the reduction at position ``i`` with the value ``v`` into ``acc``
+    (float64)."""
+    if s.kind == "logsumexp":
+        return accumulate_line(acc, v, "max", _SELECT) if s.stage == 0 else f"{acc} += math.exp({v} - _h{i})"
+    if s.kind == "norm":
+        if s.stage == 0:
+            return f"_a{i} = abs({v}); " + accumulate_line(acc, f"_a{i}", "max", _SELECT)
+        return f"_t{i} = {v} / _h{i}; {acc} += _t{i} * _t{i}"
+    return accumulate_line(acc, v, s.kind, _SELECT)
 
 
 def _tree(buf: IndentedBuffer, accs: list[tuple[str, str]]) -> None:
@@ -274,23 +226,13 @@ def _tree(buf: IndentedBuffer, accs: list[tuple[str, str]]) -> None:
     buf.line("cuda.syncthreads()")
 
 
-def _between(buf: IndentedBuffer, kind: str, i: int) -> None:
-    """After the first pass of a two-pass reduction (its max ``_m``, NaN kept, in every
-    thread): the shift or scale (as cpu_reduce's)."""
-    buf.line(shift_line(kind, i, "math.inf"))
-    buf.line(f"_s{i} = numba.float64(0.0)")
-
-
-def _finish_row(buf: IndentedBuffer, graph: Graph, n: int, pos, names) -> None:
-    """Row reduction ``n``'s value from its block's accumulator (in every thread)."""
-    i, kind = pos[n], reduction_kind(graph, n)
-    names[n] = f"u{i}"
-    if kind == "mean":            # NumPy's mean of nothing is NaN
-        buf.line(f"u{i} = _T(_s{i} / _N) if _N > 0 else _T(math.nan)")
-    elif kind == "logsumexp":     # log(0) is -inf (Python's math.log raises in the simulator)
-        buf.line(f"u{i} = _T(math.log(_s{i}) if _s{i} > 0.0 else (-math.inf if _s{i} == 0.0 "
-                 f"else math.nan)) + _h{i}")
-    elif kind == "norm":
-        buf.line(f"u{i} = _T(_m{i}) if _m{i} == math.inf else _T(math.sqrt(_s{i})) * _h{i}")
-    else:
-        buf.line(f"u{i} = _T(_s{i})")
+def _finish(s: Finish, i: int) -> str:
+    """Row reduction ``s.node``'s value from its block's accumulator (in every thread)."""
+    if s.kind == "mean":            # NumPy's mean of nothing is NaN
+        return f"u{i} = _T(_s{i} / _N) if _N > 0 else _T(math.nan)"
+    if s.kind == "logsumexp":     # log(0) is -inf (Python's math.log raises in the simulator)
+        return (f"u{i} = _T(math.log(_s{i}) if _s{i} > 0.0 else (-math.inf if _s{i} == 0.0 "
+                f"else math.nan)) + _h{i}")
+    if s.kind == "norm":
+        return f"u{i} = _T(_m{i}) if _m{i} == math.inf else _T(math.sqrt(_s{i})) * _h{i}"
+    return f"u{i} = _T(_s{i})"

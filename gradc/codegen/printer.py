@@ -18,6 +18,8 @@ from gradc.codegen.runtime import source_of
 from gradc.errors import CodegenError
 from gradc.ir.graph import FLOAT, Graph, Node
 from gradc.ir.primitives import PRIMITIVES
+from gradc.passes.fuse_reduce import ROW
+from gradc.passes.row_schedule import KernelNames
 
 DTYPE_CTOR = {FLOAT: "_T", "i32": "np.int32", "i64": "np.int64", "bool": "np.bool_"}
 
@@ -149,3 +151,32 @@ def inline_body(fn: Callable, args: Mapping[str, str], out: str) -> list[str]:
         else:
             lines += text.splitlines()
     return lines
+
+
+class LoopPrinter:
+    """The base of the printers of a reduce kernel's loop IR
+    (:class:`gradc.passes.loop_ir.ReduceLoops`, one per backend): the names of the
+    kernel's parameters and values (:class:`~gradc.passes.row_schedule.KernelNames`,
+    node values printed by ``printer``, the backend's), and the lines of each IR
+    statement, from the backend's ``print_<statement class>`` methods."""
+
+    def __init__(self, graph: Graph, kernel, loops, printer: Callable) -> None:
+        self.graph, self.loops = graph, loops
+        self.names: dict[int, str] = {}
+        self.kn = KernelNames(graph, kernel, printer(graph, self.names))
+        self.pos = self.kn.pos
+        self.outs = {n: f"_o{j}" for j, n in enumerate(loops.outputs)}
+        self.parts = {n: f"_p{j}" for j, n in enumerate(loops.partials)}
+        self.index = "_j"           # the flat index of the element computed
+
+    def statements(self, buf: IndentedBuffer, stmts: list) -> None:
+        """The lines of ``stmts`` into ``buf``."""
+        for s in stmts:
+            for line in getattr(self, f"print_{type(s).__name__.lower()}")(s):
+                buf.line(line)
+
+    def print_compute(self, s) -> list[str]:
+        """A node's value: a row value at the row ``_r``, an element value at
+        ``self.index``."""
+        row = self.kn.level[s.node] == ROW
+        return self.kn.value(s.node, "_r" if row else self.index)

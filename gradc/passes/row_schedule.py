@@ -5,9 +5,12 @@ passes over the row's elements (:func:`schedule`): which element values each
 pass computes, which it reads back from memory (a value an earlier pass
 stored), which row values are available before it; and how each node reads
 the values from outside the kernel (:func:`access`, :func:`input_slots`:
-once per kernel, per row, per column or per element).  What a pass prints
-is the backend's (:mod:`gradc.codegen.cpu_reduce`,
-:mod:`gradc.codegen.cuda_reduce`).
+once per kernel, per row, per column or per element).  The loops, their
+blocks, prefetch hints and memory are decided from the schedule by
+:func:`gradc.passes.loop_ir.lower`, whose loop IR the backends print
+(:mod:`gradc.codegen.cpu_reduce`, :mod:`gradc.codegen.cuda_reduce`), with
+the names and node values of :class:`KernelNames` and the reduction lines
+both share (:func:`shift_line`, :func:`accumulate_line`).
 """
 from __future__ import annotations
 
@@ -242,3 +245,14 @@ def shift_line(kind: str, i: int, inf: str) -> str:
     if kind == "logsumexp":
         return f"_h{i} = _T(_m{i}) if (_m{i} - _m{i}) == 0.0 else _T(0.0)"
     return f"_h{i} = (_T(max(_m{i}, _tn)) if (_m{i} > 0.0 and _m{i} < {inf}) else _T(1.0))"
+
+
+def accumulate_line(acc: str, v: str, kind: str, select: str) -> str:
+    """The line updating accumulator ``acc`` of a reduction of ``kind`` with the value
+    ``v``; a max or min is the backend's ``select`` (a format of ``acc``, ``v`` and
+    ``cmp``, ``>`` or ``<``), which keeps a NaN."""
+    if kind in ("sum", "mean"):
+        return f"{acc} += {v}"
+    if kind == "prod":
+        return f"{acc} *= {v}"
+    return select.format(acc=acc, v=v, cmp=">" if kind == "max" else "<")

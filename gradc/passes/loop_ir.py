@@ -1,0 +1,448 @@
+"""The loop IR of reduce kernels: the loops, their order and memory, decided once.
+
+:func:`gradc.passes.row_schedule.schedule` says when each value of a
+:class:`~gradc.passes.fuse_reduce.ReduceKernel` is computed (passes per row,
+the values each pass computes or loads back).  :func:`lower` turns that into
+the kernel's loops for a target (:class:`ReduceLoops`): per chunk of rows its
+setup (partials, scratch rows); per row the passes (:class:`Pass`, a loop
+over the row's elements: whether it runs in blocks and with which block
+sums, its prefetch hints, then its statements in order: input loads, loads
+back from an output or scratch row, computes, stores, reduction updates);
+between passes the row steps (start, shift, block tree, finish of a
+reduction, a row value); after the row, its row stores and the partials of
+row values; after the chunk, the partials' writes.  Every choice is made
+here, once, for both targets: which passes run in blocks, which pass carries
+the next row's prefetch hints, which input slots a pass reads, where a
+stored value is read back from, which accumulator each update goes to, when
+a two-pass reduction shifts and finishes.  The printers
+(:mod:`gradc.codegen.cpu_reduce`, :mod:`gradc.codegen.cuda_reduce`) map the
+IR's nodes to text and decide nothing; a node's value is printed by
+:class:`~gradc.passes.row_schedule.KernelNames`.
+
+The targets differ as data: the CPU (``CPU``) keeps costly element values a
+later pass needs in scratch rows, runs sums in blocks of :data:`BLOCK`
+elements in the compute dtype, prefetches the next row in one pass, keeps
+max/min accumulators in the compute dtype with a NaN flag apart (LLVM
+vectorises both) and gathers sums across rows (dw, db) over
+:data:`GATHER_ROWS` rows in the compute dtype; CUDA (``CUDA``) does none of
+these and finishes its row reductions in block trees (:class:`Tree`) of
+float64 partials in shared memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gradc.ir.graph import Graph
+from gradc.passes.fuse import CHEAP
+from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, is_reduction,
+                                      value_args)
+from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, access, input_slots,
+                                       reads_element, reduction_kind, rows_ready, schedule)
+
+CPU, CUDA = "cpu", "cuda"
+
+# Elements per block of a row's sum in the compute dtype: 16 float32 lanes of 16 serial
+# additions each, so a block's rounding error stays within about 16 ulp of its sum, and
+# the blocks are added in float64.
+BLOCK = 256
+
+# The rows whose next row a reduce kernel prefetches: at least this many elements
+# (shorter rows follow each other within a page, where the hardware's prefetchers
+# work), of at most this many bytes (a longer row's own passes fill the caches).
+PREFETCH_ROWS = (512, 1 << 17)
+
+# Rows a sum across rows gathers in the compute dtype before its float64 partial.
+GATHER_ROWS = 16
+
+
+@dataclass(frozen=True)
+class Acc:
+    """An accumulator of reduction ``node``: ``role`` ``s`` (a row reduction's value,
+    a two-pass one's sum), ``m`` (a two-pass one's max), ``q`` (the chunk's partial),
+    ``f`` (a block's sum in the compute dtype), ``g`` (a sum across rows gathered in
+    the compute dtype) or ``p`` (the partial's own memory); ``column``: one per
+    column of the row, the element's."""
+    role: str
+    node: int
+    column: bool = False
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """Memory holding element value ``node`` for a row: its ``output`` row, or its
+    ``scratch`` row (one per chunk of rows)."""
+    kind: str
+    node: int
+
+
+@dataclass(frozen=True)
+class Load:
+    """Read input slot ``slot`` (of :func:`~gradc.passes.row_schedule.input_slots`),
+    read as ``access``, at the loop's element (or row)."""
+    slot: int
+    access: str
+
+
+@dataclass(frozen=True)
+class LoadBack:
+    """Read element value ``node``, stored by an earlier pass, from ``buffer``."""
+    node: int
+    buffer: Buffer
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Compute node ``node`` (an element value in a pass, a row value between passes)."""
+    node: int
+
+
+@dataclass(frozen=True)
+class Store:
+    """Store value ``node`` into ``buffer`` at the loop's element (or row)."""
+    node: int
+    buffer: Buffer
+
+
+@dataclass(frozen=True)
+class Update:
+    """Update ``acc`` of reduction ``node`` (of kind ``kind``) with the value it reduces:
+    ``stage`` 0 or 1 of a two-pass reduction (the max, then the shifted or scaled
+    sum); ``nan_flag``: a max or min kept in the compute dtype with a NaN flag apart,
+    else a select that keeps a NaN."""
+    node: int
+    kind: str
+    stage: int
+    acc: Acc
+    nan_flag: bool = False
+
+
+@dataclass(frozen=True)
+class Start:
+    """Before a row reduction's first pass: ``acc`` set to the identity of ``kind``
+    (``max`` for a two-pass one's max), with a NaN flag if ``nan_flag``."""
+    node: int
+    kind: str
+    acc: Acc
+    nan_flag: bool = False
+
+
+@dataclass(frozen=True)
+class Shift:
+    """After the first pass of two-pass reduction ``node``: its shift or scale from the
+    max (NaN from the flag if ``nan_flag``), and the sum started."""
+    node: int
+    kind: str
+    nan_flag: bool = False
+
+
+@dataclass(frozen=True)
+class Tree:
+    """A block's tree over each thread's float64 accumulators ``accs`` (``(acc,
+    kind)``), leaving the block's value in every thread (CUDA)."""
+    accs: tuple[tuple[Acc, str], ...]
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Row reduction ``node``'s value from its accumulators (``nan_flag``: a max or
+    min's NaN from its flag)."""
+    node: int
+    kind: str
+    nan_flag: bool = False
+
+
+@dataclass(frozen=True)
+class PartialInit:
+    """A chunk's partial ``node`` set to the identity of ``kind``: one value (``chunk``
+    "all") or one per column ("cols"), then ``gathered``: a row of sums across rows
+    in the compute dtype."""
+    node: int
+    kind: str
+    chunk: str
+    gathered: bool = False
+
+
+@dataclass(frozen=True)
+class PartialWrite:
+    """The chunk's partial ``node`` written to its memory."""
+    node: int
+
+
+@dataclass(frozen=True)
+class Prefetch:
+    """Hints that fetch the next row's elements, a block at a time: of the input slots
+    ``reads``, and of the element outputs ``writes`` (owned lines: their stores need
+    no read for ownership)."""
+    reads: tuple[int, ...]
+    writes: tuple[int, ...]
+
+
+@dataclass
+class Pass:
+    """One loop over a row's elements: ``before``, the row steps before it; ``body``,
+    per element; ``block`` > 0: in blocks of that many elements, each with
+    ``block_sums`` (accumulator, block's sum in the compute dtype), added after the
+    block; ``prefetch``: its hints (in blocks only)."""
+    before: list = field(default_factory=list)
+    body: list = field(default_factory=list)
+    block: int = 0
+    block_sums: list[tuple[Acc, Acc]] = field(default_factory=list)
+    prefetch: Prefetch | None = None
+
+
+@dataclass
+class ReduceLoops:
+    """The loops of a reduce kernel for ``target`` (see the module doc): its
+    ``outputs``, ``partials`` and input ``slots`` (the parameters, in that order);
+    per chunk, ``partial_inits``, the ``scratch`` rows, ``prefetch_rows`` (the row
+    sizes whose next row is prefetched, or None); per row (``flat``: rows of one
+    element, ``flat_body`` per element instead), the ``passes``, the row steps
+    ``after`` them and ``row_end`` (stores of row values, updates of partials of row
+    values), the sums across rows gathered over ``gather_rows`` rows (``gather``);
+    per chunk then ``chunk_end``.  ``tiny_normal``: a norm needs the smallest normal
+    number; ``tree_rows``: accumulators a tree takes at most (CUDA's shared memory)."""
+    target: str
+    outputs: list[int]
+    partials: list[int]
+    slots: list[tuple[int, str]]
+    flat: bool
+    tiny_normal: bool = False
+    partial_inits: list[PartialInit] = field(default_factory=list)
+    scratch: list[int] = field(default_factory=list)
+    prefetch_rows: tuple[int, int] | None = None
+    flat_body: list = field(default_factory=list)
+    passes: list[Pass] = field(default_factory=list)
+    after: list = field(default_factory=list)
+    row_end: list = field(default_factory=list)
+    gather: list[int] = field(default_factory=list)
+    gather_rows: int = GATHER_ROWS
+    chunk_end: list = field(default_factory=list)
+    tree_rows: int = 1
+
+
+def lower(graph: Graph, kernel: ReduceKernel, target: str) -> ReduceLoops:
+    """The loops of ``kernel`` for ``target`` (``CPU`` or ``CUDA``) from its
+    :func:`~gradc.passes.row_schedule.schedule` (with scratch rows on the CPU)."""
+    return _Lowering(graph, kernel, target).run()
+
+
+class _Lowering:
+    """The decisions of :func:`lower`, one method each."""
+
+    def __init__(self, graph: Graph, kernel: ReduceKernel, target: str) -> None:
+        self.graph, self.kernel, self.target = graph, kernel, target
+        self.cpu = target == CPU
+        self.sch = schedule(graph, kernel, scratch=self.cpu)
+        self.lv = dict(kernel.levels)
+        self.kinds = dict(kernel.chunk_kind)
+        self.slots = input_slots(graph, kernel)
+        self.row_reds = [n for n in kernel.nodes if self.lv[n] == ROW
+                         and is_reduction(graph, n) and n in self.sch.live]
+        self.done: set[int] = set()
+
+    def kind(self, n: int) -> str:
+        return reduction_kind(self.graph, n)
+
+    def first_pass(self, n: int) -> int:
+        return self.sch.avail[n] - ROW_PASSES[self.kind(n)]
+
+    def elem_outputs(self) -> list[int]:
+        return [n for n in self.kernel.outputs if self.lv[n] == ELEMENT]
+
+    def run(self) -> ReduceLoops:
+        graph, kernel, sch = self.graph, self.kernel, self.sch
+        loops = ReduceLoops(self.target, list(kernel.outputs), list(kernel.partials),
+                            self.slots, kernel.flat)
+        norms = kernel.nodes if self.cpu else self.row_reds
+        loops.tiny_normal = any(graph.node(n).op == "norm" for n in norms)
+        for n in kernel.partials:
+            kind, chunk = self.kind(n), self.kinds[n]
+            loops.partial_inits.append(PartialInit(
+                n, kind, chunk, self.cpu and chunk == "cols" and kind in ("sum", "mean")
+                and not kernel.flat))
+        every = [n for n in kernel.partials if self.kinds[n] == "all"]
+        if self.cpu:
+            loops.chunk_end = [PartialWrite(n) for n in kernel.partials if self.kinds[n] != "cols"]
+        elif every:                 # one tree for the block's partials, then the writes
+            loops.chunk_end = [Tree(tuple((Acc("q", n), self.kind(n)) for n in every)),
+                               *(PartialWrite(n) for n in every)]
+        loops.tree_rows = max([len(self.tree_group(p)) for p in range(sch.passes + 1)]
+                              + [len(every), 1])
+        if kernel.flat:
+            loops.flat_body = self.flat_body()
+            return loops
+        loops.scratch = list(sch.scratch)
+        streamed = [j for j, (x, a) in enumerate(self.slots) if a == PER_ELEMENT]
+        prefetch_pass = self.prefetch_pass(streamed) if self.cpu else None
+        if prefetch_pass is not None and streamed:
+            loops.prefetch_rows = PREFETCH_ROWS
+        for p in range(sch.passes):
+            ps = Pass(before=self.row_steps(p) + self.starts(p))
+            if self.cpu and self.blocked_sums(p):
+                ps.block, ps.block_sums = BLOCK, self.blocked_sums(p)
+                if p == prefetch_pass and streamed:
+                    ps.prefetch = Prefetch(tuple(streamed), tuple(self.elem_outputs()))
+            ps.body = self.body(p, dict(ps.block_sums))
+            loops.passes.append(ps)
+        loops.after = self.row_steps(sch.passes)
+        loops.row_end = [Store(n, Buffer("output", n)) for n in kernel.outputs
+                         if self.lv[n] == ROW]
+        loops.row_end += [Update(n, self.kind(n), 0, Acc("q", n)) for n in kernel.partials
+                          if not reads_element(graph, kernel, n)]
+        loops.gather = [i.node for i in loops.partial_inits if i.gathered]
+        return loops
+
+    def flat_body(self) -> list:
+        """Rows of one element: the loop over the flat range."""
+        read = (PER_ELEMENT,) if self.cpu else (PER_ELEMENT, PER_ROW)
+        body: list = [Load(j, a) for j, (x, a) in enumerate(self.slots) if a in read]
+        body += [Compute(n) for n in self.sch.work[0]]
+        body += [Update(n, self.kind(n), 0, Acc("q", n)) for n in self.kernel.partials]
+        body += [Store(n, Buffer("output", n)) for n in self.kernel.outputs]
+        return body
+
+    def tree_group(self, before: int) -> list[tuple[Acc, str]]:
+        """CUDA: the accumulators whose block trees run before pass ``before``: the row
+        reductions finishing there, and the maxima of the two-pass ones whose first
+        pass ends there."""
+        group = []
+        for n in self.row_reds:
+            kind = self.kind(n)
+            if self.sch.avail[n] == before:
+                group.append((Acc("s", n), "sum" if ROW_PASSES[kind] == 2 else kind))
+            elif ROW_PASSES[kind] == 2 and self.sch.avail[n] - 1 == before:
+                group.append((Acc("m", n), "max"))
+        return group
+
+    def row_steps(self, before: int) -> list:
+        """The row steps before pass ``before``: on CUDA the trees of the reductions that
+        finish there (and the shifts of the two-pass ones whose first pass ends there);
+        the reductions finished there and the row values available."""
+        steps: list = []
+        if not self.cpu:
+            group = self.tree_group(before)
+            if group:
+                steps.append(Tree(tuple(group)))
+            steps += [Shift(acc.node, self.kind(acc.node)) for acc, _ in group
+                      if ROW_PASSES[self.kind(acc.node)] == 2
+                      and self.first_pass(acc.node) + 1 == before]
+        for n in rows_ready(self.kernel, self.sch, before, self.done):
+            if is_reduction(self.graph, n):
+                steps.append(Finish(n, self.kind(n), self.cpu and self.kind(n) in ("max", "min")))
+            else:
+                steps.append(Compute(n))
+        return steps
+
+    def starts(self, p: int) -> list:
+        """The row reductions starting in pass ``p`` (on the CPU, the shifts of those in
+        their second pass)."""
+        steps: list = []
+        for n in self.row_reds:
+            k, kind = p - self.first_pass(n), self.kind(n)
+            two = ROW_PASSES[kind] == 2
+            if k == 0:
+                flag = self.cpu and (two or kind in ("max", "min"))
+                steps.append(Start(n, "max" if two else kind, Acc("m" if two else "s", n), flag))
+            elif k == 1 and two and self.cpu:
+                steps.append(Shift(n, kind, True))
+        return steps
+
+    def blocked_sums(self, p: int) -> list[tuple[Acc, Acc]]:
+        """CPU: (accumulator, block's sum) of the sums pass ``p`` runs in blocks.  Sums
+        run in blocks of BLOCK elements in the compute dtype, each block's sum added to
+        the row's float64 sum: LLVM vectorises the block in as many lanes as float32
+        fills (float64 accumulators would halve them, and every function of the math
+        library with them)."""
+        graph, kernel = self.graph, self.kernel
+        return [(Acc("s", n), Acc("f", n)) for n in self.row_reds
+                if _blocked(self.kind(n), p - self.first_pass(n))
+                and reads_element(graph, kernel, n)] + [
+            (Acc("q", n), Acc("f", n)) for n in kernel.partials
+            if self.kinds[n] == "all" and self.kind(n) in ("sum", "mean")
+            and reads_element(graph, kernel, n)
+            and self.sch.phase.get(value_args(graph, n)[0], 0) == p]
+
+    def updated(self, p: int) -> tuple[list[int], list[int]]:
+        """The row reductions and the partials pass ``p`` updates."""
+        graph, kernel, sch = self.graph, self.kernel, self.sch
+        rows = [n for n in self.row_reds if 0 <= p - self.first_pass(n) < ROW_PASSES[
+            self.kind(n)] and reads_element(graph, kernel, n)]
+        parts = [n for n in kernel.partials if reads_element(graph, kernel, n)
+                 and sch.phase.get(value_args(graph, n)[0], 0) == p]
+        return rows, parts
+
+    def slots_used(self, p: int) -> set[tuple[int, str]]:
+        """The (value, access) of the input slots pass ``p`` reads: its element values'
+        and the values its reductions reduce (the CPU's: those of every reduction)."""
+        graph, kernel = self.graph, self.kernel
+        used = {(x, access(graph, kernel, n, x)) for n in self.sch.work[p]
+                for x in value_args(graph, n) if x not in self.lv}
+        reds = (self.row_reds + list(kernel.partials) if self.cpu
+                else [n for ns in self.updated(p) for n in ns])
+        return used | {(x, access(graph, kernel, n, x)) for n in reds
+                       for x in value_args(graph, n)[:1] if x not in self.lv}
+
+    def prefetch_pass(self, streamed: list[int]) -> int | None:
+        """CPU: the pass that prefetches the next row's elements, a block at a time, so
+        memory delivers them while this row computes (rows of a page or more start
+        cold: the hardware's prefetchers stop at page boundaries): of the passes in
+        blocks that read nothing from memory themselves (no first read of the row: a
+        pass streaming its row gains nothing from streaming the next one too), the one
+        with the most arithmetic to hide the hints' loop in (layer norm's variance
+        pass, a subtraction and a square per element, ran 5-10 % slower with it).  The
+        next row's element outputs are prefetched for writing (one thread, rows of
+        1024: softmax's fused fwd_bwd 1.26x, layer norm's 1.20x).  A pass without sums
+        is not run in blocks for the hints (RMS norm's last pass: 0.75-0.88x in
+        blocks)."""
+        sch = self.sch
+        streamed_slots = [self.slots[j] for j in streamed]
+        seen: set[tuple[int, str]] = set()
+        fresh = []                                  # per pass: its first reads of the row
+        for p in range(sch.passes):
+            used = self.slots_used(p)
+            fresh.append(sum(1 for s in streamed_slots if s in used and s not in seen))
+            seen |= used
+        return max((p for p in range(sch.passes) if self.blocked_sums(p) and not fresh[p]),
+                   key=lambda p: (_arithmetic(self.graph, sch.work[p]), -p), default=None)
+
+    def body(self, p: int, block: dict[Acc, Acc]) -> list:
+        """The statements of pass ``p`` per element, in order: input loads, loads back,
+        computes, stores to scratch, reduction updates, stores to outputs."""
+        kernel, sch = self.kernel, self.sch
+        used = self.slots_used(p)
+        body: list = [Load(j, a) for j, (x, a) in enumerate(self.slots)
+                      if (x, a) in used and a in (PER_ELEMENT, PER_COL)]
+        # an element value stored in an earlier pass is read back from its output's
+        # row (in cache: a reduce kernel never writes an input's memory), or scratch
+        body += [LoadBack(n, Buffer("scratch" if n in sch.scratch else "output", n))
+                 for n in sch.loads[p]]
+        body += [Compute(n) for n in sch.work[p]]
+        body += [Store(n, Buffer("scratch", n)) for n in sch.scratch if sch.phase[n] == p]
+        rows, parts = self.updated(p)
+        for n in rows:
+            k, kind = p - self.first_pass(n), self.kind(n)
+            acc = Acc("m", n) if ROW_PASSES[kind] == 2 and k == 0 else Acc("s", n)
+            body.append(Update(n, kind, k, block.get(acc, acc),
+                               self.cpu and (kind in ("max", "min") or ROW_PASSES[kind] == 2)))
+        for n in parts:
+            kind, cols = self.kind(n), self.kinds[n] == "cols"
+            if cols:
+                acc = Acc("g" if self.cpu and kind in ("sum", "mean") else
+                          "q" if self.cpu else "p", n, True)
+            else:
+                acc = Acc("q", n)
+            body.append(Update(n, kind, 0, block.get(acc, acc)))
+        body += [Store(n, Buffer("output", n)) for n in kernel.outputs
+                 if self.lv[n] == ELEMENT and sch.phase[n] == p]
+        return body
+
+
+def _blocked(kind: str, k: int) -> bool:
+    """Whether pass ``k`` of a row reduction of ``kind`` is a sum run in blocks."""
+    return (kind in ("sum", "mean") and k == 0) or (kind in ("logsumexp", "norm") and k == 1)
+
+
+def _arithmetic(graph: Graph, nodes) -> int:
+    """A rough cost of computing ``nodes`` per element: 1 per cheap primitive, 10 per
+    costly one (transcendental, division: ``gradc.passes.fuse.CHEAP``)."""
+    return sum(1 if graph.node(n).op in CHEAP else 10 for n in nodes)

@@ -1,0 +1,71 @@
+"""The loop IR of reduce kernels (gradc.passes.loop_ir): the decisions lower() makes once
+for the printers, read on softmax's fused fwd_bwd (the kernel of
+tests/codegen/test_reduce_kernels.py's prefetch test)."""
+from __future__ import annotations
+
+import pytest
+
+from gradc.frontend.check import check_source
+from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
+from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_ROWS, Buffer, LoadBack, Prefetch,
+                                  Store, Tree, Update, lower)
+from gradc.pipeline import build_op
+
+SOURCE = """
+op softmax(x: f32[b, n]) -> y {
+    m = max(x, axis=1, keepdims=true)
+    e = exp(x - m)
+    y = e / sum(e, axis=1, keepdims=true)
+} grad(dy) -> dx {
+    dx = y * (dy - sum(y * dy, axis=1, keepdims=true))
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def softmax():
+    program = check_source(SOURCE, "softmax.grad")
+    cop = build_op(program.ops["softmax"], program.ops, program.consts)
+    plan = cpu_plan(cop.methods["fwd_bwd"].fused)
+    (kernel,) = [s for s in plan.steps if isinstance(s, ReduceKernel)]
+    return plan.graph, kernel
+
+
+def test_cpu_softmax_fwd_bwd_runs_the_exp_pass_in_blocks_with_the_next_rows_hints(softmax):
+    graph, kernel = softmax
+    loops = lower(graph, kernel, CPU)
+    assert len(loops.passes) == 4           # max; exp and its sum; y and y.dy; dx
+    y, dx = loops.outputs
+    x_slot, dy_slot = [j for j, (v, a) in enumerate(loops.slots) if a == "element"]
+    # the passes with sums run in blocks (the exp's sum, the dot of y and dy)
+    assert [ps.block for ps in loops.passes] == [0, BLOCK, BLOCK, 0]
+    exp_pass = loops.passes[1]
+    assert [graph.node(acc.node).op for acc, _ in exp_pass.block_sums] == ["sum"]
+    # the exp pass reads nothing new from memory: it prefetches x and dy, and y and dx
+    # for writing
+    assert exp_pass.prefetch == Prefetch((x_slot, dy_slot), (y, dx))
+    assert [p for p, ps in enumerate(loops.passes) if ps.prefetch] == [1]
+    assert loops.prefetch_rows == PREFETCH_ROWS
+    # exp is kept in a row of scratch and stored by the exp pass
+    assert [graph.node(n).op for n in loops.scratch] == ["exp"]
+    assert Store(loops.scratch[0], Buffer("scratch", loops.scratch[0])) in exp_pass.body
+    # the last pass reads y back from its output's row, and stores dx
+    last = loops.passes[-1].body
+    assert LoadBack(y, Buffer("output", y)) in last
+    assert last[-1] == Store(dx, Buffer("output", dx))
+    # the row max keeps its NaN in a flag (the compute dtype, vectorised)
+    (first,) = [s for s in loops.passes[0].body if isinstance(s, Update)]
+    assert first.kind == "max" and first.nan_flag
+
+
+def test_cuda_softmax_fwd_bwd_has_no_scratch_blocks_or_hints_and_finishes_in_trees(softmax):
+    graph, kernel = softmax
+    loops = lower(graph, kernel, CUDA)
+    assert len(loops.passes) == 4
+    assert loops.scratch == [] and loops.prefetch_rows is None
+    assert all(not ps.block and not ps.block_sums and ps.prefetch is None for ps in loops.passes)
+    # the max, the sum and the dot finish in block trees before the passes that use them
+    assert [sum(isinstance(s, Tree) for s in ps.before) for ps in loops.passes] == [0, 1, 1, 1]
+    y, dx = loops.outputs
+    assert LoadBack(y, Buffer("output", y)) in loops.passes[-1].body
+    assert not any(isinstance(s, Update) and s.nan_flag for ps in loops.passes for s in ps.body)
