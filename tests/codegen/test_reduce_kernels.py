@@ -19,6 +19,7 @@ from gradc.passes.fuse import LibraryCall
 from gradc.passes.fuse import Kernel, recompute_residuals, why_stored
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, fuse_reductions
 from gradc.pipeline import build_op
+from row_sources import SOFTMAX_ROWS
 
 SOURCE = """
 op softmax(x: T[b, n]) -> y { y = exp(x - logsumexp(x, axis=1, keepdims=true)) }
@@ -269,14 +270,7 @@ def test_softmax_cross_entropy_reads_the_logits_once_per_pass() -> None:
     assert len(k.outputs) == 1 and len(k.partials) == 1       # dlogits; the mean's partials
 
 
-PREFETCH_SOURCE = """
-op softmax(x: f32[b, n]) -> y {
-    m = max(x, axis=1, keepdims=true)
-    e = exp(x - m)
-    y = e / sum(e, axis=1, keepdims=true)
-} grad(dy) -> dx {
-    dx = y * (dy - sum(y * dy, axis=1, keepdims=true))
-}
+PREFETCH_SOURCE = SOFTMAX_ROWS + """
 op scale(x: f32[b, n]) -> y { y = x * rsqrt(mean(x * x, axis=1, keepdims=true) + 0.000001) }
 """
 

@@ -1,6 +1,6 @@
 """The loop IR of reduce kernels (gradc.passes.loop_ir): the decisions lower() makes once
 for the printers, read on softmax's fused fwd_bwd (the kernel of
-tests/codegen/test_reduce_kernels.py's prefetch test)."""
+tests/codegen/test_reduce_kernels.py's prefetch test, tests/row_sources.py)."""
 from __future__ import annotations
 
 import pytest
@@ -10,21 +10,13 @@ from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
 from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_ROWS, Buffer, LoadBack, Prefetch,
                                   Store, Tree, Update, lower)
 from gradc.pipeline import build_op
+from row_sources import SOFTMAX_ROWS
 
-SOURCE = """
-op softmax(x: f32[b, n]) -> y {
-    m = max(x, axis=1, keepdims=true)
-    e = exp(x - m)
-    y = e / sum(e, axis=1, keepdims=true)
-} grad(dy) -> dx {
-    dx = y * (dy - sum(y * dy, axis=1, keepdims=true))
-}
-"""
 
 
 @pytest.fixture(scope="module")
 def softmax():
-    program = check_source(SOURCE, "softmax.grad")
+    program = check_source(SOFTMAX_ROWS, "softmax.grad")
     cop = build_op(program.ops["softmax"], program.ops, program.consts)
     plan = cpu_plan(cop.methods["fwd_bwd"].fused)
     (kernel,) = [s for s in plan.steps if isinstance(s, ReduceKernel)]
