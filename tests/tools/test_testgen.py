@@ -112,19 +112,33 @@ op soft(x) -> y {
 """
 
 
-@pytest.mark.slow
-def test_generated_tests_fail_on_a_broken_gradient(tmp_path) -> None:
-    """Tests generated for correct ops (a derived gradient; a custom rule that is the
-    derivative, so finite differences apply) fail once the gradients are wrong."""
-    spec = tmp_path / "ops.grad"
+@pytest.fixture(scope="module")
+def mutant(tmp_path_factory) -> Path:
+    """MUTANT at one path for the tests that run its generated tests: gradc's cache
+    key holds the file's path, so its module (and Numba's kernels beside it, in the
+    run's cache) is compiled once for them, not once per test's folder."""
+    spec = tmp_path_factory.mktemp("mutant") / "ops.grad"
     spec.write_text(MUTANT)
-    out, n = write_tests(spec, tmp_path / "test_ops.py")
+    return spec
+
+
+@pytest.mark.slow
+def test_generated_tests_fail_on_a_broken_gradient(mutant, tmp_path) -> None:
+    """Tests generated for correct ops (a derived gradient; a custom rule that is the
+    derivative, so finite differences apply) fail once the gradients are wrong (the
+    same file, its GRAD_FILE pointed at the broken ops)."""
+    out, n = write_tests(mutant, tmp_path / "test_ops.py")
     t = tables(out.read_text())
     assert t["FINITE_DIFFERENCES"] == ["wave", "soft"] and not t["CUSTOM"]
     assert t["BROADCAST"] == [("wave", "x", ()), ("wave", "s", ())]
     rc, log = run_pytest(out)
     assert rc == 0 and re.search(rf"^{n} passed", log, re.M), log
     # The same ops with wrong gradients: wave's rule misses a factor, soft's is halved.
+    text, pointer = out.read_text(), re.compile(r"^GRAD_FILE = .*$", re.M)
+    assert len(pointer.findall(text)) == 1
+    out.write_text(pointer.sub("GRAD_FILE = Path(__file__).resolve().parent / 'ops.grad'",
+                               text))
+    spec = tmp_path / "ops.grad"
     spec.write_text(MUTANT.replace("y = sin(x) * s\n}", "y = sin(x) * s\n} grad(dy) -> "
                                    "(dx, ds) {\n    dx = dy * cos(x)\n    ds = dy * sin(x)\n}")
                     .replace("dx = dy * (1 - y^2)", "dx = 0.5 * dy * (1 - y^2)"))
@@ -171,13 +185,11 @@ def test_w410_of_an_op_without_a_rule_names_the_op_whose_rule_it_is(tmp_path) ->
     assert "mark the grad block of 'soft'" in " ".join(twice.notes)
 
 @pytest.mark.slow
-def test_generated_tests_fail_on_a_broken_method(tmp_path) -> None:
+def test_generated_tests_fail_on_a_broken_method(mutant, tmp_path) -> None:
     """A module whose jvp is off by 0.1 % and whose unfused forward is too (gradc.load
     patched by a conftest.py beside the tests) fails the adjoint and fused-vs-unfused
     tests, and only those."""
-    spec = tmp_path / "ops.grad"
-    spec.write_text(MUTANT)
-    out, _ = write_tests(spec, tmp_path / "test_ops.py")
+    out, _ = write_tests(mutant, tmp_path / "test_ops.py")
     (tmp_path / "conftest.py").write_text('''
 import gradc
 
