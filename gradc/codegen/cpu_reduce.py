@@ -119,12 +119,12 @@ class _CpuLoops(LoopPrinter):
         buf.line("_lo = _r * _N")
         for j, (x, a) in enumerate(loops.slots):
             if a == PER_ELEMENT:
-                buf.line(f"_i{j}r = _i{j}[_lo:_lo + _N]")
+                buf.line(f"_i{j}r = _g_view(_i{j}, _lo, _lo + _N)")
             elif a == PER_ROW:
                 buf.line(f"b{j} = _i{j}[_r]")
         for n in loops.outputs:
             if self.kn.level[n] == ELEMENT:
-                buf.line(f"{self.outs[n]}r = {self.outs[n]}[_lo:_lo + _N]")
+                buf.line(f"{self.outs[n]}r = _g_view({self.outs[n]}, _lo, _lo + _N)")
         for ps in loops.passes:
             self.statements(buf, ps.before)
             self.one_pass(buf, ps)
@@ -161,7 +161,7 @@ class _CpuLoops(LoopPrinter):
                 for n in ps.prefetch.writes:
                     buf.line(f"    _g_prefetch_w({self.outs[n]}, _lo + _N + _b, _lo + _N + _e)")
             for arr in self.sliced:
-                buf.line(f"{arr}b = {arr}[_b:_e]")
+                buf.line(f"{arr}b = _g_view({arr}, _b, _e)")
             for _, blk in ps.block_sums:
                 buf.line(f"{self.acc(blk)} = _T(0.0)")
             buf.line("for _c in range(_e - _b):")

@@ -319,6 +319,38 @@ def test_prefetch_hints_never_fault_nor_write() -> None:
     assert hint(np.zeros(0, np.float32), far) == 0.0
 
 
+def test_views_are_the_slices_numpy_takes_clipped_to_the_array() -> None:
+    """Reduce kernels take rows and blocks as ``_g_view`` (no reference count): the
+    elements of ``a[lo:hi]`` for 0 <= lo (clipped as a slice, never past the array),
+    of any stride (broadcast inputs have stride 0), read-only arrays included, and a
+    view writes through to its array."""
+    from gradc.codegen import runtime_src
+
+    @numba.njit
+    def copy(a, lo, hi):
+        return runtime_src._g_view(a, lo, hi).copy()
+
+    @numba.njit
+    def negate(a, lo, hi):
+        v = runtime_src._g_view(a, lo, hi)
+        for i in range(v.size):
+            v[i] = -v[i]
+
+    readonly = np.arange(6.0)
+    readonly.flags.writeable = False
+    arrays = [np.arange(10, dtype=np.float32), np.arange(20.0)[::3], readonly,
+              np.broadcast_to(np.array([2.5]), (7,)), np.zeros(0)]
+    for a in arrays:
+        for lo in (0, 1, 3, 6, 50):
+            for hi in (-5, 0, 2, 4, 6, 7, 100):
+                got = copy(a, lo, hi)
+                assert got.dtype == a.dtype
+                np.testing.assert_array_equal(got, a[lo:max(hi, lo)], err_msg=f"{lo}:{hi}")
+    b = np.arange(8.0)
+    negate(b, 2, 5)
+    np.testing.assert_array_equal(b, [0, 1, -2, -3, -4, 5, 6, 7])
+
+
 @pytest.mark.parametrize("op", ["middle", "generic"])
 def test_other_axis_sets_and_generic_ranks_stay_numpy_calls(op) -> None:
     p = plan(op)
