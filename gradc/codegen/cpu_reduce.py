@@ -119,12 +119,12 @@ class _CpuLoops(LoopPrinter):
         buf.line("_lo = _r * _N")
         for j, (x, a) in enumerate(loops.slots):
             if a == PER_ELEMENT:
-                buf.line(f"_i{j}r = _i{j}[_lo:_lo + _N]")
+                buf.line(f"_i{j}r = _g_view(_i{j}, _lo, _lo + _N)")
             elif a == PER_ROW:
                 buf.line(f"b{j} = _i{j}[_r]")
         for n in loops.outputs:
             if self.kn.level[n] == ELEMENT:
-                buf.line(f"{self.outs[n]}r = {self.outs[n]}[_lo:_lo + _N]")
+                buf.line(f"{self.outs[n]}r = _g_view({self.outs[n]}, _lo, _lo + _N)")
         for ps in loops.passes:
             self.statements(buf, ps.before)
             self.one_pass(buf, ps)
@@ -143,14 +143,29 @@ class _CpuLoops(LoopPrinter):
         buf.dedent()
 
     def one_pass(self, buf: IndentedBuffer, ps) -> None:
-        """A loop over the row's elements; in blocks, it reads and writes its arrays
-        through slices of the block (an index _b + _c kept LLVM from vectorising:
+        """A loop over the row's elements (in blocks: two, where a short row's runs as
+        one plain loop)."""
+        if ps.block and ps.whole:
+            buf.line(f"if _N <= {ps.block}:")
+            buf.indent()
+            self.loop(buf, ps, False)
+            buf.dedent()
+            buf.line("else:")
+            buf.indent()
+            self.loop(buf, ps, True)
+            buf.dedent()
+        else:
+            self.loop(buf, ps, bool(ps.block))
+
+    def loop(self, buf: IndentedBuffer, ps, blocks: bool) -> None:
+        """The pass's loop, in blocks or not; in blocks, it reads and writes its arrays
+        through views of the block (an index _b + _c kept LLVM from vectorising:
         gathers and scatters)."""
-        self.sliced = [] if ps.block else None
-        self.index = "(_lo + _b + _c)" if ps.block else "(_lo + _c)"
+        self.sliced = [] if blocks else None
+        self.index = "(_lo + _b + _c)" if blocks else "(_lo + _c)"
         body = IndentedBuffer()
         self.statements(body, ps.body)
-        if ps.block:
+        if blocks:
             buf.line(f"for _b in range(0, _N, {ps.block}):")
             buf.indent()
             buf.line(f"_e = min(_b + {ps.block}, _N)")
@@ -161,19 +176,17 @@ class _CpuLoops(LoopPrinter):
                 for n in ps.prefetch.writes:
                     buf.line(f"    _g_prefetch_w({self.outs[n]}, _lo + _N + _b, _lo + _N + _e)")
             for arr in self.sliced:
-                buf.line(f"{arr}b = {arr}[_b:_e]")
-            for _, blk in ps.block_sums:
-                buf.line(f"{self.acc(blk)} = _T(0.0)")
-            buf.line("for _c in range(_e - _b):")
-        else:
-            buf.line("for _c in range(_N):")
+                buf.line(f"{arr}b = _g_view({arr}, _b, _e)")
+        for _, blk in ps.block_sums:
+            buf.line(f"{self.acc(blk)} = _T(0.0)")
+        buf.line("for _c in range(_e - _b):" if blocks else "for _c in range(_N):")
         buf.indent()
         for line in body.getvalue().splitlines():
             buf.line(line)
         buf.dedent()
-        if ps.block:
-            for acc, blk in ps.block_sums:
-                buf.line(f"{self.acc(acc)} += {self.acc(blk)}")
+        for acc, blk in ps.block_sums:
+            buf.line(f"{self.acc(acc)} += {self.acc(blk)}")
+        if blocks:
             buf.dedent()
         self.sliced = None
 

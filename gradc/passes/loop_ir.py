@@ -182,12 +182,15 @@ class Pass:
     """One loop over a row's elements: ``before``, the row steps before it; ``body``,
     per element; ``block`` > 0: in blocks of that many elements, each with
     ``block_sums`` (accumulator, block's sum in the compute dtype), added after the
-    block; ``prefetch``: its hints (in blocks only)."""
+    block; ``prefetch``: its hints (in blocks only); ``whole``: a row of at most
+    ``block`` elements runs as one plain loop instead (the same sums: one block), the
+    loop nest of blocks costing short rows more than their arithmetic."""
     before: list = field(default_factory=list)
     body: list = field(default_factory=list)
     block: int = 0
     block_sums: list[tuple[Acc, Acc]] = field(default_factory=list)
     prefetch: Prefetch | None = None
+    whole: bool = False
 
 
 @dataclass
@@ -280,6 +283,7 @@ class _Lowering:
             ps = Pass(before=self.row_steps(p) + self.starts(p))
             if self.cpu and self.blocked_sums(p):
                 ps.block, ps.block_sums = BLOCK, self.blocked_sums(p)
+                ps.whole = True
                 if p == prefetch_pass and streamed:
                     ps.prefetch = Prefetch(tuple(streamed), tuple(self.elem_outputs()))
             ps.body = self.body(p, dict(ps.block_sums))

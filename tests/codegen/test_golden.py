@@ -132,21 +132,21 @@ def test_module_never_imports_gradc(text: str) -> None:
     """numpy, numba and the standard library only: the module ships without gradc.
     Only the Dask helpers import more (dask.array, operator), inside themselves,
     when called with a Dask array (docs/dask.md); the intrinsics' code generators
-    import Numba's own code-generation layer (numba.core, llvmlite) inside themselves,
+    import Numba's own code-generation layer (numba.core, numba.np.arrayobj, llvmlite) inside themselves,
     when Numba types a kernel that calls them."""
     imports = _imports(text, where=ast.iter_child_nodes)      # at import time
     assert imports, "no imports found"
     assert all(n.split(".")[0] in ("numpy", "numba", "ctypes", "inspect", "math", "os", "site",
                                    "sys") for n in imports), imports
     lazy = set(_imports(text)) - set(imports)
-    dask, codegen = {"dask.array", "operator"}, {"llvmlite", "numba.core"}
+    dask, codegen = {"dask.array", "operator"}, {"llvmlite", "numba.core", "numba.np.arrayobj"}
     assert lazy == dask | codegen, lazy
     for fn in (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)):
         inside = set(_imports(ast.unparse(fn)))
         if inside & dask:
             assert fn.name.startswith("_gd_"), fn.name
         if inside & codegen:
-            assert fn.name.startswith("_g_") and "codegen" in fn.name, fn.name
+            assert fn.name.startswith("_g_") or fn.name == "codegen", fn.name
     lines = [line for line in text.splitlines() if re.match(r"\s*(import|from)\s", line)]
     assert all("gradc" not in line for line in lines), lines
 

@@ -287,7 +287,9 @@ def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() ->
     # with dy (reads dy), dx: the exp pass prefetches the next row of x and dy, and of
     # the outputs y and dx for writing
     body = kernel_text(text, "_gk_softmax_fwd_bwd_0")
-    assert body.count("for _c in range(") == 4
+    # four passes; the two with sums in blocks, or as one loop where rows are short
+    assert body.count("for _c in range(_N)") == 4 and body.count("for _c in range(_e - _b)") == 2
+    assert body.count("if _N <= 256:") == 2
     lines = [line.strip() for line in body.splitlines()]
     hints = [i for i, line in enumerate(lines) if line.startswith("_g_prefetch")]
     assert [lines[i] for i in hints] == ["_g_prefetch(_i0, _lo + _N + _b, _lo + _N + _e)",
@@ -317,6 +319,38 @@ def test_prefetch_hints_never_fault_nor_write() -> None:
     assert hint(np.arange(4.0), far) == 6.0
     assert hint(np.arange(1000, dtype=np.float32), far) == 499500.0
     assert hint(np.zeros(0, np.float32), far) == 0.0
+
+
+def test_views_are_the_slices_numpy_takes_clipped_to_the_array() -> None:
+    """Reduce kernels take rows and blocks as ``_g_view`` (no reference count): the
+    elements of ``a[lo:hi]`` for 0 <= lo (clipped as a slice, never past the array),
+    of any stride (broadcast inputs have stride 0), read-only arrays included, and a
+    view writes through to its array."""
+    from gradc.codegen import runtime_src
+
+    @numba.njit
+    def copy(a, lo, hi):
+        return runtime_src._g_view(a, lo, hi).copy()
+
+    @numba.njit
+    def negate(a, lo, hi):
+        v = runtime_src._g_view(a, lo, hi)
+        for i in range(v.size):
+            v[i] = -v[i]
+
+    readonly = np.arange(6.0)
+    readonly.flags.writeable = False
+    arrays = [np.arange(10, dtype=np.float32), np.arange(20.0)[::3], readonly,
+              np.broadcast_to(np.array([2.5]), (7,)), np.zeros(0)]
+    for a in arrays:
+        for lo in (0, 1, 3, 6, 50):
+            for hi in (-5, 0, 2, 4, 6, 7, 100):
+                got = copy(a, lo, hi)
+                assert got.dtype == a.dtype
+                np.testing.assert_array_equal(got, a[lo:max(hi, lo)], err_msg=f"{lo}:{hi}")
+    b = np.arange(8.0)
+    negate(b, 2, 5)
+    np.testing.assert_array_equal(b, [0, 1, -2, -3, -4, 5, 6, 7])
 
 
 @pytest.mark.parametrize("op", ["middle", "generic"])

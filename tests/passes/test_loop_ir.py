@@ -31,6 +31,8 @@ def test_cpu_softmax_fwd_bwd_runs_the_exp_pass_in_blocks_with_the_next_rows_hint
     x_slot, dy_slot = [j for j, (v, a) in enumerate(loops.slots) if a == "element"]
     # the passes with sums run in blocks (the exp's sum, the dot of y and dy)
     assert [ps.block for ps in loops.passes] == [0, BLOCK, BLOCK, 0]
+    # a row of at most a block runs them as one loop (the loop nest cost rows of 64)
+    assert [ps.whole for ps in loops.passes] == [False, True, True, False]
     exp_pass = loops.passes[1]
     assert [graph.node(acc.node).op for acc, _ in exp_pass.block_sums] == ["sum"]
     # the exp pass reads nothing new from memory: it prefetches x and dy, and y and dx
