@@ -265,11 +265,17 @@ def _g_bshape(op, names, *shapes):
     else:
         if shapes:
             return tuple(shapes[0])
-    try:
-        return np.broadcast_shapes(*shapes)
-    except ValueError:
-        raise ValueError(f"{op}: shapes do not broadcast together: " + ", ".join(
-            f"{n} {tuple(s)}" for n, s in zip(names, shapes))) from None
+    out = [1] * max((len(s) for s in shapes), default=0)   # np.broadcast_shapes: 3x slower
+    for s in shapes:
+        lead = len(out) - len(s)
+        for i, d in enumerate(s):
+            if d != out[lead + i]:
+                if out[lead + i] != 1 and d != 1:
+                    raise ValueError(f"{op}: shapes do not broadcast together: " + ", ".join(
+                        f"{n} {tuple(s)}" for n, s in zip(names, shapes)))
+                if d != 1:
+                    out[lead + i] = int(d)
+    return tuple(out)
 
 
 def _g_upstream(op, name, v, shape, t):
@@ -327,6 +333,8 @@ def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
     """
     if out is None:
         return None
+    if type(out) is _GradcChecked:
+        return out
     n = len(shapes)
     outs = (out,) if isinstance(out, np.ndarray) else out
     if not isinstance(outs, (tuple, list)) or len(outs) != n:
@@ -359,10 +367,17 @@ def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
 
 
 def _g_same_array(o, a):
-    """Whether ``a`` is ``o``'s memory with ``o``'s shape, dtype and (C) layout."""
+    """Whether ``a`` is ``o``'s memory with ``o``'s shape, dtype and (C) layout (the
+    cheap tests first: the addresses cost microseconds)."""
     return (isinstance(a, np.ndarray) and a.shape == o.shape and a.dtype == o.dtype
-            and a.flags.c_contiguous
+            and a.flags.c_contiguous and np.may_share_memory(o, a)
             and a.__array_interface__["data"][0] == o.__array_interface__["data"][0])
+
+
+class _GradcChecked(tuple):
+    """``out=`` buffers that a wrapper has checked (:func:`_g_out_tuple`), reshaped
+    for the row plan's wrapper it calls: that wrapper's check returns them as they
+    are (no out[k] is an argument's memory: :func:`_g_rows_apart`)."""
 
 
 def _g_buffer(op, outs, k, shape, t):

@@ -138,7 +138,7 @@ class WrapperPrinter:
         b.line(f"_S = ({', '.join(early)}{',' if len(early) == 1 else ''})")
         # Upstreams converted first: out= is checked against the arrays the kernels read
         # (an object's __array__ may give other memory at a second call).
-        self._check_upstreams(ups)
+        self._check_upstreams(ups, {e: f"_S[{k}]" for k, e in reversed(list(enumerate(early)))})
         b.line("_out = " + self.helper("out_tuple", f"_n, out, _S, {kinds!r}, {inputs}, {labels!r}"
                                       + (f", {inplace!r}" if inplace else "")))
         for variant, fn in self.rows:
@@ -203,7 +203,11 @@ class WrapperPrinter:
         outs = ", ".join(f"_out[{k}].reshape({shape(s)})" for k, s in
                          enumerate(spec.output_shapes)) + ("," if len(spec.output_shapes) == 1
                                                            else "")
-        call = ", ".join(args + kw + [f"out=None if _out is None else ({outs})"]
+        if self.host_fast_paths:        # checked above: the row plan's check passes them
+            outs = f"_GradcChecked(({outs}))"
+        else:
+            outs = f"({outs})"
+        call = ", ".join(args + kw + [f"out=None if _out is None else {outs}"]
                          + [f"{k}={k}" for k, _ in self.extra_kw])
         b.line(f"return _g_rows_back({fn}({call}), _S, _out, {single!r})")
         b.dedent()
@@ -301,13 +305,16 @@ class WrapperPrinter:
                     pairs.append((k, j))
         return tuple(pairs)
 
-    def _check_upstreams(self, ups: list[int]) -> None:
+    def _check_upstreams(self, ups: list[int], known: dict[str, str]) -> None:
         """Cotangents (``vjp``, ``fwd_bwd``) or tangents (``jvp``) converted and
-        checked against their output's or parameter's shape."""
+        checked against their output's or parameter's shape (``known``: the
+        variables that hold some shape expressions' values already)."""
         kind = "tangent" if self.method.name == "jvp" else "upstream"
         for u in ups:
             name, label = self.vars[u], self.graph.node(u).attr("name")
             shape = self.shape_expr(self.graph.node(u).shape, early=True)
+            if "(" in shape:                # computed (not an argument's .shape)
+                shape = known.get(shape, shape)
             self.buf.line(f"{name} = " + self.helper(
                 kind, f"_n, {label!r}, {name}, {shape}, _T"))
 

@@ -134,6 +134,31 @@ def test_in_place_goes_generic(m, monkeypatch):
     assert not calls
 
 
+def test_out_is_checked_once_and_the_row_plan_trusts_only_that(m, monkeypatch):
+    """The op's wrapper checks out= and hands the row plan's wrapper the reshaped
+    buffers marked as checked (it does not check them again); a plain tuple given to
+    the row plan's wrapper is still checked."""
+    calls = _count(m, monkeypatch, "_gr0_lnorm_fwd_bwd")
+    rng = np.random.default_rng(5)
+    x, dy = rng.standard_normal((2, 3, 8)), rng.standard_normal((2, 3, 8))
+    w, b = rng.standard_normal(8), rng.standard_normal(8)
+    outs = (np.empty((2, 3, 8)), np.empty((2, 3, 8)), np.empty(8), np.empty(8))
+    got = m.lnorm.fwd_bwd(x, w, b, dy, out=outs)
+    assert calls and all(a is o for a, o in zip(got, outs))
+    _same(outs, m.lnorm.unfused.fwd_bwd(x, w, b, dy))
+    calls.clear()
+    big = np.zeros(2 * 3 * 8 + 1)
+    bad = (big[1:].reshape(2, 3, 8), np.empty((2, 3, 8)), np.empty(8), np.empty(8))
+    with pytest.raises(ValueError, match=r"out\[0\] overlaps input 'x'"):
+        m.lnorm.fwd_bwd(big[:-1].reshape(2, 3, 8), w, b, dy, out=bad)
+    assert not calls and not big.any()
+    x2 = big[:-1].reshape(6, 8)
+    with pytest.raises(ValueError, match=r"out\[0\] overlaps input 'x'"):
+        m._gr0_lnorm_fwd_bwd(x2, w, b, dy.reshape(6, 8), out=(
+            big[1:].reshape(6, 8), np.empty((6, 8)), np.empty(8), np.empty(8)))
+    assert not big.any()
+
+
 @pytest.mark.parametrize("shape", [(5, 4), (2, 3, 4), (4,)])
 def test_layer_norm_columns(m, monkeypatch, shape):
     """w, b of the last dim: the row plan from rank 2 up for the gradients (dw, db

@@ -159,6 +159,23 @@ def test_non_broadcastable_shapes(m) -> None:
         m.two.vjp(ones(2, 3), ones(2, 1, 4), ones(2, 3), ones(2, 3))
 
 
+@pytest.mark.parametrize("shapes", [
+    (), ((),), ((3,), ()), ((3,), (1,)), ((2, 1), (3,)), ((0,), (1,)), ((1, 0), (4, 1)),
+    ((5, 1, 3), (4, 1), (1,)), ((2, 3), (2, 3)), ((1,), (1, 1, 1)),
+])
+def test_run_time_broadcasting_is_numpys(m, shapes) -> None:
+    assert m._g_bshape("f", tuple(map(str, shapes)), *shapes) == np.broadcast_shapes(*shapes)
+
+
+@pytest.mark.parametrize("shapes", [((3,), (4,)), ((0,), (2,)), ((2, 3), (3, 2)),
+                                    ((2, 1), (1, 3), (3, 1))])
+def test_run_time_broadcasting_errors_name_the_shapes(m, shapes) -> None:
+    with pytest.raises(ValueError):
+        np.broadcast_shapes(*shapes)
+    with pytest.raises(ValueError, match=r"f: shapes do not broadcast together: 'x' \("):
+        m._g_bshape("f", ("'x'", "'y'", "'z'")[:len(shapes)], *shapes)
+
+
 @pytest.mark.parametrize("op, args, bad", [
     ("f", (ones(3), ones(3)), ones(4)),
     ("f", (ones(3), ones(3)), ones(1)),          # broadcastable is not enough
