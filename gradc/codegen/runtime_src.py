@@ -351,7 +351,7 @@ def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
         if not o.flags.c_contiguous or not o.flags.writeable:
             raise ValueError(f"{op}: out[{k}] must be a writeable C-contiguous array")
         for j, a in enumerate(inputs):
-            if type(a) is float or type(a) is int or not np.may_share_memory(o, a):
+            if type(a) is float or type(a) is int or not _g_may_overlap(o, a):
                 continue
             if (k, j) in inplace and _g_same_array(o, a):
                 continue
@@ -361,16 +361,24 @@ def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
                     f" (in place: this method reads '{names[j]}' after writing out[{k}]; "
                     "pass another array)"))
         for j in range(k):
-            if np.may_share_memory(o, outs[j]):
+            if _g_may_overlap(o, outs[j]):
                 raise ValueError(f"{op}: out[{k}] overlaps out[{j}]")
     return tuple(outs)
+
+
+def _g_may_overlap(o, a):
+    """``np.may_share_memory(o, a)``, at once False for two arrays that each own
+    their memory (the usual case: a tenth of the time)."""
+    if isinstance(a, np.ndarray) and o is not a and o.flags.owndata and a.flags.owndata:
+        return False
+    return np.may_share_memory(o, a)
 
 
 def _g_same_array(o, a):
     """Whether ``a`` is ``o``'s memory with ``o``'s shape, dtype and (C) layout (the
     cheap tests first: the addresses cost microseconds)."""
-    return (isinstance(a, np.ndarray) and a.shape == o.shape and a.dtype == o.dtype
-            and a.flags.c_contiguous and np.may_share_memory(o, a)
+    return (isinstance(a, np.ndarray) and _g_may_overlap(o, a) and a.shape == o.shape
+            and a.dtype == o.dtype and a.flags.c_contiguous
             and a.__array_interface__["data"][0] == o.__array_interface__["data"][0])
 
 
@@ -786,8 +794,14 @@ def _g_rows_back(results, shapes, outs, single):
     if outs is not None:
         return outs[0] if single else outs
     if single:
-        return results.reshape(shapes[0])
-    return tuple(r.reshape(s) for r, s in zip(results, shapes))
+        return _g_reshaped(results, shapes[0])
+    return tuple(_g_reshaped(r, s) for r, s in zip(results, shapes))
+
+
+def _g_reshaped(a, shape):
+    """``a.reshape(shape)``, or ``a`` itself when of that shape already: an array that
+    owns its memory is quicker to check as an ``out=`` later (:func:`_g_may_overlap`)."""
+    return a if a.shape == tuple(shape) else a.reshape(shape)
 
 
 def _g_combine(op, kind, partials, count, shape, t, empty_ok=False):
@@ -808,4 +822,4 @@ def _g_combine(op, kind, partials, count, shape, t, empty_ok=False):
         r = partials.max(axis=0)
     else:
         r = partials.min(axis=0)
-    return np.asarray(r).astype(t).reshape(shape)
+    return _g_reshaped(np.asarray(r).astype(t), shape)

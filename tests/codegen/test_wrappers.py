@@ -253,6 +253,19 @@ def test_out_overlapping_an_input(m) -> None:
     np.testing.assert_array_equal(x, np.arange(3.0))            # nothing was written
 
 
+def test_overlap_test_of_out_buffers(m) -> None:
+    """Two arrays that each own their memory are apart at once; anything else is
+    NumPy's may_share_memory (views, the same array, two arrays over one buffer)."""
+    a, b = np.zeros(8), np.zeros(8)
+    assert a.flags.owndata and not m._g_may_overlap(a, b)
+    assert m._g_may_overlap(a, a) and m._g_may_overlap(a, a[2:]) and m._g_may_overlap(a[:4], a)
+    assert not m._g_may_overlap(a[:4], a[4:])
+    buf = bytearray(64)
+    u, v = np.frombuffer(buf, dtype=np.float64), np.frombuffer(buf, dtype=np.float64)
+    assert not u.flags.owndata and m._g_may_overlap(u, v)
+    assert m._g_same_array(u, v) and not m._g_same_array(a, b) and not m._g_same_array(a, a[1:])
+
+
 def test_out_wrong_count(m) -> None:
     with pytest.raises(TypeError, match="tuple of 2 arrays"):
         m.two(ones(3), ones(3), out=(np.empty(3),))
