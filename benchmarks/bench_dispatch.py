@@ -8,7 +8,9 @@ Every variant is timed with ``timeit`` in the same process, interleaved over
 ratio to ``np.tanh(x)`` on the same 1-element float32 array.  Plain calls
 (C-contiguous float32 or float64 arrays of one dtype, no ``out=``) take the
 wrappers' fast paths; the ``out=`` rows and the float16 row take the full
-checks.
+checks.  The last rows are row-wise ops of ``examples/rowwise.grad`` at 8x1024, the
+smallest arrays their row plans take: shape algebra, the row plan's dispatch and the
+row kernel (about 10 us of theirs).
 
 Run::
 
@@ -39,6 +41,13 @@ def variants() -> dict:
     x16 = np.ones(1, np.float16)
     y, dx = np.empty_like(x), np.empty_like(x)
     xm, b = np.ones((1, 1), np.float32), np.ones(1, np.float32)
+    # row-wise ops at 8x1024, the smallest arrays their row plans take (4096 elements
+    # and up): the row kernels themselves take about 10 us here
+    rw = gradc.load(ROOT / "examples" / "rowwise.grad")
+    rx, rdy = np.ones((8, 1024), np.float32), np.ones((8, 1024), np.float32)
+    rw_w, rw_b = np.ones(1024, np.float32), np.zeros(1024, np.float32)
+    rs_out = rw.softmax_rows.fwd_bwd(rx, rdy)
+    ln_out = rw.layer_norm.fwd_bwd(rx, rw_w, rw_b, rdy)
     return {
         "np.tanh(x)": lambda: np.tanh(x),
         "np.tanh(x, out=y)": lambda: np.tanh(x, out=y),
@@ -56,6 +65,11 @@ def variants() -> dict:
         "scaled_tanh.unfused.fwd_bwd(x, dy)": lambda: st.unfused.fwd_bwd(x, dy),
         "leaky_relu.fwd_bwd(x, dy)": lambda: lr.fwd_bwd(x, dy),
         "add_bias(x[1, 1], b[1])": lambda: ab(xm, b),
+        "softmax_rows.fwd_bwd 8x1024": lambda: rw.softmax_rows.fwd_bwd(rx, rdy),
+        "softmax_rows.fwd_bwd 8x1024 out=": lambda: rw.softmax_rows.fwd_bwd(rx, rdy, out=rs_out),
+        "layer_norm.fwd_bwd 8x1024": lambda: rw.layer_norm.fwd_bwd(rx, rw_w, rw_b, rdy),
+        "layer_norm.fwd_bwd 8x1024 out=": lambda: rw.layer_norm.fwd_bwd(rx, rw_w, rw_b, rdy,
+                                                                          out=ln_out),
     }
 
 
@@ -71,13 +85,15 @@ def main() -> None:
     times: dict[str, list[float]] = {k: [] for k in calls}
     for _ in range(args.repeat):
         for name, fn in calls.items():
-            times[name].append(timeit.timeit(fn, number=args.number) / args.number * 1e6)
+            n = max(1, args.number // 20) if "8x1024" in name else args.number
+            times[name].append(timeit.timeit(fn, number=n) / n * 1e6)
     base = statistics.median(times["np.tanh(x)"])
     print(f"{'call (1 float32 element unless noted)':38} {'median us':>10} {'x np.tanh':>10}")
     for name, ts in times.items():
         med = statistics.median(ts)
         print(f"{name:38} {med:10.2f} {med / base:10.1f}")
-    print(f"({args.repeat} interleaved rounds of {args.number:,} calls; load average "
+    print(f"({args.repeat} interleaved rounds of {args.number:,} calls, a 20th of that "
+          f"at 8x1024; load average "
           f"{load:.2f} before, {os.getloadavg()[0]:.2f} after, on {os.cpu_count()} CPUs)")
 
 

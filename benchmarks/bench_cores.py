@@ -1,0 +1,121 @@
+#!/usr/bin/env python
+"""What a second thread buys on this machine: compute, memory, and the row-wise kernels.
+
+The row-wise ``fwd_bwd`` kernels spend about 1 ns per element on arithmetic in one
+thread with their rows in cache, more than the copy's 0.7 ns per element of memory
+time: they reach the copy's speed only if the threads add compute.  This prints,
+for 1 and 2 threads, interleaved medians of
+
+* ``compute``  a loop that keeps a row of 1024 float32 in L1 per thread and does
+  softmax-like work on it (max, exp, sum, scale): no memory traffic;
+* ``copy``     the 2-read/2-write copy over 2^22 float32 (``gradc.tools.bench``);
+* each op of ``examples/rowwise.grad``: fused ``fwd_bwd`` into ``out=`` at the
+  given shapes (default 4096x1024, 65536x64, 16x262144),
+
+and the speedup of 2 threads over 1.  On a machine with two real cores ``compute``
+gains about 2x and ``copy`` what memory allows; two hyperthreads of one core, or
+cores shared with other guests, give ``compute`` far less.
+
+Run::
+
+    python benchmarks/bench_cores.py
+    python benchmarks/bench_cores.py --repeat 11 --ops softmax_rows --shapes 4096x1024
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from rowwise_cases import make_inputs  # noqa: E402
+
+import gradc  # noqa: E402
+from gradc.tools.bench import copy_kernel  # noqa: E402
+
+
+@numba.njit(parallel=True, fastmath={"reassoc"}, cache=False)
+def compute(rows: np.ndarray, reps: int) -> float:
+    """Softmax-like arithmetic on each thread's own row of ``rows`` (one per chunk),
+    ``reps`` times: max, exp, sum, scale, all in L1."""
+    total = np.zeros(rows.shape[0])
+    for t in numba.prange(rows.shape[0]):
+        x = rows[t]
+        y = np.empty_like(x)
+        acc = 0.0
+        for _ in range(reps):
+            m = x[0]
+            for c in range(x.size):
+                m = max(m, x[c])
+            s = np.float32(0)
+            for c in range(x.size):
+                e = np.exp(x[c] - m)
+                y[c] = e
+                s += e
+            r = np.float32(1) / s
+            for c in range(x.size):
+                y[c] *= r
+            acc += y[0]
+        total[t] = acc
+    return total.sum()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--ops", nargs="+", default=["softmax_rows", "log_softmax_rows",
+                                                 "layer_norm", "rms_norm", "xent_rows"])
+    ap.add_argument("--shapes", nargs="+", default=["4096x1024", "65536x64", "16x262144"])
+    args = ap.parse_args(argv)
+    module = gradc.load(ROOT / "examples" / "rowwise.grad")
+    rng = np.random.default_rng(0)
+    rows = rng.standard_normal((2, 1024)).astype(np.float32)
+    x, dy = (rng.standard_normal(1 << 22).astype(np.float32) for _ in range(2))
+    y, dx = np.empty_like(x), np.empty_like(x)
+    copy = copy_kernel()
+    cases = {"compute (2 rows of 1024 in L1)": lambda: compute(rows, 2048),
+             "copy 2r/2w 2^22": lambda: copy(x, dy, y, dx)}
+    for op in args.ops:
+        for text in args.shapes:
+            shape = tuple(int(v) for v in text.lower().split("x"))
+            params, ups = make_inputs(op, shape)
+            fn = getattr(module, op).fwd_bwd
+            out = fn(*params, *ups)
+            cases[f"{op} {text}"] = (lambda fn=fn, params=params, ups=ups, out=out:
+                                     fn(*params, *ups, out=out))
+    threads = (1, 2) if numba.config.NUMBA_NUM_THREADS >= 2 else (1,)
+    times: dict[tuple[str, int], list[float]] = {}
+    for name, call in cases.items():                # compiled, caches warm
+        for t in threads:
+            numba.set_num_threads(t)
+            call()
+    for _ in range(args.repeat):
+        for name, call in cases.items():
+            for t in threads:
+                numba.set_num_threads(t)
+                t0 = time.perf_counter()
+                call()
+                times.setdefault((name, t), []).append(time.perf_counter() - t0)
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    print(f"median ms of {args.repeat} interleaved repeats; threads {threads}; "
+          f"NUMBA_NUM_THREADS={numba.config.NUMBA_NUM_THREADS}")
+    print(f"{'case':34s} {'1 thread':>9s} {'2 threads':>10s} {'speedup':>8s}")
+    for name in cases:
+        a = float(np.median(times[(name, 1)])) * 1e3
+        if len(threads) == 2:
+            b = float(np.median(times[(name, 2)])) * 1e3
+            print(f"{name:34s} {a:9.2f} {b:10.2f} {a / b:7.2f}x")
+        else:
+            print(f"{name:34s} {a:9.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
