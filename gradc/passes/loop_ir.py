@@ -377,12 +377,11 @@ class _Lowering:
 
     def slots_used(self, p: int) -> set[tuple[int, str]]:
         """The (value, access) of the input slots pass ``p`` reads: its element values'
-        and the values its reductions reduce (the CPU's: those of every reduction)."""
+        and the values its reductions reduce."""
         graph, kernel = self.graph, self.kernel
         used = {(x, access(graph, kernel, n, x)) for n in self.sch.work[p]
                 for x in value_args(graph, n) if x not in self.lv}
-        reds = (self.row_reds + list(kernel.partials) if self.cpu
-                else [n for ns in self.updated(p) for n in ns])
+        reds = [n for ns in self.updated(p) for n in ns]
         return used | {(x, access(graph, kernel, n, x)) for n in reds
                        for x in value_args(graph, n)[:1] if x not in self.lv}
 
