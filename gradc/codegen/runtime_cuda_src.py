@@ -342,9 +342,10 @@ def _gc_out_tuple(op, out, shapes, kinds, inputs, names, inplace=(), stream=0):
     return tuple(views)
 
 
-def _gc_buffer(op, outs, k, shape, t, stream):
-    """Where result ``k`` is computed: the caller's out[k] when its dtype is ``t``."""
-    if outs is not None and outs[k].dtype == t:
+def _gc_buffer(op, outs, k, shape, t, rt, stream):
+    """Where result ``k`` is computed: the caller's out[k] when its dtype is ``t``, the
+    result dtype ``rt`` too (:func:`_g_buffer`)."""
+    if outs is not None and outs[k].dtype == t and rt == t:
         return outs[k]
     return cuda.device_array(tuple(shape), dtype=t, stream=stream)
 

@@ -242,8 +242,9 @@ def _g_bind_dims(op, name, actual, dims_spec, dims, where):
         raise ValueError(f"{op}: argument '{name}' must be a scalar (a parameter with a "
                          f"default and no shape annotation), got shape {actual}")
     if len(actual) != len(dims_spec):
-        raise ValueError(f"{op}: argument '{name}' must have {len(dims_spec)} dims "
-                         f"{list(dims_spec)}, got shape {actual}")
+        raise ValueError(f"{op}: argument '{name}' must have {len(dims_spec)} "
+                         f"dim{'s' if len(dims_spec) != 1 else ''} {list(dims_spec)}, "
+                         f"got shape {actual}")
     for axis, (d, n) in enumerate(zip(dims_spec, actual)):
         if isinstance(d, int):
             if d != n:
@@ -338,9 +339,10 @@ def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
     n = len(shapes)
     outs = (out,) if isinstance(out, np.ndarray) else out
     if not isinstance(outs, (tuple, list)) or len(outs) != n:
-        got = f"{len(outs)}" if isinstance(outs, (tuple, list)) else type(out).__name__
+        got = (f"a {type(outs).__name__} of {len(outs)}" if isinstance(outs, (tuple, list))
+               else type(out).__name__)
         raise TypeError(f"{op}: out= must be {'an array or ' if n == 1 else ''}"
-                        f"a tuple of {n} arrays, got {got}")
+                        f"a tuple of {n} array{'s' if n != 1 else ''}, got {got}")
     for k, o in enumerate(outs):
         if not isinstance(o, np.ndarray):
             raise TypeError(f"{op}: out[{k}] must be a numpy.ndarray, got {type(o).__name__}")
@@ -388,8 +390,10 @@ class _GradcChecked(tuple):
     are (no out[k] is an argument's memory: :func:`_g_rows_apart`)."""
 
 
-def _g_buffer(op, outs, k, shape, t):
-    """Where result ``k`` is computed: the caller's out[k] when it fits, else new."""
+def _g_buffer(op, outs, k, shape, t, rt):
+    """Where result ``k`` is computed (in the compute dtype ``t``): the caller's out[k]
+    when it fits and the result dtype ``rt`` is ``t`` (float16 results are rounded
+    from the float32 values first, by :func:`_g_finish`), else new."""
     if outs is None:
         return np.empty(shape, dtype=t)
     shape = tuple(shape)
@@ -398,7 +402,7 @@ def _g_buffer(op, outs, k, shape, t):
         raise ValueError(f"{op}: out[{k}] must have shape {shape}, got {o.shape}")
     if o.dtype.kind != "f":
         raise TypeError(f"{op}: out[{k}] must be a floating-point array, got {o.dtype}")
-    if o.dtype == t:
+    if o.dtype == t and rt.type is t:
         return o
     return np.empty(shape, dtype=t)
 
@@ -463,6 +467,8 @@ def _g_finish(op, outs, results, shapes, rt, inputs):
                 if not np.can_cast(r.dtype, o.dtype, "same_kind"):
                     raise TypeError(f"{op}: out[{k}] must be able to hold {r.dtype} "
                                     f"values, got {o.dtype}")
+                if r.dtype.kind == "f" and r.dtype != rt:     # float16 results: as NumPy,
+                    r = r.astype(rt)                          # rounded, then cast to out
                 np.copyto(o, r, casting="same_kind")
             final.append(o)
             continue

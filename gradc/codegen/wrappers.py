@@ -257,9 +257,13 @@ class WrapperPrinter:
 
     def _buffer_slots(self) -> dict[int, int]:
         """Kernel outputs written straight into the caller's out[slot] (the others,
-        library results and integer values, are copied there by ``_g_finish``)."""
-        g, slots = self.graph, {}
-        for step in self.plan.steps:
+        library results and integer values, are copied there by ``_g_finish``): those
+        of the steps from the last one that may raise on (see :func:`_may_raise`), so
+        that a call refused by a later step has written nothing."""
+        g, slots, steps = self.graph, {}, self.plan.steps
+        last = max((k for k, step in enumerate(steps)
+                    if _may_raise(step, g, g.output_shapes)), default=0)
+        for step in steps[last:]:
             for nid in step.outputs if isinstance(step, Kernel) else ():
                 slot = next((i for i, o in enumerate(g.outputs) if o == nid), None)
                 if slot is not None and g.node(nid).dtype == FLOAT and slot not in slots.values():
@@ -441,7 +445,7 @@ class WrapperPrinter:
             self.vars[nid] = var
             shape, slot = shape_of(nid), self.slots.get(nid)
             if slot is not None:
-                buffer = self.helper("buffer", f"_n, _out, {slot}, {shape}, _T")
+                buffer = self.helper("buffer", f"_n, _out, {slot}, {shape}, _T, _RT")
                 if self.host_fast_paths:          # no out=: what _g_buffer would make
                     buffer = f"np.empty({shape}, dtype=_T) if _out is None else {buffer}"
                 self.buf.line(f"{var} = {buffer}")
@@ -530,6 +534,30 @@ class WrapperPrinter:
         if node.op == "const":
             return f"np.asarray({py_literal(node.value)}, dtype={OUT_DTYPE[node.dtype]})"
         return self.vars[nid]
+
+
+# Library steps that cannot refuse a call whose arguments passed the checks: the
+# gradient of a broadcast summed back to its operand's shape (after any custom
+# gradient's shape_check), a value broadcast to a shape it reduces from, a shape ratio,
+# a cast, a transpose.
+_SHAPE_SAFE = frozenset({"sum_to", "broadcast_in", "size_ratio", "cast", "transpose"})
+
+
+def _may_raise(step, graph: Graph, checked: list[Shape]) -> bool:
+    """Whether ``step`` may refuse a call whose arguments passed the checks before any
+    work: a library call (NumPy: an empty max, a custom gradient's shape check, shapes
+    of values inside a reduction, a matmul's) but those that only move values between
+    shapes they were broadcast from or to (:data:`_SHAPE_SAFE`), a reduce kernel (an
+    empty row, its partials), a matmul with its epilogue, a kernel whose loop
+    broadcasts run-time shapes (``_g_bshape``) other than the results' shapes
+    (``checked``: broadcast before any work, ``_S``)."""
+    if isinstance(step, LibraryCall):
+        return graph.node(step.node).op not in _SHAPE_SAFE
+    if isinstance(step, (ReduceKernel, MatmulEpilogue)):
+        return True
+    shape = step.shape
+    return bool(shape.dyn) and (bool(shape.static) or len(shape.dyn) > 1) \
+        and shape not in checked
 
 
 def _no_identity(node) -> bool:

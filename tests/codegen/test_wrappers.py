@@ -152,6 +152,13 @@ def test_named_dims_must_agree(m) -> None:
         m.mm(ones(2, 3), ones(4, 2))
 
 
+def test_rank_errors_count_dims(m) -> None:
+    with pytest.raises(ValueError, match=r"argument 'b' must have 1 dim \['k'\], got shape \(2, 3\)"):
+        m.g(ones(2, 3, dtype=np.float32), ones(2, 3, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"argument 'x' must have 2 dims \['n', 'k'\]"):
+        m.g(ones(3, dtype=np.float32), ones(3, dtype=np.float32))
+
+
 def test_non_broadcastable_shapes(m) -> None:
     with pytest.raises(ValueError, match=r"do not broadcast.*\(3,\).*\(4,\)"):
         m.f(ones(3), ones(4))
@@ -273,6 +280,38 @@ def test_out_wrong_count(m) -> None:
         m.two(ones(3), ones(3), out=np.empty(3))
     with pytest.raises(TypeError, match="tuple of 3 arrays"):
         m.f.fwd_bwd(ones(3), ones(3), ones(3), out=(np.empty(3), np.empty(3)))
+    with pytest.raises(TypeError, match=r"an array or a tuple of 1 array, got a list of 3$"):
+        m.f(ones(3), ones(3), out=[1.0, 2.0, 3.0])
+
+
+LATE = """
+op f(x, s) -> y {
+    y = x * s
+} grad(dy) -> (dx, ds) {
+    dx = dy * s
+    ds = sum(dy * x, axis=-1, keepdims=true)
+}
+op two(x, z) -> (y, mz) {
+    y = exp(x)
+    mz = max(z, axis=-1)
+}
+"""
+
+
+def test_a_call_refused_by_a_later_step_has_written_no_out(import_module_text) -> None:
+    """Errors found only by a step after a kernel (a custom gradient of the wrong
+    shape, an empty max): out[k] is written at the end, so nothing was written."""
+    m = import_module_text(gradc.compile_source(LATE, file="late.grad"), "gradc_test_late_gen")
+    outs = (np.full((3, 5), 7.0), np.full((3, 5), 7.0), np.full(5, 7.0))
+    with pytest.raises(ValueError, match="gradient 'ds'"):
+        m.f.fwd_bwd(ones(3, 5), np.full(5, 2.0), ones(3, 5), out=outs)
+    for method in (m.two, m.two.unfused):
+        o = (np.full(3, 7.0), np.full(2, 7.0))
+        with pytest.raises(ValueError, match="zero-size"):
+            method(np.zeros(3), ones(2, 0), out=o)
+        assert all((a == 7).all() for a in outs + o)
+        got = method(np.zeros(3), np.arange(8.0).reshape(2, 4), out=o)
+        assert got[0] is o[0] and (o[0] == 1).all() and (o[1] == [3, 7]).all()
 
 
 def test_out_is_written_in_place_and_returned(m) -> None:
@@ -436,6 +475,23 @@ def test_float16_inputs_compute_in_float32_and_return_float16(m) -> None:
     r = m.f(x, x)
     assert r.dtype == np.float16
     np.testing.assert_allclose(r.astype(np.float64), [1.25, 2.0])
+
+
+@pytest.mark.parametrize("out_dtype", [np.float16, np.float32, np.float64])
+def test_float16_results_into_wider_out_are_rounded_first(m, out_dtype) -> None:
+    """As NumPy's ``np.add(a, b, out=f64)`` for float16 a, b: the float16 result,
+    then cast; not the float32 values it was computed in."""
+    rng = np.random.default_rng(4)
+    x, y = (rng.standard_normal(64).astype(np.float16) for _ in range(2))
+    want = m.chain(x)
+    out = np.zeros(64, out_dtype)
+    assert m.chain(x, out=out) is out
+    np.testing.assert_array_equal(out, want.astype(out_dtype))
+    want = m.two(x, y)
+    outs = (np.zeros(64, out_dtype), np.zeros(64, out_dtype))
+    m.two(x, y, out=outs)
+    for o, w in zip(outs, want):
+        np.testing.assert_array_equal(o, w.astype(out_dtype))
 
 
 def test_mixed_float_dtypes_promote(m) -> None:

@@ -579,7 +579,7 @@ class scaled_tanh:
         _S = (x.shape,)
         _out = _g_out_tuple(_n, out, _S, 'f', (x,), ('x',), ((0, 0),))
         _s = x.shape
-        _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
         (_gk_scaled_tanh_forward_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_forward_0_serial)(_v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return _v1
@@ -593,7 +593,7 @@ class scaled_tanh:
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _out = _g_out_tuple(_n, out, _S, 'f', (x, dy), ('x', 'dy'), ((0, 0), (0, 1)))
         _s = x.shape
-        _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
         (_gk_scaled_tanh_vjp_0 if _v9.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_vjp_0_serial)(_v9.reshape(-1), x.ravel(), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v9,)
@@ -607,8 +607,8 @@ class scaled_tanh:
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _out = _g_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1)))
         _s = x.shape
-        _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-        _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+        _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
+        _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T, _RT)
         (_gk_scaled_tanh_fwd_bwd_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_fwd_bwd_0_serial)(_v1.reshape(-1), _v9.reshape(-1), x.ravel(), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v1, _v9)
@@ -622,8 +622,8 @@ class scaled_tanh:
         x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
         _out = _g_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1)))
         _s = x.shape
-        _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-        _v14 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+        _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
+        _v14 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T, _RT)
         (_gk_scaled_tanh_jvp_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_jvp_0_serial)(_v1.reshape(-1), _v14.reshape(-1), x.ravel(), x_t.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v1, _v14)
@@ -638,7 +638,7 @@ class scaled_tanh:
             _S = (x.shape,)
             _out = _g_out_tuple(_n, out, _S, 'f', (x,), ('x',), ((0, 0),))
             _s = x.shape
-            _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
             (_gk_scaled_tanh_forward_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_forward_0_serial)(_v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return _v1
@@ -664,7 +664,7 @@ class scaled_tanh:
             _v7 = np.empty(_s, dtype=_T)
             (_gu_mul if _v7.size >= _G_PARALLEL_MIN else _gu_mul_serial)(_v7.reshape(-1), dy.ravel(), _g_flat(_v6, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
             (_gk_scaled_tanh_vjp_4 if _v9.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_vjp_4_serial)(_v9.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v9,)
@@ -678,7 +678,7 @@ class scaled_tanh:
             dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
             _out = _g_out_tuple(_n, out, _S, 'ff', (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (1, 1)))
             _s = x.shape
-            _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
             (_gk_scaled_tanh_forward_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_forward_0_serial)(_v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v10 = np.empty(_s, dtype=_T)
@@ -690,7 +690,7 @@ class scaled_tanh:
             _v7 = np.empty(_s, dtype=_T)
             (_gu_mul if _v7.size >= _G_PARALLEL_MIN else _gu_mul_serial)(_v7.reshape(-1), dy.ravel(), _g_flat(_v6, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+            _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T, _RT)
             (_gk_scaled_tanh_vjp_4 if _v9.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_vjp_4_serial)(_v9.reshape(-1), _g_flat(_v7, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v1, _v9)
@@ -704,7 +704,7 @@ class scaled_tanh:
             x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
             _out = _g_out_tuple(_n, out, _S, 'ff', (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (1, 1)))
             _s = x.shape
-            _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
             (_gk_scaled_tanh_forward_0 if _v1.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_forward_0_serial)(_v1.reshape(-1), x.ravel(), _G_WITNESS[_T])
             _s = x.shape
             _v12 = np.empty(_s, dtype=_T)
@@ -716,7 +716,7 @@ class scaled_tanh:
             _v8 = np.empty(_s, dtype=_T)
             (_gu_sub if _v8.size >= _G_PARALLEL_MIN else _gu_sub_serial)(_v8.reshape(-1), _g_flat(_v16, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v14 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+            _v14 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T, _RT)
             (_gk_scaled_tanh_jvp_4 if _v14.size >= _G_PARALLEL_MIN else _gk_scaled_tanh_jvp_4_serial)(_v14.reshape(-1), _g_flat(_v8, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v1, _v14)
@@ -787,7 +787,7 @@ class leaky_relu:
         _S = (x.shape,)
         _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha), ('x', 'alpha'), ((0, 0), (0, 1)))
         _s = x.shape
-        _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
         (_gk_leaky_relu_forward_0 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_forward_0_serial)(_v5.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return _v5
@@ -801,7 +801,7 @@ class leaky_relu:
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _out = _g_out_tuple(_n, out, _S, 'f', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (0, 1), (0, 2)))
         _s = x.shape
-        _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+        _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
         (_gk_leaky_relu_vjp_0 if _v13.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_0_serial)(_v13.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v13,)
@@ -815,8 +815,8 @@ class leaky_relu:
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
         _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
         _s = x.shape
-        _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-        _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+        _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
+        _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T, _RT)
         (_gk_leaky_relu_fwd_bwd_0 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_fwd_bwd_0_serial)(_v5.reshape(-1), _v13.reshape(-1), x.ravel(), _g_flat(alpha, ()), dy.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v5, _v13)
@@ -830,8 +830,8 @@ class leaky_relu:
         x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
         _out = _g_out_tuple(_n, out, _S, 'ff', (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
         _s = x.shape
-        _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
-        _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+        _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
+        _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T, _RT)
         (_gk_leaky_relu_jvp_0 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_jvp_0_serial)(_v5.reshape(-1), _v13.reshape(-1), x.ravel(), _g_flat(alpha, ()), x_t.ravel(), _G_WITNESS[_T])
         if _out is None and _T is _RT.type:
             return (_v5, _v13)
@@ -852,7 +852,7 @@ class leaky_relu:
             _v4 = np.empty(_s, dtype=_T)
             (_gu_mul_1 if _v4.size >= _G_PARALLEL_MIN else _gu_mul_1_serial)(_v4.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
-            _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
             (_gk_leaky_relu_forward_2 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_forward_2_serial)(_v5.reshape(-1), x.ravel(), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return _v5
@@ -881,7 +881,7 @@ class leaky_relu:
             _v12 = np.empty(_s, dtype=_T)
             (_gu_zero_masked if _v12.size >= _G_PARALLEL_MIN else _gu_zero_masked_serial)(_v12.reshape(-1), _g_flat(_v10, _s), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
             (_gk_leaky_relu_vjp_5 if _v13.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_5_serial)(_v13.reshape(-1), _g_flat(_v8, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v13,)
@@ -901,7 +901,7 @@ class leaky_relu:
             _v4 = np.empty(_s, dtype=_T)
             (_gu_mul_1 if _v4.size >= _G_PARALLEL_MIN else _gu_mul_1_serial)(_v4.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
-            _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
             (_gk_leaky_relu_forward_2 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_forward_2_serial)(_v5.reshape(-1), x.ravel(), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             _s = x.shape
             _v8 = np.empty(_s, dtype=_T)
@@ -916,7 +916,7 @@ class leaky_relu:
             _v12 = np.empty(_s, dtype=_T)
             (_gu_zero_masked if _v12.size >= _G_PARALLEL_MIN else _gu_zero_masked_serial)(_v12.reshape(-1), _g_flat(_v10, _s), _g_flat(_v11, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+            _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T, _RT)
             (_gk_leaky_relu_vjp_5 if _v13.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_5_serial)(_v13.reshape(-1), _g_flat(_v8, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v5, _v13)
@@ -936,7 +936,7 @@ class leaky_relu:
             _v4 = np.empty(_s, dtype=_T)
             (_gu_mul_1 if _v4.size >= _G_PARALLEL_MIN else _gu_mul_1_serial)(_v4.reshape(-1), x.ravel(), _g_flat(alpha, ()), _G_WITNESS[_T])
             _s = x.shape
-            _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T)
+            _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
             (_gk_leaky_relu_forward_2 if _v5.size >= _G_PARALLEL_MIN else _gk_leaky_relu_forward_2_serial)(_v5.reshape(-1), x.ravel(), _g_flat(_v3, _s), _g_flat(_v4, _s), _G_WITNESS[_T])
             _s = x.shape
             _v7 = np.empty(_s, dtype=_T)
@@ -951,7 +951,7 @@ class leaky_relu:
             _v12 = np.empty(_s, dtype=_T)
             (_gu_where_1 if _v12.size >= _G_PARALLEL_MIN else _gu_where_1_serial)(_v12.reshape(-1), _g_flat(_v3, _s), _g_flat(_v8, _s), _G_WITNESS[_T])
             _s = x.shape
-            _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T)
+            _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T, _RT)
             (_gk_leaky_relu_vjp_5 if _v13.size >= _G_PARALLEL_MIN else _gk_leaky_relu_vjp_5_serial)(_v13.reshape(-1), _g_flat(_v10, _s), _g_flat(_v12, _s), _G_WITNESS[_T])
             if _out is None and _T is _RT.type:
                 return (_v5, _v13)
