@@ -17,23 +17,37 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # run in one worker, so a module-scoped fixture (a compiled module, every kernel's PTX) is
 # built once, not once per worker; the framework adapters' files share a worker, so the
 # float64 examples and their derived second-order ops are compiled once for PyTorch and
-# JAX together.  Files with ``slow`` tests are handed out first (and xdist keeps this
-# order instead of sorting groups by their test count), so the long ones do not start
-# last while the other worker idles.
+# JAX together.  The groups are handed out longest first (and xdist keeps this order
+# instead of sorting groups by their test count), so that the two workers end together
+# on short files instead of one idling while the other runs a long one: _LONGEST, the
+# groups that took longest alone (user CPU, 2026-12-04: adapters 320 s, reduce kernels
+# 215 ... test_bench 46), then the other files with ``slow`` tests, then the rest in
+# their order.
 _SHARED_WORKER = {"tests/adapters/": "adapters"}
+_LONGEST = ("adapters", "tests/codegen/test_reduce_kernels.py", "tests/ir/test_primitives.py",
+            "tests/cuda/test_ptx.py", "tests/numerics/test_safe_gradients.py",
+            "tests/tools/test_testgen.py", "tests/test_docs.py",
+            "tests/codegen/test_hostile_arrays.py", "tests/cuda/test_simulator.py",
+            "tests/test_kernel_examples.py", "tests/tools/test_bench.py")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def file_of(item: pytest.Item) -> str:
         return item.nodeid.split("::")[0]
-    slow = {file_of(i) for i in items if i.get_closest_marker("slow")}
+
+    def group_of(item: pytest.Item) -> str:
+        return item.get_closest_marker("xdist_group").args[0]
+
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             group = next((g for prefix, g in _SHARED_WORKER.items()
                           if file_of(item).startswith(prefix)), file_of(item))
             item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda i: file_of(i) not in slow)      # stable: files keep their order
+    slow = {group_of(i) for i in items if i.get_closest_marker("slow")}
+    rank = {g: k for k, g in enumerate(_LONGEST)}
+    # stable: a group's files, and the files of one rank, keep their order
+    items.sort(key=lambda i: rank.get(group_of(i), len(rank) + (group_of(i) not in slow)))
 
 
 # Nothing left behind: the run gets a temp folder of its own (TMPDIR, inherited by the
