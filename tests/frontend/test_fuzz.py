@@ -435,7 +435,7 @@ def programs(draw, max_ops: int = 3) -> Program:
 VALID_PROGRAM_ERRORS = re.compile(r"E3(01|02|04|05)|E40\d")
 
 
-@fuzz_settings(60)
+@fuzz_settings(40)
 @given(program=programs())
 def test_valid_programs_compile_or_fail_with_a_position(program: Program,
                                                        import_module_text) -> None:
@@ -562,7 +562,7 @@ def mutants(draw) -> str:
     return text
 
 
-@fuzz_settings(150)
+@fuzz_settings(100)
 @given(mutants())
 def test_mutated_programs_compile_or_fail_with_a_position(text: str) -> None:
     compile_outcome(text)

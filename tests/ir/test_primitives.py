@@ -706,7 +706,9 @@ _F64_CASES = [c for c in DIFF_CASES if not ("f32" in c.dtypes and "f64" not in c
 
 @pytest.mark.parametrize("mode", list(_CHECKS))
 @pytest.mark.parametrize("case", _F64_CASES, ids=attrgetter("name"))
-@settings(max_examples=15, deadline=None,
+# 10 drawn examples per primitive and mode (the edge points below are checked apart):
+# each runs the interpreter's VJP/JVP and its differences, ~0.1 s
+@settings(max_examples=10, deadline=None,
           suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @pytest.mark.slow
 @given(data=st.data())
