@@ -536,23 +536,14 @@ class WrapperPrinter:
         return self.vars[nid]
 
 
-# Library steps that cannot refuse a call whose arguments passed the checks: the
-# gradient of a broadcast summed back to its operand's shape (after any custom
-# gradient's shape_check), a value broadcast to a shape it reduces from, a shape ratio,
-# a cast, a transpose.
-_SHAPE_SAFE = frozenset({"sum_to", "broadcast_in", "size_ratio", "cast", "transpose"})
-
-
 def _may_raise(step, graph: Graph, checked: list[Shape]) -> bool:
     """Whether ``step`` may refuse a call whose arguments passed the checks before any
-    work: a library call (NumPy: an empty max, a custom gradient's shape check, shapes
-    of values inside a reduction, a matmul's) but those that only move values between
-    shapes they were broadcast from or to (:data:`_SHAPE_SAFE`), a reduce kernel (an
+    work: a library call whose primitive may (``Primitive.may_refuse``), a reduce kernel (an
     empty row, its partials), a matmul with its epilogue, a kernel whose loop
     broadcasts run-time shapes (``_g_bshape``) other than the results' shapes
     (``checked``: broadcast before any work, ``_S``)."""
     if isinstance(step, LibraryCall):
-        return graph.node(step.node).op not in _SHAPE_SAFE
+        return PRIMITIVES[graph.node(step.node).op].may_refuse
     if isinstance(step, (ReduceKernel, MatmulEpilogue)):
         return True
     shape = step.shape

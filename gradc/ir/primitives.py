@@ -121,6 +121,12 @@ class Primitive:
     # constant expressions, each also one of ``keywords``.
     attr_params: tuple[str, ...] = ()
     index_operands: tuple[int, ...] = ()  # operands that must be integer arrays
+    # Whether the library call may refuse a call whose arguments passed the wrapper's
+    # checks (NumPy: an empty max, a custom gradient's shape check, a matmul's shapes).
+    # False for those that only move values between shapes they were broadcast from or
+    # to, a shape ratio, a cast, a transpose: a result computed before them may go
+    # straight into ``out=`` (codegen.wrappers).
+    may_refuse: bool = True
     # Lowerings of a library primitive, beside ``lib`` (the CPU host call):
     helpers: tuple[Callable, ...] = ()   # run-time functions ``lib`` and ``dask`` call (copied)
     cuda: str | None = None              # the call on device arrays (``stream`` in scope)
@@ -2649,7 +2655,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
         public=True, value_operands=(1,),
         jax=_jax_full_like, torch=_torch_full_like),
     _unary("cast", lambda x: x, "g", "{dt}({x})", float_only=False, linear=(0,), public=False,
-           jax=_same, torch=_same),
+           may_refuse=False, jax=_same, torch=_same),
     # identity: marks a custom-gradient call's result; removed by simplification.
     _unary("identity", lambda x: x, "g", "{x}", float_only=False, dtype="same", linear=(0,),
            public=False,
@@ -2806,7 +2812,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # that are views are copied by _g_finish.
     Primitive("transpose", ("x",), LIBRARY, np.transpose, ("transpose(g)",),
               jvp=("transpose(x_t)",), lib="_g_transpose({x})", float_only=False, dtype="same", linear=(0,),
-              np_shape=_g_transpose_shape, helpers=(P.transpose, _gd_array),
+              np_shape=_g_transpose_shape, helpers=(P.transpose, _gd_array), may_refuse=False,
               cuda="_gc_transpose({x}, stream)", dask=_gd_transpose,
               jax="jnp.transpose", torch=_torch_transpose),
     # sum_to(g, like): g summed (or broadcast) to like's shape; its own adjoint.
@@ -2814,7 +2820,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               ("sum_to(g, x)", None), jvp=("sum_to(x_t, like)", None),
               lib="_g_sum_to({x}, {like}.shape)",
               float_only=False, dtype="same", shape_only=(1,), linear=(0,), shape_like=1,
-              value_operands=(0,), helpers=(P.sum_to, _gd_array),
+              value_operands=(0,), helpers=(P.sum_to, _gd_array), may_refuse=False,
               cuda="_gc_sum_to({x}, {like}.shape, stream)", dask=_gd_sum_to,
               jax=_jax_sum_to, torch=_torch_sum_to),
     # shape_check(g, like): g, once like's shape is known to broadcast to g's (a
@@ -2836,6 +2842,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               lib="_g_broadcast_in({x}, {like}.shape, {axis}, {keepdims})",
               float_only=False, dtype="same", shape_only=(1,), linear=(0,), shape_like=1,
               axis_keepdims=True, value_operands=(0,), helpers=(P.broadcast_in, _gd_array),
+              may_refuse=False,
               cuda="_gc_broadcast_in({x}, {like}.shape, {axis!r}, {keepdims!r}, stream)",
               dask=_gd_broadcast_in,
               jax=_jax_broadcast_in, torch=_torch_broadcast_in),
@@ -2844,7 +2851,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               lambda x, y: np.asarray(np.size(x) / max(np.size(y), 1)),
               (None, None), jvp=(None, None), lib=_SIZE_RATIO, cuda=_SIZE_RATIO, float_only=False,
               differentiable=False, shape_only=(0, 1), static_shape=_scalar_static,
-              np_shape=_g_scalar_shape, dask=_gd_size_ratio,
+              np_shape=_g_scalar_shape, dask=_gd_size_ratio, may_refuse=False,
               jax=_jax_size_ratio, torch=_torch_size_ratio),
     CUMSUM, ONE_HOT, DIM_SIZE, ARGMAX, ARGMIN, *LAYOUT, TAKE, TAKE_TRANSPOSE, TAKE_ALONG,
     TAKE_ALONG_TRANSPOSE, *COMPOSITES, ARGSORT, *SORTS, *SCANS, *RANDOM, *INDEXING,
