@@ -769,7 +769,9 @@ def test_kernels_index_with_64_bit_integers(m) -> None:
     for disp in kernels:
         for cres in disp.overloads.values():
             typemap = cres.type_annotation.typemap
-            index = "_i" if "_i" in typemap else "_lo"         # a loop over rows: _r * _n
+            # _lo: a loop over rows (_r * _n); _C: a reduce kernel's entries, which hand
+            # chunks of rows to its body
+            index = next(v for v in ("_i", "_lo", "_C") if v in typemap)
             assert typemap[index] == numba.types.intp, disp.py_func.__name__
             for var, t in typemap.items():
                 if "parfor_index" in var:

@@ -278,7 +278,7 @@ op scale(x: f32[b, n]) -> y { y = x * rsqrt(mean(x * x, axis=1, keepdims=true) +
 
 
 def kernel_text(text: str, name: str) -> str:
-    """The parallel kernel ``name`` of a generated module's text."""
+    """The function ``name`` of a generated module's text."""
     start = text.index(f"def {name}(")
     return text[start:text.index("\n@numba.njit", start)]
 
@@ -288,7 +288,13 @@ def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() ->
     # softmax's fwd_bwd: max (reads x), exp and sum (x again: in cache), y and its dot
     # with dy (reads dy), dx: the exp pass prefetches the next row of x and dy, and of
     # the outputs y and dx for writing
-    body = kernel_text(text, "_gk_softmax_fwd_bwd_0")
+    body = kernel_text(text, "_gk_softmax_fwd_bwd_0_chunks")
+    # the parallel kernel and its serial twin only hand chunks of rows to that body
+    assert kernel_text(text, "_gk_softmax_fwd_bwd_0").splitlines()[1:] == [
+        "    for _ch in numba.prange(_C):",
+        "        _gk_softmax_fwd_bwd_0_chunks(_o0, _o1, _i0, _i1, _R, _N, _C, _ch, _ch + 1, _w)"]
+    assert "_gk_softmax_fwd_bwd_0_chunks(_o0, _o1, _i0, _i1, _R, _N, _C, 0, _C, _w)" in \
+        kernel_text(text, "_gk_softmax_fwd_bwd_0_serial")
     # four passes; the two with sums in blocks, or as one loop where rows are short
     assert body.count("for _c in range(_N)") == 4 and body.count("for _c in range(_e - _b)") == 2
     assert body.count("if _N <= 256:") == 2
@@ -303,7 +309,7 @@ def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() ->
     assert max_done < hints[0] < hints[-1] < sum_done
     assert "_pf = 512 <= _N" in body
     # one pass that streams the row, one that computes y: nothing to overlap
-    assert "_g_prefetch" not in kernel_text(text, "_gk_scale_forward_0")
+    assert "_g_prefetch" not in kernel_text(text, "_gk_scale_forward_0_chunks")
 
 
 def test_prefetch_hints_never_fault_nor_write() -> None:
