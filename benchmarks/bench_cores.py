@@ -9,10 +9,14 @@ for 1 and 2 threads, interleaved medians of
 * ``compute``  a loop that keeps a row of 1024 float32 in L1 per thread and does
   softmax-like work on it (max, exp, sum, scale): no memory traffic;
 * ``copy``     the 2-read/2-write copy over 2^22 float32 (``gradc.tools.bench``);
+* ``re-read xK``  per row, the row of ``x`` and ``dy`` read K times (a sum), then
+  ``y`` and ``dx`` written from them once, at each shape: the memory traffic of a
+  row-wise kernel with K passes before its last, and no arithmetic (K = 1, 2);
 * each op of ``examples/rowwise.grad``: fused ``fwd_bwd`` into ``out=`` at the
   given shapes (default 4096x1024, 65536x64, 16x262144),
 
-and the speedup of 2 threads over 1.  On a machine with two real cores ``compute``
+and the speedup of 2 threads over 1, and each case's time over the copy's on as many
+threads (``% copy``).  On a machine with two real cores ``compute``
 gains about 2x and ``copy`` what memory allows; two hyperthreads of one core, or
 cores shared with other guests, give ``compute`` far less.
 
@@ -67,6 +71,28 @@ def compute(rows: np.ndarray, reps: int) -> float:
     return total.sum()
 
 
+@numba.njit(parallel=True, fastmath={"reassoc"}, cache=False)
+def reread(x: np.ndarray, dy: np.ndarray, y: np.ndarray, dx: np.ndarray, n: int,
+           k: int) -> float:
+    """Per row of ``n`` elements: ``x`` and ``dy`` read ``k`` times (a sum), then ``y``
+    and ``dx`` written from them once."""
+    rows = x.size // n
+    total = np.zeros(rows)
+    for r in numba.prange(rows):
+        xr, dyr = x[r * n:(r + 1) * n], dy[r * n:(r + 1) * n]
+        yr, dxr = y[r * n:(r + 1) * n], dx[r * n:(r + 1) * n]
+        s = np.float32(0)
+        for _ in range(k):
+            for c in range(n):
+                s += xr[c] * dyr[c]
+        s *= np.float32(1e-30)
+        for c in range(n):
+            yr[c] = xr[c] + s
+            dxr[c] = dyr[c] - s
+        total[r] = s
+    return total.sum()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=7)
@@ -82,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     copy = copy_kernel()
     cases = {"compute (2 rows of 1024 in L1)": lambda: compute(rows, 2048),
              "copy 2r/2w 2^22": lambda: copy(x, dy, y, dx)}
+    for text in args.shapes:
+        n = int(text.lower().split("x")[1])
+        for k in (1, 2):
+            cases[f"re-read x{k} {text}"] = lambda n=n, k=k: reread(x, dy, y, dx, n, k)
     for op in args.ops:
         for text in args.shapes:
             shape = tuple(int(v) for v in text.lower().split("x"))
@@ -106,14 +136,13 @@ def main(argv: list[str] | None = None) -> int:
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
     print(f"median ms of {args.repeat} interleaved repeats; threads {threads}; "
           f"NUMBA_NUM_THREADS={numba.config.NUMBA_NUM_THREADS}")
-    print(f"{'case':34s} {'1 thread':>9s} {'2 threads':>10s} {'speedup':>8s}")
+    print(f"{'case':34s} {'1 thread':>9s} {'2 threads':>10s} {'speedup':>8s} {'% copy':>7s}")
+    copy_ms = float(np.median(times[("copy 2r/2w 2^22", threads[-1])])) * 1e3
     for name in cases:
         a = float(np.median(times[(name, 1)])) * 1e3
-        if len(threads) == 2:
-            b = float(np.median(times[(name, 2)])) * 1e3
-            print(f"{name:34s} {a:9.2f} {b:10.2f} {a / b:7.2f}x")
-        else:
-            print(f"{name:34s} {a:9.2f}")
+        b = float(np.median(times[(name, threads[-1])])) * 1e3
+        speedup = f"{b:10.2f} {a / b:7.2f}x" if len(threads) == 2 else ""
+        print(f"{name:34s} {a:9.2f} {speedup} {copy_ms / b:7.0%}")
     return 0
 
 
