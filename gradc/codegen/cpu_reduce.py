@@ -46,14 +46,14 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     buf = IndentedBuffer()
     for c in comments:
         buf.line(f"# {comment(c)}")
-    # reassoc lets LLVM vectorise the accumulations (lanes of partial sums); it
-    # does not reach the math library's functions, whose instructions keep their
-    # own flags when inlined (their range reductions must not be reassociated).
-    # With --fast-math, nsz is left out: reassoc and nsz together let LLVM regroup
-    # subtractions, (x - m) - lse as x - (m + lse), which rounded log_softmax of float32
-    # logits near 1e4 to 5e-4 (1e-6 without).
+    # No reassoc on the kernel: only the accumulations carry it (_ACCUMULATE,
+    # _g_radd), which lets LLVM vectorise them in lanes of partial sums; on the whole
+    # kernel it also regrouped the element arithmetic (x / s * w as x * w / s, which
+    # overflows first). With --fast-math, nsz is left out: with reassoc on the whole
+    # kernel it let LLVM regroup subtractions, (x - m) - lse as x - (m + lse), which
+    # rounded log_softmax of float32 logits near 1e4 to 5e-4 (1e-6 without).
     flags = [f for f in FAST_MATH_FLAGS if f != "nsz"] if fast_math else []
-    fm = ", fastmath={" + ", ".join(f'"{f}"' for f in [*flags, "reassoc"]) + "}"
+    fm = ", fastmath={" + ", ".join(f'"{f}"' for f in flags) + "}" if flags else ""
     printer = _CpuLoops(graph, kernel, loops)
     printer.kernel(buf, f"{name}_chunks", fm)
     buf.line()
@@ -272,20 +272,28 @@ class _CpuLoops(LoopPrinter):
 
 # A partial's max or min: branch-free, a NaN stays.
 _SELECT = "{acc} = {v} if (({v} {cmp} {acc}) | ({v} != {v})) else {acc}"
+# A sum's or product's update: the one instruction flagged reassoc (see _g_radd).
+_ACCUMULATE = "{acc} = _g_r{name}({acc}, {v})"
 
 
 def _update(s: Update, acc: str, i: int, v: str) -> str:
     """Update ``s`` of reduction at position ``i`` with the element value ``v`` into
     ``acc``."""
     if s.kind == "logsumexp":
-        return _max_update(acc, f"_n{i}", v, "max") if s.stage == 0 else f"{acc} += _g_exp({v} - _h{i})"
+        return _max_update(acc, f"_n{i}", v, "max") if s.stage == 0 else \
+            _sum_line(acc, f"_g_exp({v} - _h{i})")
     if s.kind == "norm":
         if s.stage == 0:
             return f"_a{i} = abs({v}); " + _max_update(acc, f"_n{i}", f"_a{i}", "max")
-        return f"_t{i} = {v} / _h{i}; {acc} += _t{i} * _t{i}"
+        return f"_t{i} = {v} / _h{i}; " + _sum_line(acc, f"_t{i} * _t{i}")
     if s.nan_flag:
         return _max_update(acc, f"_n{i}", v, s.kind)
-    return accumulate_line(acc, v, s.kind, _SELECT)
+    return accumulate_line(acc, v, s.kind, _SELECT,
+                           _ACCUMULATE.replace("{name}", "mul" if s.kind == "prod" else "add"))
+
+
+def _sum_line(acc: str, v: str) -> str:
+    return accumulate_line(acc, v, "sum", _SELECT, _ACCUMULATE.replace("{name}", "add"))
 
 
 def _max_update(acc: str, nan: str, v: str, kind: str) -> str:

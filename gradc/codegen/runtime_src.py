@@ -661,6 +661,39 @@ def _g_rows(op, shape, k, empty_ok, cols=False):
     return r, n, min(c, max(2, (1 << 19) // max(n, 1))) if cols else c
 
 
+def _g_reassoc_codegen(op):
+    """The code generator of an ``fadd`` or ``fmul`` (``op``) flagged ``reassoc``, both
+    operands cast to the result's type first."""
+    def codegen(context, builder, signature, args):
+        t = signature.return_type
+        a, b = (context.cast(builder, v, ty, t) for v, ty in zip(args, signature.args))
+        return getattr(builder, op)(a, b, flags=("reassoc",))
+    return codegen
+
+
+def _g_reassoc_type(typingctx, a, b):
+    """The type of ``a + b`` (``a * b``) of two numbers, None (no match) unless a float."""
+    t = typingctx.unify_types(a, b)
+    return t if isinstance(t, numba.types.Float) else None
+
+
+@numba.extending.intrinsic
+def _g_radd(typingctx, a, b):
+    """``a + b`` for a reduce kernel's sum, the type ``a + b`` has: an ``fadd`` flagged
+    ``reassoc``, which lets LLVM vectorise the reduction in lanes of partial sums. The
+    flag is on this instruction only: the kernel's other arithmetic is not reassociated
+    (``x / s * w`` kept, not ``x * w / s``, which overflows first)."""
+    t = _g_reassoc_type(typingctx, a, b)
+    return (t(a, b), _g_reassoc_codegen("fadd")) if t is not None else None
+
+
+@numba.extending.intrinsic
+def _g_rmul(typingctx, a, b):
+    """``a * b`` for a reduce kernel's product, as :func:`_g_radd`."""
+    t = _g_reassoc_type(typingctx, a, b)
+    return (t(a, b), _g_reassoc_codegen("fmul")) if t is not None else None
+
+
 @numba.extending.intrinsic
 def _g_rmax(typingctx, a, b):
     """``max(a, b)`` of two floats of one type for a reduce kernel's row max: a compare

@@ -247,12 +247,12 @@ def shift_line(kind: str, i: int, inf: str) -> str:
     return f"_h{i} = (_T(max(_m{i}, _tn)) if (_m{i} > 0.0 and _m{i} < {inf}) else _T(1.0))"
 
 
-def accumulate_line(acc: str, v: str, kind: str, select: str) -> str:
+def accumulate_line(acc: str, v: str, kind: str, select: str,
+                    combine: str = "{acc} {op}= {v}") -> str:
     """The line updating accumulator ``acc`` of a reduction of ``kind`` with the value
     ``v``; a max or min is the backend's ``select`` (a format of ``acc``, ``v`` and
-    ``cmp``, ``>`` or ``<``), which keeps a NaN."""
-    if kind in ("sum", "mean"):
-        return f"{acc} += {v}"
-    if kind == "prod":
-        return f"{acc} *= {v}"
+    ``cmp``, ``>`` or ``<``), which keeps a NaN; a sum or product the backend's
+    ``combine`` (a format of ``acc``, ``v`` and ``op``, ``+`` or ``*``)."""
+    if kind in ("sum", "mean", "prod"):
+        return combine.format(acc=acc, v=v, op="*" if kind == "prod" else "+")
     return select.format(acc=acc, v=v, cmp=">" if kind == "max" else "<")
