@@ -550,10 +550,14 @@ def test_random_numbers_are_the_cpus(tmp_path, dtype) -> None:
     every_method(ops, "noise", [x], [np.ones_like(x)], dtype, seed=0)   # the interpreter's
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("dtype", [np.float64])
 def test_the_ops_of_arrays_grad(dtype) -> None:
     """Every op of examples/arrays.grad (the spec's arrays.grad), every method, fused
-    and unfused, at the inputs of its comments."""
+    and unfused, at the inputs of its comments.  In float64 (to 1e-12), as the
+    gathers, sorts and indexing above: the simulator runs the same kernels' Python in
+    both dtypes; float32's casts and float64 accumulators are checked by the
+    reductions', row-wise, index and random tests (both dtypes).  Float32 here took
+    13 s more of the simulator."""
     from arrays_inputs import ARRAYS_INPUTS, cast
     ops = Ops(EXAMPLES / "arrays.grad")
     assert set(ops.OPS) == set(ARRAYS_INPUTS) | {"dropout"}     # dropout: the test above
