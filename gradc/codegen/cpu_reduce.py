@@ -37,7 +37,7 @@ _INIT = {"sum": "0.0", "mean": "0.0", "prod": "1.0", "max": "-np.inf", "min": "n
 def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
                          fast_math: bool = False, comments: tuple[str, ...] = ()) -> str:
     """Source of the Numba kernels ``name`` (parallel over chunks of rows) and
-    ``name_serial`` computing ``kernel`` (both call its body, ``name_chunks``);
+    ``name_chunks`` (its body: the chunks ``_c0`` to ``_c1``) computing ``kernel``;
     arguments: the stored values (flat
     arrays of their own sizes), the partials (float64 arrays ``(_C,)`` or
     ``(_C, _N)``), the :func:`~gradc.passes.row_schedule.input_slots` (flat), then ``_R``, ``_N``, ``_C``
@@ -75,20 +75,17 @@ class _CpuLoops(LoopPrinter):
                           *chunks, "_w"])
 
     def entries(self, buf: IndentedBuffer, name: str) -> None:
-        """``name``, one ``numba.prange`` iteration per chunk, and ``name_serial``, every
-        chunk in turn, both calling the body ``name_chunks``, which is compiled once as a
-        plain function: compiled inside the parallel loop (Numba outlines a ``prange``
-        body into a function of its own, after its parfor passes), the same loops were
+        """``name``, one ``numba.prange`` iteration per chunk, each a call of the body
+        ``name_chunks``, a plain function (which serial calls run on every chunk
+        directly): compiled inside the parallel loop (Numba outlines a ``prange`` body
+        into a function of its own, after its parfor passes), the same loops were
         1.2-1.6x slower on one thread for log-softmax and cross-entropy (a row's max
-        left scalar)."""
+        left scalar). A serial twin calling the body would be compiled as much again
+        (LLVM optimises the callee once more inside each caller)."""
         buf.line("@numba.njit(parallel=True, cache=True)")
         buf.line(f"def {name}({self.params()}):")
         buf.line("    for _ch in numba.prange(_C):")
         buf.line(f"        {name}_chunks({self.params('_ch', '_ch + 1')})")
-        buf.line()
-        buf.line("@numba.njit(cache=True)")
-        buf.line(f"def {name}_serial({self.params()}):")
-        buf.line(f"    {name}_chunks({self.params('0', '_C')})")
 
     def kernel(self, buf: IndentedBuffer, name: str, fm: str) -> None:
         """The body: the rows of chunks ``_c0`` to ``_c1`` (exclusive)."""

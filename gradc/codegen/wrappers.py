@@ -430,10 +430,11 @@ class WrapperPrinter:
 
     def _reduce_launch(self, name: str, args: list[str]) -> str:
         """The call of reduce kernel ``name`` on its arrays ``args``."""
-        call = ", ".join(args + ["_R", "_N", "_C", "_G_WITNESS[_T]"])
+        call = ", ".join(args + ["_R", "_N", "_C"])
+        serial = f"{name}_chunks({call}, 0, _C, _G_WITNESS[_T])"      # every chunk, in turn
         if self.after_blas:
-            return f"{name}_serial({call})"
-        return f"({name} if _R * _N >= _G_PARALLEL_MIN else {name}_serial)({call})"
+            return serial
+        return f"{name}({call}, _G_WITNESS[_T]) if _R * _N >= _G_PARALLEL_MIN else {serial}"
 
     def _output_arrays(self, step: Kernel, shape_of=lambda nid: "_s") -> list[str]:
         """Arrays for the values ``step`` stores (the caller's out[k] where it is a
