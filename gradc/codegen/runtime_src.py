@@ -544,7 +544,7 @@ class _GradcOp:
         ValueError named after the op (:meth:`_relabel`), and Python's TypeError for too
         many positional arguments (raised binding them, before the wrapper ran) naming
         the keyword-only parameters; return to let it propagate as it is."""
-        if isinstance(exc, ValueError):
+        if isinstance(exc, (ValueError, IndexError)):
             self._relabel(method, exc)
             return
         fn = self._methods.get(method)
@@ -568,12 +568,15 @@ class _GradcOp:
         return exc.with_traceback(None) if str(exc).startswith(self.__name__) else exc
 
     def _relabel(self, method, exc):
-        """Raise NumPy's own ValueErrors (AxisError...) again with the method's name
-        (``op.unfused.vjp`` for an unfused one); return if ``exc`` has it (ours do)."""
+        """Raise NumPy's own ValueErrors (AxisError...) and the IndexErrors of an index
+        out of range (a label of a gather, NumPy's or gradc's message) again, of the same
+        type, with the method's name (``op.unfused.vjp`` for an unfused one); return if
+        ``exc`` has it (ours do)."""
         if not str(exc).startswith(f"{self.__name__}."):
             fn = self._methods.get(method)
             name = getattr(fn, "__qualname__", f"{self.__name__}.{method}")
-            raise ValueError(f"{name}: {exc}") from exc
+            kind = IndexError if isinstance(exc, IndexError) else ValueError
+            raise kind(f"{name}: {exc}") from exc
 
     def _rename(self, method, kwargs):
         out = {}
