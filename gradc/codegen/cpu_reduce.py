@@ -46,7 +46,7 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     buf = IndentedBuffer()
     for c in comments:
         buf.line(f"# {comment(c)}")
-    # No reassoc on the kernel: only the accumulations carry it (_ACCUMULATE,
+    # No reassoc on the kernel: only the accumulations carry it (_sum_line,
     # _g_radd), which lets LLVM vectorise them in lanes of partial sums; on the whole
     # kernel it also regrouped the element arithmetic (x / s * w as x * w / s, which
     # overflows first). With --fast-math, nsz is left out: with reassoc on the whole
@@ -269,8 +269,6 @@ class _CpuLoops(LoopPrinter):
 
 # A partial's max or min: branch-free, a NaN stays.
 _SELECT = "{acc} = {v} if (({v} {cmp} {acc}) | ({v} != {v})) else {acc}"
-# A sum's or product's update: the one instruction flagged reassoc (see _g_radd).
-_ACCUMULATE = "{acc} = _g_r{name}({acc}, {v})"
 
 
 def _update(s: Update, acc: str, i: int, v: str) -> str:
@@ -285,12 +283,14 @@ def _update(s: Update, acc: str, i: int, v: str) -> str:
         return f"_t{i} = {v} / _h{i}; " + _sum_line(acc, f"_t{i} * _t{i}")
     if s.nan_flag:
         return _max_update(acc, f"_n{i}", v, s.kind)
-    return accumulate_line(acc, v, s.kind, _SELECT,
-                           _ACCUMULATE.replace("{name}", "mul" if s.kind == "prod" else "add"))
+    return _sum_line(acc, v, s.kind)
 
 
-def _sum_line(acc: str, v: str) -> str:
-    return accumulate_line(acc, v, "sum", _SELECT, _ACCUMULATE.replace("{name}", "add"))
+def _sum_line(acc: str, v: str, kind: str = "sum") -> str:
+    """The update of ``acc`` with ``v``: a max or min :data:`_SELECT`, a sum or product
+    the one instruction flagged reassoc (``_g_radd``, ``_g_rmul``)."""
+    name = "mul" if kind == "prod" else "add"
+    return accumulate_line(acc, v, kind, _SELECT, f"{{acc}} = _g_r{name}({{acc}}, {{v}})")
 
 
 def _max_update(acc: str, nan: str, v: str, kind: str) -> str:
