@@ -12,6 +12,13 @@ for 1 and 2 threads, interleaved medians of
 * ``re-read xK``  per row, the row of ``x`` and ``dy`` read K times (a sum), then
   ``y`` and ``dx`` written from them once, at each shape: the memory traffic of a
   row-wise kernel with K passes before its last, and no arithmetic (K = 1, 2);
+* ``norm traffic``  at each shape, the loads and stores of layer norm's fused
+  ``fwd_bwd`` kernel at long rows with adds for its arithmetic: per row four passes
+  (``x, dy, w`` and the ``db`` row accumulator; ``x``; ``x, dy, w, b``, ``y`` and the
+  ``dw`` row accumulator; ``x, dy, w``, ``dx``), the rows in two chunks, each with its
+  own float32 accumulator rows; ``no acc``: the same without the two accumulators.
+  The difference is what reading and writing a row-length accumulator once per row
+  costs when rows leave the L2;
 * each op of ``examples/rowwise.grad``: fused ``fwd_bwd`` into ``out=`` at the
   given shapes (default 4096x1024, 65536x64, 16x262144),
 
@@ -93,6 +100,42 @@ def reread(x: np.ndarray, dy: np.ndarray, y: np.ndarray, dx: np.ndarray, n: int,
     return total.sum()
 
 
+@numba.njit(parallel=True, fastmath={"reassoc"}, cache=False)
+def norm_traffic(x: np.ndarray, dy: np.ndarray, w: np.ndarray, b: np.ndarray, y: np.ndarray,
+                 dx: np.ndarray, acc: np.ndarray, n: int, with_acc: bool) -> float:
+    """Layer norm ``fwd_bwd``'s memory traffic over rows of ``n`` elements in
+    ``acc.shape[0]`` chunks, adds for its arithmetic (the module docstring's passes);
+    ``acc``: per chunk the ``db`` and ``dw`` accumulator rows (float32)."""
+    rows, chunks = x.size // n, acc.shape[0]
+    total = np.zeros(chunks)
+    for ch in numba.prange(chunks):
+        db, dw = acc[ch, 0, :n], acc[ch, 1, :n]
+        db[:] = 0
+        dw[:] = 0
+        s = np.float32(0)
+        for r in range(ch * rows // chunks, (ch + 1) * rows // chunks):
+            xr, dyr = x[r * n:(r + 1) * n], dy[r * n:(r + 1) * n]
+            yr, dxr = y[r * n:(r + 1) * n], dx[r * n:(r + 1) * n]
+            u, s1, s2 = np.float32(r), np.float32(0), np.float32(0)
+            for c in range(n):
+                s1 += xr[c] + dyr[c] * w[c]
+                if with_acc:
+                    db[c] += dyr[c]
+            for c in range(n):
+                s1 += xr[c]
+            for c in range(n):
+                v = xr[c] + u
+                yr[c] = v * w[c] + b[c]
+                s2 += dyr[c] * v
+                if with_acc:
+                    dw[c] += dyr[c] * v
+            for c in range(n):
+                dxr[c] = xr[c] + dyr[c] * w[c] + u
+            s += s1 + s2
+        total[ch] = s + db[0] + dw[0]
+    return total.sum()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=7)
@@ -112,6 +155,14 @@ def main(argv: list[str] | None = None) -> int:
         n = int(text.lower().split("x")[1])
         for k in (1, 2):
             cases[f"re-read x{k} {text}"] = lambda n=n, k=k: reread(x, dy, y, dx, n, k)
+    w, b = (rng.standard_normal(max(int(t.lower().split("x")[1]) for t in args.shapes))
+            .astype(np.float32) for _ in range(2))
+    acc = np.zeros((2, 2, w.size), np.float32)
+    for text in args.shapes:
+        n = int(text.lower().split("x")[1])
+        for with_acc, tag in ((True, ""), (False, " no acc")):
+            cases[f"norm traffic{tag} {text}"] = (lambda n=n, a=with_acc:
+                                                  norm_traffic(x, dy, w, b, y, dx, acc, n, a))
     for op in args.ops:
         for text in args.shapes:
             shape = tuple(int(v) for v in text.lower().split("x"))

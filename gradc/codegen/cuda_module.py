@@ -58,9 +58,9 @@ class CudaWrapperPrinter(WrapperPrinter):
     def _declared_arg(self, name: str) -> str:
         return f"_gc_again({name})"        # a host scalar's 0-d array as a scalar again
 
-    def _rows_call(self, step: ReduceKernel, empty_ok: bool, cols: bool) -> str:
+    def _rows_call(self, step: ReduceKernel, empty: str | None, cols: bool) -> str:
         """``_R, _N`` and the blocks ``_C`` of a reduce kernel (``_gc_row_grid``)."""
-        return f"_gc_row_grid(_n, _s, {step.split}, {empty_ok!r}, {cols!r}, {step.flat!r})"
+        return f"_gc_row_grid(_n, _s, {step.split}, {empty!r}, {cols!r}, {step.flat!r})"
 
     def _partials_arg(self, var: str) -> str:
         return f"{var}.reshape(-1)"          # the kernels take flat arrays

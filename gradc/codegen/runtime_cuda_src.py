@@ -543,7 +543,7 @@ def _gc_reduce(kind, x, axis, keepdims, stream, empty_ok=False):
     return r.reshape(out_shape) if out_shape != (rows,) else r
 
 
-def _gc_row_grid(op, shape, k, empty_ok, cols=False, flat=False):
+def _gc_row_grid(op, shape, k, empty, cols=False, flat=False):
     """``(R, N, G)`` of a reduce kernel (:mod:`gradc.codegen.cuda_reduce`) over the
     loop ``shape`` split at ``k``: rows and row length as :func:`_g_rows` gives
     them (its error for a max of empty rows too), and the blocks, a function of
@@ -552,7 +552,7 @@ def _gc_row_grid(op, shape, k, empty_ok, cols=False, flat=False):
     block per _GC_RBLOCK of them); ``cols``: at most 2^20 float64 partial elements
     (a row of ``N`` per block).  At least one block, which writes the partials'
     initial values when there are no rows."""
-    r, n, _ = _g_rows(op, shape, k, empty_ok)
+    r, n, _ = _g_rows(op, shape, k, empty)
     g = (r + _GC_RBLOCK - 1) // _GC_RBLOCK if flat else r
     if cols:
         g = min(g, (1 << 20) // max(n, 1))

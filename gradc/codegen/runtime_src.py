@@ -644,9 +644,10 @@ class _GradcOp:
         return f"<gradc op {self.__name__}{self.signature}>"
 
 
-def _g_rows(op, shape, k, empty_ok, cols=False):
+def _g_rows(op, shape, k, empty, cols=False):
     """Rows ``R`` (dims before ``k``), row length ``N`` and chunks ``C`` of a reduce
-    kernel's loop ``shape``.  A chunk holds at least 4096 elements and there are
+    kernel's loop ``shape``; ``empty``: None, or the NumPy name (``maximum``) of a
+    reduction of the kernel that has no identity, NumPy's ValueError for empty rows.  A chunk holds at least 4096 elements and there are
     at most 64: enough to share among threads, and fixed by the shape alone, so a
     reduction's bits do not depend on the thread count.  ``cols``: the kernel keeps a
     float64 partial of a row's length per chunk (a reduction across rows, ``dw``), so
@@ -657,8 +658,8 @@ def _g_rows(op, shape, k, empty_ok, cols=False):
         r *= d
     for d in shape[k:]:
         n *= d
-    if not empty_ok and n == 0 and r:
-        raise ValueError(f"{op}: zero-size array to reduction operation maximum/minimum "
+    if empty and n == 0 and r:
+        raise ValueError(f"{op}: zero-size array to reduction operation {empty} "
                          f"which has no identity")
     c = max(1, min(r, 64, (r * n) >> 12))
     return r, n, min(c, max(2, (1 << 19) // max(n, 1))) if cols else c

@@ -394,10 +394,11 @@ class WrapperPrinter:
         name = self.kernels.add(g, step, f"{self.kernel_base}_{k}", self._comments(step))
         b.line(self._shape_line(step))
         lv = dict(step.levels)
-        empty_ok = not any(_no_identity(g.node(n)) for n in step.nodes if lv[n] == ROW)
+        empty = next((_NUMPY_NAME[g.node(n).op] for n in step.nodes
+                      if lv[n] == ROW and _no_identity(g.node(n))), None)
         kinds = dict(step.chunk_kind)
         cols = any(kinds[n] == "cols" for n in step.partials)
-        b.line(f"_R, _N, _C = {self._rows_call(step, empty_ok, cols)}")
+        b.line(f"_R, _N, _C = {self._rows_call(step, empty, cols)}")
         args = self._output_arrays(step, lambda nid: self.shape_expr(g.node(nid).shape)
                                    if lv[nid] == ROW else "_s")
         for nid in step.partials:
@@ -420,9 +421,10 @@ class WrapperPrinter:
             b.line(f"_v{nid} = " + self.helper("combine", f"_n, {op!r}, _p{nid}, {count}, "
                                                f"{self.shape_expr(node.shape)}, _T{empty}"))
 
-    def _rows_call(self, step: ReduceKernel, empty_ok: bool, cols: bool) -> str:
-        """The call giving a reduce kernel's ``_R, _N, _C`` from its loop's shape ``_s``."""
-        return f"_g_rows(_n, _s, {step.split}, {empty_ok!r}{', cols=True' if cols else ''})"
+    def _rows_call(self, step: ReduceKernel, empty: str | None, cols: bool) -> str:
+        """The call giving a reduce kernel's ``_R, _N, _C`` from its loop's shape ``_s``;
+        ``empty``: the NumPy name of a reduction that refuses empty rows, or None."""
+        return f"_g_rows(_n, _s, {step.split}, {empty!r}{', cols=True' if cols else ''})"
 
     def _partials_arg(self, var: str) -> str:
         """A reduce kernel's partials array ``var`` as the kernel takes it."""
@@ -550,6 +552,10 @@ def _may_raise(step, graph: Graph, checked: list[Shape]) -> bool:
     shape = step.shape
     return bool(shape.dyn) and (bool(shape.static) or len(shape.dyn) > 1) \
         and shape not in checked
+
+
+# The NumPy ufunc whose reduction a max or min is (its name in NumPy's empty-slice error).
+_NUMPY_NAME = {"max": "maximum", "min": "minimum"}
 
 
 def _no_identity(node) -> bool:
