@@ -23,10 +23,19 @@ def misfit(op: str, shapes: Sequence[Shape], why: str, span: Span | None) -> Sha
     """The error of operands of ``shapes`` that do not fit ``op`` (as spelled in the
     source) for the reason ``why``, kept as the error's ``why`` (a builtin whose steps
     fail names itself with it: :class:`gradc.ir.expr.ExprLowerer`)."""
-    desc = " and ".join(str(s) for s in shapes)
+    desc = " and ".join(_shown(s) for s in shapes)
     err = ShapeError(f"shapes {desc} do not fit '{op}': {why}", span)
     err.why = why
     return err
+
+
+def _shown(s: Shape) -> str:
+    """Shape ``s`` as an error shows it to a user: a shape known only at run time (an
+    operand without dims in its signature) said so, not in the IR's notation."""
+    if not s.dyn:
+        return str(s)
+    return f"{Shape(s.static)} broadcast with shapes known at run time" if s.static else \
+        "(known at run time)"
 
 
 class Builder:
@@ -114,10 +123,10 @@ class Builder:
         try:
             if prim.kind == ELEMENTWISE:
                 return broadcast(shapes)
+            if prim.static_shape is not None:          # (with shape_like: its checks)
+                return prim.static_shape(shapes, attrs) or opaque
             if prim.shape_like is not None:
                 return shapes[prim.shape_like]
-            if prim.static_shape is not None:
-                return prim.static_shape(shapes, attrs) or opaque
             if prim.np_shape is not None:
                 if any(s.dyn for s in shapes):
                     return opaque

@@ -638,6 +638,22 @@ def _g_flip_scan(scan, x, axis, reverse):
     return scan(x, axis=ax, dtype=x.dtype)
 
 
+def _one_axis(what, s, axis):
+    """Check at compile time the ``axis`` of a primitive that runs along one axis (a
+    scan, a sort, argmax, a gather): one axis (NumPy's raises for a tuple), inside
+    ``s``'s rank where it is known (BroadcastError: the builder's E301)."""
+    if axis is not None and len(axis) != 1:
+        raise BroadcastError(f"{what} take one axis (NumPy's), got {axis}")
+    if axis is not None and not s.dyn:
+        _statically(_g_scan_axis, len(s.static), axis)
+
+
+def _scan_static(shapes, attrs):
+    """A scan's result: its last operand's shape (``shape_like``), its one axis checked."""
+    _one_axis("cumsum and cumprod", shapes[-1], attrs["axis"])
+    return shapes[-1]
+
+
 def _gck_scan(out, a, x, lines, n, inner, reverse, scaled):
     """One thread per line of ``n`` elements (stride ``inner``) of the C-ordered
     ``x``: the running sum in float64 (``scaled``: the recurrence of ``linear_scan``,
@@ -704,7 +720,7 @@ CUMSUM = Primitive(
     cuda="_gc_cumsum({x}, {axis!r}, {reverse!r}, stream)", cuda_helpers=(_gc_cumsum,),
     cuda_kernels=((_gck_scan, _scan_signatures),),
     dask=_gd_cumsum, jax=_jax_cumsum, torch=_torch_cumsum,
-    float_only=False, dtype="same", linear=(0,), shape_like=0,
+    float_only=False, dtype="same", linear=(0,), shape_like=0, static_shape=_scan_static,
     keywords=(("axis", "axis", None), ("reverse", "bool", False)),
     public=True, aliases=("cumulative_sum",))
 
@@ -894,8 +910,7 @@ def _arg_index_signatures(types, t):
 
 def _arg_index_static(shapes, attrs):
     (s,) = shapes
-    if attrs["axis"] is not None and len(attrs["axis"]) != 1:
-        raise BroadcastError(f"argmax and argmin take one axis (NumPy's), got {attrs['axis']}")
+    _one_axis("argmax and argmin", s, attrs["axis"])
     return None if s.dyn else Shape(_g_index_shape(s.static, attrs["axis"], attrs["keepdims"]))
 
 
@@ -1441,6 +1456,7 @@ def _take_signatures(types, t):
 
 def _take_static(shapes, attrs):
     s, i = shapes
+    _one_axis("take and take_along_axis", s, attrs["axis"])
     if s.dyn or i.dyn or not all(isinstance(d, int) for d in s.static + i.static):
         return None
     return Shape(_statically(_g_take_shape, s.static, i.static, attrs["axis"], attrs["along"]))
@@ -1483,18 +1499,20 @@ TAKE_ALONG, TAKE_ALONG_TRANSPOSE = _gathers("take_along_axis", True)
 # Each is its decomposition wherever it is called (ExprLowerer lowers the statements in
 # its place), so every backend gets it for free and its derivative is the derivative
 # of the decomposition; ``ref`` is the NumPy reference the tests compare with.  The
-# shift of softmax and log_softmax is the slice's maximum where it is finite (0 for an
-# empty or all -inf slice, or one with +inf), under stop_gradient: softmax is
-# invariant to it, so its gradient is exactly 0 (as jax.nn.softmax).
+# shift of softmax and log_softmax is the slice's maximum (0 for an empty or all -inf
+# slice, or one with a NaN), under stop_gradient: softmax is invariant to it, so its
+# gradient is exactly 0 (as jax.nn.softmax).  A slice with +inf is NaN throughout
+# (inf - inf), as jax.nn.softmax's and torch.softmax's; a shift of 0 there gave NaN
+# at the +inf and 0 elsewhere, which read as probabilities.
 
 _SHIFT = """
     m = max(x, axis=axis, keepdims=true, initial=-inf)
-    h = broadcast_in(stop_gradient(where(m - m == 0, m, 0)), x, axis=axis, keepdims=true)"""
+    h = broadcast_in(stop_gradient(where(m > -inf, m, 0)), x, axis=axis, keepdims=true)"""
 
 
 def _np_shifted(x, axis):
     m = np.max(x, axis=axis, keepdims=True, initial=-np.inf)
-    return x - np.where(np.isfinite(m), m, 0)
+    return x - np.where(m > -np.inf, m, 0)
 
 
 def _np_softmax(x, axis=(-1,)):
@@ -1645,8 +1663,9 @@ def _argsort_signatures(types, t):
 
 def _argsort_static(shapes, attrs):
     (s,), axis, k = shapes, attrs["axis"], attrs["k"]
-    if axis is None or len(axis) != 1:
+    if axis is None:
         raise BroadcastError(f"sort, argsort and topk take one axis, got {axis}")
+    _one_axis("sort, argsort and topk", s, axis)
     if k is not None and not hasattr(k, "name") and (
             isinstance(k, bool) or not isinstance(k, int) or k < 0):
         raise BroadcastError(f"topk: k must be a non-negative integer, got {k!r}")
@@ -1850,7 +1869,7 @@ SCANS = (
         cuda_helpers=(_gc_line_geometry, _gc_shift),
         cuda_kernels=((_gck_shift, _shift_signatures),),
         dask=_gd_shift, jax=_fw_shift, torch=_fw_shift,
-        float_only=False, dtype="same", shape_like=0,
+        float_only=False, dtype="same", shape_like=0, static_shape=_scan_static,
         keywords=_SCAN_KW + (("fill", "internal", 0.0),)),
     Primitive(
         "linear_scan", ("a", "b"), LIBRARY, _g_linear_scan,
@@ -1863,7 +1882,8 @@ SCANS = (
         cuda_helpers=(_gc_line_geometry, _gc_linear_scan),
         cuda_kernels=((_gck_scan, _scan_signatures),),
         dask=_gd_linear_scan, jax=_fw_linear_scan, torch=_fw_linear_scan,
-        dtype="same", shape_like=1, linear=(1,), keywords=_SCAN_KW),
+        dtype="same", shape_like=1, static_shape=_scan_static, linear=(1,),
+        keywords=_SCAN_KW),
     _composite("cumprod", lambda x, axis=None, reverse=False: _g_flip_scan(
         np.cumprod, x, axis, reverse), """
     first = shift(zeros_like(x), axis=axis, reverse=reverse, fill=1) > 0

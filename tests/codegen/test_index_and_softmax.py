@@ -80,6 +80,8 @@ def test_softmax_at_infinities_and_empty_axes(m) -> None:
         np.testing.assert_allclose(lp[:2], [[-INF, -np.log(2), -np.log(2)],
                                             [-np.log(2), -2e4 - np.log(2), -np.log(2)]])
         assert np.isnan(p[2]).all() and np.isnan(lp[2]).all()      # as jax.nn.softmax
+        p, lp = impl(np.array([[INF, 0, 1], [NAN, 0, 1]]))  # NaN throughout, as JAX's
+        assert np.isnan(p).all() and np.isnan(lp).all(), (p, lp)
         dp, = impl.vjp(x[:2], np.ones((2, 3)), np.array([[1.0, 2, 3], [0, 1, 0]]))
         assert np.isfinite(dp).all()
         np.testing.assert_allclose(dp, [[1, -1, 0], [-0.5, 1, -0.5]], atol=1e-15)

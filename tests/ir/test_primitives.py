@@ -688,6 +688,38 @@ def test_a_builtin_whose_steps_do_not_fit_names_itself(call) -> None:
     assert "out of bounds for array of dimension 2" in text and "'max'" not in text, text
 
 
+_ONE_AXIS = ["cumsum(x, axis=2)", "cumprod(x, axis=-3)", "argmax(x, axis=2)",
+             "argmin(x, axis=-3, keepdims=true)", "sort(x, axis=2)", "argsort(x, axis=-3)",
+             "topk(x, 1, axis=2)", "take(x, arange(2), axis=2)",
+             "take_along_axis(x, argsort(x, axis=1), axis=-3)"]
+
+
+@pytest.mark.parametrize("call", _ONE_AXIS)
+def test_an_axis_out_of_range_is_a_compile_error(call) -> None:
+    """Builtins along one axis check it where the rank is known (E301 with a caret),
+    as the reductions do: argmax's crashed the compiler, a scan's failed at call time."""
+    name = call.split("(")[0]
+    with pytest.raises(gradc.GradcError) as err:
+        gradc.compile_source(f"op f(x: [n, m]) -> y {{\n    y = {call}\n}}\n", file="f.grad")
+    text = str(err.value)
+    assert "f.grad:2:9: error[E301]: shapes (n, m)" in text and f"'{name}'" in text, text
+    assert "out of bounds for array of dimension 2" in text and "^" in text, text
+
+
+@pytest.mark.parametrize("call", ["cumsum(x, axis=(1, 0))", "cumprod(x, axis=(1, 0))",
+                                  "cumsum(x, axis=())", "argmax(x, axis=(0, 1))",
+                                  "sort(x, axis=(0, 1))"])
+@pytest.mark.parametrize("sig", ["x", "x: [n, m]"])
+def test_a_tuple_of_axes_is_refused_where_one_axis_is_taken(call, sig) -> None:
+    """cumsum(x, axis=(1, 0)) ran along axis 1 alone (a silent wrong answer); NumPy
+    refuses a tuple there, and so does gradc, at compile time, whatever it knows of x."""
+    with pytest.raises(gradc.GradcError) as err:
+        gradc.compile_source(f"op f({sig}) -> y {{\n    y = {call}\n}}\n", file="f.grad")
+    text = str(err.value)
+    assert "error[E301]" in text and "take one axis (NumPy's), got (" in text, text
+    assert "⊔" not in text, text                # no IR notation in a user's error
+
+
 def test_composite_rules_have_composites() -> None:
     from gradc.autodiff.rules import COMPOSITES
     for p in PRIMITIVES.values():
