@@ -519,10 +519,11 @@ def _depends_text(d: str, factors: dict, groups: dict) -> str:
         near = lambda r, ns: any(abs(r - n) <= 1e-9 * abs(n) for n in ns)
         sizes = {key: _sizes(groups[key][0]) for key in factors}
         if all(near(r, sizes[key]) for key, r in factors.items()):
-            text += ": n times the derivative, n the number of elements: a missing 1/n (mean)?"
+            text += (": n times the derivative, n a number of elements reduced (the product of "
+                     "some of the input's dims, as a mean divides by): a missing 1/n (mean)?")
         elif all(near(r, {1 / n for n in sizes[key]}) for key, r in factors.items()):
-            text += ": 1/n times the derivative, n the number of elements: an extra 1/n, " \
-                    "or a missing n (sum)?"
+            text += (": 1/n times the derivative, n a number of elements reduced (the product "
+                     "of some of the input's dims): an extra 1/n, or a missing n (sum)?")
     return text
 
 

@@ -282,7 +282,9 @@ def test_named_dims_are_sampled_at_two_sizes_too():
               "grad(dy) -> dx {\n    dx = dy * ones_like(x)\n}\n")
     assert a.gradients[0].factors == [["shape (2, 3)", 3.0], ["shape (4, 5)", 5.0]]
     assert a.summary.endswith("(3 at shape (2, 3), 5 at shape (4, 5)): n times the "
-                              "derivative, n the number of elements: a missing 1/n (mean)?")
+                              "derivative, n a number of elements reduced (the product of "
+                              "some of the input's dims, as a mean divides by): a missing "
+                              "1/n (mean)?")
 
 
 def test_a_size_hard_coded_in_the_rule_is_exact_at_one_shape_only():
