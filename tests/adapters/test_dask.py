@@ -262,28 +262,27 @@ def test_the_benchmark_runs_small():
 
 def test_the_ops_of_arrays_grad() -> None:
     """Every op of examples/arrays.grad (the spec's arrays.grad) on Dask arrays of one
-    row a chunk (the axes an op needs whole are rechunked), every method but jvp (the
-    other tests cover it), equal to the in-memory results.  In float64 only (to 1e-12):
-    the Dask wrappers do not depend on the dtype (the float32 casts of lazy arguments:
-    test_dask_results_equal_the_in_memory_results), and tests/test_spec_examples.py
-    runs these ops' in-memory kernels in float32 too; a second dtype only compiled
-    every kernel of the file again (about 20 s)."""
+    row a chunk (the axes an op needs whole are rechunked), its fwd_bwd equal to the
+    in-memory one: the forward's and the backward's primitives, each through its Dask
+    function (the other methods' wrappers: test_dask_results_equal_the_in_memory_results;
+    forward and vjp here too compiled their kernels again, about 5 s).  In float64 only
+    (to 1e-12): the Dask wrappers do not depend on the dtype (the float32 casts of lazy
+    arguments: test_dask_results_equal_the_in_memory_results), and
+    tests/test_spec_examples.py runs these ops' in-memory kernels in float32 too; a
+    second dtype only compiled every kernel of the file again (about 20 s)."""
     from arrays_inputs import ARRAYS_INPUTS, cast
     arrays = gradc.load(ROOT / "examples" / "arrays.grad")
     assert set(arrays.OPS) == set(ARRAYS_INPUTS) | {"dropout"}   # tests/codegen/test_random.py
     dtype, tol = np.float64, 1e-12
     for name, (xs, ups) in ARRAYS_INPUTS.items():
         op = arrays.OPS[name]
-        for method in ("forward", "vjp", "fwd_bwd"):
-            args = cast(xs, dtype) + (cast(ups, dtype) if method != "forward" else [])
-            want = _call(op, method, args)
-            lazy = [da.from_array(a, chunks=1) for a in args]
-            with dask.config.set(scheduler=_refuse):
-                got = _call(op, method, lazy)
-            want = want if isinstance(want, tuple) else (want,)
-            got = got if isinstance(got, tuple) else (got,)
-            assert all(isinstance(g, da.Array) for g in got), (name, method)
-            got = dask.compute(*got, scheduler="threads")
-            for w, g in zip(want, got, strict=True):
-                assert g.shape == w.shape and g.dtype == w.dtype, (name, method)
-                np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"{name} {method}")
+        args = cast(xs, dtype) + cast(ups, dtype)
+        want = op.fwd_bwd(*args)
+        lazy = [da.from_array(a, chunks=1) for a in args]
+        with dask.config.set(scheduler=_refuse):
+            got = op.fwd_bwd(*lazy)
+        assert all(isinstance(g, da.Array) for g in got), name
+        got = dask.compute(*got, scheduler="threads")
+        for w, g in zip(want, got, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype, name
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=name)
