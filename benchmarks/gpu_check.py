@@ -5,8 +5,9 @@ One run does everything a GPU session needs:
 
 1. **Correctness**: every op of every module, ``forward``, ``vjp``,
    ``fwd_bwd`` and ``jvp`` (where the op has one), fused and ``.unfused``, in float32 and float64, on the
-   device against the module's CPU methods on the same inputs (maximum
-   relative error; NaN must match NaN).
+   device against gradc's IR interpreter (``gradc.ir.interpret``: each
+   method's graph op by op with NumPy, in the same dtype) on the same inputs
+   (maximum relative error; NaN must match NaN).
 2. **Bandwidth**: each elementwise op's fused ``fwd_bwd`` (``out=``
    buffers), its ``.unfused.fwd_bwd``, and a device-to-device copy, at
    2^26 and 2^28 float32 elements: CUDA events around ``--calls``
@@ -84,23 +85,24 @@ def math_source() -> str:
 
 def prepare(out_dir: Path, n: int = 1000, dtypes=(np.float32, np.float64),
             unroll_variants=(), references: bool = True) -> list[Path]:
-    """Compile the examples (``--target all``; libm on the CPU side, the
-    reference), the row-wise example (``--target cuda``: its reference is
-    NumPy's) and the math table into ``out_dir``, and save the CPU's results
-    on sampled inputs (``expected.pkl``; not with ``references=False``, for a run
-    that computes them itself); ``unroll_variants`` adds the examples'
+    """Compile the examples (``--target all``), the row-wise example (``--target
+    cuda``: its reference is NumPy's) and the math table into ``out_dir``, and save
+    the IR interpreter's results on sampled inputs (``expected.pkl``; not with
+    ``references=False``, for a run that checks nothing); ``unroll_variants`` adds the examples'
     CUDA kernels compiled with other unroll factors (``NAME_u4_gen.py``), which
     the bandwidth table compares."""
     import gradc
+    from gradc.frontend.check import load_program
+    from gradc.pipeline import build_program
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths, cases = [], []
     for spec in SPECS:
-        path = Path(gradc.compile_file(spec, out_dir / f"{spec.stem}_gen.py", target="all",
-                                       precise=True))
+        path = Path(gradc.compile_file(spec, out_dir / f"{spec.stem}_gen.py", target="all"))
         paths.append(path)
         if references:
-            cases += reference_cases(import_path(path), n, dtypes, np.random.default_rng(0))
+            cases += reference_cases(import_path(path), build_program(load_program(spec)), n,
+                                     dtypes, np.random.default_rng(0))
     if references:
         with open(out_dir / "expected.pkl", "wb") as f:
             pickle.dump(cases, f)
@@ -185,24 +187,36 @@ def rel_err(want, got) -> float:
 # -- 1. correctness ------------------------------------------------------------------
 
 
-def reference_cases(module, n: int, dtypes, rng) -> list[dict]:
-    """Inputs, upstreams and the CPU's results of every method of every op: what
-    the device must reproduce (computed where gradc's CPU kernels run, saved by
-    ``--prepare`` so the GPU machine compiles no CPU kernel)."""
+def reference_cases(module, compiled, n: int, dtypes, rng) -> list[dict]:
+    """Inputs, upstreams and the expected results of every method of every op of
+    ``module``: the IR interpreter's, on the graphs of ``compiled`` (the ops as
+    ``gradc.pipeline.build_program`` builds them), in the inputs' dtype; what the
+    device must reproduce (saved by ``--prepare``, so the GPU machine needs no
+    gradc; no CPU kernel is compiled for them)."""
+    from gradc.ir.interpret import interpret
+
+    def run(cop, method, args, dtype) -> tuple:
+        return tuple(interpret(cop.methods[method].graph, args, dtype))
+
     cases = []
     for name, op in module.OPS.items():
         if not op._methods:
             continue
+        cop = compiled[name]
         for dtype in dtypes:
             xs = sample(module, name, op, n, dtype, rng)
-            ys = as_tuple(op(*xs))
+            floats = [x.dtype for x in xs if x.dtype.kind == "f"]
+            dt = np.result_type(*floats) if floats else np.dtype(dtype)
+            params = iter(xs)                 # keyword parameters at their defaults
+            args = [p.default if p.has_default else next(params) for p in cop.params]
+            ys = run(cop, "forward", args, dt)
             ups = [rng.standard_normal(np.shape(y)).astype(y.dtype if y.dtype.kind == "f"
                                                             else dtype) for y in ys]
-            want = {"forward": ys, "vjp": as_tuple(op.vjp(*xs, *ups)),
-                    "fwd_bwd": as_tuple(op.fwd_bwd(*xs, *ups))}
+            want = {"forward": ys, "vjp": run(cop, "vjp", args + ups, dt),
+                    "fwd_bwd": run(cop, "fwd_bwd", args + ups, dt)}
             ts = tangents(op, xs, rng)
             if ts is not None:
-                want["jvp"] = as_tuple(op.jvp(*xs, *ts))
+                want["jvp"] = run(cop, "jvp", args + ts, dt)
             got = next((y.dtype for y in ys if y.dtype.kind == "f"), np.dtype(dtype))
             if got != dtype:          # a declared dtype (f32) fixes it: one case is enough
                 continue
@@ -261,8 +275,9 @@ def check_cases(module, cuda, cases) -> list[dict]:
 # -- 2. bandwidth --------------------------------------------------------------------
 
 
-def elementwise_ops(module, rng):
-    """Ops whose forward maps unshaped float inputs to outputs of their shape."""
+def elementwise_ops(module, cuda, rng):
+    """Ops whose forward maps unshaped float inputs to outputs of their shape (run
+    on the device: no CPU kernel is compiled)."""
     out = []
     for name, op in module.OPS.items():
         if not op._methods:
@@ -270,8 +285,8 @@ def elementwise_ops(module, rng):
         sig = {p: (dt, shape) for p, dt, shape in getattr(module, f"_SIG_{name}")}
         if any(sig.get(p, (None, None)) != (None, None) for p in positional(op)):
             continue
-        xs = sample(module, name, op, 16, np.float32, rng)
-        if all(np.shape(y) == (16,) for y in as_tuple(op(*xs))):
+        xs = [cuda.to_device(x) for x in sample(module, name, op, 16, np.float32, rng)]
+        if all(y.shape == (16,) for y in as_tuple(op.cuda(*xs))):
             out.append((name, op))
     return out
 
@@ -308,7 +323,7 @@ def bandwidth(modules, cuda, log2_sizes, calls: int, repeat: int, rng,
     every upstream one array of ones (the kernels only read them), so each
     size uploads two arrays in all."""
     names = {name for module in modules if not variant_label(module)
-             for name, _ in elementwise_ops(module, rng)}
+             for name, _ in elementwise_ops(module, cuda, rng)}
     ops = [(name + variant_label(module), op, module) for module in modules
            for name, op in module.OPS.items() if name in names]
     rows = []
@@ -545,6 +560,9 @@ def main(argv=None) -> int:
                     help="with --prepare: also compile the examples' CUDA kernels with "
                          "these unroll factors, for the bandwidth table")
     args = ap.parse_args(argv)
+    if args.modules and not args.skip_check and not (args.modules / "expected.pkl").exists():
+        ap.error(f"no expected.pkl in {args.modules} (--prepare writes it, where gradc is): "
+                 f"write it, or time only with --skip-check")
     if args.prepare:
         for p in prepare(args.prepare, args.check_size,
                          [getattr(np, d) for d in args.dtypes], args.unroll_variants):
@@ -557,15 +575,17 @@ def main(argv=None) -> int:
     from numba import cuda
 
     rng = np.random.default_rng(0)
+    dtypes = [getattr(np, d) for d in args.dtypes]
     t0 = time.perf_counter()
     if args.modules:
-        paths = sorted(args.modules.glob("*_gen.py"))
+        folder = args.modules
+        paths = sorted(folder.glob("*_gen.py"))
     else:
         import tempfile
-        # the references are computed below, at --check-size and --dtypes only
         # removed when this process exits (the modules are imported by then)
         workdir = tempfile.TemporaryDirectory(prefix="gradc-gpu-")
-        paths = prepare(Path(workdir.name), references=False)
+        folder = Path(workdir.name)
+        paths = prepare(folder, args.check_size, dtypes, references=not args.skip_check)
     mods = {p.stem: import_path(p) for p in paths}
     math_mods = {k: mods.pop(k) for k in ("math_gen", "math_fast_gen") if k in mods}
     row_mod = mods.pop("rowwise_gen", None)
@@ -577,19 +597,13 @@ def main(argv=None) -> int:
           f"{getattr(sys.modules.get('numba_cuda'), '__version__', '?')}")
     report = {"device": name, "cc": list(cc)}
 
-    dtypes = [getattr(np, d) for d in args.dtypes]
-    expected = args.modules / "expected.pkl" if args.modules else None
-    if args.skip_check:
-        cases = []
-    elif expected is not None and expected.exists():
-        with open(expected, "rb") as f:
+    cases = []
+    if not args.skip_check:
+        with open(folder / "expected.pkl", "rb") as f:
             cases = [c for c in pickle.load(f) if c["dtype"] in args.dtypes]
-    else:
-        cases = [c for m in mods.values()
-                 for c in reference_cases(m, args.check_size, dtypes, rng)]
     rows = [r for name, m in mods.items() if "_u" not in name
             for r in check_cases(m, cuda, [c for c in cases if c["module"] == name])]
-    print(f"\n## correctness: CUDA vs CPU, {len(cases)} cases, every method, "
+    print(f"\n## correctness: CUDA vs the IR interpreter, {len(cases)} cases, every method, "
           f"fused and unfused ({time.perf_counter() - t0:.0f} s)")
     print(f"{'module':<16} {'op':<18} {'dtype':<8} {'max rel err':>12}  worst")
     for r in rows:

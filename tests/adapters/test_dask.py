@@ -85,32 +85,33 @@ def _unavailable(op, method) -> bool:
 
 @pytest.mark.parametrize("mod, name, method", _cases(), ids=lambda v: str(v))
 def test_dask_results_equal_the_in_memory_results(modules, mod, name, method):
-    """Float32 and float64 (ops with generic parameters), chunks that do not divide
-    the shapes and differ between arguments; elementwise results bit for bit, those
-    through reductions and matmul to the rounding of a different summation order."""
+    """Float32, the examples' declared dtype (the Dask wrappers' code does not depend
+    on the dtype: they cast to the compute dtype, whichever it is; float64 on Dask
+    arrays: arrays.grad's ops in test_the_ops_of_arrays_grad, swish and leaky_relu in
+    the tests below; float64 here too compiled the generic ops' kernels again), chunks
+    that do not divide the shapes and differ between arguments; elementwise results bit
+    for bit, those through reductions and matmul to the rounding of a different
+    summation order."""
     module = modules[mod]
     op = module.OPS[name]
     if _unavailable(op, method):
         with pytest.raises(NotImplementedError, match="E405"):
             _call(op, method, [da.ones(3)])
         return
-    generic = any(dt is None for _, dt, _ in getattr(module, f"_SIG_{name}"))
-    for dtype in (np.float32, np.float64) if generic else (np.float32,):
-        rng = np.random.default_rng(0)
-        args = _args(module, op, method, dtype, rng)
-        want = _call(op, method, args)
-        lazy = [da.from_array(a, chunks=_chunks(a.shape, k)) for k, a in enumerate(args)]
-        with dask.config.set(scheduler=_refuse):
-            got = _call(op, method, lazy)
-        want = want if isinstance(want, tuple) else (want,)
-        got = got if isinstance(got, tuple) else (got,)
-        assert all(isinstance(g, da.Array) for g in got)
-        got = dask.compute(*got, scheduler="threads")
-        assert len(got) == len(want)
-        tol = 2e-5 if dtype == np.float32 else 1e-12
-        for w, g in zip(want, got):
-            assert g.shape == w.shape and g.dtype == w.dtype
-            np.testing.assert_allclose(g, w, rtol=tol, atol=tol * max(1.0, np.abs(w).max()))
+    rng = np.random.default_rng(0)
+    args = _args(module, op, method, np.float32, rng)
+    want = _call(op, method, args)
+    lazy = [da.from_array(a, chunks=_chunks(a.shape, k)) for k, a in enumerate(args)]
+    with dask.config.set(scheduler=_refuse):
+        got = _call(op, method, lazy)
+    want = want if isinstance(want, tuple) else (want,)
+    got = got if isinstance(got, tuple) else (got,)
+    assert all(isinstance(g, da.Array) for g in got)
+    got = dask.compute(*got, scheduler="threads")
+    assert len(got) == len(want)
+    for w, g in zip(want, got):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5 * max(1.0, np.abs(w).max()))
     if mod == "activations" and name != "add_bias":    # elementwise: the same kernel
         np.testing.assert_array_equal(got, want)
 
@@ -262,28 +263,27 @@ def test_the_benchmark_runs_small():
 
 def test_the_ops_of_arrays_grad() -> None:
     """Every op of examples/arrays.grad (the spec's arrays.grad) on Dask arrays of one
-    row a chunk (the axes an op needs whole are rechunked), every method but jvp (the
-    other tests cover it), equal to the in-memory results.  In float64 only (to 1e-12):
-    the Dask wrappers do not depend on the dtype (the float32 casts of lazy arguments:
-    test_dask_results_equal_the_in_memory_results), and tests/test_spec_examples.py
-    runs these ops' in-memory kernels in float32 too; a second dtype only compiled
-    every kernel of the file again (about 20 s)."""
+    row a chunk (the axes an op needs whole are rechunked), its fwd_bwd equal to the
+    in-memory one: the forward's and the backward's primitives, each through its Dask
+    function (the other methods' wrappers: test_dask_results_equal_the_in_memory_results;
+    forward and vjp here too compiled their kernels again, about 5 s).  In float64 only
+    (to 1e-12): the Dask wrappers do not depend on the dtype (the float32 casts of lazy
+    arguments: test_dask_results_equal_the_in_memory_results), and
+    tests/test_spec_examples.py runs these ops' in-memory kernels in float32 too; a
+    second dtype only compiled every kernel of the file again (about 20 s)."""
     from arrays_inputs import ARRAYS_INPUTS, cast
     arrays = gradc.load(ROOT / "examples" / "arrays.grad")
     assert set(arrays.OPS) == set(ARRAYS_INPUTS) | {"dropout"}   # tests/codegen/test_random.py
     dtype, tol = np.float64, 1e-12
     for name, (xs, ups) in ARRAYS_INPUTS.items():
         op = arrays.OPS[name]
-        for method in ("forward", "vjp", "fwd_bwd"):
-            args = cast(xs, dtype) + (cast(ups, dtype) if method != "forward" else [])
-            want = _call(op, method, args)
-            lazy = [da.from_array(a, chunks=1) for a in args]
-            with dask.config.set(scheduler=_refuse):
-                got = _call(op, method, lazy)
-            want = want if isinstance(want, tuple) else (want,)
-            got = got if isinstance(got, tuple) else (got,)
-            assert all(isinstance(g, da.Array) for g in got), (name, method)
-            got = dask.compute(*got, scheduler="threads")
-            for w, g in zip(want, got, strict=True):
-                assert g.shape == w.shape and g.dtype == w.dtype, (name, method)
-                np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=f"{name} {method}")
+        args = cast(xs, dtype) + cast(ups, dtype)
+        want = op.fwd_bwd(*args)
+        lazy = [da.from_array(a, chunks=1) for a in args]
+        with dask.config.set(scheduler=_refuse):
+            got = op.fwd_bwd(*lazy)
+        assert all(isinstance(g, da.Array) for g in got), name
+        got = dask.compute(*got, scheduler="threads")
+        for w, g in zip(want, got, strict=True):
+            assert g.shape == w.shape and g.dtype == w.dtype, name
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=name)

@@ -36,13 +36,13 @@ def _compile(text: str, file: str, **options) -> str:
 
 
 @pytest.fixture(scope="module")
-def spec_modules(import_module_text):
-    out = {}
-    for stem in ("seed", "activations"):
-        path = EXAMPLES / f"{stem}.grad"
-        out[stem] = import_module_text(_compile(path.read_text(encoding="utf-8"), str(path)),
-                                       f"gradc_test_forward_{stem}")
-    return out
+def spec_modules():
+    """The examples as gradc.load gives them: one module each per process (and Numba's
+    kernels beside it in the run's cache), which the other files that load them
+    share, instead of a copy of this file's whose kernels were compiled again."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", gradc.GradcWarning)
+        return {stem: gradc.load(EXAMPLES / f"{stem}.grad") for stem in ("seed", "activations")}
 
 
 @lru_cache(maxsize=None)

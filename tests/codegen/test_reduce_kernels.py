@@ -144,12 +144,15 @@ class serial_kernels:
         self.m._G_PARALLEL_MIN = self.before
 
 
-def check_methods(m, op: str, args: list, dtype, serial_reference: bool = False) -> None:
+def check_methods(m, op: str, args: list, dtype, serial_reference: bool = False,
+                  serial_fused: tuple = ()) -> None:
     """Fused against unfused, every method; ``serial_reference``: the unfused
     reference through its serial kernels (serial_kernels), at shapes where the fused
-    kernels run in parallel."""
+    kernels run in parallel; ``serial_fused``: these fused methods through their
+    serial kernels too."""
     fn = getattr(m, op)
-    ys = fn(*args)
+    with serial_kernels(m, "forward" in serial_fused):
+        ys = fn(*args)
     with serial_kernels(m, serial_reference):
         yu = fn.unfused(*args)
     ys_t, yu_t = (ys, yu) if isinstance(ys, tuple) else ((ys,), (yu,))
@@ -159,7 +162,8 @@ def check_methods(m, op: str, args: list, dtype, serial_reference: bool = False)
     rng = np.random.default_rng(1)
     ups = [rng.standard_normal(np.shape(y)).astype(dtype) for y in ys_t]
     for method in ("vjp", "fwd_bwd"):
-        got = getattr(fn, method)(*args, *ups)
+        with serial_kernels(m, method in serial_fused):
+            got = getattr(fn, method)(*args, *ups)
         with serial_kernels(m, serial_reference):
             want = getattr(fn.unfused, method)(*args, *ups)
         for a, b in zip(got, want):
@@ -176,10 +180,17 @@ def check_methods(m, op: str, args: list, dtype, serial_reference: bool = False)
 # serial kernels (check_methods), which the other shapes compile anyway: the same
 # NumPy reductions, none of its elementwise kernels compiled a second time with
 # prange.  The long rows (the prefetching kernels) for the ops whose kernels loop
-# over rows of n.
+# over rows of n.  At the parallel shapes every op runs its fused fwd_bwd in
+# parallel (its forward's and its backward's loops, the chunks' partial sums of both),
+# and its forward and vjp through their serial kernels (the same bodies as at the
+# other shapes: the parallel kernel only hands chunks of rows to the body), but for
+# PARALLEL_EVERY_METHOD, a row-wise op and one that sums over every row, whose forward
+# and vjp run in parallel too: each op's parallel forward and vjp compiled a prange
+# kernel for the same test again (about 50 s of this file).
 LONG_ROWS_OPS = ("softmax", "layernorm", "rownorm", "total", "extremes", "colmean", "xent",
                  "stats")
 NUMPY_CALL_OPS = ("middle", "generic")
+PARALLEL_EVERY_METHOD = ("softmax", "total")
 CASES = [(op, dt, shape) for op in sorted(ARGS)
          for dt, shape in [("f64", s) for s in sorted(SHAPES) if "parallel" not in s]
          + [("f32", "parallel"), ("f32", "one-row"), ("f32", "long-rows-parallel")]
@@ -193,12 +204,15 @@ def test_fused_unfused_and_numpy_agree(modules, op, dt, shape) -> None:
     m, dt = modules(dt)
     dtype = np.float64 if dt == "f64" else np.float32
     args = make_args(op, SHAPES[shape], dtype, np.random.default_rng(0))
-    check_methods(m, op, args, dtype, serial_reference="parallel" in shape)
+    parallel = "parallel" in shape
+    serial_fused = ("forward", "vjp") if parallel and op not in PARALLEL_EVERY_METHOD else ()
+    check_methods(m, op, args, dtype, serial_reference=parallel, serial_fused=serial_fused)
     if op in REFERENCE:
         want = REFERENCE[op](*[a.astype(np.float64) for a in args])
-        np.testing.assert_allclose(getattr(m, op)(*args), want,
-                                   **(close(dtype) if dtype == np.float64
-                                      else dict(rtol=1e-4, atol=1e-4)))
+        with serial_kernels(m, "forward" in serial_fused):
+            got = getattr(m, op)(*args)
+        np.testing.assert_allclose(got, want, **(close(dtype) if dtype == np.float64
+                                                 else dict(rtol=1e-4, atol=1e-4)))
 
 
 SPECIAL_ROWS = [[np.inf, 1.0, 2.0], [-np.inf, -np.inf, -np.inf], [np.nan, 0.0, 1.0],

@@ -37,10 +37,10 @@ def test_simulator_suite(tmp_path) -> None:
 
 @pytest.mark.slow
 def test_gpu_check_runs_end_to_end_in_the_simulator(tmp_path) -> None:
-    """Every op of the examples through every CUDA method against the CPU, the
-    bandwidth table, the math table and the row-wise table (gradc's results
-    against float64 NumPy; torch, which has no GPU here, skipped with its
-    reason), on tiny sizes: on a GPU it only has to be run (``python
+    """Every op of the examples through every CUDA method against the IR
+    interpreter (no CPU kernel is compiled), the bandwidth table, the math table
+    and the row-wise table (gradc's results against float64 NumPy; torch, which
+    has no GPU here, skipped with its reason), on tiny sizes: on a GPU it only has to be run (``python
     benchmarks/gpu_check.py``)."""
     out = tmp_path / "report.json"
     proc = subprocess.run(
