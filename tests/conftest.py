@@ -20,16 +20,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # JAX together.  The groups are handed out longest first (and xdist keeps this order
 # instead of sorting groups by their test count), so that the two workers end together
 # on short files instead of one idling while the other runs a long one: _LONGEST, the
-# groups that took longest alone (seconds of one file's run, 2026-12-04 after branch
-# suite4's trims: adapters 288, primitives 195, reduce kernels 174, testgen 165,
-# simulator 151, PTX 143, hostile arrays 102, safe gradients 100; test_docs,
-# test_kernel_examples and test_bench where the earlier measure put them), then the
-# other files with ``slow`` tests, then the rest in their order.
+# groups that took longest alone (seconds of one file's run on one core, 2026-12-04
+# after branch suite5's trims: adapters 279, primitives 166, PTX 152, reduce kernels
+# 125, testgen 120, safe gradients ~100, docs 83, hostile arrays 80, simulator ~50,
+# kernel examples 51; test_bench where the earlier measure put it), then the other
+# files with ``slow`` tests, then the rest in their order.
 _SHARED_WORKER = {"tests/adapters/": "adapters"}
-_LONGEST = ("adapters", "tests/ir/test_primitives.py", "tests/codegen/test_reduce_kernels.py",
-            "tests/tools/test_testgen.py", "tests/cuda/test_simulator.py",
-            "tests/cuda/test_ptx.py", "tests/test_docs.py",
-            "tests/codegen/test_hostile_arrays.py", "tests/numerics/test_safe_gradients.py",
+_LONGEST = ("adapters", "tests/ir/test_primitives.py", "tests/cuda/test_ptx.py",
+            "tests/codegen/test_reduce_kernels.py", "tests/tools/test_testgen.py",
+            "tests/numerics/test_safe_gradients.py", "tests/test_docs.py",
+            "tests/codegen/test_hostile_arrays.py", "tests/cuda/test_simulator.py",
             "tests/test_kernel_examples.py", "tests/tools/test_bench.py")
 
 
