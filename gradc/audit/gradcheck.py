@@ -197,23 +197,27 @@ def shapes_to_try(cop: CompiledOp, custom: CompiledOp | None = None) -> tuple:
 def forward_if_fits(cop: CompiledOp, xs: list, ints: tuple[int, int],
                     custom: CompiledOp | None = None, failed: list | None = None) -> list | None:
     """The outputs of the forward pass at ``xs``, or None where the inputs do not fit
-    the op (a ValueError or IndexError): its forward pass, at ``xs`` and with every
-    integer parameter at each end of ``range(*ints)``, and the VJP of ``custom`` (the
-    op with its custom rules) where it has some.  ``failed`` gets ``(rank, shapes,
-    error)`` where the forward pass ran and the custom VJP did not."""
+    the op (a ValueError or IndexError): its forward pass, and the VJP of ``custom``
+    (the op with its custom rules) where it has some, at ``xs`` and with every integer
+    parameter at each end of ``range(*ints)`` (labels a gather takes from the end may
+    be refused by a rule's ``one_hot``).  ``failed`` gets ``(rank, shapes, error)``
+    where the forward pass ran and the custom VJP did not."""
     fwd = cop.methods["forward"].graph
+    ends = [[np.full_like(x, end) if p.dtype in ("i32", "i64") else x
+             for p, x in zip(cop.params, xs)] for end in (ints[0], ints[1] - 1)]
     try:
         with np.errstate(all="ignore"):
             ys = interpret(fwd, xs)
-            for end in (ints[0], ints[1] - 1):
-                interpret(fwd, [np.full_like(x, end) if p.dtype in ("i32", "i64") else x
-                                for p, x in zip(cop.params, xs)])
+            for at in ends:
+                interpret(fwd, at)
     except (ValueError, IndexError):      # shapes that do not fit the op
         return None
     if custom is not None and custom.primal.regions:
         try:
             with np.errstate(all="ignore"):
-                interpret(custom.methods["vjp"].graph, xs + [np.ones(np.shape(y)) for y in ys])
+                for at in [xs, *ends]:
+                    interpret(custom.methods["vjp"].graph,
+                              at + [np.ones(np.shape(y)) for y in ys])
         except (ValueError, IndexError) as exc:
             if failed is not None:
                 shapes = ", ".join(f"{p.name} {np.shape(x)}" for p, x in zip(cop.params, xs)

@@ -1417,21 +1417,25 @@ def _gd_take_transpose(t, g, idx, like, axis, along):
 
 
 def _fw_take(x, idx, axis, along):
-    """:func:`_g_take` of jax.numpy arrays or torch tensors."""
+    """:func:`_g_take` of jax.numpy arrays or torch tensors.  JAX's (no check: a jitted
+    function cannot raise) is ``jnp.take``'s and ``jnp.take_along_axis``'s default
+    (mode "fill"): an index outside [-n, n) reads the fill value (NaN for floats), not
+    another row's element, and its cotangent is dropped."""
     ax, xs, out = _g_take_geometry(tuple(x.shape), tuple(idx.shape), axis, along)
     x, n = x.reshape(xs), xs[ax]
-    idx = idx + n * (idx < 0)
     full = out[:ax] + (n,) + out[ax + 1:]
     if hasattr(x, "index_select"):              # torch
         import torch
+        idx = idx + n * (idx < 0)
         if along:
             return torch.gather(x.expand(full), ax, idx.long().expand(out))
         flat = torch.index_select(x, ax, idx.long().reshape(-1))
         return flat.reshape(out)
     import jax.numpy as jnp
-    if along:
-        return jnp.take_along_axis(jnp.broadcast_to(x, full), jnp.broadcast_to(idx, out), ax)
-    return jnp.take(x, idx, axis=ax)
+    if along:       # negative indices count from the end once, in jnp's own gathers
+        return jnp.take_along_axis(jnp.broadcast_to(x, full), jnp.broadcast_to(idx, out), ax,
+                                   mode="fill")
+    return jnp.take(x, idx, axis=ax, mode="fill")
 
 
 def _fw_take_transpose(g, idx, like, axis, along):
@@ -2428,15 +2432,19 @@ def _fw_concat_part_transpose(g, like, axis, part):
 
 
 def _fw_wrap_index(idx, like, axis, shown=None):
-    """:func:`_g_wrap_index` in JAX (no check: a jitted function cannot raise) or PyTorch."""
+    """:func:`_g_wrap_index` in JAX or PyTorch.  JAX checks nothing (a jitted function
+    cannot raise): an index outside [-n, n) is clamped into its own axis, as JAX's
+    ``x[idx]`` reads it, so that the flat index of several axes (``merge_axes``) never
+    reaches another row; the VJP's scatter-add goes to the element read."""
     shape = tuple(like.shape)
     ax = _g_axes(len(shape), axis, "index")[0]
+    n = shape[ax]
     if hasattr(idx, "index_select"):            # torch
         if idx.numel():
             _g_wrap_index(idx.detach().cpu().numpy(), shape, axis, shown)   # its IndexError
-        return (idx + shape[ax] * (idx < 0)).long()
+        return (idx + n * (idx < 0)).long()
     import jax.numpy as jnp
-    return jnp.where(idx < 0, idx + shape[ax], idx).astype(jnp.int64)
+    return jnp.clip(jnp.where(idx < 0, idx + n, idx), 0, max(n - 1, 0)).astype(jnp.int64)
 
 
 def _fw_arange(start=0, stop=None, step=1):

@@ -22,7 +22,8 @@ property with ids by op name:
   another float width for an annotated one, is a TypeError (docs/generated-module.md, *Dtypes*).
 
 Shapes are chosen as ``gradc check`` chooses them (:func:`gradc.audit.gradcheck.fitting_inputs`)
-and written into the file; values are drawn when the tests run, from a seed per op.
+and written into the file, with the range of integer inputs (labels in [0, 1] where a
+negative one is refused); values are drawn when the tests run, from a seed per op.
 The text depends only on the .grad files, the output path and gradc's version.
 """
 from __future__ import annotations
@@ -66,6 +67,7 @@ class OpPlan:
     broadcast: list[tuple] = field(default_factory=list)     # (parameter, smaller shape)
     scalar: bool = False                # elementwise in its one parameter
     seed: int = 0                       # of the inputs the tests draw
+    ints: tuple = (-3, 4)               # integer inputs drawn from range(*ints)
     no_fd: str = ""                     # why a derived gradient is not checked by FD
 
 
@@ -84,9 +86,22 @@ def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
         xs = sample_inputs(true, rng, positive=True, **sampling)
         ys = interpret(true.methods["forward"].graph, xs)
     inputs = [(p, x) for p, x in zip(cop.params, xs) if not p.has_default]
+    # integers where gradc check draws them: [-3, 3] where every use takes them, else
+    # [0, 1] (labels a gather takes from the end but one_hot refuses)
     plan = OpPlan(cop.op.name, [(p.name, np.shape(x), p.dtype or "float", p.differentiable)
                                 for p, x in inputs], len(ys), positive,
-                  linear="jvp" in cop.methods)
+                  linear="jvp" in cop.methods, ints=tuple(sampling["ints"]))
+    try:
+        return _probed(plan, cop, true, xs, ys, rng)
+    except (ValueError, IndexError, ArithmeticError) as exc:
+        return (f"the op raised {type(exc).__name__} at the inputs the tests would draw: "
+                f"{exc}")
+
+
+def _probed(plan: OpPlan, cop: CompiledOp, true: CompiledOp, xs: list, ys: list,
+            rng: np.random.Generator) -> OpPlan:
+    """``plan`` completed by running the op (in the interpreter): how its custom rules
+    differ from the derivative, the seed, broadcasting and scalar calls."""
     if cop.primal.regions:
         # Exact only if equal at several cotangents, large ones too (a clipped rule
         # equals the derivative for small ones).
@@ -121,7 +136,7 @@ def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
         p = cop.params[i]
         if p.shape is None and p.dtype is None and np.ndim(xs[i]) > 0:
             plan.broadcast += [(p.name, s) for s in _smaller(xs[i].shape)
-                               if _broadcast_invariant(cop, xs, ys, i, s, rng, positive)][:1]
+                               if _broadcast_invariant(cop, xs, ys, i, s, rng, plan.positive)][:1]
     plan.scalar = (len(free) == 1 and cop.params[free[0]].shape is None
                    and cop.params[free[0]].dtype is None and _elementwise(cop, xs, ys, free[0], rng))
     return plan
@@ -142,7 +157,7 @@ def drawn_inputs(cop: CompiledOp, plan: OpPlan, seed: int) -> list:
             xs.append(np.asarray(p.default, dtype=None if p.dtype and p.dtype[0] != "f"
                                  else np.float64))
         elif p.dtype in ("i32", "i64"):
-            xs.append(rng.integers(-3, 4, size=shapes[p.name]))
+            xs.append(rng.integers(*plan.ints, size=shapes[p.name]))
         elif p.dtype == "bool":
             xs.append(rng.random(shapes[p.name]) < 0.5)
         else:
@@ -271,7 +286,7 @@ def render(plans: list[OpPlan], skipped: dict[str, str], spec_path: str, spec_ar
                         else ("declared",))]
     tables = {
         "CASES": {p.name: {"params": p.params, "outputs": p.outputs, "positive": p.positive,
-                           "seed": p.seed} for p in plans},
+                           "seed": p.seed, "ints": p.ints} for p in plans},
         "FINITE_DIFFERENCES": [p.name for p in plans if not p.custom and not p.no_fd],
         "CUSTOM": {p.name: p.custom for p in plans if p.custom},
         "LINEAR_CUSTOM": [p.name for p in plans if p.custom and p.linear],

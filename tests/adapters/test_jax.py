@@ -530,6 +530,57 @@ def test_shapes_that_do_not_broadcast_are_the_ops_value_error(tmp_path, lowering
         jax.jit(f)(jnp.ones(3, jnp.float32), jnp.ones(4, jnp.float32))
 
 
+GATHERS = """op xent(logits: [n, k], labels: i64[n]) -> loss {
+    loss = mean(logsumexp(logits, axis=-1) - logits[arange(n), labels])
+}
+op xent_along(logits: [n, k], labels: i64[n]) -> loss {
+    picked = take_along_axis(logits, expand_dims(labels, -1), axis=-1)
+    loss = mean(logsumexp(logits, axis=-1, keepdims=true) - picked)
+}
+op rows(x: [n, k], idx: i64[m]) -> y {
+    y = take(x, idx, axis=0)
+}
+"""
+
+
+@pytest.mark.parametrize("labels", [[0, -1, 2, 4], [0, 5, -7, 1], [0, -100, 2, 1]],
+                         ids=["in-range", "out-of-range", "minus-100"])
+def test_xla_gathers_by_labels_out_of_range_stay_in_their_axis(tmp_path, x64, labels):
+    """Inside jax.jit nothing can raise (the module's IndexError): an integer-array index
+    out of range is clamped into its own axis, as JAX's ``x[idx]`` reads it, never another
+    row's element, its gradient going to the element read; ``take`` and
+    ``take_along_axis`` read JAX's fill value (NaN), their gradient dropped, as
+    ``jnp.take`` and ``jnp.take_along_axis``.  Negative indices in [-n, 0) count from
+    the end."""
+    (tmp_path / "gathers.grad").write_text(GATHERS)
+    m = gradc.load(tmp_path / "gathers.grad")
+    x = jnp.asarray(np.random.default_rng(27).standard_normal((4, 5)))
+    lab, rows = jnp.asarray(labels), jnp.arange(4)
+    lse = lambda v: jax.nn.logsumexp(v, axis=-1)
+    clamped = jnp.clip(jnp.where(lab < 0, lab + 5, lab), 0, 4)
+    refs = {"xent": lambda v, i: jnp.mean(lse(v) - v[rows, clamped]),
+            "xent_along": lambda v, i: jnp.mean(
+                lse(v) - jnp.take_along_axis(v, i[:, None], axis=-1)[:, 0]),
+            "rows": lambda v, i: jnp.take(v, i, axis=0)}
+    w = jnp.asarray(np.random.default_rng(3).standard_normal((4, 5)))
+    for name, ref in refs.items():
+        f = as_jax(getattr(m, name))
+        loss = (lambda g: lambda v, i: jnp.nansum(g(v, i) * w)) if name == "rows" else \
+            (lambda g: g)
+        got = jax.jit(jax.value_and_grad(loss(f)))(x, lab)
+        want = jax.value_and_grad(loss(ref))(x, lab)
+        np.testing.assert_allclose(jax.jit(f)(x, lab), ref(x, lab), rtol=1e-12, err_msg=name)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-12, err_msg=name)
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-12, atol=1e-15, err_msg=name)
+    # the value is JAX's own x[rows, labels] (its gradient drops an index out of range)
+    np.testing.assert_allclose(jax.jit(as_jax(m.xent))(x, lab),
+                               jnp.mean(lse(x) - x[rows, lab]), rtol=1e-12)
+    if labels[1] in (5, -100):
+        assert np.isnan(jax.jit(as_jax(m.xent_along))(x, lab))
+        with pytest.raises(IndexError, match="out of bounds for axis 1 with size 5"):
+            m.xent(np.asarray(x), np.asarray(lab))
+
+
 def test_the_lowerings_differ_in_what_xla_sees(act):
     """With "xla" the jitted step is XLA's own code (no callback, so XLA fuses it
     with its neighbours) and no derived op is compiled; with "kernels" the forward

@@ -280,7 +280,8 @@ def test_the_seed_avoids_kinks(tmp_path) -> None:
 
 @pytest.mark.parametrize("name, op", [("seed.grad", "gradient_penalty"),
                                       ("activations.grad", "huber"),
-                                      ("wgan_gp.grad", "critic_loss")])
+                                      ("wgan_gp.grad", "critic_loss"),
+                                      ("kernels/cross_entropy.grad", "cross_entropy")])
 def test_the_generator_draws_what_the_file_draws(tmp_path, name, op) -> None:
     """The generator chooses seeds on the inputs the file's make_inputs draws."""
     from gradc.frontend.check import load_program
@@ -310,3 +311,46 @@ def test_an_op_without_tests_is_named_in_a_warning(tmp_path) -> None:
                       r"fails at x \(4, 5\), where the forward pass runs"):
         out, n = write_tests(spec, tmp_path / "test_rows.py")
     assert "#   lse: the custom rule fails at x (4, 5)" in out.read_text() and n > 0
+
+
+GATHER_ONE_HOT = """op cg(x: [n, k], l: i64[n]) -> y {
+    y = x[arange(n), l]
+} grad(dy) -> dx {
+    dx = one_hot(l, k) * expand_dims(dy, -1)
+}
+"""
+
+
+def test_labels_are_drawn_where_every_use_takes_them(tmp_path) -> None:
+    """The gather takes a label from the end (-1), the rule's one_hot refuses it: the
+    file draws labels in [0, 1], where gradc check draws them, and its tests pass
+    (testgen drew [-3, 3] and stopped with an internal error)."""
+    spec = tmp_path / "cg.grad"
+    spec.write_text(GATHER_ONE_HOT)
+    out = tmp_path / "test_cg.py"
+    assert main(["testgen", str(spec), "-o", str(out)]) == 0
+    case = tables(out.read_text())["CASES"]["cg"]
+    assert case["ints"] == (0, 2) and case["params"][1] == ("l", (2,), "i64", False)
+    rc, log = run_pytest(out)
+    assert rc == 0 and re.search(r"^10 passed", log, re.M) and "skipped" not in log, log
+
+
+def test_an_op_that_raises_while_probed_is_left_out_with_why(tmp_path, monkeypatch) -> None:
+    """An error of the op while testgen runs it (in the interpreter) is a warning that
+    names the op and the error, and the op gets no tests; not an internal error."""
+    import gradc.tools.testgen as testgen
+
+    holds = testgen._differences_hold
+
+    def refuses(cop, plan, seed):
+        if plan.name == "cg":
+            raise IndexError("one_hot: index -1 is out of range for depth 3")
+        return holds(cop, plan, seed)
+
+    monkeypatch.setattr(testgen, "_differences_hold", refuses)
+    spec = tmp_path / "cg.grad"
+    spec.write_text(GATHER_ONE_HOT + "op ok(x) -> y { y = tanh(x) }\n")
+    with pytest.warns(gradc.GradcWarning, match=r"op 'cg' gets no tests: the op raised "
+                      r"IndexError at the inputs the tests would draw: one_hot: index -1"):
+        out, n = write_tests(spec, tmp_path / "test_cg.py")
+    assert "#   cg: the op raised IndexError" in out.read_text() and n > 0
