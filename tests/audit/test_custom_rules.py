@@ -266,8 +266,9 @@ def test_a_mean_rule_missing_its_1_over_n_has_a_factor_that_depends_on_the_size(
     assert (a.kind, g.factor, g.symbolic) == ("scaled", None, False)
     assert g.factors == [["shape (5,)", 5.0], ["shape (7,)", 7.0]]
     assert a.summary == ("scaled: differs from d/dz by a factor that depends on the input size "
-                         "(5 at shape (5,), 7 at shape (7,)): n times the derivative, n the "
-                         "number of elements: a missing 1/n (mean)?")
+                         "(5 at shape (5,), 7 at shape (7,)): n times the derivative, n a "
+                         "number of elements reduced (the product of some of the input's dims,"
+                         " as a mean divides by): a missing 1/n (mean)?")
     assert "everywhere" not in a.summary and a.shapes == ("(5,)", "(7,)")
     assert a.how() == ("numerically at 22 points (6 of them edge points; shapes (5,) and "
                        "(7,)) x 2 cotangents, 236 elements")
