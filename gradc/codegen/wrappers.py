@@ -416,10 +416,10 @@ class WrapperPrinter:
             count = "_R * _N" if kinds[nid] == "all" and lv.get(node.args[0]) != ROW and \
                 g.node(node.args[0]).shape == step.shape else "_R"
             self.vars[nid] = f"_v{nid}"
-            empty = ", empty_ok=True" if node.op in ("max", "min") and not _no_identity(node) \
-                else ""
+            initial = ", empty_ok=True" if node.op in ("max", "min") and \
+                not _no_identity(node) else ""      # an empty max is its initial value
             b.line(f"_v{nid} = " + self.helper("combine", f"_n, {op!r}, _p{nid}, {count}, "
-                                               f"{self.shape_expr(node.shape)}, _T{empty}"))
+                                               f"{self.shape_expr(node.shape)}, _T{initial}"))
 
     def _rows_call(self, step: ReduceKernel, empty: str | None, cols: bool) -> str:
         """The call giving a reduce kernel's ``_R, _N, _C`` from its loop's shape ``_s``;
