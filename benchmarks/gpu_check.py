@@ -456,7 +456,7 @@ def torch_cuda():
     return torch, ""
 
 
-def rowwise(module, cuda, shapes, calls: int, repeat: int) -> list[dict]:
+def rowwise(module, cuda, shapes, calls: int, repeat: int, on_row=None) -> list[dict]:
     """Each op of ``examples/rowwise.grad`` at each shape, float32, on the inputs
     of ``rowwise_cases.make_inputs``: gradc's fused ``fwd_bwd`` (``out=`` buffers),
     a device-to-device copy of twice the elements (the traffic of a row-shaped
@@ -465,7 +465,9 @@ def rowwise(module, cuda, shapes, calls: int, repeat: int) -> list[dict]:
     timed round-robin as in :func:`bandwidth`. Before timing, gradc's and torch's
     results are compared with the float64 NumPy reference and with each other; a
     torch that is missing or fails is recorded with the reason, not timed, and a
-    case that raises otherwise with its error (so the other tables still come)."""
+    case that raises otherwise with its error (so the other tables still come).
+    ``on_row`` is called with each row as it is measured (a run cut short by a
+    time limit still shows the rows it finished)."""
     torch, why = torch_cuda()
     rows = []
     for shape in shapes:
@@ -479,6 +481,8 @@ def rowwise(module, cuda, shapes, calls: int, repeat: int) -> list[dict]:
             except Exception as exc:                # reported, and the run goes on
                 row.update(error=f"{type(exc).__name__}: {exc}", max_rel_err=math.inf, ok=False)
             rows.append(row)
+            if on_row is not None:
+                on_row(row)
     return rows
 
 
@@ -648,7 +652,6 @@ def main(argv=None) -> int:
         print(f"\n## row-wise: no rowwise_gen.py in {args.modules} (written by --prepare "
               f"since the row-wise table exists): skipped")
     elif args.row_shapes:
-        rw = rowwise(row_mod, cuda, args.row_shapes, args.calls, args.repeat)
         print(f"\n## row-wise: float32, fused fwd_bwd with out= buffers, a device copy of "
               f"2 reads + 2 writes of the rows, torch's CUDA kernels with autograd; median of "
               f"{args.repeat} x {args.calls} calls, round-robin ({time.perf_counter() - t0:.0f} "
@@ -658,14 +661,17 @@ def main(argv=None) -> int:
               f"{'torch ms':>9} {'torch/gradc':>11} {'gradc err':>10} {'torch err':>10} "
               f"{'vs torch':>9}")
         cell = lambda r, k, fmt, w, unit="": (format(r[k], fmt) + unit if k in r else "-").rjust(w)
-        for r in rw:
+
+        def print_row(r):
             print(f"{r['op']:<18} {'x'.join(map(str, r['shape'])):>11} "
                   f"{cell(r, 'gradc_ms', '.3f', 9)} {cell(r, 'copy_ms', '.3f', 8)} "
                   f"{cell(r, 'pct_copy', '.0f', 7, '%')} {cell(r, 'torch_ms', '.3f', 9)} "
                   f"{cell(r, 'torch_vs_gradc', '.2f', 11)} {r['max_rel_err']:>10.2g} "
                   f"{cell(r, 'torch_max_rel_err', '.2g', 10)} "
                   f"{cell(r, 'gradc_vs_torch', '.2g', 9)}{'' if r['ok'] else '  FAIL'}"
-                  + (f"  {r['error'].splitlines()[0]}" if "error" in r else ""))
+                  + (f"  {r['error'].splitlines()[0]}" if "error" in r else ""), flush=True)
+
+        rw = rowwise(row_mod, cuda, args.row_shapes, args.calls, args.repeat, print_row)
         for msg in dict.fromkeys(r["torch_skipped"] for r in rw if r["torch_skipped"]):
             print(f"torch not timed: {msg}")
         for msg in dict.fromkeys(f"torch: {r['torch_note']}" for r in rw if r.get("torch_note")):
