@@ -62,6 +62,9 @@ class CudaWrapperPrinter(WrapperPrinter):
         """``_R, _N`` and the blocks ``_C`` of a reduce kernel (``_gc_row_grid``)."""
         return f"_gc_row_grid(_n, _s, {step.split}, {empty!r}, {cols!r}, {step.flat!r})"
 
+    def _partials(self, shape: str, nid: int) -> str:
+        return f"_gc_scratch({shape}, stream, {nid})"     # kept between calls
+
     def _partials_arg(self, var: str) -> str:
         return f"{var}.reshape(-1)"          # the kernels take flat arrays
 
@@ -95,6 +98,9 @@ _GC_RBLOCK = 2 if _GC_SIM else 256        # reductions (a power of 2: a tree)
 _GC_GRID_Y = 2 if _GC_SIM else 65535      # rows of a reduction: blocks stride over more
 _GC_RGRID = 4 if _GC_SIM else 1024        # blocks of a reduce kernel at most (_gc_row_grid)
 _GC_TILE = 4 if _GC_SIM else 16
+_GC_CCOLS = 4 if _GC_SIM else 32          # _gck_cols: columns by lanes of a block
+_GC_CLANES = 2 if _GC_SIM else 8
+_GC_SCRATCH = 32                          # partials' buffers kept between calls (_gc_scratch)
 # _gck_rows: modes (map and combine) and epilogues.
 _GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN, _GC_SUMEXP, _GC_SUMSQ, _GC_MAXABS = range(7)
 _GC_FIN_NONE, _GC_FIN_LSE, _GC_FIN_NORM = range(3)
@@ -103,12 +109,14 @@ _GC_STATE = {}'''
 
 
 def runtime_source() -> str:
-    """The CUDA run time as module text: constants, device functions and
-    kernels under ``@cuda.jit``, host helpers."""
+    """The CUDA run time as module text: constants, device functions
+    (``_gcd_``) and kernels (``_gck_``) under ``@cuda.jit``, host helpers."""
     from gradc.codegen.cuda import render_cuda_matmul, unroll_factor
 
     parts = [_CONSTANTS + "\n# Elements a thread of the generated kernels loads per iteration "
              f"(GRADC_CUDA_UNROLL when compiled).\n_GC_UNROLL = {unroll_factor()}"]
+    for fn in runtime_objects(rt, ("_gcd_",)):
+        parts.append("@cuda.jit(device=True, inline=True)\n" + source_of(fn))
     for kernel in runtime_objects(rt, ("_gck_",)):
         parts.append("@cuda.jit(cache=not _GC_SIM)\n" + source_of(kernel))
     parts.append(render_cuda_matmul(None, None, "_gck_matmul").rstrip("\n"))

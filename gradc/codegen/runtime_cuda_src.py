@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -48,6 +49,9 @@ _GC_RBLOCK = 256
 _GC_GRID_Y = 65535
 _GC_RGRID = 1024
 _GC_TILE = 16
+_GC_CCOLS = 32
+_GC_CLANES = 8
+_GC_SCRATCH = 32
 
 # Modes of _gc_rows: how an element is mapped and combined.
 _GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN, _GC_SUMEXP, _GC_SUMSQ, _GC_MAXABS = range(7)
@@ -56,7 +60,7 @@ _GC_FIN_NONE, _GC_FIN_LSE, _GC_FIN_NORM = range(3)
 
 
 # --------------------------------------------------------------------------
-# Kernels (copied under @cuda.jit)
+# Device functions (copied under @cuda.jit(device=True)) and kernels (@cuda.jit)
 
 
 def _gck_gather(dst, src, shape, strides):
@@ -72,6 +76,23 @@ def _gck_gather(dst, src, shape, strides):
             off += (rest % n) * strides[d]
             rest //= n
         dst[i] = src[off]
+
+
+def _gcd_identity(mode):
+    """The value a reduction by ``mode`` starts from (_GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN)."""
+    return 1.0 if mode == _GC_PROD else (
+        -math.inf if mode == _GC_MAX else (math.inf if mode == _GC_MIN else 0.0))
+
+
+def _gcd_combine(mode, a, b):
+    """``a`` and ``b`` combined by ``mode``; max and min propagate NaN, as NumPy's do."""
+    if mode == _GC_SUM:
+        return a + b
+    if mode == _GC_PROD:
+        return a * b
+    if mode == _GC_MAX:
+        return b if (b > a or b != b) else a
+    return b if (b < a or b != b) else a
 
 
 def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
@@ -103,8 +124,7 @@ def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
         elif mode == _GC_SUMSQ:
             s = shift[r]
             s = s if (s > 0.0 and s - s == 0.0) else 1.0
-        acc = 1.0 if cmode == _GC_PROD else (
-            -math.inf if cmode == _GC_MAX else (math.inf if cmode == _GC_MIN else 0.0))
+        acc = _gcd_identity(cmode)
         for i in range(lo + t, hi, cuda.blockDim.x):
             v = numba.float64(x[r * inner + i])
             if mode == _GC_SUMEXP:
@@ -114,29 +134,13 @@ def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
                 v = v * v
             elif mode == _GC_MAXABS:
                 v = abs(v)
-            if cmode == _GC_SUM:
-                acc += v
-            elif cmode == _GC_PROD:
-                acc *= v
-            elif cmode == _GC_MAX:
-                acc = v if (v > acc or v != v) else acc
-            else:
-                acc = v if (v < acc or v != v) else acc
+            acc = _gcd_combine(cmode, acc, v)
         acc_s[t] = acc
         cuda.syncthreads()
         w = cuda.blockDim.x // 2
         while w > 0:
             if t < w:
-                a = acc_s[t]
-                b = acc_s[t + w]
-                if cmode == _GC_SUM:
-                    acc_s[t] = a + b
-                elif cmode == _GC_PROD:
-                    acc_s[t] = a * b
-                elif cmode == _GC_MAX:
-                    acc_s[t] = b if (b > a or b != b) else a
-                else:
-                    acc_s[t] = b if (b < a or b != b) else a
+                acc_s[t] = _gcd_combine(cmode, acc_s[t], acc_s[t + w])
             cuda.syncthreads()
             w //= 2
         if t == 0:
@@ -151,6 +155,36 @@ def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
             out[r * nch + c] = a * scale
         cuda.syncthreads()
         r += cuda.gridDim.y
+
+
+def _gck_cols(out, part, g, n, mode, scale):
+    """Combine a reduce kernel's per-block partials (float64, ``g`` by ``n``, C
+    order) down the columns: ``out[c]`` is ``part[j*n + c]`` reduced over ``j``
+    (_GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN; max and min propagate NaN), ``* scale``.
+
+    A block is _GC_CCOLS columns by _GC_CLANES lanes: lane ``l`` of a column
+    combines ``j = l, l + _GC_CLANES, ...`` in order, then the lanes meet in a fixed
+    tree in shared memory, so the result does not depend on timing.  A warp reads
+    adjacent columns of one partial row (coalesced); no transpose is needed.
+    """
+    acc_s = cuda.shared.array((_GC_CLANES, _GC_CCOLS), numba.float64)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    c = cuda.blockIdx.x * _GC_CCOLS + tx
+    acc = _gcd_identity(mode)
+    if c < n:
+        for j in range(ty, g, _GC_CLANES):
+            acc = _gcd_combine(mode, acc, part[j * n + c])
+    acc_s[ty, tx] = acc
+    cuda.syncthreads()
+    w = _GC_CLANES // 2
+    while w > 0:
+        if ty < w:
+            acc_s[ty, tx] = _gcd_combine(mode, acc_s[ty, tx], acc_s[ty + w, tx])
+        cuda.syncthreads()
+        w //= 2
+    if ty == 0 and c < n:
+        out[c] = acc_s[0, tx] * scale
 
 
 # The kernels above (_gck_*) are copied into the module under @cuda.jit
@@ -169,7 +203,8 @@ def _gc_is_device(v):
     ``__cuda_array_interface__`` object."""
     if _GC_SIM:
         return type(v).__name__ == "FakeCUDAArray"
-    return cuda.is_cuda_array(v)
+    # Numba's own first: asking for __cuda_array_interface__ builds a dict each time
+    return isinstance(v, cuda.cudadrv.devicearray.DeviceNDArray) or cuda.is_cuda_array(v)
 
 
 def _gc_as_device(v):
@@ -195,11 +230,18 @@ def _gc_span(a):
     return ptr, ptr + a.size * a.dtype.itemsize
 
 
+def _gc_extent(a):
+    """:func:`_gc_span` of a non-empty device array, else None (it overlaps nothing)."""
+    return _gc_span(a) if _gc_is_device(a) and a.size else None
+
+
+def _gc_meet(sa, sb):
+    """Whether two :func:`_gc_extent` values share a byte."""
+    return sa is not None and sb is not None and sa[0] < sb[1] and sb[0] < sa[1]
+
+
 def _gc_overlap(a, b):
-    if not (_gc_is_device(a) and _gc_is_device(b)) or a.size == 0 or b.size == 0:
-        return False
-    (a0, a1), (b0, b1) = _gc_span(a), _gc_span(b)
-    return a0 < b1 and b0 < a1
+    return _gc_meet(_gc_extent(a), _gc_extent(b))
 
 
 def _gc_device_input(op, what, name, v, want_kind):
@@ -315,7 +357,8 @@ def _gc_out_tuple(op, out, shapes, kinds, inputs, names, inplace=(), stream=0):
     if len(outs) != n:
         raise TypeError(f"{op}: out= must be {'a device array or ' if n == 1 else ''}"
                         f"a tuple of {n} device arrays, got {len(outs)}")
-    views = []
+    views, spans = [], []
+    extents = [_gc_extent(a) for a in inputs]      # each array's once, not per pair
     for k, o in enumerate(outs):
         if not _gc_is_device(o):
             raise TypeError(f"{op}: out[{k}] must be a device array, got {type(o).__name__}")
@@ -328,17 +371,18 @@ def _gc_out_tuple(op, out, shapes, kinds, inputs, names, inplace=(), stream=0):
                             f"got {o.dtype}")
         if not _gc_c_contiguous(o):
             raise ValueError(f"{op}: out[{k}] must be a C-contiguous device array")
-        for j, a in enumerate(inputs):
-            if not _gc_overlap(o, a):
+        so = _gc_extent(o)
+        for j, (a, sa) in enumerate(zip(inputs, extents)):
+            if not _gc_meet(so, sa):
                 continue
-            if (k, j) in inplace and _gc_span(o) == _gc_span(a) and o.shape == a.shape \
-                    and o.dtype == a.dtype:
+            if (k, j) in inplace and so == sa and o.shape == a.shape and o.dtype == a.dtype:
                 continue
             raise ValueError(f"{op}: out[{k}] overlaps input '{names[j]}'")
         for j in range(k):
-            if _gc_overlap(o, views[j]):
+            if _gc_meet(so, spans[j]):
                 raise ValueError(f"{op}: out[{k}] overlaps out[{j}]")
         views.append(o)
+        spans.append(so)
     return tuple(views)
 
 
@@ -352,6 +396,26 @@ def _gc_buffer(op, outs, k, shape, t, rt, stream):
 
 def _gc_empty(shape, dtype, stream):
     return cuda.device_array(tuple(shape), dtype=dtype, stream=stream)
+
+
+def _gc_scratch(shape, stream, slot):
+    """A float64 device array of ``shape`` for a reduce kernel's partials, which only
+    the same call reads (:func:`_gc_combine`), kept for the next call: one per
+    thread, stream and ``slot`` (a number of the call's own), so that the usual call
+    allocates nothing (each Numba allocation is a driver call).  The next call from
+    the same thread on the same stream runs after this one's kernels, so it may
+    overwrite the values.  At most _GC_SCRATCH are kept, the least recently used
+    dropped (freed as any Numba array is: after the kernels queued on it)."""
+    pool = _GC_STATE.setdefault("scratch", {})
+    key = (threading.get_ident(), 0 if type(stream) is int else id(stream), slot)
+    n = math.prod(shape)
+    hit = pool.pop(key, None)
+    if hit is None or hit[1].size < n:
+        hit = (stream, cuda.device_array(max(n, 1), np.float64, stream=stream))
+    pool[key] = hit            # most recent last; the stream held, so its id stays its own
+    while len(pool) > _GC_SCRATCH:
+        del pool[next(iter(pool))]
+    return hit[1][:n].reshape(tuple(shape))
 
 
 def _gc_upload(a, stream):
@@ -477,9 +541,10 @@ def _gc_transpose(a, stream):
     return _gc_gather(a, a.shape[::-1], _gc_strides(a.shape)[::-1], a.dtype, stream)
 
 
-def _gc_rows(x, rows, inner, mode, final, scale, shift, dtype, stream):
-    """Reduce each row of flat ``x`` (``rows`` by ``inner``) to one value of ``dtype``:
-    split into chunks when rows are few and long (deterministic two stages)."""
+def _gc_rows(x, rows, inner, mode, final, scale, shift, dtype, stream, into=None):
+    """Reduce each row of flat ``x`` (``rows`` by ``inner``) to one value of ``dtype``
+    (in flat ``into`` when given): split into chunks when rows are few and long
+    (deterministic two stages)."""
     cap = _gc_blocks(1 << 62)
     nch = 1
     if inner > 4 * _GC_RBLOCK and rows < cap:
@@ -488,7 +553,7 @@ def _gc_rows(x, rows, inner, mode, final, scale, shift, dtype, stream):
     nch = max(1, (inner + chunk - 1) // chunk)
     sh = shift if shift is not None else _gc_witness(np.float64)
     if nch == 1:
-        out = _gc_empty((rows,), dtype, stream)
+        out = _gc_empty((rows,), dtype, stream) if into is None else into
         _gck_rows[(1, min(rows, _GC_GRID_Y)), _GC_RBLOCK, stream](
             out, x, sh, rows, inner, chunk, 1, mode, final, scale)
         return out
@@ -496,7 +561,7 @@ def _gc_rows(x, rows, inner, mode, final, scale, shift, dtype, stream):
     _gck_rows[(nch, min(rows, _GC_GRID_Y)), _GC_RBLOCK, stream](
         part, x, sh, rows, inner, chunk, nch, mode, final, 1.0)
     second = _GC_MAX if mode == _GC_MAXABS else (_GC_SUM if mode >= _GC_SUMEXP else mode)
-    out = _gc_empty((rows,), dtype, stream)
+    out = _gc_empty((rows,), dtype, stream) if into is None else into
     _gck_rows[(1, min(rows, _GC_GRID_Y)), _GC_RBLOCK, stream](
         out, part, sh, rows, nch, nch, 1, second, final, scale)
     return out
@@ -565,11 +630,13 @@ def _gc_launch_rows(kernel, stream, blocks, *args):
     kernel[blocks, _GC_RBLOCK, stream](*args)
 
 
-def _gc_combine(op, kind, partials, count, shape, t, empty_ok=False, stream=0):
+def _gc_combine(op, kind, partials, count, shape, t, empty_ok=False, into=None, stream=0):
     """:func:`_g_combine` on the device: a chunk reduction's value from a reduce
     kernel's per-block partials (float64, ``(G,)`` or ``(G, N)``), reduced over the
-    blocks in float64 (one row-reduction launch, deterministic), as a device array
-    of ``shape`` and dtype ``t``; a mean divides by ``count``."""
+    blocks in float64 (one launch, deterministic: a row reduction of the ``G``
+    values, or :func:`_gck_cols` down the columns), as a device array
+    of ``shape`` and dtype ``t`` (``into``, when given: written and returned); a
+    mean divides by ``count``."""
     if kind in ("max", "min") and count == 0 and not empty_ok:
         raise ValueError(f"{op}: zero-size array to reduction operation "
                          f"{'maximum' if kind == 'max' else 'minimum'} which has no identity")
@@ -578,11 +645,16 @@ def _gc_combine(op, kind, partials, count, shape, t, empty_ok=False, stream=0):
     scale = ((1.0 / count) if count else math.nan) if kind == "mean" else 1.0
     g = partials.shape[0]
     n = partials.size // g
+    out = _gc_empty(tuple(shape), t, stream) if into is None else into
     if n == 0:
-        return _gc_empty(tuple(shape), t, stream)
-    p = _gc_transpose(partials, stream) if partials.ndim == 2 else partials     # (N, G)
-    return _gc_rows(_gc_ravel(p), n, g, mode, _GC_FIN_NONE, scale, None, t,
-                    stream).reshape(tuple(shape))
+        return out
+    if partials.ndim == 1:                  # one value: a row of g partials
+        _gc_rows(partials, 1, g, mode, _GC_FIN_NONE, scale, None, t, stream,
+                 into=_gc_ravel(out))
+    else:
+        _gck_cols[(n + _GC_CCOLS - 1) // _GC_CCOLS, (_GC_CCOLS, _GC_CLANES), stream](
+            _gc_ravel(out), _gc_ravel(partials), g, n, mode, scale)
+    return out
 
 
 def _gc_again(a):
@@ -595,7 +667,10 @@ def _gc_again(a):
 def _gc_rows_apart(outs, inputs, inplace, stream=0):
     """:func:`_g_rows_apart` for device arrays: no out[k] that may be input j itself
     (``inplace``) is."""
-    return outs is None or not any(_gc_overlap(outs[k], inputs[j]) for k, j in inplace)
+    if outs is None:
+        return True
+    so, si = [_gc_extent(o) for o in outs], [_gc_extent(a) for a in inputs]
+    return not any(_gc_meet(so[k], si[j]) for k, j in inplace)
 
 
 def _gc_matmul_operands(a, b, stream):

@@ -847,10 +847,11 @@ def _g_reshaped(a, shape):
     return a if a.shape == tuple(shape) else a.reshape(shape)
 
 
-def _g_combine(op, kind, partials, count, shape, t, empty_ok=False):
+def _g_combine(op, kind, partials, count, shape, t, empty_ok=False, into=None):
     """A chunk reduction's value from its per-chunk partials (float64, deterministic);
     ``empty_ok``: a max or min of nothing is its initial value (the partials' -inf or
-    inf), not NumPy's error."""
+    inf), not NumPy's error; ``into``: an array of ``shape`` and dtype ``t`` to write
+    it in (and return)."""
     if kind in ("max", "min") and count == 0 and not empty_ok:
         raise ValueError(f"{op}: zero-size array to reduction operation "
                          f"{'maximum' if kind == 'max' else 'minimum'} which has no identity")
@@ -865,4 +866,7 @@ def _g_combine(op, kind, partials, count, shape, t, empty_ok=False):
         r = partials.max(axis=0)
     else:
         r = partials.min(axis=0)
+    if into is not None:
+        into[...] = np.reshape(r, into.shape)
+        return into
     return _g_reshaped(np.asarray(r).astype(t), shape)

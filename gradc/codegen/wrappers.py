@@ -263,8 +263,9 @@ class WrapperPrinter:
         g, slots, steps = self.graph, {}, self.plan.steps
         last = max((k for k, step in enumerate(steps)
                     if _may_raise(step, g, g.output_shapes)), default=0)
-        for step in steps[last:]:
-            for nid in step.outputs if isinstance(step, Kernel) else ():
+        for step in steps[last:]:       # a reduce kernel's combined partials too
+            for nid in step.outputs + getattr(step, "partials", ()) \
+                    if isinstance(step, Kernel) else ():
                 slot = next((i for i, o in enumerate(g.outputs) if o == nid), None)
                 if slot is not None and g.node(nid).dtype == FLOAT and slot not in slots.values():
                     slots[nid] = slot
@@ -276,11 +277,19 @@ class WrapperPrinter:
         A kernel out[k] is written by step s: every read of input j (or of a library
         result that may be a view of it) must come before s, or be s's own
         element-by-element read of input j itself, and no result may be such a view.
-        An out[k] filled by ``_g_finish`` after all steps: no later result may be one.
+        A reduce kernel's combined partial is written after its step s: every read
+        must be at s or before.  An out[k] filled by ``_g_finish`` after all steps:
+        no later result may be one.
         """
         g, steps = self.graph, self.plan.steps
-        written = {slot: s for s, step in enumerate(steps) if isinstance(step, Kernel)
-                   for nid in step.outputs if (slot := self.slots.get(nid)) is not None}
+        written = {}                 # slot -> (step, written after the step's reads)
+        for s, step in enumerate(steps):
+            if isinstance(step, Kernel):
+                for after, values in ((False, step.outputs),
+                                      (True, getattr(step, "partials", ()))):
+                    for nid in values:
+                        if (slot := self.slots.get(nid)) is not None:
+                            written[slot] = (s, after)
         pairs = []
         for j, p in enumerate(inputs):
             views, reads = {p}, []            # reads: (step, only p itself, elementwise)
@@ -300,11 +309,12 @@ class WrapperPrinter:
                         views.add(step.node)          # a view of p, perhaps
             later = [k for k, o in enumerate(g.outputs) if o in views]
             for k in range(len(g.outputs)):
-                s = written.get(k)
-                if s is None:
+                if k not in written:
                     ok = all(pos <= k for pos in later)
                 else:
-                    ok = not later and all(r < s or (r == s and own) for r, own in reads)
+                    s, after = written[k]
+                    ok = not later and all(r < s or (r == s and (own or after))
+                                           for r, own in reads)
                 if ok:
                     pairs.append((k, j))
         return tuple(pairs)
@@ -403,7 +413,7 @@ class WrapperPrinter:
                                    if lv[nid] == ROW else "_s")
         for nid in step.partials:
             shape = "(_C, _N)" if kinds[nid] == "cols" else "(_C,)"
-            b.line(f"_p{nid} = {self._empty('np.float64', shape)}")
+            b.line(f"_p{nid} = {self._partials(shape, nid)}")
             args.append(self._partials_arg(f"_p{nid}"))
         for x, how in input_slots(g, step):
             shape = ("()" if how == SCALAR else self.shape_expr(g.node(x).shape)
@@ -418,13 +428,21 @@ class WrapperPrinter:
             self.vars[nid] = f"_v{nid}"
             initial = ", empty_ok=True" if node.op in ("max", "min") and \
                 not _no_identity(node) else ""      # an empty max is its initial value
+            shape = self.shape_expr(node.shape)
+            if (slot := self.slots.get(nid)) is not None:     # straight into out[slot]
+                initial += f", into={self._result_buffer(slot, shape)}"
+                self.fresh.add(nid)
             b.line(f"_v{nid} = " + self.helper("combine", f"_n, {op!r}, _p{nid}, {count}, "
-                                               f"{self.shape_expr(node.shape)}, _T{initial}"))
+                                               f"{shape}, _T{initial}"))
 
     def _rows_call(self, step: ReduceKernel, empty: str | None, cols: bool) -> str:
         """The call giving a reduce kernel's ``_R, _N, _C`` from its loop's shape ``_s``;
         ``empty``: the NumPy name of a reduction that refuses empty rows, or None."""
         return f"_g_rows(_n, _s, {step.split}, {empty!r}{', cols=True' if cols else ''})"
+
+    def _partials(self, shape: str, nid: int) -> str:
+        """A new float64 array of ``shape`` for the partials of reduction ``nid``."""
+        return self._empty("np.float64", shape)
 
     def _partials_arg(self, var: str) -> str:
         """A reduce kernel's partials array ``var`` as the kernel takes it."""
@@ -448,16 +466,21 @@ class WrapperPrinter:
             self.vars[nid] = var
             shape, slot = shape_of(nid), self.slots.get(nid)
             if slot is not None:
-                buffer = self.helper("buffer", f"_n, _out, {slot}, {shape}, _T, _RT")
-                if self.host_fast_paths:          # no out=: what _g_buffer would make
-                    buffer = f"np.empty({shape}, dtype=_T) if _out is None else {buffer}"
-                self.buf.line(f"{var} = {buffer}")
+                self.buf.line(f"{var} = {self._result_buffer(slot, shape)}")
                 if shape != "_s" or step.shape == g.node(nid).shape:
                     self.fresh.add(nid)
             else:
                 self.buf.line(f"{var} = {self._empty(OUT_DTYPE[g.node(nid).dtype], shape)}")
             arrays.append(f"{var}.reshape(-1)")
         return arrays
+
+    def _result_buffer(self, slot: int, shape: str) -> str:
+        """Where a result computed in place goes: the caller's out[slot] when it can
+        hold it (``_g_buffer``), else a new array of ``shape``."""
+        buffer = self.helper("buffer", f"_n, _out, {slot}, {shape}, _T, _RT")
+        if self.host_fast_paths:          # no out=: what _g_buffer would make
+            buffer = f"np.empty({shape}, dtype=_T) if _out is None else {buffer}"
+        return buffer
 
     def _comments(self, step: Kernel) -> tuple[str, str]:
         g = self.graph

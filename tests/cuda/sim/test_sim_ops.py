@@ -627,6 +627,41 @@ def test_the_ops_of_rowwise_grad(rowwise, dtype) -> None:
         every_method(rowwise, "xent_rows", [x, t], [np.asarray(0.5, dtype)], dtype, **kw)
 
 
+def test_partials_buffers_are_kept_per_thread_and_stream(rowwise) -> None:
+    """A reduce kernel's partials live in buffers kept between calls (``_gc_scratch``):
+    a call after a larger one, a larger one after it (the buffer grows), calls on two
+    streams and from another thread all give the interpreter's values, into out= too
+    (layer norm's dw and db combined straight into it), and no more than
+    ``_GC_SCRATCH`` buffers are kept."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    cop = rowwise.compiled["layer_norm"]
+    op = rowwise.OPS["layer_norm"].cuda
+    eps = [p.default for p in cop.params if p.has_default]
+    rng = np.random.default_rng(3)
+
+    def check(shape, stream=0, out=False):
+        x, dy = rng.standard_normal(shape), rng.standard_normal(shape)
+        w, b = rng.standard_normal(shape[-1:]), rng.standard_normal(shape[-1:])
+        want = interpret(cop.methods["fwd_bwd"].graph, [x, w, b, *eps, dy])
+        bufs = tuple(cuda.device_array(np.shape(v)) for v in want) if out else None
+        got = op.fwd_bwd(*(cuda.to_device(a) for a in (x, w, b, dy)), out=bufs, stream=stream)
+        for w_, g in zip(want, bufs or got):
+            np.testing.assert_allclose(g.copy_to_host(), w_, rtol=1e-12, atol=1e-12)
+
+    check((3, 5))
+    check((7, 9), out=True)
+    check((2, 4))
+    s1, s2 = cuda.stream(), cuda.stream()
+    check((3, 5), s1)
+    check((4, 6), s2, out=True)
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(check, (5, 3)).result()
+    kept = rowwise.module._GC_STATE["scratch"]
+    assert len({key[:2] for key in kept}) >= 4, kept.keys()     # (thread, stream)
+    assert len(kept) <= rowwise.module._GC_SCRATCH
+
+
 # inf - inf in the simulator's threads, whose NumPy scalars warn (np.errstate is per thread)
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_rowwise_edges_nan_inf_and_empty_rows(rowwise) -> None:
