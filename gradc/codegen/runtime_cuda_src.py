@@ -352,6 +352,8 @@ def _gc_out_tuple(op, out, shapes, kinds, inputs, names, inplace=(), stream=0):
     arrays; returns Numba views of them (written in place and returned)."""
     if out is None:
         return None
+    if type(out) is _GradcChecked:          # a row plan's, checked by the method calling it
+        return out
     n = len(shapes)
     outs = (out,) if not isinstance(out, (tuple, list)) else out
     if len(outs) != n:

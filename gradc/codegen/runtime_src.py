@@ -385,9 +385,10 @@ def _g_same_array(o, a):
 
 
 class _GradcChecked(tuple):
-    """``out=`` buffers that a wrapper has checked (:func:`_g_out_tuple`), reshaped
-    for the row plan's wrapper it calls: that wrapper's check returns them as they
-    are (no out[k] is an argument's memory: :func:`_g_rows_apart`)."""
+    """``out=`` buffers that a wrapper has checked (:func:`_g_out_tuple`,
+    ``_gc_out_tuple``), reshaped for the row plan's wrapper it calls: that wrapper's
+    check returns them as they are (no out[k] is an argument's memory:
+    :func:`_g_rows_apart`)."""
 
 
 def _g_buffer(op, outs, k, shape, t, rt):

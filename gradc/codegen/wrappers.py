@@ -203,10 +203,7 @@ class WrapperPrinter:
         outs = ", ".join(f"_out[{k}].reshape({shape(s)})" for k, s in
                          enumerate(spec.output_shapes)) + ("," if len(spec.output_shapes) == 1
                                                            else "")
-        if self.host_fast_paths:        # checked above: the row plan's check passes them
-            outs = f"_GradcChecked(({outs}))"
-        else:
-            outs = f"({outs})"
+        outs = f"_GradcChecked(({outs}))"     # checked above: the row plan's check passes them
         call = ", ".join(args + kw + [f"out=None if _out is None else {outs}"]
                          + [f"{k}={k}" for k, _ in self.extra_kw])
         b.line(f"return _g_rows_back({fn}({call}), _S, _out, {single!r})")
