@@ -58,9 +58,15 @@ class CudaWrapperPrinter(WrapperPrinter):
     def _declared_arg(self, name: str) -> str:
         return f"_gc_again({name})"        # a host scalar's 0-d array as a scalar again
 
+    grid_names = "_R, _N, _C, _Y"
+
     def _rows_call(self, step: ReduceKernel, empty: str | None, cols: bool) -> str:
-        """``_R, _N`` and the blocks ``_C`` of a reduce kernel (``_gc_row_grid``)."""
+        """``_R, _N``, the blocks ``_C`` of a reduce kernel and the rows ``_Y`` a block
+        takes at a time (``_gc_row_grid``)."""
         return f"_gc_row_grid(_n, _s, {step.split}, {empty!r}, {cols!r}, {step.flat!r})"
+
+    def _partials_shape(self, cols: bool) -> str:
+        return "(_C * _Y, _N)" if cols else "(_C,)"      # a row of N per row group
 
     def _partials(self, shape: str, nid: int) -> str:
         return f"_gc_scratch({shape}, stream, {nid})"     # kept between calls
@@ -69,7 +75,7 @@ class CudaWrapperPrinter(WrapperPrinter):
         return f"{var}.reshape(-1)"          # the kernels take flat arrays
 
     def _reduce_launch(self, name: str, args: list[str]) -> str:
-        return f"_gc_launch_rows({name}, stream, _C, {', '.join(args + ['_R', '_N', '_gc_witness(_T)'])})"
+        return f"_gc_launch_rows({name}, stream, _C, _Y, {', '.join(args + ['_R', '_N', '_gc_witness(_T)'])})"
 
     def _inplace_pairs(self, inputs: list[int]) -> tuple[tuple[int, int], ...]:
         """No out= may be an input's array where a fused matmul reads its operands
@@ -94,7 +100,9 @@ _CONSTANTS = '''\
 # thread: small blocks there.
 _GC_SIM = bool(numba.config.ENABLE_CUDASIM)
 _GC_BLOCK = 8 if _GC_SIM else 256
-_GC_RBLOCK = 2 if _GC_SIM else 256        # reductions (a power of 2: a tree)
+_GC_RBLOCK = 4 if _GC_SIM else 256        # reductions (a power of 2: a tree)
+_GC_WARP = 2 if _GC_SIM else 32           # a reduce kernel's threads of a short row
+_GC_WARP_ROW = 4 if _GC_SIM else 1024     # rows of at most this many: a warp each
 _GC_GRID_Y = 2 if _GC_SIM else 65535      # rows of a reduction: blocks stride over more
 _GC_RGRID = 4 if _GC_SIM else 1024        # blocks of a reduce kernel at most (_gc_row_grid)
 _GC_TILE = 4 if _GC_SIM else 16

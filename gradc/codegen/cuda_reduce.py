@@ -3,23 +3,27 @@
 The same schedule as the CPU's (:mod:`gradc.passes.row_schedule`), lowered
 for a GPU (:func:`gradc.passes.loop_ir.lower`, target ``CUDA``: no scratch
 rows, no blocks of a pass, no prefetch hints; block trees) and printed here,
-which decides nothing: the blocks stride over the ``_R`` rows (block ``b`` takes rows
-``b, b + grid, ...``) and, in each pass of the schedule, the block's
-``_GC_RBLOCK`` threads stride over the row's ``_N`` elements (thread ``t``
-takes ``t, t + _GC_RBLOCK, ...``, the same elements in every pass, so an
-element value a thread stored in an earlier pass is read back by that
-thread).  A row reduction is each thread's float64 partial, then a tree in
-shared memory (the reductions that finish before the same pass share one
-tree); every thread reads the row's value back, so row values are computed
-by every thread and stored by thread 0.  Element values a later pass needs
-again are read back from the kernel's output rows where they are outputs,
-else recomputed (no scratch rows: the row stays in L1/L2 between passes).
+which decides nothing.  A block of ``_GC_RBLOCK`` threads is ``(_W, _Y)``: ``_Y``
+groups of ``_W`` threads, each group on a row at a time (the launch chooses:
+``_gc_row_grid`` gives a warp per row to short rows, the whole block to long
+ones).  The groups stride over the ``_R`` rows (group ``y`` of block ``b`` takes
+row ``b * _Y + y``, then every ``grid * _Y``-th) and, in each pass of the
+schedule, a group's threads stride over the row's ``_N`` elements (lane ``x``
+takes ``x, x + _W, ...``, the same elements in every pass, so an element value
+a thread stored in an earlier pass is read back by that thread).  A row
+reduction is each thread's float64 partial, then the group's tree in shared
+memory (the reductions that finish before the same pass share one tree;
+``_gcd_sync_row``: syncthreads for a whole block, syncwarp for a warp); every
+lane reads the row's value back, so row values are computed by every lane and
+stored by lane 0.  Element values a later pass needs again are read back from
+the kernel's output rows where they are outputs, else recomputed (no scratch
+rows: the row stays in L1/L2 between passes).
 
 Chunk reductions accumulate per block into ``partials`` (float64), which the
 wrapper combines on the device (``_gc_combine``): the "all" kind one value
 per block (each thread's own, then the block's tree), the "cols" kind one
-row of ``_N`` per block (``_p[b * _N + c]``), each column of it owned by the
-thread that takes that column in every row, so no two threads write one
+row of ``_N`` per group (``_p[(b * _Y + y) * _N + c]``), each column of it owned
+by the lane that takes that column in every row, so no two threads write one
 element.  The grid is a function of the shape alone (``_gc_row_grid``), so
 results do not depend on the device.  Rows of one element (``flat``) are a
 grid-stride loop over the flat array instead.
@@ -59,7 +63,8 @@ def render_cuda_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     values (flat arrays of their own sizes), the partials (flat float64 arrays of
     ``grid`` or ``grid * _N`` elements), the
     :func:`~gradc.passes.row_schedule.input_slots` (flat), then ``_R``, ``_N`` and
-    the dtype witness ``_w``.  Launched with ``_GC_RBLOCK`` threads per block."""
+    the dtype witness ``_w``.  Launched with blocks of ``(_W, _Y)`` threads,
+    ``_W * _Y == _GC_RBLOCK`` (``_gc_launch_rows``)."""
     loops = lower(graph, kernel, CUDA)
     p = _CudaLoops(graph, kernel, loops)
     params = [*p.outs.values(), *p.parts.values(), *(f"_i{j}" for j in range(len(loops.slots))),
@@ -90,6 +95,10 @@ class _CudaLoops(LoopPrinter):
         buf.line("_T = _w.dtype.type")
         buf.line(f"_sh = cuda.shared.array(({loops.tree_rows}, _GC_RBLOCK), numba.float64)")
         buf.line("_tx = cuda.threadIdx.x")
+        buf.line("_W = cuda.blockDim.x")              # a row's threads
+        buf.line("_Y = cuda.blockDim.y")              # rows at a time
+        buf.line("_t = cuda.threadIdx.y * _W + _tx")  # the thread in the block
+        buf.line("_whole = _Y == 1")
         for j, (x, a) in enumerate(loops.slots):
             if a == SCALAR:
                 buf.line(f"s{j} = _i{j}[0]")
@@ -100,24 +109,27 @@ class _CudaLoops(LoopPrinter):
             if init.chunk == "all":
                 buf.line(f"_q{pos[init.node]} = {_INIT[init.kind]}")
         if cols:
-            buf.line("_pb = cuda.blockIdx.x * _N")
-            buf.line("for _c in range(_tx, _N, _GC_RBLOCK):")
+            buf.line("_pb = (cuda.blockIdx.x * _Y + cuda.threadIdx.y) * _N")
+            buf.line("for _c in range(_tx, _N, _W):")
             for init in cols:
                 buf.line(f"    {parts[init.node]}[_pb + _c] = {_INIT[init.kind]}")
-        if loops.flat:
+        if loops.flat:            # launched as whole blocks (_gc_row_grid)
             buf.line("for _j in range(cuda.grid(1), _R, cuda.gridsize(1)):")
             buf.indent()
             self.statements(buf, loops.flat_body)
             buf.dedent()
         else:
             self.rows(buf)
+        self.whole = True               # after the rows: the block's tree
         self.guarded(buf, loops.chunk_end)
 
     def rows(self, buf: IndentedBuffer) -> None:
-        """The loop over the block's rows: the passes, each a loop of the block's threads
+        """The loop over a group's rows: the passes, each a loop of the group's threads
         over the row's elements, the row steps (trees, row values) between them."""
         loops = self.loops
-        buf.line("for _r in range(cuda.blockIdx.x, _R, cuda.gridDim.x):")
+        self.whole = False              # trees of the row's group
+        buf.line("for _r in range(cuda.blockIdx.x * _Y + cuda.threadIdx.y, _R, "
+                 "cuda.gridDim.x * _Y):")
         buf.indent()
         buf.line("_lo = _r * _N")
         for j, (x, a) in enumerate(loops.slots):
@@ -126,7 +138,7 @@ class _CudaLoops(LoopPrinter):
         self.index = "(_lo + _c)"
         for ps in loops.passes:
             self.statements(buf, ps.before)
-            buf.line("for _c in range(_tx, _N, _GC_RBLOCK):")
+            buf.line("for _c in range(_tx, _N, _W):")
             buf.indent()
             self.statements(buf, ps.body)
             buf.dedent()
@@ -136,11 +148,12 @@ class _CudaLoops(LoopPrinter):
         buf.dedent()
 
     def guarded(self, buf: IndentedBuffer, stmts: list) -> None:
-        """Trees (every thread), then the other statements by thread 0 alone."""
+        """Trees (every thread), then the other statements by one thread alone: the
+        group's lane 0 (a row's), or the block's thread 0 (after the rows)."""
         self.statements(buf, [s for s in stmts if isinstance(s, Tree)])
         rest = [s for s in stmts if not isinstance(s, Tree)]
         if rest:
-            buf.line("if _tx == 0:")
+            buf.line("if _t == 0:" if self.whole else "if _tx == 0:")
             buf.indent()
             self.statements(buf, rest)
             buf.dedent()
@@ -152,7 +165,7 @@ class _CudaLoops(LoopPrinter):
 
     def print_tree(self, s: Tree) -> list[str]:
         buf = IndentedBuffer()
-        _tree(buf, [(self.acc(a), kind) for a, kind in s.accs])
+        _tree(buf, [(self.acc(a), kind) for a, kind in s.accs], self.whole)
         return buf.lines
 
     def print_load(self, s: Load) -> list[str]:
@@ -198,32 +211,36 @@ def _update(s: Update, acc: str, i: int, v: str) -> str:
     return accumulate_line(acc, v, s.kind, _SELECT)
 
 
-def _tree(buf: IndentedBuffer, accs: list[tuple[str, str]]) -> None:
-    """The block's tree over each thread's ``accs`` (float64 ``(name, kind)``, row ``j``
-    of the shared array for the ``j``-th), each name then holding the block's value in
-    every thread.  Every thread of the block runs it (syncthreads in uniform control
-    flow), and a last syncthreads lets the next tree reuse the shared array."""
+def _tree(buf: IndentedBuffer, accs: list[tuple[str, str]], whole: bool) -> None:
+    """A tree over each thread's ``accs`` (float64 ``(name, kind)``, row ``j`` of the
+    shared array for the ``j``-th), each name then holding the tree's value in every
+    thread it spans: the block's (``whole``: every thread of the block runs it,
+    syncthreads in uniform control flow) or a row's group's (the ``_W`` lanes of one
+    row, which run it together, synchronised by ``_gcd_sync_row``).  A last
+    synchronisation lets the next tree reuse the shared array."""
+    lane, width, base, sync = (("_t", "_GC_RBLOCK", "0", "cuda.syncthreads()") if whole else
+                               ("_tx", "_W", "_t - _tx", "_gcd_sync_row(_whole)"))
     for j, (acc, _) in enumerate(accs):
-        buf.line(f"_sh[{j}, _tx] = {acc}")
-    buf.line("cuda.syncthreads()")
-    buf.line("_wd = _GC_RBLOCK // 2")
+        buf.line(f"_sh[{j}, _t] = {acc}")
+    buf.line(sync)
+    buf.line(f"_wd = {width} // 2")
     buf.line("while _wd > 0:")
-    buf.line("    if _tx < _wd:")
+    buf.line(f"    if {lane} < _wd:")
     for j, (_, kind) in enumerate(accs):
         if kind in ("sum", "mean"):
-            buf.line(f"        _sh[{j}, _tx] += _sh[{j}, _tx + _wd]")
+            buf.line(f"        _sh[{j}, _t] += _sh[{j}, _t + _wd]")
         elif kind == "prod":
-            buf.line(f"        _sh[{j}, _tx] *= _sh[{j}, _tx + _wd]")
+            buf.line(f"        _sh[{j}, _t] *= _sh[{j}, _t + _wd]")
         else:
             cmp = ">" if kind == "max" else "<"
-            buf.line(f"        _y = _sh[{j}, _tx + _wd]")
-            buf.line(f"        if _y {cmp} _sh[{j}, _tx] or _y != _y:")
-            buf.line(f"            _sh[{j}, _tx] = _y")
-    buf.line("    cuda.syncthreads()")
+            buf.line(f"        _y = _sh[{j}, _t + _wd]")
+            buf.line(f"        if _y {cmp} _sh[{j}, _t] or _y != _y:")
+            buf.line(f"            _sh[{j}, _t] = _y")
+    buf.line(f"    {sync}")
     buf.line("    _wd //= 2")
     for j, (acc, _) in enumerate(accs):
-        buf.line(f"{acc} = _sh[{j}, 0]")
-    buf.line("cuda.syncthreads()")
+        buf.line(f"{acc} = _sh[{j}, {base}]")
+    buf.line(sync)
 
 
 def _finish(s: Finish, i: int) -> str:

@@ -52,6 +52,8 @@ _GC_TILE = 16
 _GC_CCOLS = 32
 _GC_CLANES = 8
 _GC_SCRATCH = 32
+_GC_WARP = 32
+_GC_WARP_ROW = 1024
 
 # Modes of _gc_rows: how an element is mapped and combined.
 _GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN, _GC_SUMEXP, _GC_SUMSQ, _GC_MAXABS = range(7)
@@ -93,6 +95,15 @@ def _gcd_combine(mode, a, b):
     if mode == _GC_MAX:
         return b if (b > a or b != b) else a
     return b if (b < a or b != b) else a
+
+
+def _gcd_sync_row(whole):
+    """Synchronise the threads of a reduce kernel's row: the block's (``whole``, a
+    uniform condition), else the warp's (a warp per row)."""
+    if whole:
+        cuda.syncthreads()
+    else:
+        cuda.syncwarp()
 
 
 def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
@@ -611,25 +622,38 @@ def _gc_reduce(kind, x, axis, keepdims, stream, empty_ok=False):
 
 
 def _gc_row_grid(op, shape, k, empty, cols=False, flat=False):
-    """``(R, N, G)`` of a reduce kernel (:mod:`gradc.codegen.cuda_reduce`) over the
+    """``(R, N, G, Y)`` of a reduce kernel (:mod:`gradc.codegen.cuda_reduce`) over the
     loop ``shape`` split at ``k``: rows and row length as :func:`_g_rows` gives
-    them (its error for a max of empty rows too), and the blocks, a function of
-    the shape alone (so the partials, and the results' bits, do not depend on the
-    device): a block per row up to _GC_RGRID (``flat``: rows of one element, a
-    block per _GC_RBLOCK of them); ``cols``: at most 2^20 float64 partial elements
-    (a row of ``N`` per block).  At least one block, which writes the partials'
-    initial values when there are no rows."""
+    them (its error for a max of empty rows too), the blocks ``G`` and the rows a
+    block takes at a time ``Y``, a function of the shape alone (so the partials,
+    and the results' bits, do not depend on the device): rows of at most
+    _GC_WARP_ROW elements a warp each (``Y`` of them per block), longer rows a
+    whole block each (``Y`` = 1); a block per ``Y`` rows up to _GC_RGRID
+    (``flat``: rows of one element, a block per _GC_RBLOCK of them); ``cols``: at
+    most 2^20 float64 partial elements (a row of ``N`` per ``Y`` per block).  At
+    least one block, which writes the partials' initial values when there are no
+    rows."""
     r, n, _ = _g_rows(op, shape, k, empty)
-    g = (r + _GC_RBLOCK - 1) // _GC_RBLOCK if flat else r
+    y = _GC_RBLOCK // _GC_WARP if n <= _GC_WARP_ROW and not flat and _gc_warps() else 1
+    g = (r + _GC_RBLOCK - 1) // _GC_RBLOCK if flat else (r + y - 1) // y
     if cols:
-        g = min(g, (1 << 20) // max(n, 1))
-    return r, n, max(1, min(g, _GC_RGRID))
+        g = min(g, (1 << 20) // max(n * y, 1))
+    return r, n, max(1, min(g, _GC_RGRID)), y
 
 
-def _gc_launch_rows(kernel, stream, blocks, *args):
+def _gc_warps():
+    """Whether reduce kernels may run a warp per row: on a GPU, and in the simulator
+    once gradc's ``fast_simulator`` gave it the ``syncwarp`` it lacks."""
+    if not _GC_SIM:
+        return True
+    from numba.cuda.simulator import kernelapi
+    return hasattr(kernelapi.FakeCUDAModule, "syncwarp")
+
+
+def _gc_launch_rows(kernel, stream, blocks, y, *args):
     """Run a reduce kernel on ``blocks`` blocks of _GC_RBLOCK threads (its trees need
-    exactly that many)."""
-    kernel[blocks, _GC_RBLOCK, stream](*args)
+    exactly that many), as ``y`` rows of ``_GC_RBLOCK // y`` threads."""
+    kernel[blocks, (_GC_RBLOCK // y, y), stream](*args)
 
 
 def _gc_combine(op, kind, partials, count, shape, t, empty_ok=False, into=None, stream=0):

@@ -405,11 +405,11 @@ class WrapperPrinter:
                       if lv[n] == ROW and _no_identity(g.node(n))), None)
         kinds = dict(step.chunk_kind)
         cols = any(kinds[n] == "cols" for n in step.partials)
-        b.line(f"_R, _N, _C = {self._rows_call(step, empty, cols)}")
+        b.line(f"{self.grid_names} = {self._rows_call(step, empty, cols)}")
         args = self._output_arrays(step, lambda nid: self.shape_expr(g.node(nid).shape)
                                    if lv[nid] == ROW else "_s")
         for nid in step.partials:
-            shape = "(_C, _N)" if kinds[nid] == "cols" else "(_C,)"
+            shape = self._partials_shape(kinds[nid] == "cols")
             b.line(f"_p{nid} = {self._partials(shape, nid)}")
             args.append(self._partials_arg(f"_p{nid}"))
         for x, how in input_slots(g, step):
@@ -431,6 +431,13 @@ class WrapperPrinter:
                 self.fresh.add(nid)
             b.line(f"_v{nid} = " + self.helper("combine", f"_n, {op!r}, _p{nid}, {count}, "
                                                f"{shape}, _T{initial}"))
+
+    grid_names = "_R, _N, _C"          # what _rows_call gives
+
+    def _partials_shape(self, cols: bool) -> str:
+        """The shape of a reduce kernel's partials: a row of ``_N`` (``cols``) or one
+        value per chunk."""
+        return "(_C, _N)" if cols else "(_C,)"
 
     def _rows_call(self, step: ReduceKernel, empty: str | None, cols: bool) -> str:
         """The call giving a reduce kernel's ``_R, _N, _C`` from its loop's shape ``_s``;

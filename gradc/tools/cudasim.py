@@ -13,7 +13,8 @@ import numpy as np
 
 
 def fast_simulator() -> None:
-    """Numba's CUDA simulator, faster and with its shared arrays made safe.
+    """Numba's CUDA simulator, faster, with its shared arrays made safe and a
+    ``syncwarp``.
 
     It runs a block's threads as Python threads and polls them while they wait at
     syncthreads(); at Python's default 5 ms switch interval each barrier costs
@@ -50,3 +51,20 @@ def fast_simulator() -> None:
 
     array.gradc_locked = True
     kernelapi.FakeCUDAShared.array = array
+    barriers = {}
+
+    def syncwarp(self, mask=0xFFFFFFFF):
+        """``cuda.syncwarp()``, which the simulator lacks: a barrier of the threads of
+        the caller's row of the block (its threadIdx.y and .z), the warp where the
+        block's x extent is a warp's 32 threads, as gradc's reduce kernels launch a
+        warp per row (``_GC_WARP`` threads in the simulator)."""
+        t = threading.current_thread()
+        width = t._manager._block_dim[0]
+        key = (id(t._manager), width, t.threadIdx.y, t.threadIdx.z)
+        with lock:
+            barrier = barriers.get(key)
+            if barrier is None or barrier.broken:
+                barrier = barriers[key] = threading.Barrier(width)
+        barrier.wait(timeout=60)      # a lane that never comes: an error, not a hang
+
+    kernelapi.FakeCUDAModule.syncwarp = syncwarp
