@@ -133,14 +133,21 @@ class CallChecker:
             seen.add(key)
 
     def _axis(self, value: ast.Expr) -> None:
+        """An integer, a const (whose value must be one: checked as it is lowered) or
+        a tuple of them."""
         items = value.items if isinstance(value, ast.TupleExpr) else (value,)
-        if not all(_is_int(i) for i in items):
-            self._error(TypeError_, "axis= must be an integer or a tuple of integers",
+        if not all(_is_int(i) or self._is_const(i) for i in items):
+            self._error(TypeError_, "axis= must be an integer, a const or a tuple of them",
                         leftmost_span(value), "E304")
         elif any(abs((i.operand if isinstance(i, ast.Neg) else i).value) >= _MAX_AXIS
-                 for i in items):
+                 for i in items if _is_int(i)):
             self._error(TypeError_, f"axis= out of range (arrays have fewer than "
                         f"{_MAX_AXIS} dims)", leftmost_span(value), "E304")
+
+    def _is_const(self, e: ast.Expr) -> bool:
+        """A const's name, or its negation."""
+        e = e.operand if isinstance(e, ast.Neg) else e
+        return isinstance(e, ast.Name) and e.id in self.consts
 
     def _index(self, e: ast.Index, scope: Scope, later: Mapping[str, Span]) -> None:
         """``x[...]``: its expressions, and what is wrong whatever the array (a float

@@ -224,7 +224,12 @@ class ExprLowerer:
         attrs = {k: a.value for k, a in scope.items() if isinstance(a, Attr)}
         value = eval_const(v, {**self.consts, **attrs})   # reverse=1 - reverse in a rule
         if key == "axis":
-            axes = tuple(int(a) for a in value) if isinstance(value, tuple) else (int(value),)
+            values = value if isinstance(value, tuple) else (value,)
+            bad = next((a for a in values if not float(a).is_integer()), None)
+            if bad is not None:                 # a const: const AX = 1.5
+                raise ShapeError(f"axis= must be an integer, got {bad}",
+                                 getattr(v, "span", None))
+            axes = tuple(int(a) for a in values)
             if len(set(axes)) != len(axes):
                 raise ShapeError(f"axis {axes} repeats an axis", getattr(v, "span", None))
             return axes

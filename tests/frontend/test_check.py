@@ -101,6 +101,35 @@ def test_keepdims_true_false_and_axis_forms() -> None:
     assert messages("op f(x) -> y {\n    y = x + ture\n}\n") == ["undefined name 'ture'"]
 
 
+def test_axis_may_be_a_const_of_integer_value() -> None:
+    """``axis=AX`` with ``const AX = -1`` is ``axis=-1`` (in a tuple and negated too),
+    forward and gradient; a const of another value is refused where it is used."""
+    import numpy as np
+
+    from gradc.ir.interpret import interpret
+    from gradc.pipeline import build_program
+
+    text = src('''
+        const AX = -1
+        const HALF = 0.5
+        op f(x) -> y {
+            y = softmax(x, axis=AX) * sum(x, axis=(0, -AX), keepdims=true)
+        }
+        op g(x) -> y {
+            y = softmax(x, axis=-1) * sum(x, axis=(0, 1), keepdims=true)
+        }
+    ''')
+    ops = build_program(check_source(text))
+    x, dy = np.random.default_rng(0).standard_normal((2, 3, 2, 3))
+    for method, args in (("forward", [x]), ("vjp", [x, dy])):
+        got, want = (interpret(ops[n].methods[method].graph, args) for n in "fg")
+        np.testing.assert_array_equal(got, want)
+    bad = text.replace("axis=(0, -AX)", "axis=HALF")
+    with pytest.raises(GradcError, match="axis= must be an integer, got 0.5") as info:
+        build_program(check_source(bad))
+    assert (info.value.span.line, info.value.span.column) == (4, 43)   # at HALF
+
+
 def test_dims_of_the_signature_are_values() -> None:
     check_source(src('''
         op f(x: [n, k], t: i64[n], eps: nograd = 0.1) -> y {
@@ -354,9 +383,9 @@ def test_several_errors_are_reported_together() -> None:
     ("y = sum(x, axis=1, axis=0)", "keyword argument 'axis' is given twice"),
     ("y = max(x, 0, axis=1)",
      "'max' of two arguments is elementwise and takes no axis= or keepdims="),
-    ("y = sum(x, axis=x)", "axis= must be an integer or a tuple of integers"),
-    ("y = sum(x, axis=1.0)", "axis= must be an integer or a tuple of integers"),
-    ("y = sum(x, axis=(0, x))", "axis= must be an integer or a tuple of integers"),
+    ("y = sum(x, axis=x)", "axis= must be an integer, a const or a tuple of them"),
+    ("y = sum(x, axis=1.0)", "axis= must be an integer, a const or a tuple of them"),
+    ("y = sum(x, axis=(0, x))", "axis= must be an integer, a const or a tuple of them"),
     ("y = sum(x, keepdims=2)", "keepdims= must be 0, 1, true or false"),
     ("y = x + (1, 2)", "a tuple can only be an axis= value"),
     ("y = grad(x, 2 * x)", "the second argument of grad() must be a parameter or an assigned name"),
