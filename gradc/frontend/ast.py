@@ -66,6 +66,8 @@ class Call:
     args: tuple["Expr", ...]
     kwargs: tuple[tuple[str, "Expr"], ...]
     span: Span               # the function name
+    # the keywords' names, in the order of kwargs (empty for a call not parsed)
+    kwarg_spans: tuple[Span, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)

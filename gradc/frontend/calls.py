@@ -112,18 +112,19 @@ class CallChecker:
                 self.expr(arg, scope, later)
         seen = {k for k, _ in b.kwarg_kinds                   # optional operands given
                 if b.position(k) is not None and b.position(k) < n}   # positionally
-        for key, value in c.kwargs:
+        for k, (key, value) in enumerate(c.kwargs):
+            named = _keyword_span(c, k)
             if key in seen:
                 self._error(TypeError_, f"keyword argument '{key}' is given twice",
-                            leftmost_span(value), "E303")
+                            named, "E303")
             elif key not in b.kwargs:
                 takes = (f"only {' and '.join(k + '=' for k in b.kwargs)}" if b.kwargs
                          else "no keyword arguments")
                 self._error(NameResolutionError, f"'{c.func}' has no keyword argument '{key}'",
-                            leftmost_span(value), "E201", [f"'{c.func}' takes {takes}"])
+                            named, "E201", [f"'{c.func}' takes {takes}"])
             elif n == 2 and b.kind == "special":    # elementwise max/min
                 self._error(TypeError_, f"'{c.func}' of two arguments is elementwise and "
-                            "takes no axis= or keepdims=", leftmost_span(value), "E303")
+                            "takes no axis= or keepdims=", named, "E303")
             elif dict(b.kwarg_kinds)[key] == "axis":
                 self._axis(value)
             elif dict(b.kwarg_kinds)[key] == "value":
@@ -211,13 +212,13 @@ class CallChecker:
                         f"argument{'' if len(names) == 1 else 's'}, got {len(c.args)}",
                         c.span, "E303")
         bound = set(names[:len(c.args)])
-        for key, value in c.kwargs:
+        for k, (key, value) in enumerate(c.kwargs):
             if key not in names:
                 self._error(NameResolutionError, f"op '{callee.name}' has no parameter '{key}'",
-                            leftmost_span(value), "E201", did_you_mean(key, names))
+                            _keyword_span(c, k), "E201", did_you_mean(key, names))
             elif key in bound:
                 self._error(TypeError_, f"argument '{key}' of op '{callee.name}' is given twice",
-                            leftmost_span(value), "E303")
+                            _keyword_span(c, k), "E303")
             bound.add(key)
         missing = [p.name for p in callee.params if p.default is None and p.name not in bound]
         if missing:
@@ -226,6 +227,12 @@ class CallChecker:
                         f"{', '.join(repr(m) for m in missing)}", c.span, "E303")
         for arg in (*c.args, *(v for _, v in c.kwargs)):
             self.expr(arg, scope, later)
+
+
+def _keyword_span(c: ast.Call, k: int) -> Span:
+    """Where keyword argument ``k`` of ``c`` is named (its value's first token in a
+    call that was not parsed)."""
+    return c.kwarg_spans[k] if c.kwarg_spans else leftmost_span(c.kwargs[k][1])
 
 
 def _is_int(e: ast.Expr) -> bool:

@@ -238,16 +238,19 @@ class ToAst(Transformer):
     def call(self, name: Token, args: list[Any] | None) -> ast.Call:
         positional: list[ast.Expr] = []
         kwargs: list[tuple[str, ast.Expr]] = []
+        names: list[Span] = []
         for arg in args or ():
             if isinstance(arg, _Kwarg):
                 kwargs.append((arg.name, arg.value))
+                names.append(arg.span)
             elif kwargs:
                 self.errors.append(ParseError(
                     "a positional argument cannot follow a keyword argument",
                     leftmost_span(arg), "E103"))
             else:
                 positional.append(arg)
-        return ast.Call(str(name), tuple(positional), tuple(kwargs), self.span(name))
+        return ast.Call(str(name), tuple(positional), tuple(kwargs), self.span(name),
+                        tuple(names))
 
     def args(self, items: list[Any]) -> list[Any]:
         return list(items)

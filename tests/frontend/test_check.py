@@ -408,6 +408,22 @@ def test_call_and_name_errors(body: str, message: str) -> None:
     assert message in messages(text)
 
 
+@pytest.mark.parametrize("body, name", [
+    ("y = sum(x, axes=1)", "axes"),
+    ("y = sum(x, axis=1, axis=-1)", "axis"),            # the second one
+    ("y = max(x, 0, keepdims=true)", "keepdims"),
+    ("y = lin(x, x, sclae=2 * x)", "sclae"),
+    ("y = lin(x, w=x, x=x)", "x"),
+])
+def test_a_keyword_error_points_at_the_keyword(body: str, name: str) -> None:
+    """The caret is under the keyword's name, its whole width (not its value)."""
+    text = ("op lin(x, w, scale: nograd = 1) -> y {\n    y = x * w * scale\n}\n"
+            f"op f(x) -> y {{\n    {body}\n}}\n")
+    (err,) = errors_of(text)
+    at = body.rindex(f"{name}=") + 5                    # 1-based, after 4 spaces
+    assert (err.span.line, err.span.column, err.span.end_column) == (5, at, at + len(name))
+
+
 @pytest.mark.parametrize("text, message", [
     ("op f(x, x) -> y {\n    y = x\n}\n", "parameter 'x' is declared twice"),
     ("op f(x) -> (y, y) {\n    y = x\n}\n", "output 'y' of op 'f' is declared twice"),
