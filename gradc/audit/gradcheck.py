@@ -153,7 +153,9 @@ def fitting_inputs(cop: CompiledOp, rng: np.random.Generator,
     parameters without a declared shape at which the forward pass runs, and its
     outputs ``ys``; None when none fits.  Integer parameters are tried in [-3, 3] (all
     of it: a range fits only if the forward pass runs at both its ends too), then as
-    indices, in [0, 1] (valid for any dim of 2 or more: ``one_hot``, gathers).
+    indices, from [0, 1] (valid for any dim of 2 or more: ``one_hot``, gathers) to the
+    widest ``[0, k)`` that fits, ``k`` up to the inputs' largest dim (every class of a
+    cross-entropy's labels, not only the first two).
     ``custom``: the op with its custom rules, whose VJP must run too (a layer norm's
     ``db = sum(dy, axis=0)`` is a gradient of ``b``'s shape only for a matrix ``x``).
     ``sampling``: the keywords of :func:`sample_inputs` that fit (``generic``, ``ints``,
@@ -169,6 +171,14 @@ def fitting_inputs(cop: CompiledOp, rng: np.random.Generator,
                                                  ((-3, 4), (0, 2))):
         xs = sample_inputs(cop, rng, generic=generic, ints=ints, dims=dims)
         ys = forward_if_fits(cop, xs, ints, custom, failed)
+        if ys is not None and ints[0] == 0:             # indices: as many as fit
+            largest = max((max(np.shape(x), default=0) for x in xs), default=0)
+            for hi in range(ints[1] + 1, largest + 1):
+                more = sample_inputs(cop, rng, generic=generic, ints=(0, hi), dims=dims)
+                got = forward_if_fits(cop, more, (0, hi), custom)
+                if got is None:
+                    break
+                xs, ys, ints = more, got, (0, hi)
         if ys is not None:
             rank = max((np.ndim(x) for x in xs), default=0)
             worse = [f for f in failed if f[0] > rank]

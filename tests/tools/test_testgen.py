@@ -323,14 +323,16 @@ GATHER_ONE_HOT = """op cg(x: [n, k], l: i64[n]) -> y {
 
 def test_labels_are_drawn_where_every_use_takes_them(tmp_path) -> None:
     """The gather takes a label from the end (-1), the rule's one_hot refuses it: the
-    file draws labels in [0, 1], where gradc check draws them, and its tests pass
+    file draws labels in [0, k) = [0, 2] for the k = 3 columns, where gradc check
+    draws them (from [0, 1], widened while the op takes them), and its tests pass
     (testgen drew [-3, 3] and stopped with an internal error)."""
     spec = tmp_path / "cg.grad"
     spec.write_text(GATHER_ONE_HOT)
     out = tmp_path / "test_cg.py"
     assert main(["testgen", str(spec), "-o", str(out)]) == 0
     case = tables(out.read_text())["CASES"]["cg"]
-    assert case["ints"] == (0, 2) and case["params"][1] == ("l", (2,), "i64", False)
+    assert case["ints"] == (0, 3) and case["params"][1] == ("l", (2,), "i64", False)
+    assert case["params"][0][1] == (2, 3)                 # x: k = 3
     rc, log = run_pytest(out)
     assert rc == 0 and re.search(r"^10 passed", log, re.M) and "skipped" not in log, log
 
