@@ -30,7 +30,9 @@ Either way the derivatives come from the op's own methods' definitions:
 * ``mode="fwd"``: a ``jax.custom_jvp`` whose rule calls the op's ``jvp``;
   ``jax.jvp`` and ``jax.jacfwd`` work, to any order (the rule's tangent is a
   ``custom_jvp`` over the op's JVP op).  Reverse mode works with the "xla"
-  lowering, where JAX transposes the rule's ``jax.numpy`` code, and not with
+  lowering, where JAX transposes the rule's ``jax.numpy`` code (so the rule's
+  products are JAX's: 0 * inf is NaN, where the op's ``jvp`` masks it to 0 at a
+  zero tangent, a test JAX cannot transpose), and not with
   "kernels": a callback has no transpose.  An op without forward
   mode (a grad block not linear in its upstream, E405) raises
   NotImplementedError with the compiler's error.
@@ -226,6 +228,8 @@ class _Fn:
     lowering: str                  # "xla": graph()'s outputs in jax.numpy; "kernels": run
     graph: Callable[[], tuple]     # (graph, index of its first output that is ours)
     draws: bool = False            # its last argument is the seed's two words
+    # a JVP, which JAX transposes for reverse mode: its NaN-safe products plain ones
+    tangents: bool = False
     _made: dict = field(default_factory=dict)
 
     def split(self, args: tuple) -> tuple[tuple, tuple]:
@@ -254,10 +258,16 @@ class _Fn:
         rt = _float_dtype(floats)
         if ("xla", rt) not in self._made:
             compute = np.dtype(np.float32) if rt == np.float16 else rt
+            fw = jax_framework()
+            if self.tangents:
+                # zero_masked(x, t) keeps 0 * inf at 0 where the tangent t is 0: a test
+                # of a tangent's value, which JAX cannot transpose (its select asserts);
+                # JAX's own JVPs give NaN there too
+                fw = dataclasses.replace(fw, ops={**fw.ops, "zero_masked": lambda x, t: x})
             targets = graph.outputs[start:]
             seeds = [n.id for n in graph if n.op == "seed"] if seed else []
             self._made["xla", rt] = (
-                lower_graph(graph, [*graph.params, *seeds], targets, jax_framework(), compute),
+                lower_graph(graph, [*graph.params, *seeds], targets, fw, compute),
                 tuple(want_dtype(graph.node(t).dtype, rt) for t in targets), len(seeds))
         run, dtypes, n_seeds = self._made["xla", rt]
         values = dict(zip(positional, args))
@@ -294,7 +304,8 @@ class _Fn:
                      lambda *a, **seed: _tuple(op.jvp(*a, **kw, **seed))[self.n_out:],
                      lambda args: self.specs(args[:n]), source,
                      _once(lambda: derived.compile_op(source())), kw, _derived_vmap(self.vmap),
-                     self.lowering, lambda: (methods()["jvp"].graph, self.n_out), self.draws)
+                     self.lowering, lambda: (methods()["jvp"].graph, self.n_out), self.draws,
+                     tangents=True)
         self._made[kind] = fn
         return fn
 
