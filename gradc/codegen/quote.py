@@ -24,7 +24,8 @@ import numbers
 # builtins its helpers call (a test keeps this list complete).  A fixed list,
 # not ``dir(builtins)``, so that the output does not depend on the Python version.
 RESERVED = frozenset({
-    "np", "numba", "ctypes", "inspect", "math", "os", "site", "sys", "OPS", "SOURCE_SHA256",
+    "np", "numba", "ctypes", "inspect", "math", "os", "site", "sys", "threading", "OPS",
+    "SOURCE_SHA256",
     "out", "seed",
     "cuda", "stream", "TARGET", "CUDA_KERNELS",
     "AttributeError", "Exception", "IndexError", "NotImplementedError", "OSError",
