@@ -190,17 +190,18 @@ class WrapperPrinter:
         b.line("_R, _K = _v")
         args = []
         for k, (name, form) in enumerate(zip(names, variant.forms)):
-            args.append(f"{name}.reshape(_R, _K)" if form == row_plan.FULL else
+            args.append(f"_g_reshaped({name}, (_R, _K))" if form == row_plan.FULL else
                         self._declared_arg(name) if form == row_plan.DECLARED else name)
         ups_spec = spec.params[len(names):]
         for u, us in zip(ups, ups_spec):
-            args.append(self._declared_arg(f"{self.vars[u]}.reshape({shape(spec.node(us).shape)})"))
+            args.append(self._declared_arg(
+                f"_g_reshaped({self.vars[u]}, {shape(spec.node(us).shape)})"))
         n_pos = sum(1 for p in self.cop.params if not p.has_default)
         kw = [f"{py_name(p.name)}={a}" for p, a in zip(self.cop.params, args[:len(names)])
               if p.has_default]
         args = [a for p, a in zip(self.cop.params, args) if not p.has_default] + args[len(names):]
         assert len(args) == n_pos + len(ups)
-        outs = ", ".join(f"_out[{k}].reshape({shape(s)})" for k, s in
+        outs = ", ".join(f"_g_reshaped(_out[{k}], {shape(s)})" for k, s in
                          enumerate(spec.output_shapes)) + ("," if len(spec.output_shapes) == 1
                                                            else "")
         outs = f"_GradcChecked(({outs}))"     # checked above: the row plan's check passes them
