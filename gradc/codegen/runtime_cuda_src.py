@@ -627,14 +627,18 @@ def _gc_row_grid(op, shape, k, empty, cols=False, flat=False):
     them (its error for a max of empty rows too), the blocks ``G`` and the rows a
     block takes at a time ``Y``, a function of the shape alone (so the partials,
     and the results' bits, do not depend on the device): rows of at most
-    _GC_WARP_ROW elements a warp each (``Y`` of them per block), longer rows a
-    whole block each (``Y`` = 1); a block per ``Y`` rows up to _GC_RGRID
+    _GC_WARP_ROW elements a warp each (``Y`` of them per block), longer rows, and
+    the rows of a kernel with column partials, a whole block each (``Y`` = 1); a
+    block per ``Y`` rows up to _GC_RGRID
     (``flat``: rows of one element, a block per _GC_RBLOCK of them); ``cols``: at
     most 2^20 float64 partial elements (a row of ``N`` per ``Y`` per block).  At
     least one block, which writes the partials' initial values when there are no
     rows."""
     r, n, _ = _g_rows(op, shape, k, empty)
-    y = _GC_RBLOCK // _GC_WARP if n <= _GC_WARP_ROW and not flat and _gc_warps() else 1
+    # not with column partials: a row of them per warp would make 8x as many rows for
+    # _gck_cols to combine, a lane's loop over them latency-bound (not measured yet)
+    y = _GC_RBLOCK // _GC_WARP if (n <= _GC_WARP_ROW and not flat and not cols
+                                   and _gc_warps()) else 1
     g = (r + _GC_RBLOCK - 1) // _GC_RBLOCK if flat else (r + y - 1) // y
     if cols:
         g = min(g, (1 << 20) // max(n * y, 1))
