@@ -53,18 +53,48 @@ class _LimitHit(Exception):
         return self.make(file, self.line, self.column)
 
 
+# Items' keywords: where only they are expected, the contextual lexer takes the 'op' of
+# 'opp f(x)' as the keyword and 'p' as the op's name.
+_ITEM_KEYWORDS = {"OP": "op", "CONST": "const", "IMPORT": "import", "GRAD": "grad"}
+_WORD_TOKENS = frozenset({"NAME", "INT", "NUMBER"})
+
+
+def _glued_word(text: str, tok: Token) -> tuple[str, int] | None:
+    """``(word, column)`` where ``tok`` continues a word of ``text`` that begins with an
+    item's keyword (the lexer split it there), else None."""
+    start = tok.start_pos
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_"):
+        start -= 1
+    head = text[start:tok.start_pos]
+    if head not in _ITEM_KEYWORDS.values():
+        return None
+    return head + tok.value, tok.column - len(head)
+
+
+def _glued_keyword(f: str, line: int, column: int, word: str) -> GradcError:
+    return ParseError(f"expected an item ('op', 'const' or 'import'), found '{word}'",
+                      Span(f, line, column, line, column + len(word)), "E101")
+
+
 class _NewlinesInBrackets:
     """Post-lexer: a newline only counts at top level or directly inside braces.
-    It also enforces MAX_TOKENS and, for brackets, MAX_DEPTH."""
+    It also enforces MAX_TOKENS and, for brackets, MAX_DEPTH, and refuses an item's
+    keyword glued to the word after it (``opp``)."""
 
     always_accept = ("_NL",)
 
     def process(self, stream: Iterator[Token]) -> Iterator[Token]:
         stack: list[str] = []
         depth = 0               # ( and [ open (braces are bodies, not expressions)
+        prev = None
         for n, tok in enumerate(stream):
             if n >= limits.MAX_TOKENS:
                 raise _LimitHit(lambda f, l, c: limits.too_many_tokens(f, l, c), tok)
+            if prev is not None and prev.type in _ITEM_KEYWORDS and \
+                    tok.type in _WORD_TOKENS and tok.start_pos == prev.end_pos:
+                word = prev.value + tok.value
+                raise _LimitHit(lambda f, l, c: _glued_keyword(f, l, c, word), prev)
+            prev = tok
             if tok.type == "_NL":
                 if stack and stack[-1] != "LBRACE":
                     continue
@@ -247,6 +277,10 @@ def _parse_error(e: UnexpectedInput, text: str, file: str,
         return ParseError(f"unexpected character {char!r}{_expecting(accepts, ', expected ')}",
                           span, "E101")
     tok = e.token if isinstance(e, UnexpectedToken) else Token("$END", "")
+    glued = _glued_word(text, tok) if tok.type in _WORD_TOKENS else None
+    if glued is not None:     # 'gradient(dy)': the lexer could not go on after 'grad'
+        word, column = glued
+        return _glued_keyword(file, tok.line + line0, column, word)
     if tok.type != "$END":
         span = Span(file, tok.line + line0, tok.column, tok.end_line + line0, tok.end_column)
         after_operand = "NUMBER" not in accepts and bool(accepts & {"PLUS", "STAR"})

@@ -312,6 +312,22 @@ def test_error_messages(text: str, message: str) -> None:
     assert info.value.message == message
 
 
+@pytest.mark.parametrize("text, word, line, column", [
+    ("opp f(x) -> y {\n    y = x\n}\n", "opp", 1, 1),
+    ("constant X = 1\n", "constant", 1, 1),
+    ("op f(x) -> y {\n    y = x\n} gradient(dy) -> dx {\n    dx = dy\n}\n", "gradient", 3, 3),
+    ("op f(x) -> y {\n    y = x\n}\nimport2 \"a.grad\"\n", "import2", 4, 1),
+])
+def test_a_word_that_begins_with_a_keyword_is_not_split(text, word, line, column) -> None:
+    """The contextual lexer takes 'op' of 'opp' as the keyword where only an item may
+    start (it said "expected '(', found 'f'" for 'opp f(x)'): the whole word is named."""
+    with pytest.raises(ParseError) as info:
+        parse(text, "bad.grad")
+    assert info.value.message == f"expected an item ('op', 'const' or 'import'), found '{word}'"
+    span = info.value.span
+    assert (span.line, span.column, span.end_column) == (line, column, column + len(word))
+
+
 def test_several_syntax_errors_are_reported_together() -> None:
     with pytest.raises(GradcErrors) as info:
         parse(src('''
