@@ -65,9 +65,6 @@ class CudaWrapperPrinter(WrapperPrinter):
         takes at a time (``_gc_row_grid``)."""
         return f"_gc_row_grid(_n, _s, {step.split}, {empty!r}, {cols!r}, {step.flat!r})"
 
-    def _partials_shape(self, cols: bool) -> str:
-        return "(_C * _Y, _N)" if cols else "(_C,)"      # a row of N per row group
-
     def _partials(self, shape: str, nid: int) -> str:
         return f"_gc_scratch({shape}, stream, {nid})"     # kept between calls
 

@@ -22,9 +22,9 @@ rows: the row stays in L1/L2 between passes).
 Chunk reductions accumulate per block into ``partials`` (float64), which the
 wrapper combines on the device (``_gc_combine``): the "all" kind one value
 per block (each thread's own, then the block's tree), the "cols" kind one
-row of ``_N`` per group (``_p[(b * _Y + y) * _N + c]``), each column of it owned
-by the lane that takes that column in every row, so no two threads write one
-element.  The grid is a function of the shape alone (``_gc_row_grid``), so
+row of ``_N`` per block (``_p[b * _N + c]``: such a kernel runs a whole block
+per row), each column of it owned by the thread that takes that column in every
+row, so no two threads write one element.  The grid is a function of the shape alone (``_gc_row_grid``), so
 results do not depend on the device.  Rows of one element (``flat``) are a
 grid-stride loop over the flat array instead.
 
@@ -109,7 +109,7 @@ class _CudaLoops(LoopPrinter):
             if init.chunk == "all":
                 buf.line(f"_q{pos[init.node]} = {_INIT[init.kind]}")
         if cols:
-            buf.line("_pb = (cuda.blockIdx.x * _Y + cuda.threadIdx.y) * _N")
+            buf.line("_pb = cuda.blockIdx.x * _N")        # launched as whole blocks
             buf.line("for _c in range(_tx, _N, _W):")
             for init in cols:
                 buf.line(f"    {parts[init.node]}[_pb + _c] = {_INIT[init.kind]}")

@@ -631,7 +631,7 @@ def _gc_row_grid(op, shape, k, empty, cols=False, flat=False):
     the rows of a kernel with column partials, a whole block each (``Y`` = 1); a
     block per ``Y`` rows up to _GC_RGRID
     (``flat``: rows of one element, a block per _GC_RBLOCK of them); ``cols``: at
-    most 2^20 float64 partial elements (a row of ``N`` per ``Y`` per block).  At
+    most 2^20 float64 partial elements (a row of ``N`` per block).  At
     least one block, which writes the partials' initial values when there are no
     rows."""
     r, n, _ = _g_rows(op, shape, k, empty)
@@ -641,7 +641,7 @@ def _gc_row_grid(op, shape, k, empty, cols=False, flat=False):
                                    and _gc_warps()) else 1
     g = (r + _GC_RBLOCK - 1) // _GC_RBLOCK if flat else (r + y - 1) // y
     if cols:
-        g = min(g, (1 << 20) // max(n * y, 1))
+        g = min(g, (1 << 20) // max(n, 1))
     return r, n, max(1, min(g, _GC_RGRID)), y
 
 

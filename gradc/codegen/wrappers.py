@@ -410,7 +410,7 @@ class WrapperPrinter:
         args = self._output_arrays(step, lambda nid: self.shape_expr(g.node(nid).shape)
                                    if lv[nid] == ROW else "_s")
         for nid in step.partials:
-            shape = self._partials_shape(kinds[nid] == "cols")
+            shape = "(_C, _N)" if kinds[nid] == "cols" else "(_C,)"
             b.line(f"_p{nid} = {self._partials(shape, nid)}")
             args.append(self._partials_arg(f"_p{nid}"))
         for x, how in input_slots(g, step):
@@ -434,11 +434,6 @@ class WrapperPrinter:
                                                f"{shape}, _T{initial}"))
 
     grid_names = "_R, _N, _C"          # what _rows_call gives
-
-    def _partials_shape(self, cols: bool) -> str:
-        """The shape of a reduce kernel's partials: a row of ``_N`` (``cols``) or one
-        value per chunk."""
-        return "(_C, _N)" if cols else "(_C,)"
 
     def _rows_call(self, step: ReduceKernel, empty: str | None, cols: bool) -> str:
         """The call giving a reduce kernel's ``_R, _N, _C`` from its loop's shape ``_s``;
