@@ -26,8 +26,8 @@ from gradc.codegen.printer import IndentedBuffer, LoopPrinter
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.passes.fuse_reduce import ELEMENT, ROW, ReduceKernel
-from gradc.passes.loop_ir import (CPU, Acc, Finish, Load, LoadBack, PartialWrite, ReduceLoops,
-                                  Shift, Start, Store, Update, lower)
+from gradc.passes.loop_ir import (BLOCK, CPU, Acc, Finish, Load, LoadBack, PartialWrite,
+                                  ReduceLoops, Shift, Stage, Start, Store, Update, lower)
 from gradc.passes.row_schedule import (PER_ELEMENT, PER_ROW, SCALAR, accumulate_line, shift_line)
 
 _INIT = {"sum": "0.0", "mean": "0.0", "prod": "1.0", "max": "-np.inf", "min": "np.inf",
@@ -67,6 +67,7 @@ class _CpuLoops(LoopPrinter):
     def __init__(self, graph: Graph, kernel: ReduceKernel, loops: ReduceLoops) -> None:
         super().__init__(graph, kernel, loops, CpuPrinter)
         self.sliced: list[str] | None = None    # a pass in blocks: the arrays it slices
+        self.stage_at = "_c"                    # the element's index in a stage row
 
     def params(self, *chunks: str) -> str:
         """The kernel's parameters (``chunks``: the first and the last chunk, the body's)."""
@@ -98,6 +99,8 @@ class _CpuLoops(LoopPrinter):
         for j, (x, a) in enumerate(loops.slots):
             if a == SCALAR:
                 buf.line(f"s{j} = _i{j}[0]")
+        for n in loops.stages:
+            buf.line(f"_z{pos[n]} = np.empty({BLOCK}, _w.dtype)")
         if loops.tiny_normal:                   # the smallest normal number
             buf.line("_tn = 1.1754943508222875e-38 if _w.itemsize == 4 "
                      "else 2.2250738585072014e-308")
@@ -115,7 +118,18 @@ class _CpuLoops(LoopPrinter):
                     buf.line(f"_g{i} = np.zeros(_N, _w.dtype)")
             else:
                 buf.line(f"_q{i} = {_INIT[init.kind]}")
-        if loops.flat:
+        if loops.flat and loops.flat_staged:
+            buf.line(f"for _b in range(_r0, _r1, {BLOCK}):")
+            buf.indent()
+            buf.line(f"_e = min(_b + {BLOCK}, _r1)")
+            buf.line("for _j in range(_b, _e):")
+            self.stage_at = "_j - _b"
+            self.statements(buf.indent(), loops.flat_body)
+            buf.dedent()
+            self.stage_at = "_c"
+            self.sums(buf, loops.flat_staged, "_e - _b")
+            buf.dedent()
+        elif loops.flat:
             buf.line("for _j in range(_r0, _r1):")
             buf.indent()
             self.statements(buf, loops.flat_body)
@@ -204,11 +218,31 @@ class _CpuLoops(LoopPrinter):
         for line in body.getvalue().splitlines():
             buf.line(line)
         buf.dedent()
+        self.sums(buf, ps.staged, "_e - _b" if blocks else "_N")
         for acc, blk in ps.block_sums:
             buf.line(f"{self.acc(acc)} += {self.acc(blk)}")
         if blocks:
             buf.dedent()
         self.sliced = None
+
+    def sums(self, buf: IndentedBuffer, staged: list, extent: str) -> None:
+        """The second loop of a pass: its ``staged`` sums (update, buffer) over the
+        ``extent`` values the first loop left in their buffers (loads and sums only:
+        LLVM vectorises it without a run-time alias check, in one order)."""
+        if not staged:
+            return
+        buf.line(f"for _c in range({extent}):")
+        for s, b in staged:
+            if b.kind == "stage":
+                v = f"_z{self.pos[b.node]}[_c]"
+            elif self.loops.flat:
+                v = f"{self.outs[b.node]}[_b + _c]"
+            else:
+                v = self.at(self.row_of(b))
+            buf.line(f"    {_update(s, self.acc(s.acc), self.pos[s.node], v)}")
+
+    def print_stage(self, s: Stage) -> list[str]:
+        return [f"_z{self.pos[s.node]}[{self.stage_at}] = {self.kn.reduced(s.node)}"]
 
     def at(self, arr: str) -> str:
         """Row array ``arr`` at the element's column (its block's slice in blocks)."""

@@ -70,7 +70,8 @@ class Acc:
 @dataclass(frozen=True)
 class Buffer:
     """Memory holding element value ``node`` for a row: its ``output`` row, or its
-    ``scratch`` row (one per chunk of rows)."""
+    ``scratch`` row (one per chunk of rows); or the ``stage`` row of reduction
+    ``node`` (:class:`Stage`)."""
     kind: str
     node: int
 
@@ -114,6 +115,14 @@ class Update:
     stage: int
     acc: Acc
     nan_flag: bool = False
+
+
+@dataclass(frozen=True)
+class Stage:
+    """Store the value reduction ``node`` reduces into its stage row (a block of
+    :data:`BLOCK` elements per chunk of rows, CPU), for the pass's second loop, the
+    sums (:attr:`Pass.staged`)."""
+    node: int
 
 
 @dataclass(frozen=True)
@@ -191,6 +200,7 @@ class Pass:
     block_sums: list[tuple[Acc, Acc]] = field(default_factory=list)
     prefetch: Prefetch | None = None
     whole: bool = False
+    staged: list[tuple[Update, Buffer]] = field(default_factory=list)
 
 
 @dataclass
@@ -203,7 +213,9 @@ class ReduceLoops:
     ``after`` them and ``row_end`` (stores of row values, updates of partials of row
     values), the sums across rows gathered over ``gather_rows`` rows (``gather``);
     per chunk then ``chunk_end``.  ``tiny_normal``: a norm needs the smallest normal
-    number; ``tree_rows``: accumulators a tree takes at most (CUDA's shared memory)."""
+    number; ``tree_rows``: accumulators a tree takes at most (CUDA's shared memory);
+    ``stages``: the reductions with a stage row (:class:`Stage`), ``flat_staged`` the
+    sums of a flat kernel run in a second loop per block of :data:`BLOCK` elements."""
     target: str
     outputs: list[int]
     partials: list[int]
@@ -221,6 +233,8 @@ class ReduceLoops:
     gather_rows: int = GATHER_ROWS
     chunk_end: list = field(default_factory=list)
     tree_rows: int = 1
+    stages: list[int] = field(default_factory=list)
+    flat_staged: list[tuple[Update, Buffer]] = field(default_factory=list)
 
 
 def lower(graph: Graph, kernel: ReduceKernel, target: str) -> ReduceLoops:
@@ -273,6 +287,9 @@ class _Lowering:
                               + [len(every), 1])
         if kernel.flat:
             loops.flat_body = self.flat_body()
+            if self.cpu:
+                loops.flat_body, loops.flat_staged = staged(graph, loops.flat_body)
+                loops.stages = [b.node for _, b in loops.flat_staged if b.kind == "stage"]
             return loops
         loops.scratch = list(sch.scratch)
         streamed = [j for j, (x, a) in enumerate(self.slots) if a == PER_ELEMENT]
@@ -287,6 +304,11 @@ class _Lowering:
                 if p == prefetch_pass and streamed:
                     ps.prefetch = Prefetch(tuple(streamed), tuple(self.elem_outputs()))
             ps.body = self.body(p, dict(ps.block_sums))
+            if self.cpu:
+                ps.body, ps.staged = staged(graph, ps.body)
+                if ps.staged and not ps.block:
+                    ps.block, ps.whole = BLOCK, True
+                loops.stages += [b.node for _, b in ps.staged if b.kind == "stage"]
             loops.passes.append(ps)
         loops.after = self.row_steps(sch.passes)
         loops.row_end = [Store(n, Buffer("output", n)) for n in kernel.outputs
@@ -438,6 +460,46 @@ class _Lowering:
         body += [Store(n, Buffer("output", n)) for n in kernel.outputs
                  if self.lv[n] == ELEMENT and sch.phase[n] == p]
         return body
+
+
+def staged(graph: Graph, body: list) -> tuple[list, list[tuple[Update, Buffer]]]:
+    """CPU: ``body`` with its reassociated sums (and products) moved to a second loop
+    where it stores anything; and the sums moved, each with the buffer its second loop
+    reads the value from: the output or scratch row the body stores it in, else its
+    stage row (a :class:`Stage` in the body where the sum was).
+
+    LLVM vectorises a loop that stores behind a run-time check that its stores do not
+    overlap the memory it reads a few iterations ahead, and runs the scalar loop
+    where they might: where two arrays lie within a vector's reach of each other
+    (small temporaries next to each other on the heap, an output written in place of
+    an input).  Both loops give the same elements, but a sum flagged reassoc adds in
+    another order in each: a row's sum, and all that follows from it, would change in
+    its last bit with the addresses of the arrays (PyTorch's ``gradgradcheck`` saw the
+    second derivative of a softmax change between two identical calls).  A loop that
+    only loads and sums has no such check: one order for given sizes.  (An input is
+    staged too: written in place, its row holds the outputs by then.)"""
+    if not any(isinstance(s, Store) or (isinstance(s, Update) and s.acc.column)
+               for s in body):
+        return body, []
+    stored = {s.node: s.buffer for s in body if isinstance(s, Store)}
+    moved = [(s, stored.get(value_args(graph, s.node)[0], Buffer("stage", s.node)))
+             for s in body if isinstance(s, Update) and not s.acc.column and _reassociated(s)]
+    staged_at = dict(moved)
+    rest = []
+    for s in body:
+        b = staged_at.get(s)
+        if b is None:
+            rest.append(s)
+        elif b.kind == "stage":
+            rest.append(Stage(s.node))
+    return rest, moved
+
+
+def _reassociated(u: Update) -> bool:
+    """Whether update ``u`` adds (or multiplies) in an order LLVM may change."""
+    if u.kind in ("logsumexp", "norm"):
+        return u.stage == 1
+    return not u.nan_flag and u.kind in ("sum", "mean", "prod")
 
 
 def _blocked(kind: str, k: int) -> bool:

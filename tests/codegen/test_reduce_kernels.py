@@ -289,6 +289,53 @@ def test_results_do_not_depend_on_the_thread_count(modules) -> None:
         assert np.array_equal(a, b)
 
 
+def _carved(arrays, gap: int, reverse: bool) -> list[np.ndarray]:
+    """Copies of ``arrays`` (of one dtype) in one buffer, ``gap`` bytes apart, in order
+    or in reverse order."""
+    item = arrays[0].itemsize
+    buf = np.zeros(sum(a.size for a in arrays) + gap // item * len(arrays) + 64,
+                   arrays[0].dtype)
+    out, at = [None] * len(arrays), 0
+    for i in (reversed(range(len(arrays))) if reverse else range(len(arrays))):
+        a = arrays[i]
+        out[i] = buf[at:at + a.size].reshape(a.shape)
+        out[i][...] = a
+        at += a.size + gap // item
+    return out
+
+
+@pytest.mark.parametrize("op,method", [("softmax", "vjp"), ("softmax", "fwd_bwd"),
+                                       ("layernorm", "fwd_bwd"), ("rownorm", "vjp"),
+                                       ("total", "fwd_bwd"), ("shifted", "fwd_bwd"),
+                                       ("xent", "fwd_bwd")])
+@pytest.mark.parametrize("n", [3, 5, 8, 13])
+def test_results_do_not_depend_on_where_the_arrays_lie(mod, op, method, n) -> None:
+    """The bits of a row's sum do not change with the arrays' addresses: an output a
+    few elements after an input (small arrays side by side on the heap) made LLVM run
+    a pass's scalar loop instead of its vector one, which sums in another order
+    (loop_ir.staged): PyTorch's gradgradcheck saw a softmax's second derivative
+    change between two identical calls."""
+    m, dt = mod
+    dtype = np.float64 if dt == "f64" else np.float32
+    rng = np.random.default_rng(5)
+    args = make_args(op, dict(a=2, b=2, c=2, n=n), dtype, rng)
+    fn = getattr(getattr(m, op), method)
+    ys = getattr(m, op)(*args)
+    ups = [rng.standard_normal(np.shape(y)).astype(dtype)
+           for y in (ys if isinstance(ys, tuple) else (ys,))]
+    want = fn(*args, *ups)
+    want = list(want) if isinstance(want, tuple) else [want]
+    arrays = [np.asarray(a) for a in [*args, *ups]]
+    k = len(arrays)
+    for gap in range(0, 264, dtype().itemsize):
+        for reverse in (False, True):
+            carved = _carved(arrays + [np.empty_like(w) for w in want], gap, reverse)
+            got = fn(*carved[:k], out=tuple(carved[k:]))
+            got = list(got) if isinstance(got, tuple) else [got]
+            for a, b in zip(got, want):
+                assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), (gap, reverse)
+
+
 def plan(op: str, method: str = "fwd_bwd"):
     program = check_source(source("f32"), "reduce.grad")
     cop = build_op(program.ops[op], program.ops, program.consts)
@@ -337,8 +384,9 @@ def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() ->
         "    for _ch in numba.prange(_C):",
         "        _gk_softmax_fwd_bwd_0_chunks(_o0, _o1, _i0, _i1, _R, _N, _C, _ch, _ch + 1, _w)"]
     assert "_gk_softmax_fwd_bwd_0_chunks(_v" in text and "_fwd_bwd_0_serial" not in text
-    # four passes; the two with sums in blocks, or as one loop where rows are short
-    assert body.count("for _c in range(_N)") == 4 and body.count("for _c in range(_e - _b)") == 2
+    # four passes; the two with sums in blocks, or as one loop where rows are short, each
+    # with its sums in a second loop (both store: loop_ir.staged)
+    assert body.count("for _c in range(_N)") == 6 and body.count("for _c in range(_e - _b)") == 4
     assert body.count("if _N <= 256:") == 2
     lines = [line.strip() for line in body.splitlines()]
     hints = [i for i, line in enumerate(lines) if line.startswith("_g_prefetch")]
@@ -556,3 +604,41 @@ def test_fast_math_does_not_regroup_the_subtractions_of_log_softmax(import_modul
     xd = x.astype(np.float64) - x.max(1, keepdims=True)
     want = xd - np.log(np.exp(xd).sum(1, keepdims=True))
     assert np.abs(m.lsm(x) - want).max() < 1e-5
+
+
+def _summing_loops_that_store(text: str) -> list[str]:
+    """The innermost loops of ``text`` that sum (or multiply) into a scalar,
+    reassociated, and store (a column's sum, ``_g[_c] = _g_radd(_g[_c], v)``, is one
+    addition per element)."""
+    import ast
+    bad = []
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.For) or any(
+                isinstance(n, ast.For) for s in node.body for n in ast.walk(s)):
+            continue
+        sums = [n for s in node.body for n in ast.walk(s)
+                if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)
+                and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name)
+                and n.value.func.id in ("_g_radd", "_g_rmul")]
+        stores = [t for s in node.body for n in ast.walk(s)
+                  for t in (n.targets if isinstance(n, ast.Assign) else
+                            [n.target] if isinstance(n, ast.AugAssign) else [])
+                  if isinstance(t, ast.Subscript)]
+        if sums and stores:
+            bad.append(ast.unparse(node))
+    return bad
+
+
+def test_no_loop_both_stores_and_sums() -> None:
+    """Every sum of a reduce kernel that shares a pass with stores runs in a loop of
+    its own (loop_ir.staged), for every op of this file and the row-wise examples, in
+    every method."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    sources = [source("f32"), SOFTMAX_ROWS, *((root / "examples" / f).read_text(encoding="utf-8")
+                                             for f in ("rowwise.grad", "arrays.grad",
+                                                       "wgan_gp.grad"))]
+    for text in sources:
+        module = gradc.compile_source(text, file="staged.grad")
+        assert "_g_radd(" in module
+        assert _summing_loops_that_store(module) == []
