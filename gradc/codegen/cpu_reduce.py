@@ -26,7 +26,7 @@ from gradc.codegen.printer import IndentedBuffer, LoopPrinter
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.passes.fuse_reduce import ELEMENT, ROW, ReduceKernel
-from gradc.passes.loop_ir import (BLOCK, CPU, Acc, Finish, Load, LoadBack, PartialWrite,
+from gradc.passes.loop_ir import (APART, BLOCK, CPU, Acc, Finish, Load, LoadBack, PartialWrite,
                                   ReduceLoops, Shift, Stage, Start, Store, Update, lower)
 from gradc.passes.row_schedule import (PER_ELEMENT, PER_ROW, SCALAR, accumulate_line, shift_line)
 
@@ -99,8 +99,10 @@ class _CpuLoops(LoopPrinter):
         for j, (x, a) in enumerate(loops.slots):
             if a == SCALAR:
                 buf.line(f"s{j} = _i{j}[0]")
+        if loops.stages or loops.scratch or any(i.gathered for i in loops.partial_inits):
+            buf.line(f"_ap = {APART} // _w.itemsize")
         for n in loops.stages:
-            buf.line(f"_z{pos[n]} = np.empty({BLOCK}, _w.dtype)")
+            buf.line(f"_z{pos[n]} = {_own('empty', str(BLOCK))}")
         if loops.tiny_normal:                   # the smallest normal number
             buf.line("_tn = 1.1754943508222875e-38 if _w.itemsize == 4 "
                      "else 2.2250738585072014e-308")
@@ -115,7 +117,7 @@ class _CpuLoops(LoopPrinter):
                 buf.line("for _c in range(_N):")
                 buf.line(f"    _q{i}[_c] = {_INIT[init.kind]}")
                 if init.gathered:
-                    buf.line(f"_g{i} = np.zeros(_N, _w.dtype)")
+                    buf.line(f"_g{i} = {_own('zeros', '_N')}")
             else:
                 buf.line(f"_q{i} = {_INIT[init.kind]}")
         if loops.flat and loops.flat_staged:
@@ -144,7 +146,7 @@ class _CpuLoops(LoopPrinter):
         """The loop over the chunk's rows: the passes, the row steps between them."""
         loops, pos = self.loops, self.pos
         for n in loops.scratch:           # one row of scratch per chunk of rows
-            buf.line(f"_k{pos[n]} = np.empty(_N, _w.dtype)")
+            buf.line(f"_k{pos[n]} = {_own('empty', '_N')}")
         if loops.prefetch_rows is not None:
             lo, hi = loops.prefetch_rows
             buf.line(f"_pf = {lo} <= _N and _N * _w.itemsize <= {hi}")
@@ -299,6 +301,13 @@ class _CpuLoops(LoopPrinter):
     def row_of(self, b) -> str:
         """The row of buffer ``b`` (a view of the output's row, or the scratch row)."""
         return f"{self.outs[b.node]}r" if b.kind == "output" else f"_k{self.pos[b.node]}"
+
+
+def _own(fill: str, n: str) -> str:
+    """A row of ``n`` elements the kernel allocates for itself (NumPy's ``fill``,
+    ``empty`` or ``zeros``), :data:`~gradc.passes.loop_ir.APART` bytes (``_ap``
+    elements) from any other array."""
+    return f"np.{fill}({n} + 2 * _ap, _w.dtype)[_ap:_ap + {n}]"
 
 
 # A partial's max or min: branch-free, a NaN stays.

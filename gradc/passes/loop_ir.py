@@ -54,6 +54,12 @@ PREFETCH_ROWS = (512, 1 << 17)
 # Rows a sum across rows gathers in the compute dtype before its float64 partial.
 GATHER_ROWS = 16
 
+# Bytes of padding on each side of the rows a CPU kernel allocates for itself (scratch,
+# sums across rows, stage rows): no other array lies within a vector loop's run-time
+# alias check of them (see staged), so the passes that store only to them always run
+# their vector loop.
+APART = 1024
+
 
 @dataclass(frozen=True)
 class Acc:
@@ -464,9 +470,9 @@ class _Lowering:
 
 def staged(graph: Graph, body: list) -> tuple[list, list[tuple[Update, Buffer]]]:
     """CPU: ``body`` with its reassociated sums (and products) moved to a second loop
-    where it stores anything; and the sums moved, each with the buffer its second loop
-    reads the value from: the output or scratch row the body stores it in, else its
-    stage row (a :class:`Stage` in the body where the sum was).
+    where it stores to an output; and the sums moved, each with the buffer its second
+    loop reads the value from: the output or scratch row the body stores it in, else
+    its stage row (a :class:`Stage` in the body where the sum was).
 
     LLVM vectorises a loop that stores behind a run-time check that its stores do not
     overlap the memory it reads a few iterations ahead, and runs the scalar loop
@@ -476,10 +482,11 @@ def staged(graph: Graph, body: list) -> tuple[list, list[tuple[Update, Buffer]]]
     another order in each: a row's sum, and all that follows from it, would change in
     its last bit with the addresses of the arrays (PyTorch's ``gradgradcheck`` saw the
     second derivative of a softmax change between two identical calls).  A loop that
-    only loads and sums has no such check: one order for given sizes.  (An input is
-    staged too: written in place, its row holds the outputs by then.)"""
-    if not any(isinstance(s, Store) or (isinstance(s, Update) and s.acc.column)
-               for s in body):
+    only loads and sums has no such check: one order for given sizes.  A pass that
+    stores only to the kernel's own rows keeps its sums: those rows lie :data:`APART`
+    from every other array, so its check never fails.  (An input is staged too:
+    written in place, its row holds the outputs by then.)"""
+    if not any(isinstance(s, Store) and s.buffer.kind == "output" for s in body):
         return body, []
     stored = {s.node: s.buffer for s in body if isinstance(s, Store)}
     moved = [(s, stored.get(value_args(graph, s.node)[0], Buffer("stage", s.node)))
