@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -166,8 +167,12 @@ def import_module_text(tmp_path_factory: pytest.TempPathFactory):
                 with os.fdopen(fd, "w", encoding="utf-8") as f:
                     f.write(text)
                 os.replace(tmp, path)
-        spec = importlib.util.spec_from_file_location(name, path)
+        # imported under its file's stem, and registered: Numba's cache, read by another
+        # process, rebuilds a kernel's environment by importing its module's name (a
+        # module missing from sys.modules is '<dynamic>' to it: ModuleNotFoundError)
+        spec = importlib.util.spec_from_file_location(path.stem, path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[path.stem] = module
         spec.loader.exec_module(module)
         return module
 
