@@ -505,13 +505,33 @@ def _torch_prod(x, axis=None, keepdims=False):
 
 
 def _jax_norm(x, axis=None, keepdims=False):
+    """``norm`` in JAX as :func:`gradc.codegen.prelude._g_norm` computes it: scaled by
+    the largest |x| (a constant to JAX's derivatives), so that squares of 1e20 in
+    float32 do not overflow nor those of 1e-25 underflow (``jnp.linalg.vector_norm``
+    squares first)."""
+    import jax
     import jax.numpy as jnp
-    return jnp.linalg.vector_norm(x, axis=axis, keepdims=keepdims)
+    scale = jax.lax.stop_gradient(jnp.max(jnp.abs(x), axis=axis, keepdims=True, initial=0))
+    safe = jnp.where((scale > 0) & jnp.isfinite(scale), scale, jnp.ones_like(scale))
+    r = jnp.where(jnp.isinf(scale), scale,
+                  jnp.sqrt(jnp.sum((x / safe) ** 2, axis=axis, keepdims=True)) * safe)
+    return r if keepdims else r.reshape(()) if axis is None else jnp.squeeze(r, axis=axis)
 
 
 def _torch_norm(x, axis=None, keepdims=False):
+    """``norm`` in PyTorch, scaled as :func:`_jax_norm` (``torch.linalg.vector_norm``
+    squares first)."""
     import torch
-    return torch.linalg.vector_norm(x, dim=axis, keepdim=keepdims)
+    dims = tuple(range(x.ndim)) if axis is None else \
+        tuple(d % x.ndim for d in ((axis,) if isinstance(axis, int) else axis))
+    if all(x.shape[d] for d in dims):
+        scale = torch.amax(x.detach().abs(), dim=dims, keepdim=True)
+    else:                                   # an empty slice: norm 0, as NumPy's
+        scale = x.new_zeros([1 if d in dims else n for d, n in enumerate(x.shape)])
+    safe = torch.where((scale > 0) & torch.isfinite(scale), scale, torch.ones_like(scale))
+    r = torch.where(torch.isinf(scale), scale,
+                    torch.sqrt(torch.sum((x / safe) ** 2, dim=dims, keepdim=True)) * safe)
+    return r if keepdims else r.reshape(()) if axis is None else r.squeeze(dims)
 
 
 def _torch_transpose(x):
@@ -577,12 +597,14 @@ def _torch_broadcast_in(x, like, axis=None, keepdims=False):
 
 
 def _jax_size_ratio(x, y):
-    return np.float32(np.size(x) / max(np.size(y), 1))
+    """mean's 1/n, in float64 (cast to the graph's float dtype where it is used: a
+    float32 constant here rounded float64 gradients to float32's 1/3)."""
+    return np.float64(np.size(x) / max(np.size(y), 1))
 
 
 def _torch_size_ratio(x, y):
     import torch
-    return torch.tensor(x.numel() / max(y.numel(), 1))
+    return torch.tensor(x.numel() / max(y.numel(), 1), dtype=torch.float64)
 
 
 def _jax_shape_check(x, like, message=None):
@@ -800,6 +822,9 @@ def _one_hot_signatures(types, t):
 def _one_hot_static(shapes, attrs):
     (s,) = shapes
     depth = attrs["depth"]
+    if not hasattr(depth, "name") and (isinstance(depth, bool) or not isinstance(depth, int)
+                                       or depth < 0):
+        raise BroadcastError(f"one_hot: depth must be a non-negative integer, got {depth!r}")
     return None if s.dyn else Shape(s.static + (getattr(depth, "name", depth),))   # DimRef
 
 
@@ -1151,6 +1176,10 @@ def _broadcast_to_static(shapes, attrs):
 
 def _permute_static(shapes, attrs):
     (s,) = shapes
+    for k in ("axis1", "axis2"):                    # swapaxes'
+        v = attrs.get(k, 0)
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise BroadcastError(f"swapaxes: {k} must be an integer, got {v!r}")
     return None if s.dyn else Shape(_statically(_g_permute_shape, s.static, **attrs))
 
 

@@ -302,6 +302,34 @@ def test_reverse_mode_over_forward_mode_of_nan_safe_products(tmp_path, x64):
             np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-14)
 
 
+NORM_MEAN = """
+op rnorm(x) -> y { y = norm(x, axis=-1) }
+op unit(x) -> y { y = x / norm(x, axis=-1, keepdims=true) }
+op mn(x) -> y { y = mean(x^3) }
+"""
+
+
+def test_xla_lowering_scales_norm_and_keeps_means_1_over_n_in_float64(tmp_path, x64):
+    """The "xla" lowering agrees with the module's kernels where a naive one does not:
+    ``norm`` of float32 values near 1e20 and 1e-25 (whose squares overflow or vanish:
+    it gave inf and 0, gradients 0), and ``mean``'s 1/3 in a float64 gradient (it was
+    float32's 1/3: a relative error of 1e-8)."""
+    (tmp_path / "nm.grad").write_text(NORM_MEAN)
+    module = gradc.load(tmp_path / "nm.grad")
+    x = np.array([[3e20, 4e20], [3e-25, 4e-25], [0, 0], [np.inf, 1]], np.float32)
+    for name in ("rnorm", "unit"):
+        op = getattr(module, name)
+        with np.errstate(all="ignore"):
+            want, up = op(x), np.ones(op(x).shape, np.float32)
+            grad = op.vjp(x, up)[0]
+        f = as_jax(op)
+        np.testing.assert_allclose(f(jnp.asarray(x)), want, rtol=1e-6)
+        got = jax.vjp(f, jnp.asarray(x))[1](jnp.asarray(up))[0]
+        np.testing.assert_allclose(got[:2], grad[:2], rtol=1e-6)
+    v = jnp.asarray([0.3, -1.1, 2.0])
+    np.testing.assert_allclose(jax.grad(as_jax(module.mn))(v), v ** 2, rtol=1e-15)
+
+
 TYPED = "op typed(x: f32[n], k: i32, m: bool[n]) -> y {\n    y = where(m, x * k, 0)\n}\n"
 
 
