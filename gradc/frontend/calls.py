@@ -108,6 +108,8 @@ class CallChecker:
                 self._axis(arg)
             elif kind == "shape":
                 self._shape(arg)
+            elif kind == "int":
+                self._int(c.func, arg)
             else:
                 self.expr(arg, scope, later)
         seen = {k for k, _ in b.kwarg_kinds                   # optional operands given
@@ -144,6 +146,15 @@ class CallChecker:
                  for i in items if _is_int(i)):
             self._error(TypeError_, f"axis= out of range (arrays have fewer than "
                         f"{_MAX_AXIS} dims)", leftmost_span(value), "E304")
+
+    def _int(self, func: str, value: ast.Expr) -> None:
+        """An integer argument (one_hot's depth, swapaxes' axes, topk's k): an integer,
+        a dim of the signature or a const (whose value must be one: checked as it is
+        lowered)."""
+        if not (_is_int(value) or self._is_const(value)
+                or isinstance(value, ast.Name) and value.id in self.dims):
+            self._error(TypeError_, f"'{func}' takes an integer here (an integer, a dim or a "
+                        "const)", leftmost_span(value), "E304")
 
     def _is_const(self, e: ast.Expr) -> bool:
         """A const's name, or its negation."""

@@ -109,6 +109,13 @@ def test_compile_errors_name_the_position() -> None:
     with pytest.raises(gradc.GradcError, match=r"error\[E304\]: reverse= must be 0, 1, true "
                                                r"or false"):
         gradc.compile_source("op f(x) -> y {\n    y = cumsum(x, axis=0, reverse=2)\n}\n")
+    # a depth that is no count: a compile error (it was a KeyError or an IndexError
+    # naming depth -3 at call time)
+    for depth, shown in (("-3", "-3"), ("K", "2.5")):
+        with pytest.raises(gradc.GradcError, match=r"f.grad:3:9: error\[E301\].*one_hot: depth "
+                                                   rf"must be a non-negative integer, got {shown}"):
+            gradc.compile_source("const K = 2.5\nop f(lab: i32[n]) -> y {\n"
+                                 f"    y = one_hot(lab, {depth})\n}}\n", file="f.grad")
 
 
 def test_the_interpreter_and_the_frameworks_agree_with_the_module(m) -> None:
