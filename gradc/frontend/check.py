@@ -72,6 +72,9 @@ def check(module: ast.Module, *, loader: Loader | None = None) -> Program:
     """
     errors: list[GradcError] = []
     modules, imports = _load(module, loader or _read_module, errors)
+    # an import that cannot be read or parsed is reported alone: the names it defines
+    # are unknown, so every use of them would be an error too
+    raise_all(errors)
     owners = _collect_definitions(modules, errors)
     notes = _shadowed_builtins(modules, owners, imports, errors)
     consts = _evaluate_consts(modules, owners, imports, errors)

@@ -563,15 +563,17 @@ def test_duplicate_names_across_imports() -> None:
         "    = note: first defined at a.grad:1:4")
 
 
-def test_errors_in_imported_files_are_reported(tmp_path: Path) -> None:
+def test_errors_in_imported_files_are_reported_alone(tmp_path: Path) -> None:
+    """A syntax error in an imported file is reported alone, as in the main file: the
+    names that file defines are unknown, so each use of them (g here) would be an
+    error too, with a misleading "did you mean 'f'?"."""
     (tmp_path / "lib.grad").write_text("op g(x) -> y {\n    y = x +\n}\n")
-    (tmp_path / "main.grad").write_text('import "lib.grad"\nop f(x) -> y {\n    y = zz\n}\n')
-    with pytest.raises(GradcErrors) as info:
+    (tmp_path / "main.grad").write_text('import "lib.grad"\nop f(x) -> y {\n    y = g(zz)\n}\n')
+    with pytest.raises(GradcError) as info:
         load_program(tmp_path / "main.grad")
-    assert [(Path(e.span.file).name, e.message) for e in info.value.errors] == [
-        ("lib.grad", "expected an expression, found a newline"),
-        ("main.grad", "undefined name 'zz'"),
-    ]
+    errs = getattr(info.value, "errors", [info.value])
+    assert [(Path(e.span.file).name, e.message) for e in errs] == [
+        ("lib.grad", "expected an expression, found a newline")]
 
 
 @pytest.mark.parametrize("path", ["\0", "a\0b.grad", "\ud800.grad"])
