@@ -1108,3 +1108,23 @@ def test_decomposed_builtins_match_their_numpy_references(name) -> None:
     for (x,) in [_fixed_inputs(case, 3)] + list(_EDGES.get(name, [])):
         want = prim.ref(x) if axis is None else prim.ref(x, axis=axis)
         np.testing.assert_allclose(run_forward(case, [x])[0], want, rtol=1e-14, atol=1e-300)
+
+
+@pytest.mark.parametrize("axis, keepdims", [(None, False), (-1, False), (0, True), ((0, 1), False)])
+def test_framework_norms_are_scaled_as_the_reference(axis, keepdims) -> None:
+    """JAX's and PyTorch's ``norm`` agree with the module's (scaled by the largest |x|):
+    float32 rows near 1e20 and 1e-25, whose squares overflow or vanish, zeros, an inf,
+    and an empty slice."""
+    fns = [PRIMITIVES["norm"].jax]
+    try:
+        import torch
+        fns.append(lambda x, **kw: PRIMITIVES["norm"].torch(torch.from_numpy(x), **kw).numpy())
+    except ImportError:
+        pass
+    x = np.array([[3e20, 4e20, 0], [3e-25, 0, 4e-25], [0, 0, 0], [np.inf, 1, 2]], np.float32)
+    for a in (x, x[:, :0]):
+        want = PRIMITIVES["norm"].ref(a, axis=axis, keepdims=keepdims)
+        for fn in fns:
+            got = np.asarray(fn(a, axis=axis, keepdims=keepdims))
+            assert got.shape == np.shape(want)
+            np.testing.assert_allclose(got, want, rtol=1e-6)
