@@ -23,8 +23,9 @@ The targets differ as data: the CPU (``CPU``) keeps costly element values a
 later pass needs in scratch rows, runs sums in blocks of :data:`BLOCK`
 elements in the compute dtype, prefetches the next row in one pass, keeps
 max/min accumulators in the compute dtype with a NaN flag apart (LLVM
-vectorises both) and gathers sums across rows (dw, db) over
-:data:`GATHER_ROWS` rows in the compute dtype; CUDA (``CUDA``) does none of
+vectorises both), gathers sums across rows (dw, db) over
+:data:`GATHER_ROWS` rows in the compute dtype, and runs the sums of a pass that stores
+to an output in a second loop of their own (:func:`staged`); CUDA (``CUDA``) does none of
 these and finishes its row reductions in block trees (:class:`Tree`) of
 float64 partials in shared memory.
 """
