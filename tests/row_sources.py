@@ -12,3 +12,21 @@ op softmax(x: f32[b, n]) -> y {
     dx = y * (dy - sum(y * dy, axis=1, keepdims=true))
 }
 """
+
+# layer norm along rows with its hand-written backward (rowwise.grad's): on the CPU the
+# fused fwd_bwd's kernel is two passes per row (its statistics, with the variance and
+# mean(g * xhat) as centred sums; then y, dx, and the sums across rows dw and db)
+LAYER_NORM_ROWS = """
+op layer_norm(x: f32[n, k], w: f32[k], b: f32[k], eps: nograd = 1e-5) -> y {
+    mu = mean(x, axis=-1, keepdims=true)
+    xc = x - mu
+    rstd = rsqrt(mean(xc^2, axis=-1, keepdims=true) + eps)
+    xhat = xc * rstd
+    y = xhat * w + b
+} grad(dy) -> (dx, dw, db) {
+    g = dy * w
+    dx = rstd * (g - mean(g, axis=-1, keepdims=true) - xhat * mean(g * xhat, axis=-1, keepdims=true))
+    dw = sum(dy * xhat, axis=0)
+    db = sum(dy, axis=0)
+}
+"""

@@ -26,8 +26,9 @@ from gradc.codegen.printer import IndentedBuffer, LoopPrinter
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.passes.fuse_reduce import ELEMENT, ROW, ReduceKernel
-from gradc.passes.loop_ir import (APART, BLOCK, CPU, Acc, Finish, Load, LoadBack, PartialWrite,
-                                  ReduceLoops, Shift, Stage, Start, Store, Update, lower)
+from gradc.passes.loop_ir import (APART, BLOCK, CPU, Acc, Buffer, Finish, Load, LoadBack,
+                                  PartialWrite, ReduceLoops, Shift, Stage, Start, Store, Update,
+                                  lower)
 from gradc.passes.row_schedule import (PER_ELEMENT, PER_ROW, SCALAR, accumulate_line, shift_line)
 
 _INIT = {"sum": "0.0", "mean": "0.0", "prod": "1.0", "max": "-np.inf", "min": "np.inf",
@@ -101,8 +102,8 @@ class _CpuLoops(LoopPrinter):
                 buf.line(f"s{j} = _i{j}[0]")
         if loops.stages or loops.scratch or any(i.gathered for i in loops.partial_inits):
             buf.line(f"_ap = {APART} // _w.itemsize")
-        for n in loops.stages:
-            buf.line(f"_z{pos[n]} = {_own('empty', str(BLOCK))}")
+        for b in loops.stages:
+            buf.line(f"{self.stage_row(b)} = {_own('empty', str(BLOCK))}")
         if loops.tiny_normal:                   # the smallest normal number
             buf.line("_tn = 1.1754943508222875e-38 if _w.itemsize == 4 "
                      "else 2.2250738585072014e-308")
@@ -221,6 +222,7 @@ class _CpuLoops(LoopPrinter):
             buf.line(line)
         buf.dedent()
         self.sums(buf, ps.staged, "_e - _b" if blocks else "_N")
+        self.centre(buf, ps.centred, blocks)
         for acc, blk in ps.block_sums:
             buf.line(f"{self.acc(acc)} += {self.acc(blk)}")
         if blocks:
@@ -236,15 +238,51 @@ class _CpuLoops(LoopPrinter):
         buf.line(f"for _c in range({extent}):")
         for s, b in staged:
             if b.kind == "stage":
-                v = f"_z{self.pos[b.node]}[_c]"
+                v = f"{self.stage_row(b)}[_c]"
             elif self.loops.flat:
                 v = f"{self.outs[b.node]}[_b + _c]"
             else:
                 v = self.at(self.row_of(b))
             buf.line(f"    {_update(s, self.acc(s.acc), self.pos[s.node], v)}")
 
+    def centre(self, buf: IndentedBuffer, centred: list, blocks: bool) -> None:
+        """The co-moments of a pass's ``centred`` sums over the block (the row where
+        not in ``blocks``): their values less the block's means, multiplied and summed
+        in a loop of their own, then combined into the row's co-moment with Chan's
+        formula (the difference of the block's means from those of the elements
+        before it, ``_b`` of them)."""
+        if not centred:
+            return
+        n = "_e - _b" if blocks else "_N"
+        means: dict[Acc, str] = {}          # a block sum -> the block's mean
+        for c in centred:
+            for _, f in c.sums:
+                if f not in means:
+                    means[f] = f"_m{self.acc(f)}"
+                    buf.line(f"{means[f]} = _T({self.acc(f)} / ({n}))")
+            buf.line(f"_f{self.pos[c.node]} = _T(0.0)")
+        buf.line(f"for _c in range({n}):")
+        for c in centred:
+            i = self.pos[c.node]
+            (za, zb), (ma, mb) = ([f"{self.stage_row(z)}[_c]" for z in c.buffers * 2][:2],
+                                  [means[f] for _, f in c.sums * 2][:2])
+            buf.line(f"    _f{i} = _g_radd(_f{i}, ({za} - {ma}) * ({zb} - {mb}))")
+        for c in centred:
+            i = self.pos[c.node]
+            if blocks:
+                d = [f"({self.acc(f)} / ({n}) - {self.acc(s)} / _b)" for s, f in c.sums * 2][:2]
+                buf.line("if _b > 0:")
+                buf.line(f"    _s{i} += {d[0]} * {d[1]} * (_b * ({n}) / _e)")
+            buf.line(f"_s{i} += _f{i}")
+
+    def stage_row(self, b) -> str:
+        """The stage row of buffer ``b``: ``_z`` and the reduction's position (and the
+        value's, the second of a centred sum's)."""
+        return f"_z{self.pos[b.node]}" + (f"_{b.arg}" if b.arg else "")
+
     def print_stage(self, s: Stage) -> list[str]:
-        return [f"_z{self.pos[s.node]}[{self.stage_at}] = {self.kn.reduced(s.node)}"]
+        row = self.stage_row(Buffer("stage", s.node, s.arg))
+        return [f"{row}[{self.stage_at}] = {self.kn.reduced(s.node, s.arg)}"]
 
     def at(self, arr: str) -> str:
         """Row array ``arr`` at the element's column (its block's slice in blocks)."""
@@ -278,7 +316,7 @@ class _CpuLoops(LoopPrinter):
         return [f"{self.at(self.row_of(s.buffer))} = {v}"]
 
     def print_update(self, s: Update) -> list[str]:
-        return [_update(s, self.acc(s.acc), self.pos[s.node], self.kn.reduced(s.node))]
+        return [_update(s, self.acc(s.acc), self.pos[s.node], self.kn.reduced(s.node, s.arg))]
 
     def print_start(self, s: Start) -> list[str]:
         i, acc = self.pos[s.node], self.acc(s.acc)
@@ -293,6 +331,10 @@ class _CpuLoops(LoopPrinter):
 
     def print_finish(self, s: Finish) -> list[str]:
         self.names[s.node] = f"u{self.pos[s.node]}"
+        if s.centred:
+            i = self.pos[s.node]
+            value = f"_s{i} / _N" if s.kind == "mean" else f"_s{i}"
+            return [f"u{i} = _T({' * '.join([value] + [self.names[f] for f in s.factors])})"]
         return [_finish(s, self.pos[s.node])]
 
     def print_partialwrite(self, s: PartialWrite) -> list[str]:

@@ -163,7 +163,7 @@ class LoopPrinter:
     def __init__(self, graph: Graph, kernel, loops, printer: Callable) -> None:
         self.graph, self.loops = graph, loops
         self.names: dict[int, str] = {}
-        self.kn = KernelNames(graph, kernel, printer(graph, self.names))
+        self.kn = KernelNames(graph, kernel, printer(graph, self.names), loops.centred)
         self.pos = self.kn.pos
         self.outs = {n: f"_o{j}" for j, n in enumerate(loops.outputs)}
         self.parts = {n: f"_p{j}" for j, n in enumerate(loops.partials)}

@@ -37,8 +37,9 @@ from gradc.ir.graph import Graph
 from gradc.passes.fuse import CHEAP
 from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, is_reduction,
                                       value_args)
-from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, access, input_slots,
-                                       reads_element, reduction_kind, rows_ready, schedule)
+from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, Schedule, access,
+                                       input_slots, reads_element, reduced_values,
+                                       reduction_kind, rows_ready, schedule)
 
 CPU, CUDA = "cpu", "cuda"
 
@@ -65,10 +66,12 @@ APART = 1024
 @dataclass(frozen=True)
 class Acc:
     """An accumulator of reduction ``node``: ``role`` ``s`` (a row reduction's value,
-    a two-pass one's sum), ``m`` (a two-pass one's max), ``q`` (the chunk's partial),
-    ``f`` (a block's sum in the compute dtype), ``g`` (a sum across rows gathered in
-    the compute dtype) or ``p`` (the partial's own memory); ``column``: one per
-    column of the row, the element's."""
+    a two-pass one's sum, a centred sum's co-moment), ``m`` (a two-pass one's max),
+    ``q`` (the chunk's partial), ``f`` (a block's sum in the compute dtype), ``g`` (a
+    sum across rows gathered in the compute dtype), ``p`` (the partial's own memory),
+    or a centred sum's sums of its values, ``sa``, ``sb`` (float64) and ``fa``,
+    ``fb`` (the block's, in the compute dtype); ``column``: one per column of the
+    row, the element's."""
     role: str
     node: int
     column: bool = False
@@ -77,10 +80,11 @@ class Acc:
 @dataclass(frozen=True)
 class Buffer:
     """Memory holding element value ``node`` for a row: its ``output`` row, or its
-    ``scratch`` row (one per chunk of rows); or the ``stage`` row of reduction
-    ``node`` (:class:`Stage`)."""
+    ``scratch`` row (one per chunk of rows); or the ``stage`` row of value ``arg`` of
+    reduction ``node`` (:class:`Stage`)."""
     kind: str
     node: int
+    arg: int = 0
 
 
 @dataclass(frozen=True)
@@ -116,20 +120,35 @@ class Update:
     """Update ``acc`` of reduction ``node`` (of kind ``kind``) with the value it reduces:
     ``stage`` 0 or 1 of a two-pass reduction (the max, then the shifted or scaled
     sum); ``nan_flag``: a max or min kept in the compute dtype with a NaN flag apart,
-    else a select that keeps a NaN."""
+    else a select that keeps a NaN; ``arg``: which of the values the reduction
+    reduces (:func:`~gradc.passes.row_schedule.reduced_values`)."""
     node: int
     kind: str
     stage: int
     acc: Acc
     nan_flag: bool = False
+    arg: int = 0
 
 
 @dataclass(frozen=True)
 class Stage:
-    """Store the value reduction ``node`` reduces into its stage row (a block of
-    :data:`BLOCK` elements per chunk of rows, CPU), for the pass's second loop, the
-    sums (:attr:`Pass.staged`)."""
+    """Store value ``arg`` reduction ``node`` reduces into its stage row (a block of
+    :data:`BLOCK` elements per chunk of rows, CPU), for the pass's later loops over
+    the block (:attr:`Pass.staged`, :attr:`Pass.centred`)."""
     node: int
+    arg: int = 0
+
+
+@dataclass(frozen=True)
+class Centre:
+    """CPU: a block's co-moment of centred sum ``node``
+    (:class:`~gradc.passes.row_schedule.CentredSum`), over its values in
+    ``buffers`` less their block's means, combined into the row's with Chan's
+    formula; ``sums``: per value, the accumulators of its sum over the row (float64)
+    and over the block (a sum of the same value in the pass shares them)."""
+    node: int
+    buffers: tuple[Buffer, ...]
+    sums: tuple[tuple[Acc, Acc], ...]
 
 
 @dataclass(frozen=True)
@@ -161,10 +180,13 @@ class Tree:
 @dataclass(frozen=True)
 class Finish:
     """Row reduction ``node``'s value from its accumulators (``nan_flag``: a max or
-    min's NaN from its flag)."""
+    min's NaN from its flag; ``centred``: a centred sum's, times the row values
+    ``factors``)."""
     node: int
     kind: str
     nan_flag: bool = False
+    centred: bool = False
+    factors: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -200,7 +222,9 @@ class Pass:
     ``block_sums`` (accumulator, block's sum in the compute dtype), added after the
     block; ``prefetch``: its hints (in blocks only); ``whole``: a row of at most
     ``block`` elements runs as one plain loop instead (the same sums: one block), the
-    loop nest of blocks costing short rows more than their arithmetic."""
+    loop nest of blocks costing short rows more than their arithmetic; ``staged``:
+    the sums run in a second loop over the block (:func:`staged`); ``centred``: the
+    co-moments then run in a loop of their own over it (:class:`Centre`)."""
     before: list = field(default_factory=list)
     body: list = field(default_factory=list)
     block: int = 0
@@ -208,6 +232,7 @@ class Pass:
     prefetch: Prefetch | None = None
     whole: bool = False
     staged: list[tuple[Update, Buffer]] = field(default_factory=list)
+    centred: list[Centre] = field(default_factory=list)
 
 
 @dataclass
@@ -221,8 +246,9 @@ class ReduceLoops:
     values), the sums across rows gathered over ``gather_rows`` rows (``gather``);
     per chunk then ``chunk_end``.  ``tiny_normal``: a norm needs the smallest normal
     number; ``tree_rows``: accumulators a tree takes at most (CUDA's shared memory);
-    ``stages``: the reductions with a stage row (:class:`Stage`), ``flat_staged`` the
-    sums of a flat kernel run in a second loop per block of :data:`BLOCK` elements."""
+    ``stages``: the stage rows (:class:`Stage`), ``flat_staged`` the sums of a flat
+    kernel run in a second loop per block of :data:`BLOCK` elements; ``centred``: the
+    centred sums (CPU)."""
     target: str
     outputs: list[int]
     partials: list[int]
@@ -240,8 +266,9 @@ class ReduceLoops:
     gather_rows: int = GATHER_ROWS
     chunk_end: list = field(default_factory=list)
     tree_rows: int = 1
-    stages: list[int] = field(default_factory=list)
+    stages: list[Buffer] = field(default_factory=list)
     flat_staged: list[tuple[Update, Buffer]] = field(default_factory=list)
+    centred: dict = field(default_factory=dict)
 
 
 def lower(graph: Graph, kernel: ReduceKernel, target: str) -> ReduceLoops:
@@ -256,7 +283,9 @@ class _Lowering:
     def __init__(self, graph: Graph, kernel: ReduceKernel, target: str) -> None:
         self.graph, self.kernel, self.target = graph, kernel, target
         self.cpu = target == CPU
-        self.sch = schedule(graph, kernel, scratch=self.cpu)
+        self.sch = schedule(graph, kernel, scratch=self.cpu, centred=self.cpu)
+        self.cen = self.sch.centred
+        self._centres: dict[int, tuple] = {}
         self.lv = dict(kernel.levels)
         self.kinds = dict(kernel.chunk_kind)
         self.slots = input_slots(graph, kernel)
@@ -268,6 +297,8 @@ class _Lowering:
         return reduction_kind(self.graph, n)
 
     def first_pass(self, n: int) -> int:
+        if n in self.cen:
+            return self.sch.phase[n]
         return self.sch.avail[n] - ROW_PASSES[self.kind(n)]
 
     def elem_outputs(self) -> list[int]:
@@ -276,7 +307,7 @@ class _Lowering:
     def run(self) -> ReduceLoops:
         graph, kernel, sch = self.graph, self.kernel, self.sch
         loops = ReduceLoops(self.target, list(kernel.outputs), list(kernel.partials),
-                            self.slots, kernel.flat)
+                            self.slots, kernel.flat, centred=dict(self.cen))
         norms = kernel.nodes if self.cpu else self.row_reds
         loops.tiny_normal = any(graph.node(n).op == "norm" for n in norms)
         for n in kernel.partials:
@@ -295,8 +326,8 @@ class _Lowering:
         if kernel.flat:
             loops.flat_body = self.flat_body()
             if self.cpu:
-                loops.flat_body, loops.flat_staged = staged(graph, loops.flat_body)
-                loops.stages = [b.node for _, b in loops.flat_staged if b.kind == "stage"]
+                loops.flat_body, loops.flat_staged = staged(graph, sch, loops.flat_body)
+                loops.stages = [b for _, b in loops.flat_staged if b.kind == "stage"]
             return loops
         loops.scratch = list(sch.scratch)
         streamed = [j for j, (x, a) in enumerate(self.slots) if a == PER_ELEMENT]
@@ -312,10 +343,13 @@ class _Lowering:
                     ps.prefetch = Prefetch(tuple(streamed), tuple(self.elem_outputs()))
             ps.body = self.body(p, dict(ps.block_sums))
             if self.cpu:
-                ps.body, ps.staged = staged(graph, ps.body)
+                ps.body, ps.staged = staged(graph, sch, ps.body)
                 if ps.staged and not ps.block:
                     ps.block, ps.whole = BLOCK, True
-                loops.stages += [b.node for _, b in ps.staged if b.kind == "stage"]
+                ps.centred = self.centres(p)[0]
+                for b in [b for _, b in ps.staged] + [b for c in ps.centred for b in c.buffers]:
+                    if b.kind == "stage" and b not in loops.stages:
+                        loops.stages.append(b)
             loops.passes.append(ps)
         loops.after = self.row_steps(sch.passes)
         loops.row_end = [Store(n, Buffer("output", n)) for n in kernel.outputs
@@ -360,7 +394,9 @@ class _Lowering:
                       if ROW_PASSES[self.kind(acc.node)] == 2
                       and self.first_pass(acc.node) + 1 == before]
         for n in rows_ready(self.kernel, self.sch, before, self.done):
-            if is_reduction(self.graph, n):
+            if n in self.cen:
+                steps.append(Finish(n, self.kind(n), centred=True, factors=self.cen[n].factors))
+            elif is_reduction(self.graph, n):
                 steps.append(Finish(n, self.kind(n), self.cpu and self.kind(n) in ("max", "min")))
             else:
                 steps.append(Compute(n))
@@ -373,7 +409,11 @@ class _Lowering:
         for n in self.row_reds:
             k, kind = p - self.first_pass(n), self.kind(n)
             two = ROW_PASSES[kind] == 2
-            if k == 0:
+            if n in self.cen:
+                if k == 0:
+                    steps += [Start(n, "sum", acc) for acc in
+                              [Acc("s", n)] + [s for s, _ in self.centres(p)[1] if s.node == n]]
+            elif k == 0:
                 flag = self.cpu and (two or kind in ("max", "min"))
                 steps.append(Start(n, "max" if two else kind, Acc("m" if two else "s", n), flag))
             elif k == 1 and two and self.cpu:
@@ -387,19 +427,53 @@ class _Lowering:
         fills (float64 accumulators would halve them, and every function of the math
         library with them)."""
         graph, kernel = self.graph, self.kernel
-        return [(Acc("s", n), Acc("f", n)) for n in self.row_reds
-                if _blocked(self.kind(n), p - self.first_pass(n))
-                and reads_element(graph, kernel, n)] + [
+        return self.centres(p)[1] + [(Acc("s", n), Acc("f", n)) for n in self.row_reds
+                          if n not in self.cen and _blocked(self.kind(n), p - self.first_pass(n))
+                          and reads_element(graph, kernel, n)] + [
             (Acc("q", n), Acc("f", n)) for n in kernel.partials
             if self.kinds[n] == "all" and self.kind(n) in ("sum", "mean")
             and reads_element(graph, kernel, n)
             and self.sch.phase.get(value_args(graph, n)[0], 0) == p]
 
+    def centred_in(self, p: int) -> list[int]:
+        """The centred sums pass ``p`` accumulates."""
+        return [n for n in self.row_reds if n in self.cen and self.sch.phase[n] == p]
+
+    def centres(self, p: int) -> tuple[list[Centre], list[tuple[Acc, Acc]], list]:
+        """CPU: the :class:`Centre` s of pass ``p``; the sums of their values it adds
+        (accumulator, block's sum), a value summed once (a row sum or mean of it in
+        the pass serves); the statements staging the values, each once, and adding
+        them to those sums."""
+        if p in self._centres:
+            return self._centres[p]
+        graph, kernel = self.graph, self.kernel
+        sums = {value_args(graph, n)[0]: (Acc("s", n), Acc("f", n)) for n in self.row_reds
+                if n not in self.cen and self.kind(n) in ("sum", "mean")
+                and self.first_pass(n) == p and reads_element(graph, kernel, n)}
+        staged_at: dict[int, Buffer] = {}
+        centres, own, body = [], [], []
+        for n in self.centred_in(p):
+            buffers, accs = [], []
+            for k, (v, _) in enumerate(reduced_values(graph, self.sch, n)):
+                if v not in staged_at:
+                    staged_at[v] = Buffer("stage", n, k)
+                    body.append(Stage(n, k))
+                if v not in sums:
+                    sums[v] = (Acc(("sa", "sb")[k], n), Acc(("fa", "fb")[k], n))
+                    own.append(sums[v])
+                    body.append(Update(n, "sum", 0, sums[v][1], arg=k))
+                buffers.append(staged_at[v])
+                accs.append(sums[v])
+            centres.append(Centre(n, tuple(buffers), tuple(accs)))
+        self._centres[p] = (centres, own, body)
+        return self._centres[p]
+
     def updated(self, p: int) -> tuple[list[int], list[int]]:
-        """The row reductions and the partials pass ``p`` updates."""
+        """The row reductions (other than centred sums) and the partials pass ``p``
+        updates."""
         graph, kernel, sch = self.graph, self.kernel, self.sch
-        rows = [n for n in self.row_reds if 0 <= p - self.first_pass(n) < ROW_PASSES[
-            self.kind(n)] and reads_element(graph, kernel, n)]
+        rows = [n for n in self.row_reds if n not in self.cen and 0 <= p - self.first_pass(n)
+                < ROW_PASSES[self.kind(n)] and reads_element(graph, kernel, n)]
         parts = [n for n in kernel.partials if reads_element(graph, kernel, n)
                  and sch.phase.get(value_args(graph, n)[0], 0) == p]
         return rows, parts
@@ -410,9 +484,9 @@ class _Lowering:
         graph, kernel = self.graph, self.kernel
         used = {(x, access(graph, kernel, n, x)) for n in self.sch.work[p]
                 for x in value_args(graph, n) if x not in self.lv}
-        reds = [n for ns in self.updated(p) for n in ns]
-        return used | {(x, access(graph, kernel, n, x)) for n in reds
-                       for x in value_args(graph, n)[:1] if x not in self.lv}
+        reds = [n for ns in self.updated(p) for n in ns] + self.centred_in(p)
+        return used | {(x, access(graph, kernel, r, x)) for n in reds
+                       for x, r in reduced_values(graph, self.sch, n) if x not in self.lv}
 
     def prefetch_pass(self, streamed: list[int]) -> int | None:
         """CPU: the pass that prefetches the next row's elements, a block at a time, so
@@ -421,8 +495,11 @@ class _Lowering:
         blocks that read nothing from memory themselves (no first read of the row: a
         pass streaming its row gains nothing from streaming the next one too), the one
         with the most arithmetic to hide the hints' loop in (layer norm's variance
-        pass, a subtraction and a square per element, ran 5-10 % slower with it).  The
-        next row's element outputs are prefetched for writing (one thread, rows of
+        pass, a subtraction and a square per element, ran 5-10 % slower with it); where
+        every pass in blocks reads the row first, one with centred sums, whose second
+        loop over each block reads only the block, in cache (layer norm's fwd_bwd of
+        two passes, its statistics pass: 1.09x at rows of 1024, two threads; RMS
+        norm's first pass, a sum of squares, ran 0.89x with them).  The next row's element outputs are prefetched for writing (one thread, rows of
         1024: softmax's fused fwd_bwd 1.26x, layer norm's 1.20x).  A pass without sums
         is not run in blocks for the hints (RMS norm's last pass: 0.75-0.88x in
         blocks)."""
@@ -434,8 +511,9 @@ class _Lowering:
             used = self.slots_used(p)
             fresh.append(sum(1 for s in streamed_slots if s in used and s not in seen))
             seen |= used
-        return max((p for p in range(sch.passes) if self.blocked_sums(p) and not fresh[p]),
-                   key=lambda p: (_arithmetic(self.graph, sch.work[p]), -p), default=None)
+        blocked = [p for p in range(sch.passes) if self.blocked_sums(p)]
+        quiet = [p for p in blocked if not fresh[p]] or [p for p in blocked if self.centred_in(p)]
+        return max(quiet, key=lambda p: (_arithmetic(self.graph, sch.work[p]), -p), default=None)
 
     def body(self, p: int, block: dict[Acc, Acc]) -> list:
         """The statements of pass ``p`` per element, in order: input loads, loads back,
@@ -450,6 +528,7 @@ class _Lowering:
                  for n in sch.loads[p]]
         body += [Compute(n) for n in sch.work[p]]
         body += [Store(n, Buffer("scratch", n)) for n in sch.scratch if sch.phase[n] == p]
+        body += self.centres(p)[2] if self.cpu else []
         rows, parts = self.updated(p)
         for n in rows:
             k, kind = p - self.first_pass(n), self.kind(n)
@@ -469,7 +548,7 @@ class _Lowering:
         return body
 
 
-def staged(graph: Graph, body: list) -> tuple[list, list[tuple[Update, Buffer]]]:
+def staged(graph: Graph, sch: Schedule, body: list) -> tuple[list, list[tuple[Update, Buffer]]]:
     """CPU: ``body`` with its reassociated sums (and products) moved to a second loop
     where it stores to an output; and the sums moved, each with the buffer its second
     loop reads the value from: the output or scratch row the body stores it in, else
@@ -490,7 +569,9 @@ def staged(graph: Graph, body: list) -> tuple[list, list[tuple[Update, Buffer]]]
     if not any(isinstance(s, Store) and s.buffer.kind == "output" for s in body):
         return body, []
     stored = {s.node: s.buffer for s in body if isinstance(s, Store)}
-    moved = [(s, stored.get(value_args(graph, s.node)[0], Buffer("stage", s.node)))
+    there = {Buffer("stage", s.node, s.arg) for s in body if isinstance(s, Stage)}
+    moved = [(s, stored.get(reduced_values(graph, sch, s.node)[s.arg][0],
+                            Buffer("stage", s.node, s.arg)))
              for s in body if isinstance(s, Update) and not s.acc.column and _reassociated(s)]
     staged_at = dict(moved)
     rest = []
@@ -498,8 +579,9 @@ def staged(graph: Graph, body: list) -> tuple[list, list[tuple[Update, Buffer]]]
         b = staged_at.get(s)
         if b is None:
             rest.append(s)
-        elif b.kind == "stage":
-            rest.append(Stage(s.node))
+        elif b.kind == "stage" and b not in there:
+            rest.append(Stage(s.node, s.arg))
+            there.add(b)
     return rest, moved
 
 

@@ -63,12 +63,99 @@ def input_slots(graph: Graph, kernel: ReduceKernel) -> list[tuple[int, str]]:
     return slots
 
 
+@dataclass(frozen=True)
+class CentredSum:
+    """Row reduction ``node`` (``kind`` "sum" or "mean") of ``h * (x - mean(x))`` or
+    ``(x - mean(x)) * (z - mean(z))`` times row values ``factors``: the co-moment
+    ``sum((a - mean(a)) * (b - mean(b)))`` of the element values ``values`` (``(a,
+    reader), (b, reader)``: the node, and the kernel node reading it where it is an
+    outside value), times the factors (divided by the row's size for a mean).  The
+    two are equal (the centred values sum to zero), and the co-moment needs no mean
+    first: each block of a row gives its own, combined with Chan's formula, so the
+    reduction runs in the pass that sums ``x`` for ``mean(x)`` (layer norm's variance
+    and its backward's ``mean(g * xhat)`` in its first pass)."""
+    node: int
+    kind: str
+    values: tuple[tuple[int, int], ...]
+    factors: tuple[int, ...]
+
+
+def centred_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, CentredSum]:
+    """The row sums and means of ``kernel`` that are :class:`CentredSum` s."""
+    lv = dict(kernel.levels)
+    found: dict[int, CentredSum] = {}
+    for n in kernel.nodes:
+        node = graph.node(n)
+        if lv[n] != ROW or node.op not in ("sum", "mean") or not reads_element(graph, kernel, n):
+            continue
+        x = value_args(graph, n)[0]
+        if lv.get(x) != ELEMENT:
+            continue
+        parts = _product(graph, kernel, x)
+        if parts is None:
+            continue
+        centred, elements, factors = parts
+        if len(centred) == 1 and len(elements) == 1:
+            values = (elements[0], centred[0])
+        elif len(centred) == 2 and not elements:
+            values = tuple(centred)
+        else:
+            continue
+        found[n] = CentredSum(n, node.op, values, tuple(factors))
+    return found
+
+
+def _product(graph: Graph, kernel: ReduceKernel, e: int, reader: int | None = None):
+    """The factors of element value ``e``, a product: ``(centred, elements,
+    factors)``: ``(x, reader)`` of each ``x - mean(x)``, ``(h, reader)`` of each other
+    element value (a product of such values as one), the row values; None where a
+    factor is neither (a constant)."""
+    lv = dict(kernel.levels)
+    node = graph.node(e)
+    level = lv.get(e)
+    if level == ROW:
+        return [], [], [e]
+    if level == ELEMENT and node.op == "broadcast_in" and lv.get(node.args[0]) == ROW:
+        return [], [], [node.args[0]]
+    if level == ELEMENT and node.op == "square" and _centre(graph, kernel, node.args[0]):
+        return [_centre(graph, kernel, node.args[0])] * 2, [], []
+    if level == ELEMENT and _centre(graph, kernel, e):
+        return [_centre(graph, kernel, e)], [], []
+    if level == ELEMENT and node.op == "mul":
+        parts = [_product(graph, kernel, a, e) for a in node.args]
+        if any(p is None for p in parts):
+            return None
+        if not any(c or f for c, _, f in parts):
+            return [], [(e, reader)], []            # a product of element values: one
+        return tuple(sum((list(p[k]) for p in parts), []) for k in range(3))
+    if level == ELEMENT or (level is None and node.op != "const"
+                            and access(graph, kernel, reader, e) in (PER_ELEMENT, PER_COL)):
+        return [], [(e, reader)], []
+    return None
+
+
+def _centre(graph: Graph, kernel: ReduceKernel, v: int) -> tuple[int, int] | None:
+    """``(x, v)`` where element node ``v`` is ``x - mean(x)`` (the row's mean)."""
+    lv = dict(kernel.levels)
+    node = graph.node(v)
+    if lv.get(v) != ELEMENT or node.op != "sub":
+        return None
+    x, m = node.args
+    if graph.node(m).op == "broadcast_in" and lv.get(m) == ELEMENT:
+        m = graph.node(m).args[0]
+    if lv.get(m) != ROW or graph.node(m).op != "mean" or value_args(graph, m)[:1] != [x] \
+            or not reads_element(graph, kernel, m):
+        return None
+    return x, v
+
+
 @dataclass
 class Schedule:
     """When each value of a reduce kernel is computed (see :func:`schedule`)."""
 
     passes: int
     phase: dict[int, int] = field(default_factory=dict)     # element node -> pass
+    centred: dict[int, CentredSum] = field(default_factory=dict)  # and its pass in phase
     avail: dict[int, int] = field(default_factory=dict)     # row node -> before pass
     work: list[list[int]] = field(default_factory=list)     # element nodes per pass
     live: set[int] = field(default_factory=set)
@@ -82,7 +169,8 @@ def reduction_kind(graph: Graph, nid: int) -> str:
     return "sum" if op == "sum_to" else op
 
 
-def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True) -> Schedule:
+def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
+             centred: bool = True) -> Schedule:
     """Passes over a row: an element node runs in the pass after every row
     reduction it depends on has finished; a row reduction of an element value
     of pass ``p`` accumulates in passes ``p .. p + ROW_PASSES - 1`` and its value
@@ -92,21 +180,29 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True) -> Schedu
     passes are recomputed (the row is in cache), not stored, or read back from
     the kernel's own output rows where they are outputs.  With ``scratch``
     (the CPU's), costly ones are kept in a row of scratch memory instead
-    (``Schedule.scratch``)."""
+    (``Schedule.scratch``).  With ``centred`` (the CPU's), a :class:`CentredSum`
+    accumulates in the pass its element values are computed in (``phase``), not
+    after the mean it is centred by, and is available after it and its factors."""
     lv = dict(kernel.levels)
     inside = set(kernel.nodes)
+    cen = centred_sums(graph, kernel) if centred else {}
     live = set(kernel.outputs) | set(kernel.partials)
     for n in reversed(kernel.nodes):
         if n in live:
-            live.update(a for a in value_args(graph, n) if a in inside)
+            live.update(a for a in _reads(graph, cen, n) if a in inside)
     sch = Schedule(passes=0, live=live)
+    sch.centred = {n: c for n, c in cen.items() if n in live}
     for n in kernel.nodes:
         ins = [a for a in value_args(graph, n) if a in inside]
         if lv[n] == ELEMENT:
             sch.phase[n] = max([sch.phase[a] if lv[a] == ELEMENT else sch.avail[a]
                                 for a in ins], default=0)
         elif lv[n] == ROW:
-            if is_reduction(graph, n):
+            if n in sch.centred:
+                c = sch.centred[n]
+                sch.phase[n] = max(sch.phase.get(v, 0) for v, _ in c.values)
+                sch.avail[n] = max([sch.phase[n] + 1] + [sch.avail[f] for f in c.factors])
+            elif is_reduction(graph, n):
                 x = ins[0] if ins else None
                 start = sch.phase.get(x, 0) if x is not None and lv[x] == ELEMENT else 0
                 sch.avail[n] = start + ROW_PASSES[reduction_kind(graph, n)]
@@ -127,6 +223,22 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True) -> Schedu
         sch.scratch = [n for n in kernel.nodes if n in again]
         _fill_work(graph, kernel, sch, outputs | again)
     return sch
+
+
+def _reads(graph: Graph, cen: dict[int, CentredSum], n: int) -> list[int]:
+    """The values node ``n`` reads: a centred sum's values and factors."""
+    if n in cen:
+        return [v for v, _ in cen[n].values] + list(cen[n].factors)
+    return value_args(graph, n)
+
+
+def reduced_values(graph: Graph, sch: Schedule, n: int) -> tuple[tuple[int, int], ...]:
+    """``(value, reader)`` of each value reduction ``n`` reduces (a
+    :class:`CentredSum`'s two, distinct ones once; else its operand, read by ``n``)."""
+    if n in sch.centred:
+        a, b = sch.centred[n].values
+        return (a,) if a[0] == b[0] else (a, b)
+    return ((value_args(graph, n)[0], n),)
 
 
 def rows_ready(kernel: ReduceKernel, sch: Schedule, before: int, done: set[int]) -> list[int]:
@@ -156,6 +268,10 @@ def _fill_work(graph: Graph, kernel: ReduceKernel, sch: Schedule, stored: set[in
         seeds = {n for n in sch.live if lv[n] == ELEMENT and sch.phase[n] == p
                  and (n in kernel.outputs or n in sch.scratch)}
         for n in sch.live:
+            if n in sch.centred:
+                if sch.phase[n] == p:
+                    seeds.update(v for v, _ in sch.centred[n].values if lv.get(v) == ELEMENT)
+                continue
             if not is_reduction(graph, n):
                 continue
             xs = [a for a in value_args(graph, n) if a in inside and lv[a] == ELEMENT]
@@ -195,8 +311,10 @@ class KernelNames:
     node's position in the kernel); ``printer`` (the backend's) prints the nodes and
     its ``names`` map is the one kept here."""
 
-    def __init__(self, graph: Graph, kernel: ReduceKernel, printer) -> None:
+    def __init__(self, graph: Graph, kernel: ReduceKernel, printer,
+                 centred: dict[int, CentredSum] | None = None) -> None:
         self.graph, self.kernel, self.printer = graph, kernel, printer
+        self.centred = centred or {}
         self.names = printer.names
         self.level = dict(kernel.levels)
         self.slots = input_slots(graph, kernel)
@@ -228,11 +346,13 @@ class KernelNames:
         self.names[n] = f"{prefix}{self.pos[n]}"
         return lines
 
-    def reduced(self, n: int) -> str:
-        """The name of the value reduction ``n`` reduces."""
-        x = value_args(self.graph, n)[0]
+    def reduced(self, n: int, arg: int = 0) -> str:
+        """The name of value ``arg`` reduction ``n`` reduces (its operand; a
+        :class:`CentredSum`'s values, in ``centred``)."""
+        x, reader = (self.centred[n].values[arg] if n in self.centred
+                     else (value_args(self.graph, n)[0], n))
         if x not in self.level:
-            self.names[x] = self.local(x, access(self.graph, self.kernel, n, x))
+            self.names[x] = self.local(x, access(self.graph, self.kernel, reader, x))
         return self.names[x]
 
 

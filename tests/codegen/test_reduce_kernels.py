@@ -54,6 +54,12 @@ op stats(x: T[b, n]) -> (m, s) {
     m = max(x, axis=1)
     s = sum(exp(x - max(x, axis=1, keepdims=true)), axis=1)
 }
+op centred(x: T[b, n], z: T[b, n], h: T[n]) -> (c, v, k) {
+    xc = x - mean(x, axis=1, keepdims=true)
+    c = mean(xc * (z - mean(z, axis=1, keepdims=true)), axis=1)
+    v = sum(xc^2, axis=1) * 0.5 + sum(h * xc * sum(z, axis=1, keepdims=true), axis=1)
+    k = sum(h * xc * exp(z), axis=1)
+}
 """
 
 REFERENCE = {
@@ -67,12 +73,20 @@ REFERENCE = {
     "colmean": lambda x: np.mean(x * x, axis=0),
     "three": lambda x: np.exp(x).sum(axis=(1, 2)),
     "lead": lambda x: (x * 2).sum(axis=(0, 1)),
+    "centred": lambda x, z, h: _centred(x, z, h),
 }
+
+
+def _centred(x, z, h):
+    xc = x - x.mean(1, keepdims=True)
+    zc = z - z.mean(1, keepdims=True)
+    return ((xc * zc).mean(1), (xc * xc).sum(1) * 0.5 + (h * xc * z.sum(1, keepdims=True)).sum(1),
+            (h * xc * np.exp(z)).sum(1))
 ARGS = {
     "softmax": ["bn"], "layernorm": ["bn", "n", "n"], "rownorm": ["bn"], "total": ["bn", "n"],
     "extremes": ["bn"], "colmean": ["bn"], "three": ["abc"], "lead": ["abc"],
     "middle": ["abc"], "generic": ["bn"], "xent": ["bn", "bn"], "stats": ["bn"],
-    "shifted": ["b", "b"], "costly": ["b", "b"],
+    "shifted": ["b", "b"], "costly": ["b", "b"], "centred": ["bn", "bn", "n"],
 }
 SHAPES = {"serial": dict(a=3, b=5, c=4, n=7), "parallel": dict(a=40, b=600, c=9, n=300),
           "one-row": dict(a=1, b=1, c=1, n=33), "one-column": dict(a=2, b=70, c=1, n=1),
@@ -188,7 +202,7 @@ def check_methods(m, op: str, args: list, dtype, serial_reference: bool = False,
 # and vjp run in parallel too: each op's parallel forward and vjp compiled a prange
 # kernel for the same test again (about 50 s of this file).
 LONG_ROWS_OPS = ("softmax", "layernorm", "rownorm", "total", "extremes", "colmean", "xent",
-                 "stats")
+                 "stats", "centred")
 NUMPY_CALL_OPS = ("middle", "generic")
 PARALLEL_EVERY_METHOD = ("softmax", "total")
 CASES = [(op, dt, shape) for op in sorted(ARGS)
@@ -221,7 +235,7 @@ SPECIAL_ROWS = [[np.inf, 1.0, 2.0], [-np.inf, -np.inf, -np.inf], [np.nan, 0.0, 1
 
 
 @pytest.mark.parametrize("op", ["softmax", "rownorm", "extremes", "xent", "stats", "total",
-                                "layernorm"])
+                                "layernorm", "centred"])
 def test_special_values_match_numpy_steps(mod, op) -> None:
     m, dt = mod
     dtype = np.float64 if dt == "f64" else np.float32
@@ -235,7 +249,8 @@ def test_special_values_match_numpy_steps(mod, op) -> None:
 
 @pytest.mark.parametrize("op,shape", [("softmax", (0, 4)), ("softmax", (3, 0)),
                                       ("xent", (0, 4)), ("total", (0, 3)), ("rownorm", (2, 0)),
-                                      ("colmean", (0, 5)), ("layernorm", (4, 0))])
+                                      ("colmean", (0, 5)), ("layernorm", (4, 0)),
+                                      ("centred", (0, 3)), ("centred", (3, 0))])
 def test_empty_arrays(mod, op, shape) -> None:
     m, dt = mod
     dtype = np.float64 if dt == "f64" else np.float32
@@ -645,3 +660,29 @@ def test_no_loop_both_stores_and_sums() -> None:
         assert "_g_radd(" in module
         assert _summing_loops_that_store(module) == []
         assert "np.empty(_N, " not in module and "np.zeros(_N, " not in module
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+def test_centred_sums_combine_their_blocks_exactly(modules, dt) -> None:
+    """A centred sum (variance, co-moment) of long rows far from 0, with a trend along
+    the row (every block's mean differs): the fused one-pass kernels (block co-moments
+    combined with Chan's formula) agree with float64 NumPy's two passes to the
+    rounding of the inputs (a sum of squares less the square of the sum would lose
+    every digit here)."""
+    m, dt = modules(dt)
+    dtype = np.float64 if dt == "f64" else np.float32
+    rng = np.random.default_rng(3)
+    n = 5000
+    trend = np.linspace(-300, 300, n)
+    x = (1e4 + trend + rng.standard_normal((4, n))).astype(dtype)
+    z = (-5e3 + trend[::-1] * (np.arange(4)[:, None] - 1.5) + rng.standard_normal((4, n)))
+    z = z.astype(dtype)
+    h = rng.standard_normal(n).astype(dtype)
+    want = REFERENCE["centred"](*[a.astype(np.float64) for a in (x, z, h)])
+    got = m.centred(x, z, h)
+    tol = dict(rtol=1e-5) if dtype == np.float32 else dict(rtol=1e-10)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, **tol)
+    y = m.layernorm(x, np.ones(n, dtype), np.zeros(n, dtype))
+    np.testing.assert_allclose(y, REFERENCE["layernorm"](x.astype(np.float64), 1.0, 0.0),
+                               rtol=0, atol=1e-4 if dtype == np.float32 else 1e-10)

@@ -7,20 +7,30 @@ import pytest
 
 from gradc.frontend.check import check_source
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
-from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_ROWS, Buffer, LoadBack, Prefetch,
-                                  Store, Tree, Update, lower)
+from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_ROWS, Buffer, Centre, Finish,
+                                  LoadBack, Prefetch, Stage, Store, Tree, Update, lower)
+from gradc.passes.row_schedule import centred_sums
 from gradc.pipeline import build_op
-from row_sources import SOFTMAX_ROWS
+from row_sources import LAYER_NORM_ROWS, SOFTMAX_ROWS
 
+
+
+def fwd_bwd_kernel(text: str, op: str):
+    program = check_source(text, f"{op}.grad")
+    cop = build_op(program.ops[op], program.ops, program.consts)
+    plan = cpu_plan(cop.methods["fwd_bwd"].fused)
+    (kernel,) = [s for s in plan.steps if isinstance(s, ReduceKernel)]
+    return plan.graph, kernel
 
 
 @pytest.fixture(scope="module")
 def softmax():
-    program = check_source(SOFTMAX_ROWS, "softmax.grad")
-    cop = build_op(program.ops["softmax"], program.ops, program.consts)
-    plan = cpu_plan(cop.methods["fwd_bwd"].fused)
-    (kernel,) = [s for s in plan.steps if isinstance(s, ReduceKernel)]
-    return plan.graph, kernel
+    return fwd_bwd_kernel(SOFTMAX_ROWS, "softmax")
+
+
+@pytest.fixture(scope="module")
+def layer_norm():
+    return fwd_bwd_kernel(LAYER_NORM_ROWS, "layer_norm")
 
 
 def test_cpu_softmax_fwd_bwd_runs_the_exp_pass_in_blocks_with_the_next_rows_hints(softmax):
@@ -63,3 +73,28 @@ def test_cuda_softmax_fwd_bwd_has_no_scratch_blocks_or_hints_and_finishes_in_tre
     y, dx = loops.outputs
     assert LoadBack(y, Buffer("output", y)) in loops.passes[-1].body
     assert not any(isinstance(s, Update) and s.nan_flag for ps in loops.passes for s in ps.body)
+
+
+def test_cpu_layer_norm_fwd_bwd_takes_its_centred_sums_in_the_statistics_pass(layer_norm):
+    graph, kernel = layer_norm
+    cen = centred_sums(graph, kernel)
+    # the variance mean(xc^2) and the backward's mean(g * xhat) = rstd * mean(g * xc)
+    assert sorted(len({v for v, _ in c.values}) for c in cen.values()) == [1, 2]
+    (cov,) = [c for c in cen.values() if c.factors]
+    assert [graph.node(f).op for f in cov.factors] == ["rsqrt"]
+    loops = lower(graph, kernel, CPU)
+    assert len(loops.passes) == 2           # statistics; y, dx, dw and db
+    first, last = loops.passes
+    assert {c.node for c in first.centred} == set(cen) and not last.centred
+    # x is staged once for both, and summed once (mean(x)'s sums serve); g too
+    assert len([s for s in first.body if isinstance(s, Stage)]) == 2
+    var = next(c for c in first.centred if not cen[c.node].factors)
+    assert var.buffers == (var.buffers[0],) and var.sums[0] in first.block_sums
+    # the statistics pass prefetches the next row: its centred loop reads only the block
+    assert first.prefetch is not None and last.prefetch is None
+    finishes = [s for s in first.before + last.before if isinstance(s, Finish) and s.centred]
+    assert {f.node for f in finishes} == set(cen)
+    # CUDA keeps the variance after the mean, and mean(g * xhat) after both: four passes
+    cuda = lower(graph, kernel, CUDA)
+    assert len(cuda.passes) == 4 and not cuda.centred
+    assert not any(isinstance(s, (Stage, Centre)) for ps in cuda.passes for s in ps.body)
