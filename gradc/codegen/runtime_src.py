@@ -848,6 +848,19 @@ def _g_reshaped(a, shape):
     return a if a.shape == tuple(shape) else a.reshape(shape)
 
 
+@numba.njit(parallel=True, cache=True, error_model="numpy")
+def _g_sum_chunks(partials, count, into):
+    """``into`` (flat) = the sum over the chunks of ``partials`` ``(C, N)``, in chunk
+    order as NumPy's ``sum(axis=0)``, divided by ``count`` (a mean) unless it is -1:
+    the columns in parallel, in one pass (NumPy's sum, a temporary and a cast took
+    0.25 ms per partial of 2 x 262144, one thread)."""
+    for c in numba.prange(partials.shape[1]):
+        s = partials[0, c]
+        for k in range(1, partials.shape[0]):
+            s += partials[k, c]
+        into[c] = s if count == -1 else s / count
+
+
 def _g_combine(op, kind, partials, count, shape, t, empty_ok=False, into=None):
     """A chunk reduction's value from its per-chunk partials (float64, deterministic);
     ``empty_ok``: a max or min of nothing is its initial value (the partials' -inf or
@@ -856,6 +869,12 @@ def _g_combine(op, kind, partials, count, shape, t, empty_ok=False, into=None):
     if kind in ("max", "min") and count == 0 and not empty_ok:
         raise ValueError(f"{op}: zero-size array to reduction operation "
                          f"{'maximum' if kind == 'max' else 'minimum'} which has no identity")
+    if kind in ("sum", "mean") and partials.ndim == 2 and partials.shape[0] and \
+            partials.size >= _G_PARALLEL_MIN:
+        res = np.empty(shape, t) if into is None else into
+        if res.dtype in (_G_F32, _G_F64) and res.flags.c_contiguous:
+            _g_sum_chunks(partials, count if kind == "mean" else -1, res.reshape(-1))
+            return res
     if kind == "sum":
         r = partials.sum(axis=0)
     elif kind == "mean":

@@ -686,3 +686,35 @@ def test_centred_sums_combine_their_blocks_exactly(modules, dt) -> None:
     y = m.layernorm(x, np.ones(n, dtype), np.zeros(n, dtype))
     np.testing.assert_allclose(y, REFERENCE["layernorm"](x.astype(np.float64), 1.0, 0.0),
                                rtol=0, atol=1e-4 if dtype == np.float32 else 1e-10)
+
+
+@pytest.mark.parametrize("op", ["layernorm", "colmean"])
+def test_partials_across_rows_combine_in_one_parallel_pass(modules, op) -> None:
+    """Sums and means across rows of a row's length (dw, db; a mean over axis 0) whose
+    partials are large are combined by one parallel kernel straight into the result
+    (the wrapper's _g_sum_chunks), with the bits of NumPy's sum over the chunks."""
+    m, _ = modules("f32")
+    rng = np.random.default_rng(5)
+    args = make_args(op, dict(b=16, n=70000), np.float32, rng)
+    seen = []
+    combine = m._g_sum_chunks
+
+    def spy(partials, count, into):
+        combine(partials, count, into)
+        seen.append((partials.copy(), count, into.copy()))
+    m._g_sum_chunks = spy
+    try:
+        ys = getattr(m, op)(*args)
+        ys = ys if isinstance(ys, tuple) else (ys,)
+        ups = [rng.standard_normal(np.shape(y)).astype(np.float32) for y in ys]
+        got = getattr(m, op).fwd_bwd(*args, *ups)
+    finally:
+        m._g_sum_chunks = combine
+    assert seen and all(p.shape[0] > 1 for p, _, _ in seen)
+    assert {count == -1 for _, count, _ in seen} == ({True} if op == "layernorm" else {False})
+    for partials, count, into in seen:
+        want = partials.sum(axis=0) if count == -1 else partials.sum(axis=0) / count
+        assert into.tobytes() == want.astype(np.float32).tobytes()
+    want = getattr(m, op).unfused.fwd_bwd(*args, *ups)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a, b, **close(np.float32, b))
