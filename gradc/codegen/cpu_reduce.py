@@ -25,7 +25,7 @@ from gradc.codegen.cpu import FAST_MATH_FLAGS, CpuPrinter
 from gradc.codegen.printer import IndentedBuffer, LoopPrinter
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
-from gradc.passes.fuse_reduce import ELEMENT, ROW, ReduceKernel
+from gradc.passes.fuse_reduce import ELEMENT, ROW, ReduceKernel, value_args
 from gradc.passes.loop_ir import (APART, BLOCK, CPU, Acc, Buffer, Finish, Load, LoadBack,
                                   PartialWrite, ReduceLoops, Shift, Stage, Start, Store, Update,
                                   lower)
@@ -68,6 +68,7 @@ class _CpuLoops(LoopPrinter):
     def __init__(self, graph: Graph, kernel: ReduceKernel, loops: ReduceLoops) -> None:
         super().__init__(graph, kernel, loops, CpuPrinter)
         self.sliced: list[str] | None = None    # a pass in blocks: the arrays it slices
+        self.centres = {c.node: c for ps in loops.passes for c in ps.centred}
         self.stage_at = "_c"                    # the element's index in a stage row
 
     def params(self, *chunks: str) -> str:
@@ -247,33 +248,50 @@ class _CpuLoops(LoopPrinter):
 
     def centre(self, buf: IndentedBuffer, centred: list, blocks: bool) -> None:
         """The co-moments of a pass's ``centred`` sums over the block (the row where
-        not in ``blocks``): their values less the block's means, multiplied and summed
-        in a loop of their own, then combined into the row's co-moment with Chan's
-        formula (the difference of the block's means from those of the elements
-        before it, ``_b`` of them)."""
+        not in ``blocks``), combined into the row's with Chan's formula.  Each value is
+        centred on its block's rounded mean ``_m`` (from its sum in the first loop),
+        and the loop also sums the centred values (``_d``): the block's co-moment less
+        ``_d * _d / n`` is the one about its exact mean, which is ``_m + _d / n``.  The
+        rows's means are kept relative to the first block's ``_m`` (``_K``; ``_R``,
+        float64), so the difference of a block's mean and the row's so far is one of
+        small numbers: nothing of a row's offset from 0 enters the sum (a row of float32
+        around 1e4 keeps the variance to 1e-6, as two passes do)."""
         if not centred:
             return
-        n = "_e - _b" if blocks else "_N"
-        means: dict[Acc, str] = {}          # a block sum -> the block's mean
+        n = "(_e - _b)" if blocks else "_N"
+        values: dict[str, str] = {}         # a block sum -> its value's stage row
         for c in centred:
-            for _, f in c.sums:
-                if f not in means:
-                    means[f] = f"_m{self.acc(f)}"
-                    buf.line(f"{means[f]} = _T({self.acc(f)} / ({n}))")
+            for z, (_, f) in zip(c.buffers * 2, c.sums * 2):
+                values.setdefault(self.acc(f), self.stage_row(z))
+        for f in values:
+            buf.line(f"_m{f} = _T({f} / {n}); _d{f} = _T(0.0)")
+        for c in centred:
             buf.line(f"_f{self.pos[c.node]} = _T(0.0)")
         buf.line(f"for _c in range({n}):")
+        for f, z in values.items():
+            buf.line(f"    _c{f} = {z}[_c] - _m{f}")
         for c in centred:
             i = self.pos[c.node]
-            (za, zb), (ma, mb) = ([f"{self.stage_row(z)}[_c]" for z in c.buffers * 2][:2],
-                                  [means[f] for _, f in c.sums * 2][:2])
-            buf.line(f"    _f{i} = _g_radd(_f{i}, ({za} - {ma}) * ({zb} - {mb}))")
+            fa, fb = [self.acc(f) for _, f in c.sums * 2][:2]
+            buf.line(f"    _f{i} = _g_radd(_f{i}, _c{fa} * _c{fb})")
+        for f in values:
+            buf.line(f"    _d{f} = _g_radd(_d{f}, _c{f})")
+        if blocks:
+            buf.line("if _b == 0:")
+            for f in values:
+                buf.line(f"    _K{f} = np.float64(_m{f}); _R{f} = 0.0")
+            for f in values:
+                buf.line(f"_r{f} = (_m{f} - _K{f}) + _d{f} / {n}")
         for c in centred:
             i = self.pos[c.node]
+            fa, fb = [self.acc(f) for _, f in c.sums * 2][:2]
+            line = f"_s{i} += _f{i} - _d{fa} * np.float64(_d{fb}) / {n}"
             if blocks:
-                d = [f"({self.acc(f)} / ({n}) - {self.acc(s)} / _b)" for s, f in c.sums * 2][:2]
-                buf.line("if _b > 0:")
-                buf.line(f"    _s{i} += {d[0]} * {d[1]} * (_b * ({n}) / _e)")
-            buf.line(f"_s{i} += _f{i}")
+                line += f" + (_r{fa} - _R{fa}) * (_r{fb} - _R{fb}) * (_b * {n} / _e)"
+            buf.line(line)
+        if blocks:
+            for f in values:
+                buf.line(f"_R{f} += (_r{f} - _R{f}) * {n} / _e")
 
     def stage_row(self, b) -> str:
         """The stage row of buffer ``b``: ``_z`` and the reduction's position (and the
@@ -320,6 +338,9 @@ class _CpuLoops(LoopPrinter):
 
     def print_start(self, s: Start) -> list[str]:
         i, acc = self.pos[s.node], self.acc(s.acc)
+        if s.kind == "centred":             # its values' shift and mean (Chan's, centre)
+            return [f"{acc} = 0.0"] + [f"_K{self.acc(f)} = 0.0; _R{self.acc(f)} = 0.0"
+                                       for _, f in self.centres[s.node].sums]
         if s.nan_flag:
             return [f"{acc} = _T({_INIT[s.kind]}); _n{i} = False"]
         return [f"{acc} = {_INIT[s.kind]}"]
@@ -332,10 +353,25 @@ class _CpuLoops(LoopPrinter):
     def print_finish(self, s: Finish) -> list[str]:
         self.names[s.node] = f"u{self.pos[s.node]}"
         if s.centred:
-            i = self.pos[s.node]
-            value = f"_s{i} / _N" if s.kind == "mean" else f"_s{i}"
-            return [f"u{i} = _T({' * '.join([value] + [self.names[f] for f in s.factors])})"]
+            return self.centred_finish(s)
         return [_finish(s, self.pos[s.node])]
+
+    def centred_finish(self, s: Finish) -> list[str]:
+        """A centred sum's value; where it is not finite, the sum of its operand as
+        written, over the row (NumPy's inf or NaN where the centred values lose them)."""
+        i = self.pos[s.node]
+        value = f"_s{i} / _N" if s.kind == "mean" else f"_s{i}"
+        lines = [f"u{i} = _T({' * '.join([value] + [self.names[f] for f in s.factors])})",
+                 f"if not (u{i} - u{i} == 0.0):", f"    _s{i} = 0.0",
+                 "    for _c in range(_N):"]
+        index, self.index, self.sliced = self.index, "(_lo + _c)", None
+        body = IndentedBuffer()
+        self.statements(body, list(s.fallback))
+        self.index = index
+        lines += [f"        {line}" for line in body.getvalue().splitlines()]
+        lines += [f"        _s{i} += {self.names[value_args(self.graph, s.node)[0]]}",
+                  f"    u{i} = _T({value})"]
+        return lines
 
     def print_partialwrite(self, s: PartialWrite) -> list[str]:
         return [f"{self.parts[s.node]}[_ch] = _q{self.pos[s.node]}"]

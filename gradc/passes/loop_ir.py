@@ -38,8 +38,8 @@ from gradc.passes.fuse import CHEAP
 from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, is_reduction,
                                       value_args)
 from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, Schedule, access,
-                                       input_slots, reads_element, reduced_values,
-                                       reduction_kind, rows_ready, schedule)
+                                       fallback_chain, input_slots, reads_element,
+                                       reduced_values, reduction_kind, rows_ready, schedule)
 
 CPU, CUDA = "cpu", "cuda"
 
@@ -181,12 +181,14 @@ class Tree:
 class Finish:
     """Row reduction ``node``'s value from its accumulators (``nan_flag``: a max or
     min's NaN from its flag; ``centred``: a centred sum's, times the row values
-    ``factors``)."""
+    ``factors``, and where that is not finite, the sum of its operand as written
+    over the row, computed by ``fallback``: the statements of a loop over the row)."""
     node: int
     kind: str
     nan_flag: bool = False
     centred: bool = False
     factors: tuple[int, ...] = ()
+    fallback: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -395,7 +397,13 @@ class _Lowering:
                       and self.first_pass(acc.node) + 1 == before]
         for n in rows_ready(self.kernel, self.sch, before, self.done):
             if n in self.cen:
-                steps.append(Finish(n, self.kind(n), centred=True, factors=self.cen[n].factors))
+                chain = fallback_chain(self.graph, self.lv, n)
+                used = {(x, access(self.graph, self.kernel, m, x)) for m in chain
+                        for x in value_args(self.graph, m) if x not in self.lv}
+                loads = [Load(j, a) for j, (x, a) in enumerate(self.slots)
+                         if (x, a) in used and a in (PER_ELEMENT, PER_COL)]
+                steps.append(Finish(n, self.kind(n), centred=True, factors=self.cen[n].factors,
+                                    fallback=tuple(loads + [Compute(m) for m in chain])))
             elif is_reduction(self.graph, n):
                 steps.append(Finish(n, self.kind(n), self.cpu and self.kind(n) in ("max", "min")))
             else:
@@ -411,8 +419,8 @@ class _Lowering:
             two = ROW_PASSES[kind] == 2
             if n in self.cen:
                 if k == 0:
-                    steps += [Start(n, "sum", acc) for acc in
-                              [Acc("s", n)] + [s for s, _ in self.centres(p)[1] if s.node == n]]
+                    steps += [Start(n, "centred", Acc("s", n))] + [
+                        Start(n, "sum", s) for s, _ in self.centres(p)[1] if s.node == n]
             elif k == 0:
                 flag = self.cpu and (two or kind in ("max", "min"))
                 steps.append(Start(n, "max" if two else kind, Acc("m" if two else "s", n), flag))

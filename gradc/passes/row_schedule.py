@@ -73,11 +73,14 @@ class CentredSum:
     two are equal (the centred values sum to zero), and the co-moment needs no mean
     first: each block of a row gives its own, combined with Chan's formula, so the
     reduction runs in the pass that sums ``x`` for ``mean(x)`` (layer norm's variance
-    and its backward's ``mean(g * xhat)`` in its first pass)."""
+    and its backward's ``mean(g * xhat)`` in its first pass).  Where the co-moment is
+    not finite (an infinity, NaN, an overflow), the row's value is computed again as
+    written (:func:`fallback_chain`), so it is NumPy's ``inf`` or ``NaN``."""
     node: int
     kind: str
     values: tuple[tuple[int, int], ...]
     factors: tuple[int, ...]
+    kernel_levels: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def centred_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, CentredSum]:
@@ -101,7 +104,7 @@ def centred_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, CentredSum]:
             values = tuple(centred)
         else:
             continue
-        found[n] = CentredSum(n, node.op, values, tuple(factors))
+        found[n] = CentredSum(n, node.op, values, tuple(factors), lv)
     return found
 
 
@@ -226,10 +229,26 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
 
 
 def _reads(graph: Graph, cen: dict[int, CentredSum], n: int) -> list[int]:
-    """The values node ``n`` reads: a centred sum's values and factors."""
+    """The values node ``n`` reads: a centred sum's values and factors, and the row
+    values its operand reads (its means: for :func:`fallback_chain`)."""
     if n in cen:
-        return [v for v, _ in cen[n].values] + list(cen[n].factors)
+        return [v for v, _ in cen[n].values] + list(cen[n].factors) + [
+            a for m in fallback_chain(graph, cen[n].kernel_levels, n)
+            for a in value_args(graph, m) if cen[n].kernel_levels.get(a) == ROW]
     return value_args(graph, n)
+
+
+def fallback_chain(graph: Graph, levels: dict[int, str], n: int) -> list[int]:
+    """The element nodes that compute the operand of reduction ``n`` from outside and
+    row values (the operand included), in topological order: a centred sum's
+    operand as written, computed again where its co-moment is not finite."""
+    chain, todo = set(), [value_args(graph, n)[0]]
+    while todo:
+        v = todo.pop()
+        if levels.get(v) == ELEMENT and v not in chain:
+            chain.add(v)
+            todo += value_args(graph, v)
+    return sorted(chain, key=list(levels).index)
 
 
 def reduced_values(graph: Graph, sch: Schedule, n: int) -> tuple[tuple[int, int], ...]:

@@ -673,19 +673,49 @@ def test_centred_sums_combine_their_blocks_exactly(modules, dt) -> None:
     dtype = np.float64 if dt == "f64" else np.float32
     rng = np.random.default_rng(3)
     n = 5000
-    trend = np.linspace(-300, 300, n)
-    x = (1e4 + trend + rng.standard_normal((4, n))).astype(dtype)
-    z = (-5e3 + trend[::-1] * (np.arange(4)[:, None] - 1.5) + rng.standard_normal((4, n)))
-    z = z.astype(dtype)
+    trend = np.linspace(-300, 300, n) * (np.arange(6)[:, None] > 2)   # 3 rows without
+    offset = 1e4 if dtype == np.float32 else 1e8
+    x = (offset + trend + rng.standard_normal((6, n))).astype(dtype)
+    z = (-offset / 2 + trend[:, ::-1] * (np.arange(6)[:, None] - 1.5)
+         + rng.standard_normal((6, n))).astype(dtype)
     h = rng.standard_normal(n).astype(dtype)
-    want = REFERENCE["centred"](*[a.astype(np.float64) for a in (x, z, h)])
+    wide = [a.astype(np.longdouble) for a in (x, z, h)]
+    want = REFERENCE["centred"](*wide)
     got = m.centred(x, z, h)
-    tol = dict(rtol=1e-5) if dtype == np.float32 else dict(rtol=1e-10)
-    for a, b in zip(got, want):
-        np.testing.assert_allclose(a, b, **tol)
+    tol = dict(rtol=2e-6) if dtype == np.float32 else dict(rtol=1e-11)
+    for a, b in zip(got[:2], want[:2]):        # c and v (k is not a centred sum)
+        np.testing.assert_allclose(np.asarray(a, np.longdouble), b, **tol)
     y = m.layernorm(x, np.ones(n, dtype), np.zeros(n, dtype))
-    np.testing.assert_allclose(y, REFERENCE["layernorm"](x.astype(np.float64), 1.0, 0.0),
-                               rtol=0, atol=1e-4 if dtype == np.float32 else 1e-10)
+    # y = (x - mean) * rstd: the mean rounded to the dtype (1e4 in float32: to 5e-4)
+    np.testing.assert_allclose(y, REFERENCE["layernorm"](wide[0], 1.0, 0.0),
+                               rtol=0, atol=1e-3 if dtype == np.float32 else 1e-7)
+
+
+@pytest.mark.parametrize("dt", ["f32", "f64"])
+def test_centred_sums_that_are_not_finite_are_numpys(modules, dt) -> None:
+    """Where a centred sum's co-moment is not finite (an infinity in a row, a block's sum
+    overflowing, a square overflowing), the row's sum is taken again as written:
+    NumPy's +-inf or NaN, and a finite value where the terms are finite."""
+    m, dt = modules(dt)
+    dtype = np.float64 if dt == "f64" else np.float32
+    big = np.finfo(dtype).max / 4
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((5, 600)).astype(dtype)
+    z = rng.standard_normal((5, 600)).astype(dtype)
+    h = rng.standard_normal(600).astype(dtype)
+    x[0, 7] = np.inf                    # +-inf or NaN, as NumPy
+    x[1, 300:] = big                    # the square overflows: inf
+    z[2, 400] = -np.inf
+    h[500] = big                        # h's block sum overflows; the terms do not
+    x[3] *= 1e-30 if dtype == np.float32 else 1e-300
+    with np.errstate(all="ignore"):
+        got = m.centred(x, z, h)
+        want = m.centred.unfused(x, z, h)
+    for a, b in zip(got, want):
+        assert np.array_equal(np.isfinite(a), np.isfinite(b))
+        assert np.array_equal(np.sign(a[~np.isfinite(a)]), np.sign(b[~np.isfinite(b)]),
+                              equal_nan=True)
+        np.testing.assert_allclose(a[np.isfinite(a)], b[np.isfinite(b)], rtol=1e-4, atol=0)
 
 
 @pytest.mark.parametrize("op", ["layernorm", "colmean"])
