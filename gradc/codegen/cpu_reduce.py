@@ -251,7 +251,9 @@ class _CpuLoops(LoopPrinter):
         not in ``blocks``), combined into the row's with Chan's formula.  Each value is
         centred on its block's rounded mean ``_m`` (from its sum in the first loop),
         and the loop also sums the centred values (``_d``): the block's co-moment less
-        ``_d * _d / n`` is the one about its exact mean, which is ``_m + _d / n``.  The
+        ``_d * _d / n`` is the one about its exact mean, which is ``_m + _d / n``.  (A
+        row of one block is centred on its mean rounded to the dtype, as the two
+        passes of the unfused plan centre it, and that is all.)  The
         rows's means are kept relative to the first block's ``_m`` (``_K``; ``_R``,
         float64), so the difference of a block's mean and the row's so far is one of
         small numbers: nothing of a row's offset from 0 enters the sum (a row of float32
@@ -264,7 +266,7 @@ class _CpuLoops(LoopPrinter):
             for z, (_, f) in zip(c.buffers * 2, c.sums * 2):
                 values.setdefault(self.acc(f), self.stage_row(z))
         for f in values:
-            buf.line(f"_m{f} = _T({f} / {n}); _d{f} = _T(0.0)")
+            buf.line(f"_m{f} = _T({f} / {n})" + (f"; _d{f} = _T(0.0)" if blocks else ""))
         for c in centred:
             buf.line(f"_f{self.pos[c.node]} = _T(0.0)")
         buf.line(f"for _c in range({n}):")
@@ -274,6 +276,10 @@ class _CpuLoops(LoopPrinter):
             i = self.pos[c.node]
             fa, fb = [self.acc(f) for _, f in c.sums * 2][:2]
             buf.line(f"    _f{i} = _g_radd(_f{i}, _c{fa} * _c{fb})")
+        if not blocks:          # one block: centred on the row's mean, as two passes are
+            for c in centred:
+                buf.line(f"_s{self.pos[c.node]} += _f{self.pos[c.node]}")
+            return
         for f in values:
             buf.line(f"    _d{f} = _g_radd(_d{f}, _c{f})")
         if blocks:
