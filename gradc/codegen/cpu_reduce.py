@@ -69,6 +69,7 @@ class _CpuLoops(LoopPrinter):
         super().__init__(graph, kernel, loops, CpuPrinter)
         self.sliced: list[str] | None = None    # a pass in blocks: the arrays it slices
         self.centres = {c.node: c for ps in loops.passes for c in ps.centred}
+        self.shifted: list[str] = []            # the centred sums' values started
         self.stage_at = "_c"                    # the element's index in a stage row
 
     def params(self, *chunks: str) -> str:
@@ -164,6 +165,7 @@ class _CpuLoops(LoopPrinter):
             if self.kn.level[n] == ELEMENT:
                 buf.line(f"{self.outs[n]}r = _g_view({self.outs[n]}, _lo, _lo + _N)")
         for ps in loops.passes:
+            self.shifted = []
             self.statements(buf, ps.before)
             self.one_pass(buf, ps)
         self.statements(buf, loops.after)
@@ -345,8 +347,10 @@ class _CpuLoops(LoopPrinter):
     def print_start(self, s: Start) -> list[str]:
         i, acc = self.pos[s.node], self.acc(s.acc)
         if s.kind == "centred":             # its values' shift and mean (Chan's, centre)
-            return [f"{acc} = 0.0"] + [f"_K{self.acc(f)} = 0.0; _R{self.acc(f)} = 0.0"
-                                       for _, f in self.centres[s.node].sums]
+            fresh = [self.acc(f) for _, f in self.centres[s.node].sums]
+            fresh = [f for k, f in enumerate(fresh) if f not in fresh[:k] + self.shifted]
+            self.shifted += fresh
+            return [f"{acc} = 0.0"] + [f"_K{f} = 0.0; _R{f} = 0.0" for f in fresh]
         if s.nan_flag:
             return [f"{acc} = _T({_INIT[s.kind]}); _n{i} = False"]
         return [f"{acc} = {_INIT[s.kind]}"]
