@@ -47,7 +47,7 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     buf = IndentedBuffer()
     for c in comments:
         buf.line(f"# {comment(c)}")
-    # No reassoc on the kernel: only the accumulations carry it (_sum_line,
+    # No reassoc on the kernel: only the accumulations carry it (_update,
     # _g_radd), which lets LLVM vectorise them in lanes of partial sums; on the whole
     # kernel it also regrouped the element arithmetic (x / s * w as x * w / s, which
     # overflows first). With --fast-math, nsz is left out: with reassoc on the whole
@@ -404,24 +404,20 @@ _SELECT = "{acc} = {v} if (({v} {cmp} {acc}) | ({v} != {v})) else {acc}"
 
 def _update(s: Update, acc: str, i: int, v: str) -> str:
     """Update ``s`` of reduction at position ``i`` with the element value ``v`` into
-    ``acc``."""
-    if s.kind == "logsumexp":
-        return _max_update(acc, f"_n{i}", v, "max") if s.stage == 0 else \
-            _sum_line(acc, f"_g_exp({v} - _h{i})")
+    ``acc``: one flagged ``reassoc`` where the IR says so (``Update.reassoc``), else a
+    max or min (a two-pass reduction's first stage, with a NaN flag; a partial's, a
+    select that keeps a NaN)."""
+    if s.reassoc:
+        if s.kind == "logsumexp":
+            v = f"_g_exp({v} - _h{i})"
+        elif s.kind == "norm":
+            return f"_t{i} = {v} / _h{i}; {acc} = _g_radd({acc}, _t{i} * _t{i})"
+        return f"{acc} = _g_r{'mul' if s.kind == 'prod' else 'add'}({acc}, {v})"
     if s.kind == "norm":
-        if s.stage == 0:
-            return f"_a{i} = abs({v}); " + _max_update(acc, f"_n{i}", f"_a{i}", "max")
-        return f"_t{i} = {v} / _h{i}; " + _sum_line(acc, f"_t{i} * _t{i}")
-    if s.nan_flag:
-        return _max_update(acc, f"_n{i}", v, s.kind)
-    return _sum_line(acc, v, s.kind)
-
-
-def _sum_line(acc: str, v: str, kind: str = "sum") -> str:
-    """The update of ``acc`` with ``v``: a max or min :data:`_SELECT`, a sum or product
-    the one instruction flagged reassoc (``_g_radd``, ``_g_rmul``)."""
-    name = "mul" if kind == "prod" else "add"
-    return accumulate_line(acc, v, kind, _SELECT, f"{{acc}} = _g_r{name}({{acc}}, {{v}})")
+        return f"_a{i} = abs({v}); " + _max_update(acc, f"_n{i}", f"_a{i}", "max")
+    if s.kind == "logsumexp" or s.nan_flag:
+        return _max_update(acc, f"_n{i}", v, "max" if s.kind == "logsumexp" else s.kind)
+    return accumulate_line(acc, v, s.kind, _SELECT)
 
 
 def _max_update(acc: str, nan: str, v: str, kind: str) -> str:

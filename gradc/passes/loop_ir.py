@@ -129,6 +129,15 @@ class Update:
     nan_flag: bool = False
     arg: int = 0
 
+    @property
+    def reassoc(self) -> bool:
+        """Whether it adds (or multiplies) in an order left to LLVM: the CPU prints it as
+        one instruction flagged ``reassoc`` (``_g_radd``, ``_g_rmul``: vector lanes of
+        partial sums), and runs it apart from stores (:func:`staged`)."""
+        if self.kind in ("logsumexp", "norm"):
+            return self.stage == 1
+        return not self.nan_flag and self.kind in ("sum", "mean", "prod")
+
 
 @dataclass(frozen=True)
 class Stage:
@@ -580,7 +589,7 @@ def staged(graph: Graph, sch: Schedule, body: list) -> tuple[list, list[tuple[Up
     there = {Buffer("stage", s.node, s.arg) for s in body if isinstance(s, Stage)}
     moved = [(s, stored.get(reduced_values(graph, sch, s.node)[s.arg][0],
                             Buffer("stage", s.node, s.arg)))
-             for s in body if isinstance(s, Update) and not s.acc.column and _reassociated(s)]
+             for s in body if isinstance(s, Update) and not s.acc.column and s.reassoc]
     staged_at = dict(moved)
     rest = []
     for s in body:
@@ -591,13 +600,6 @@ def staged(graph: Graph, sch: Schedule, body: list) -> tuple[list, list[tuple[Up
             rest.append(Stage(s.node, s.arg))
             there.add(b)
     return rest, moved
-
-
-def _reassociated(u: Update) -> bool:
-    """Whether update ``u`` adds (or multiplies) in an order LLVM may change."""
-    if u.kind in ("logsumexp", "norm"):
-        return u.stage == 1
-    return not u.nan_flag and u.kind in ("sum", "mean", "prod")
 
 
 def _blocked(kind: str, k: int) -> bool:
