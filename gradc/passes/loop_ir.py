@@ -24,10 +24,12 @@ later pass needs in scratch rows, runs sums in blocks of :data:`BLOCK`
 elements in the compute dtype, prefetches the next row in one pass, keeps
 max/min accumulators in the compute dtype with a NaN flag apart (LLVM
 vectorises both), gathers sums across rows (dw, db) over
-:data:`GATHER_ROWS` rows in the compute dtype, and runs the sums of a pass that stores
-to an output in a second loop of their own (:func:`staged`); CUDA (``CUDA``) does none of
-these and finishes its row reductions in block trees (:class:`Tree`) of
-float64 partials in shared memory.
+:data:`GATHER_ROWS` rows in the compute dtype, runs the sums of a pass that stores
+to an output in a second loop of their own (:func:`staged`), and takes centred sums
+(:class:`~gradc.passes.row_schedule.CentredSum`: a variance, ``mean(g * xhat)``) in the
+pass of their values, a co-moment per block combined across blocks (:class:`Centre`);
+CUDA (``CUDA``) does none of these and finishes its row reductions in block trees
+(:class:`Tree`) of float64 partials in shared memory.
 """
 from __future__ import annotations
 

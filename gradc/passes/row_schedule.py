@@ -5,8 +5,10 @@ passes over the row's elements (:func:`schedule`): which element values each
 pass computes, which it reads back from memory (a value an earlier pass
 stored), which row values are available before it; and how each node reads
 the values from outside the kernel (:func:`access`, :func:`input_slots`:
-once per kernel, per row, per column or per element).  The loops, their
-blocks, prefetch hints and memory are decided from the schedule by
+once per kernel, per row, per column or per element); on the CPU, which row
+sums are centred sums that need no pass for their mean first
+(:func:`centred_sums`).  The loops, their blocks, prefetch hints and memory are
+decided from the schedule by
 :func:`gradc.passes.loop_ir.lower`, whose loop IR the backends print
 (:mod:`gradc.codegen.cpu_reduce`, :mod:`gradc.codegen.cuda_reduce`), with
 the names and node values of :class:`KernelNames` and the reduction lines
