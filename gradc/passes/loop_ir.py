@@ -408,7 +408,7 @@ class _Lowering:
                       and self.first_pass(acc.node) + 1 == before]
         for n in rows_ready(self.kernel, self.sch, before, self.done):
             if n in self.cen:
-                chain = fallback_chain(self.graph, self.lv, n)
+                chain = fallback_chain(self.graph, self.kernel, n)
                 used = {(x, access(self.graph, self.kernel, m, x)) for m in chain
                         for x in value_args(self.graph, m) if x not in self.lv}
                 loads = [Load(j, a) for j, (x, a) in enumerate(self.slots)

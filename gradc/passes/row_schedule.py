@@ -82,7 +82,6 @@ class CentredSum:
     kind: str
     values: tuple[tuple[int, int], ...]
     factors: tuple[int, ...]
-    kernel_levels: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 def centred_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, CentredSum]:
@@ -106,7 +105,7 @@ def centred_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, CentredSum]:
             values = tuple(centred)
         else:
             continue
-        found[n] = CentredSum(n, node.op, values, tuple(factors), lv)
+        found[n] = CentredSum(n, node.op, values, tuple(factors))
     return found
 
 
@@ -194,7 +193,7 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
     live = set(kernel.outputs) | set(kernel.partials)
     for n in reversed(kernel.nodes):
         if n in live:
-            live.update(a for a in _reads(graph, cen, n) if a in inside)
+            live.update(a for a in _reads(graph, kernel, cen, n) if a in inside)
     sch = Schedule(passes=0, live=live)
     sch.centred = {n: c for n, c in cen.items() if n in live}
     for n in kernel.nodes:
@@ -230,27 +229,31 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
     return sch
 
 
-def _reads(graph: Graph, cen: dict[int, CentredSum], n: int) -> list[int]:
+def _reads(graph: Graph, kernel: ReduceKernel, cen: dict[int, CentredSum],
+           n: int) -> list[int]:
     """The values node ``n`` reads: a centred sum's values and factors, and the row
     values its operand reads (its means: for :func:`fallback_chain`)."""
     if n in cen:
+        lv = dict(kernel.levels)
         return [v for v, _ in cen[n].values] + list(cen[n].factors) + [
-            a for m in fallback_chain(graph, cen[n].kernel_levels, n)
-            for a in value_args(graph, m) if cen[n].kernel_levels.get(a) == ROW]
+            a for m in fallback_chain(graph, kernel, n)
+            for a in value_args(graph, m) if lv.get(a) == ROW]
     return value_args(graph, n)
 
 
-def fallback_chain(graph: Graph, levels: dict[int, str], n: int) -> list[int]:
+def fallback_chain(graph: Graph, kernel: ReduceKernel, n: int) -> list[int]:
     """The element nodes that compute the operand of reduction ``n`` from outside and
-    row values (the operand included), in topological order: a centred sum's
-    operand as written, computed again where its co-moment is not finite."""
+    row values (the operand included), in the kernel's (topological) order: a
+    centred sum's operand as written, computed again where its co-moment is not
+    finite."""
+    lv = dict(kernel.levels)
     chain, todo = set(), [value_args(graph, n)[0]]
     while todo:
         v = todo.pop()
-        if levels.get(v) == ELEMENT and v not in chain:
+        if lv.get(v) == ELEMENT and v not in chain:
             chain.add(v)
             todo += value_args(graph, v)
-    return sorted(chain, key=list(levels).index)
+    return [m for m in kernel.nodes if m in chain]
 
 
 def reduced_values(graph: Graph, sch: Schedule, n: int) -> tuple[tuple[int, int], ...]:
