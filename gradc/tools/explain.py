@@ -276,9 +276,12 @@ def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals,
         layout = "over the flat array in chunks"
     else:
         row = "(" + ", ".join(map(str, dims[step.split:])) + ("," if len(dims) - step.split == 1 else "") + ")"
-        layout = f"in rows of {row}, {schedule(g, step).passes} pass(es) per row"
+        sch = schedule(g, step)
+        layout = f"in rows of {row}, {sch.passes} pass(es) per row"
     lines = [f"  [{k}] kernel over {shape} {layout}: fuses {len(step.nodes)} primitive(s) ({fused})"]
-    per_row = [g.node(n).op for n in step.nodes if lv[n] == "R" and is_reduction(g, n)]
+    centred = {} if step.flat else sch.centred
+    per_row = [g.node(n).op + (" (centred)" if n in centred else "")
+               for n in step.nodes if lv[n] == "R" and is_reduction(g, n)]
     across = [g.node(n).op for n in step.partials]
     if per_row:
         lines.append(f"      reduces per row: {', '.join(per_row)}")

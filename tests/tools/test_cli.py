@@ -223,6 +223,16 @@ def test_explain_shows_reductions_fused_into_one_loop(capsys):
     assert all(name in reads for name in ("logits", "onehot", "dloss (scalar)")), reads
     assert "3 array(s) per element (12 B at float32" in plan
 
+
+def test_explain_marks_centred_sums(capsys):
+    """Layer norm's variance and its backward's mean(g * xhat) are centred sums: the
+    fused fwd_bwd is two passes per row (docs/fusion.md)."""
+    assert main(["explain", str(EXAMPLES / "rowwise.grad"), "layer_norm"]) == 0
+    out = capsys.readouterr().out
+    plan = out[out.index("kernel plan of fwd_bwd (fused, CPU)"):out.index("(unfused)")]
+    assert "2 pass(es) per row" in plan
+    assert "reduces per row: mean, mean, mean (centred), mean (centred)" in plan
+
 def test_explain_counts_bytes_at_the_compute_dtypes_the_op_can_have(tmp_path, capsys):
     """An f64 parameter makes the op float64 only; f32 ones (no generic float) float32
     only; a generic one either (explain.compute_dtypes)."""
