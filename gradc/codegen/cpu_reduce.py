@@ -256,7 +256,7 @@ class _CpuLoops(LoopPrinter):
         ``_d * _d / n`` is the one about its exact mean, which is ``_m + _d / n``.  (A
         row of one block is centred on its mean rounded to the dtype, as the two
         passes of the unfused plan centre it, and that is all.)  The
-        rows's means are kept relative to the first block's ``_m`` (``_K``; ``_R``,
+        row's means are kept relative to the first block's ``_m`` (``_K``; ``_R``,
         float64), so the difference of a block's mean and the row's so far is one of
         small numbers: nothing of a row's offset from 0 enters the sum (a row of float32
         around 1e4 keeps the variance to 1e-6, as two passes do)."""
@@ -284,22 +284,18 @@ class _CpuLoops(LoopPrinter):
             return
         for f in values:
             buf.line(f"    _d{f} = _g_radd(_d{f}, _c{f})")
-        if blocks:
-            buf.line("if _b == 0:")
-            for f in values:
-                buf.line(f"    _K{f} = np.float64(_m{f}); _R{f} = 0.0")
-            for f in values:
-                buf.line(f"_r{f} = (_m{f} - _K{f}) + _d{f} / {n}")
+        buf.line("if _b == 0:")
+        for f in values:
+            buf.line(f"    _K{f} = np.float64(_m{f}); _R{f} = 0.0")
+        for f in values:            # the block's exact mean, relative to the first's
+            buf.line(f"_r{f} = (_m{f} - _K{f}) + _d{f} / {n}")
         for c in centred:
             i = self.pos[c.node]
             fa, fb = [self.acc(f) for _, f in c.sums * 2][:2]
-            line = f"_s{i} += _f{i} - _d{fa} * np.float64(_d{fb}) / {n}"
-            if blocks:
-                line += f" + (_r{fa} - _R{fa}) * (_r{fb} - _R{fb}) * (_b * {n} / _e)"
-            buf.line(line)
-        if blocks:
-            for f in values:
-                buf.line(f"_R{f} += (_r{f} - _R{f}) * {n} / _e")
+            buf.line(f"_s{i} += _f{i} - _d{fa} * np.float64(_d{fb}) / {n} + (_r{fa} - _R{fa})"
+                     f" * (_r{fb} - _R{fb}) * (_b * {n} / _e)")
+        for f in values:            # the mean of the row's elements so far
+            buf.line(f"_R{f} += (_r{f} - _R{f}) * {n} / _e")
 
     def stage_row(self, b) -> str:
         """The stage row of buffer ``b``: ``_z`` and the reduction's position (and the
