@@ -227,7 +227,8 @@ class _CpuLoops(LoopPrinter):
         self.sums(buf, ps.staged, "_e - _b" if blocks else "_N")
         self.centre(buf, ps.centred, blocks)
         for acc, blk in ps.block_sums:
-            buf.line(f"{self.acc(acc)} += {self.acc(blk)}")
+            if acc is not None:
+                buf.line(f"{self.acc(acc)} += {self.acc(blk)}")
         if blocks:
             buf.dedent()
         self.sliced = None

@@ -71,9 +71,8 @@ class Acc:
     a two-pass one's sum, a centred sum's co-moment), ``m`` (a two-pass one's max),
     ``q`` (the chunk's partial), ``f`` (a block's sum in the compute dtype), ``g`` (a
     sum across rows gathered in the compute dtype), ``p`` (the partial's own memory),
-    or a centred sum's sums of its values, ``sa``, ``sb`` (float64) and ``fa``,
-    ``fb`` (the block's, in the compute dtype); ``column``: one per column of the
-    row, the element's."""
+    or a centred sum's block sums of its values, ``fa``, ``fb`` (in the compute
+    dtype); ``column``: one per column of the row, the element's."""
     role: str
     node: int
     column: bool = False
@@ -155,8 +154,8 @@ class Centre:
     """CPU: a block's co-moment of centred sum ``node``
     (:class:`~gradc.passes.row_schedule.CentredSum`), over its values in
     ``buffers`` less their block's means, combined into the row's with Chan's
-    formula; ``sums``: per value, the accumulators of its sum over the row (float64)
-    and over the block (a sum of the same value in the pass shares them)."""
+    formula; ``sums``: per value, the accumulators of its sum over the row (None: none
+    kept) and over the block (a sum of the same value in the pass shares them)."""
     node: int
     buffers: tuple[Buffer, ...]
     sums: tuple[tuple[Acc, Acc], ...]
@@ -232,7 +231,8 @@ class Prefetch:
 class Pass:
     """One loop over a row's elements: ``before``, the row steps before it; ``body``,
     per element; ``block`` > 0: in blocks of that many elements, each with
-    ``block_sums`` (accumulator, block's sum in the compute dtype), added after the
+    ``block_sums`` (accumulator, or None for a centred sum's value summed per block
+    only; block's sum in the compute dtype), added after the
     block; ``prefetch``: its hints (in blocks only); ``whole``: a row of at most
     ``block`` elements runs as one plain loop instead (the same sums: one block), the
     loop nest of blocks costing short rows more than their arithmetic; ``staged``:
@@ -241,7 +241,7 @@ class Pass:
     before: list = field(default_factory=list)
     body: list = field(default_factory=list)
     block: int = 0
-    block_sums: list[tuple[Acc, Acc]] = field(default_factory=list)
+    block_sums: list[tuple[Acc | None, Acc]] = field(default_factory=list)
     prefetch: Prefetch | None = None
     whole: bool = False
     staged: list[tuple[Update, Buffer]] = field(default_factory=list)
@@ -411,10 +411,8 @@ class _Lowering:
                 chain = fallback_chain(self.graph, self.kernel, n)
                 used = {(x, access(self.graph, self.kernel, m, x)) for m in chain
                         for x in value_args(self.graph, m) if x not in self.lv}
-                loads = [Load(j, a) for j, (x, a) in enumerate(self.slots)
-                         if (x, a) in used and a in (PER_ELEMENT, PER_COL)]
                 steps.append(Finish(n, self.kind(n), centred=True, factors=self.cen[n].factors,
-                                    fallback=tuple(loads + [Compute(m) for m in chain])))
+                                    fallback=tuple(self.loads(used) + [Compute(m) for m in chain])))
             elif is_reduction(self.graph, n):
                 steps.append(Finish(n, self.kind(n), self.cpu and self.kind(n) in ("max", "min")))
             else:
@@ -430,8 +428,7 @@ class _Lowering:
             two = ROW_PASSES[kind] == 2
             if n in self.cen:
                 if k == 0:
-                    steps += [Start(n, "centred", Acc("s", n))] + [
-                        Start(n, "sum", s) for s, _ in self.centres(p)[1] if s.node == n]
+                    steps.append(Start(n, "centred", Acc("s", n)))
             elif k == 0:
                 flag = self.cpu and (two or kind in ("max", "min"))
                 steps.append(Start(n, "max" if two else kind, Acc("m" if two else "s", n), flag))
@@ -454,15 +451,21 @@ class _Lowering:
             and reads_element(graph, kernel, n)
             and self.sch.phase.get(value_args(graph, n)[0], 0) == p]
 
+    def loads(self, used: set[tuple[int, str]]) -> list[Load]:
+        """The loads, at the loop's element, of the input slots in ``used`` read per
+        element or per column."""
+        return [Load(j, a) for j, (x, a) in enumerate(self.slots)
+                if (x, a) in used and a in (PER_ELEMENT, PER_COL)]
+
     def centred_in(self, p: int) -> list[int]:
         """The centred sums pass ``p`` accumulates."""
         return [n for n in self.row_reds if n in self.cen and self.sch.phase[n] == p]
 
-    def centres(self, p: int) -> tuple[list[Centre], list[tuple[Acc, Acc]], list]:
-        """CPU: the :class:`Centre` s of pass ``p``; the sums of their values it adds
-        (accumulator, block's sum), a value summed once (a row sum or mean of it in
-        the pass serves); the statements staging the values, each once, and adding
-        them to those sums."""
+    def centres(self, p: int) -> tuple[list[Centre], list[tuple[None, Acc]], list]:
+        """CPU: the :class:`Centre` s of pass ``p``; the block sums of their values it
+        adds (``(None, block's sum)``: no row sum), a value summed once (a row sum or
+        mean of it in the pass serves); the statements staging the values, each once,
+        and adding them to those sums."""
         if p in self._centres:
             return self._centres[p]
         graph, kernel = self.graph, self.kernel
@@ -478,7 +481,7 @@ class _Lowering:
                     staged_at[v] = Buffer("stage", n, k)
                     body.append(Stage(n, k))
                 if v not in sums:
-                    sums[v] = (Acc(("sa", "sb")[k], n), Acc(("fa", "fb")[k], n))
+                    sums[v] = (None, Acc(("fa", "fb")[k], n))
                     own.append(sums[v])
                     body.append(Update(n, "sum", 0, sums[v][1], arg=k))
                 buffers.append(staged_at[v])
@@ -539,8 +542,7 @@ class _Lowering:
         computes, stores to scratch, reduction updates, stores to outputs."""
         kernel, sch = self.kernel, self.sch
         used = self.slots_used(p)
-        body: list = [Load(j, a) for j, (x, a) in enumerate(self.slots)
-                      if (x, a) in used and a in (PER_ELEMENT, PER_COL)]
+        body: list = self.loads(used)
         # an element value stored in an earlier pass is read back from its output's
         # row (in cache: a reduce kernel never writes an input's memory), or scratch
         body += [LoadBack(n, Buffer("scratch" if n in sch.scratch else "output", n))
