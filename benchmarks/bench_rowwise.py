@@ -20,6 +20,10 @@ Before timing, every variant's outputs and gradients are compared with a float64
 NumPy reference at a small shape and again at each timed shape; a variant that
 disagrees (or fails) is not timed and is listed with the reason. Each case times
 a Numba 2-read/2-write copy over as many elements (``gradc.tools.bench.copy_kernel``)
+and a *2-pass floor*, RMS norm without a weight written by hand as two passes per row
+over the same arrays (``gradc.tools.bench.two_pass_kernel``: the copy's reads and
+writes, each input read twice, the second time from the cache where a row fits in it;
+its share of the copy is what two passes per row allow at that shape on that machine),
 in the same interleaved repeats (``gradc.tools.bench.time_interleaved``: order rotating;
 before each timed call a short sleep, a wait until no other thread of the process
 runs, so that no library's workers spin while another is timed, and an untimed
@@ -52,12 +56,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from rowwise_cases import SHAPES, make_inputs, reference, torch_math, torch_runner  # noqa: E402
 
 from gradc.tools.bench import (SETTLE, available_variants, copy_kernel,  # noqa: E402
-                               max_rel_err, time_interleaved)
+                               max_rel_err, time_interleaved, two_pass_kernel)
 
 SPEC = ROOT / "examples" / "rowwise.grad"
 CHECK_SHAPE = (6, 37)
 GRADC = ("fused+out", "fused", "unfused")
 PEERS = ("jax.jit", "torch", "torch.compile")
+FLOOR = "2-pass floor"    # gradc.tools.bench.two_pass_kernel, timed beside the copy
 VARIANTS = (*GRADC, *PEERS)
 TOL_CHECK = 1e-4    # max |a - b| / max(|b|, 1) against float64, at CHECK_SHAPE
 TOL_TIMED = 1e-3    # the same at the timed shapes (sums over up to 262144 float32)
@@ -177,8 +182,9 @@ def bench_case(module, op: str, shape: tuple[int, int], names: Sequence[str], re
     timed = {v: runs[v] for v in names if v in errs}
     n = int(np.prod(shape))
     arrays = [np.ones(n, np.float32) for _ in range(4)]
-    kernel = copy_kernel()
+    kernel, floor = copy_kernel(), two_pass_kernel()
     timed["copy"] = lambda: kernel(*arrays)
+    timed[FLOOR] = lambda: floor(*arrays, shape[-1])
     for _ in range(warmup):
         for run in timed.values():
             run()
@@ -187,7 +193,8 @@ def bench_case(module, op: str, shape: tuple[int, int], names: Sequence[str], re
     med = {v: float(np.median(s)) for v, s in samples.items()}
     peers = [v for v in PEERS if v in errs]
     fastest = min(peers, key=med.get) if peers else None
-    return {"op": op, "shape": list(shape), "copy_s": med["copy"], "fastest_peer": fastest,
+    return {"op": op, "shape": list(shape), "copy_s": med["copy"], "floor_s": med[FLOOR],
+            "fastest_peer": fastest,
             "variants": {v: {"median_s": med[v], "samples_s": samples[v],
                              "pct_copy": 100 * med["copy"] / med[v],
                              "vs_fastest_peer": med[fastest] / med[v] if fastest else None,
@@ -206,8 +213,9 @@ def _shape(s: Sequence[int]) -> str:
 def tables(results: list[dict], names: Sequence[str]) -> tuple[list[str], list[str]]:
     """Two tables, one row per op and shape: median ms (% of copy), and the fastest
     peer's time over each variant's."""
-    head = ["op", "shape", "copy ms", *names]
+    head = ["op", "shape", "copy ms", FLOOR, *names]
     ms = [[r["op"], _shape(r["shape"]), f"{r['copy_s'] * 1e3:.2f}",
+           f"{r['floor_s'] * 1e3:.2f} ({100 * r['copy_s'] / r['floor_s']:.0f}%)",
            *(f"{r['variants'][v]['median_s'] * 1e3:.2f} ({r['variants'][v]['pct_copy']:.0f}%)"
              if v in r["variants"] else "-" for v in names)] for r in results]
     ratio = [[r["op"], _shape(r["shape"]), r["fastest_peer"] or "-",
@@ -308,7 +316,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(r["fastest_peer"] for r in results):
         print("\nfastest peer's time over each variant's (> 1: faster than every peer of "
               f"{', '.join(v for v in PEERS if v in names)})", *ratio, sep="\n")
-    print(f"\ncopy: a Numba 2-read/2-write loop over as many elements; results agree with "
+    print(f"\ncopy: a Numba 2-read/2-write loop over as many elements; {FLOOR}: RMS norm "
+          "without a weight by hand in Numba, two passes per row (what two passes allow "
+          "here at each shape); results agree with "
           f"float64 NumPy to {TOL_CHECK:g} at {_shape(CHECK_SHAPE)}, {TOL_TIMED:g} at the "
           f"timed shapes; load average after {load_after[0]:.2f} {load_after[1]:.2f} "
           f"{load_after[2]:.2f}")

@@ -33,18 +33,20 @@ def test_a_row_per_op_and_the_json(bench, tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "disagrees" not in printed and "not timed" not in printed, printed
     assert ("warning: another thread of this process still ran when these were timed "
-            "(times per variant): fused+out 5, fused 5, unfused 5, copy 5") in printed
+            "(times per variant): fused+out 5, fused 5, unfused 5, copy 5, 2-pass floor 5") in printed
     for op in OPS:
         rows = [line.split() for line in printed.splitlines() if line.startswith(op + " ")]
         assert len(rows) == 1 and rows[0][1] == "3x5", printed
-        assert len(rows[0]) == 3 + 2 * len(bench.GRADC), rows    # copy, then "ms (%)" each
+        # copy, then "ms (%)" for the 2-pass floor and each variant
+        assert len(rows[0]) == 5 + 2 * len(bench.GRADC), rows
     report = json.loads(out.read_text())
     loads = report["machine"]["loadavg_before"] + report["machine"]["loadavg_after"]
     assert len(loads) == 6 and all(round(x, 2) == x for x in loads), loads
     assert [r["op"] for r in report["results"]] == list(OPS)
     for r in report["results"]:
         assert set(r["variants"]) == set(bench.GRADC) and r["fastest_peer"] is None
-        assert r["busy"] == {v: 1 for v in (*bench.GRADC, "copy")}
+        assert r["busy"] == {v: 1 for v in (*bench.GRADC, "copy", bench.FLOOR)}
+        assert r["floor_s"] > 0
         assert all(v["max_rel_err"] <= bench.TOL_TIMED for v in r["variants"].values())
     assert all(set(c["max_rel_err"]) == set(bench.GRADC) for c in report["check"].values())
 
@@ -59,8 +61,27 @@ def test_a_variant_that_disagrees_is_not_timed(bench, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "check at 6x37: fused for softmax_rows disagrees: result 1 differs" in printed
     row = next(line.split() for line in printed.splitlines() if line.startswith("softmax_rows"))
-    assert row[3:] == ["-"], printed
+    assert row[5:] == ["-"], printed
     assert "not timed: fused for softmax_rows 3x5" in printed
+
+
+def test_the_two_pass_floor_is_rms_norm_without_a_weight():
+    """The floor timed beside the copy computes what it says, on rows of one block,
+    several blocks and a partial last block, float32 and float64."""
+    from gradc.tools.bench import two_pass_kernel
+    floor = two_pass_kernel()
+    rng = np.random.default_rng(3)
+    for dtype, tol in ((np.float32, 2e-6), (np.float64, 1e-14)):
+        for rows, n in ((3, 5), (4, 256), (2, 700), (1, 1)):
+            x, dy = (rng.standard_normal(rows * n).astype(dtype) for _ in range(2))
+            y, dx = np.empty_like(x), np.empty_like(x)
+            floor(x, dy, y, dx, n)
+            X, D = (a.reshape(rows, n).astype(np.float64) for a in (x, dy))
+            r = 1 / np.sqrt((X * X).mean(-1, keepdims=True) + 1e-5)
+            want_dx = r * D - X * r ** 3 * (X * D).mean(-1, keepdims=True)
+            np.testing.assert_allclose(y.reshape(rows, n), X * r, rtol=tol, atol=tol)
+            np.testing.assert_allclose(dx.reshape(rows, n), want_dx, rtol=tol, atol=tol)
+            assert y.dtype == dx.dtype == dtype
 
 
 def test_the_check_names_each_kind_of_wrong_result(bench):

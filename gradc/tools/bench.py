@@ -332,6 +332,56 @@ def copy_kernel() -> Callable:
     return lambda *a: (parallel if a[0].size >= threshold else serial)(*a)
 
 
+_TWO_PASS_KERNELS: list = []
+
+
+def two_pass_kernel() -> Callable:
+    """The least a row-wise ``fwd_bwd`` with a row statistic can do, written by hand:
+    RMS norm without a weight over rows of ``n`` (``x``, ``dy``, ``y``, ``dx`` flat,
+    float32 or float64; called as ``kernel(x, dy, y, dx, n)``), two passes per row: one
+    summing ``x * x`` and ``x * dy`` (blocks of 256 in the dtype, added in float64),
+    one writing ``y = x * r`` and ``dx = r * dy - x * r**3 * mean(x * dy)``
+    (``r = 1 / sqrt(mean(x * x) + 1e-5)``); threaded over rows.  The same reads and
+    writes as the copy, each input read twice: the second read comes from the cache
+    where a row fits, from the next level where it does not (rows of 262144 float32
+    are 1 MB an array), so its share of the copy is what two passes allow at a shape
+    on a machine."""
+    if not _TWO_PASS_KERNELS:
+        import numba
+
+        @numba.njit(cache=True, error_model="numpy")
+        def row(x, dy, y, dx, lo, n):
+            # unsigned indices: a signed one (that could be negative) is wrapped around,
+            # which keeps LLVM from vectorising; no slices (their reference counts are
+            # atomic operations, much of a row of 64)
+            t = x.dtype.type
+            u = np.uintp
+            ss = 0.0
+            sd = 0.0
+            for b in range(lo, lo + n, 256):
+                e = min(b + 256, lo + n)
+                fs = t(0.0)
+                fd = t(0.0)
+                for i in range(u(b), u(e)):
+                    fs += x[i] * x[i]
+                    fd += x[i] * dy[i]
+                ss += fs
+                sd += fd
+            r = t(1.0 / np.sqrt(ss / n + 1e-5))
+            c = t(r * r * r * (sd / n))
+            for i in range(u(lo), u(lo + n)):
+                y[i] = x[i] * r
+                dx[i] = r * dy[i] - x[i] * c
+
+        def rows(x, dy, y, dx, n):
+            for k in numba.prange(x.size // n):
+                row(x, dy, y, dx, k * n, n)
+        _TWO_PASS_KERNELS.extend([numba.njit(rows), numba.njit(parallel=True)(rows)])
+    serial, parallel = _TWO_PASS_KERNELS
+    threshold = parallel_min()
+    return lambda x, dy, y, dx, n: (parallel if x.size >= threshold else serial)(x, dy, y, dx, n)
+
+
 # -- one op at one size ----------------------------------------------------------------
 
 
