@@ -119,8 +119,8 @@ class _CpuLoops(LoopPrinter):
                 buf.line(f"_q{i} = {parts[init.node]}[_ch]")
                 buf.line("for _c in range(_N):")
                 buf.line(f"    _q{i}[_c] = {_INIT[init.kind]}")
-                if init.gathered:
-                    buf.line(f"_g{i} = {_own('zeros', '_N')}")
+                if init.gathered:       # the partial's row itself, or a row of its own
+                    buf.line(f"_g{i} = _g_gather_row(_q{i}, _N, _ap, _w)")
             else:
                 buf.line(f"_q{i} = {_INIT[init.kind]}")
         if loops.flat and loops.flat_staged:
@@ -172,14 +172,13 @@ class _CpuLoops(LoopPrinter):
         self.index = "_r"
         self.statements(buf, loops.row_end)
         # sums across rows (dw, db) gather rows in the compute dtype, then are added to
-        # the chunk's float64 partial: the passes keep float32's vector lanes
+        # the chunk's float64 partial: the passes keep float32's vector lanes (where the
+        # partial is of the compute dtype they gather in it, and there is nothing to add)
         if loops.gather:
             k = loops.gather_rows
             buf.line(f"if (_r - _r0) % {k} == {k - 1} or _r == _r1 - 1:")
-            buf.line("    for _c in range(_N):")
             for n in loops.gather:
-                buf.line(f"        _q{pos[n]}[_c] += _g{pos[n]}[_c]")
-                buf.line(f"        _g{pos[n]}[_c] = 0.0")
+                buf.line(f"    _g_gather_flush(_q{pos[n]}, _g{pos[n]})")
         buf.dedent()
 
     def one_pass(self, buf: IndentedBuffer, ps) -> None:

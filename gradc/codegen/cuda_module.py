@@ -65,7 +65,7 @@ class CudaWrapperPrinter(WrapperPrinter):
         takes at a time (``_gc_row_grid``)."""
         return f"_gc_row_grid(_n, _s, {step.split}, {empty!r}, {cols!r}, {step.flat!r})"
 
-    def _partials(self, shape: str, nid: int) -> str:
+    def _partials(self, shape: str, nid: int, gathered: bool) -> str:
         return f"_gc_scratch({shape}, stream, {nid})"     # kept between calls
 
     def _partials_arg(self, var: str) -> str:

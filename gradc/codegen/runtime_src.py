@@ -847,6 +847,42 @@ def _g_reshaped(a, shape):
     owns its memory is quicker to check as an ``out=`` later (:func:`_g_may_overlap`)."""
     return a if a.shape == tuple(shape) else a.reshape(shape)
 
+def _g_gather_row(q, n, ap, w):
+    """The row a reduce kernel gathers a chunk's sums across rows in (``dw``, ``db``):
+    ``q``, the chunk's row of the partial, where it is of the compute dtype (``w``'s;
+    the wrapper makes it so where no chunk has more rows than a gather takes), else a
+    new row of ``n`` zeros of the compute dtype, ``ap`` elements apart from any other
+    array, added to ``q`` every few rows (:func:`_g_gather_flush`).  Chosen by the
+    types when the kernel is compiled."""
+    return q if q.dtype == w.dtype else np.zeros(n + 2 * ap, w.dtype)[ap:ap + n]
+
+
+@numba.extending.overload(_g_gather_row)
+def _g_gather_row_typed(q, n, ap, w):
+    if q.dtype == w.dtype:
+        return lambda q, n, ap, w: q
+    return lambda q, n, ap, w: np.zeros(n + 2 * ap, w.dtype)[ap:ap + n]
+
+
+def _g_gather_flush(q, g):
+    """Add the gathered row ``g`` to the partial's row ``q`` and zero it, unless ``g``
+    is ``q`` (:func:`_g_gather_row`; then of one dtype, which is how it is told)."""
+    if q.dtype != g.dtype:
+        q += g
+        g[:] = 0.0
+
+
+@numba.extending.overload(_g_gather_flush)
+def _g_gather_flush_typed(q, g):
+    if q.dtype == g.dtype:
+        return lambda q, g: None
+
+    def flush(q, g):
+        for c in range(q.size):
+            q[c] += g[c]
+            g[c] = 0.0
+    return flush
+
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _g_sum_chunks(partials, count, into):
@@ -855,17 +891,18 @@ def _g_sum_chunks(partials, count, into):
     the columns in parallel, in one pass (NumPy's sum, a temporary and a cast took
     0.25 ms per partial of 2 x 262144, one thread)."""
     for c in numba.prange(partials.shape[1]):
-        s = partials[0, c]
+        s = np.float64(partials[0, c])          # float32 partials are added in float64
         for k in range(1, partials.shape[0]):
             s += partials[k, c]
         into[c] = s if count == -1 else s / count
 
 
 def _g_combine(op, kind, partials, count, shape, t, empty_ok=False, into=None):
-    """A chunk reduction's value from its per-chunk partials (float64, deterministic);
-    ``empty_ok``: a max or min of nothing is its initial value (the partials' -inf or
-    inf), not NumPy's error; ``into``: an array of ``shape`` and dtype ``t`` to write
-    it in (and return)."""
+    """A chunk reduction's value from its per-chunk partials (float64, deterministic;
+    a sum across rows of the compute dtype where no chunk has more rows than a CPU
+    kernel gathers, added in float64 all the same); ``empty_ok``: a max or min of
+    nothing is its initial value (the partials' -inf or inf), not NumPy's error;
+    ``into``: an array of ``shape`` and dtype ``t`` to write it in (and return)."""
     if kind in ("max", "min") and count == 0 and not empty_ok:
         raise ValueError(f"{op}: zero-size array to reduction operation "
                          f"{'maximum' if kind == 'max' else 'minimum'} which has no identity")
@@ -876,10 +913,10 @@ def _g_combine(op, kind, partials, count, shape, t, empty_ok=False, into=None):
             _g_sum_chunks(partials, count if kind == "mean" else -1, res.reshape(-1))
             return res
     if kind == "sum":
-        r = partials.sum(axis=0)
+        r = partials.sum(axis=0, dtype=np.float64)
     elif kind == "mean":
         with np.errstate(invalid="ignore", divide="ignore"):
-            r = partials.sum(axis=0) / count
+            r = partials.sum(axis=0, dtype=np.float64) / count
     elif kind == "prod":
         r = partials.prod(axis=0)
     elif kind == "max":

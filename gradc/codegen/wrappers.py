@@ -25,6 +25,7 @@ from gradc.ir.shapes import Shape
 from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, MatmulEpilogue, value_used
 from gradc.passes import row_plan
 from gradc.passes.fuse_reduce import ROW, ReduceKernel, cpu_plan
+from gradc.passes.loop_ir import GATHER_ROWS, gathered
 from gradc.passes.row_schedule import PER_COL, PER_ROW, SCALAR, input_slots
 from gradc.pipeline import CompiledOp, Method
 
@@ -411,7 +412,7 @@ class WrapperPrinter:
                                    if lv[nid] == ROW else "_s")
         for nid in step.partials:
             shape = "(_C, _N)" if kinds[nid] == "cols" else "(_C,)"
-            b.line(f"_p{nid} = {self._partials(shape, nid)}")
+            b.line(f"_p{nid} = {self._partials(shape, nid, gathered(g, step, nid))}")
             args.append(self._partials_arg(f"_p{nid}"))
         for x, how in input_slots(g, step):
             shape = ("()" if how == SCALAR else self.shape_expr(g.node(x).shape)
@@ -440,8 +441,12 @@ class WrapperPrinter:
         ``empty``: the NumPy name of a reduction that refuses empty rows, or None."""
         return f"_g_rows(_n, _s, {step.split}, {empty!r}{', cols=True' if cols else ''})"
 
-    def _partials(self, shape: str, nid: int) -> str:
-        """A new float64 array of ``shape`` for the partials of reduction ``nid``."""
+    def _partials(self, shape: str, nid: int, gathered: bool) -> str:
+        """A new float64 array of ``shape`` for the partials of reduction ``nid``; of
+        the compute dtype where the kernel ``gathered`` them (a sum across rows) and no
+        chunk has more rows than it gathers (:func:`~gradc.passes.loop_ir.gathered`)."""
+        if gathered:
+            return self._empty(f"_T if _R <= {GATHER_ROWS} * _C else np.float64", shape)
         return self._empty("np.float64", shape)
 
     def _partials_arg(self, var: str) -> str:

@@ -201,6 +201,19 @@ class Finish:
     fallback: tuple = ()
 
 
+def gathered(graph: Graph, kernel: ReduceKernel, n: int) -> bool:
+    """Whether a CPU kernel gathers partial ``n``, a sum or mean across rows (one per
+    column: ``dw``, ``db``), in a row of the compute dtype, :data:`GATHER_ROWS` rows at
+    a time, before adding them to the chunk's partial (its vector loops keep
+    float32's lanes).  Where no chunk has more rows than that (``_R <= GATHER_ROWS *
+    _C``) the wrapper makes the partial itself of the compute dtype and the kernel
+    gathers straight into it: the same float32 sums, which the float64 partial held
+    exactly, without its zeroing, its additions or a row of its own (16 rows of
+    262144: 16 MB less memory traffic a call)."""
+    return (dict(kernel.chunk_kind)[n] == "cols" and not kernel.flat
+            and reduction_kind(graph, n) in ("sum", "mean"))
+
+
 @dataclass(frozen=True)
 class PartialInit:
     """A chunk's partial ``node`` set to the identity of ``kind``: one value (``chunk``
@@ -325,9 +338,8 @@ class _Lowering:
         loops.tiny_normal = any(graph.node(n).op == "norm" for n in norms)
         for n in kernel.partials:
             kind, chunk = self.kind(n), self.kinds[n]
-            loops.partial_inits.append(PartialInit(
-                n, kind, chunk, self.cpu and chunk == "cols" and kind in ("sum", "mean")
-                and not kernel.flat))
+            loops.partial_inits.append(PartialInit(n, kind, chunk,
+                                                   self.cpu and gathered(graph, kernel, n)))
         every = [n for n in kernel.partials if self.kinds[n] == "all"]
         if self.cpu:
             loops.chunk_end = [PartialWrite(n) for n in kernel.partials if self.kinds[n] != "cols"]
