@@ -850,7 +850,8 @@ def _g_reshaped(a, shape):
 def _g_gather_row(q, n, ap, w):
     """The row a reduce kernel gathers a chunk's sums across rows in (``dw``, ``db``):
     ``q``, the chunk's row of the partial, where it is of the compute dtype (``w``'s;
-    the wrapper makes it so where no chunk has more rows than a gather takes), else a
+    the wrapper makes it so where no chunk has more rows than a gather takes, and
+    always in float64), else a
     new row of ``n`` zeros of the compute dtype, ``ap`` elements apart from any other
     array, added to ``q`` every few rows (:func:`_g_gather_flush`).  Chosen by the
     types when the kernel is compiled."""

@@ -718,19 +718,21 @@ def test_centred_sums_that_are_not_finite_are_numpys(modules, dt) -> None:
         np.testing.assert_allclose(a[np.isfinite(a)], b[np.isfinite(b)], rtol=1e-4, atol=0)
 
 
+@pytest.mark.parametrize("dt", ["f32", "f64"])
 @pytest.mark.parametrize("rows, n", [(16, 70000), (48, 300), (2000, 8), (1, 5000), (0, 7)])
 def test_sums_across_rows_gather_into_their_partial_where_chunks_are_short(modules, rows,
-                                                                          n) -> None:
+                                                                          n, dt) -> None:
     """A sum across rows (layer norm's ``dh``, the sum of ``dy`` over rows) is gathered
     in float32, 16 rows at a time, then added to the chunk's float64 partial; where no
     chunk has more than 16 rows the partial is float32 and the kernel gathers straight
-    into it.  Either way the partials are the model's below, bit for bit (no row
-    counted twice or lost, no float32 sum across the chunk's groups), and ``dh`` is
-    their float64 sum in chunk order."""
-    m, _ = modules("f32")
+    into it (in float64, always).  Either way the partials are the model's below, bit
+    for bit (no row counted twice or lost, no float32 sum across the chunk's groups),
+    and ``dh`` is their float64 sum in chunk order."""
+    m, _ = modules(dt)
+    t = np.float32 if dt == "f32" else np.float64
     rng = np.random.default_rng(11)
-    x, g, h = make_args("layernorm", dict(b=rows, n=n), np.float32, rng)
-    dy = rng.standard_normal((rows, n)).astype(np.float32)
+    x, g, h = make_args("layernorm", dict(b=rows, n=n), t, rng)
+    dy = rng.standard_normal((rows, n)).astype(t)
     seen = []
     combine = m._g_combine
 
@@ -746,17 +748,19 @@ def test_sums_across_rows_gather_into_their_partial_where_chunks_are_short(modul
     model = np.zeros((chunks, n))
     for ch in range(chunks):
         r0, r1 = ch * rows // chunks, (ch + 1) * rows // chunks
-        gathered = np.zeros(n, np.float32)
+        gathered = np.zeros(n, t)
         for r in range(r0, r1):
             gathered += dy[r]
-            if (r - r0) % 16 == 15 or r == r1 - 1:
+            if t == np.float32 and ((r - r0) % 16 == 15 or r == r1 - 1):
                 model[ch] += gathered
                 gathered[:] = 0
+        if t == np.float64:
+            model[ch] = gathered
     matching = [p for p in seen if np.array_equal(p.astype(np.float64), model)]
     assert matching, "no partial is the model's"       # (both are zeros without rows)
     partials = matching[0]
-    assert partials.dtype == (np.float32 if rows <= 16 * chunks else np.float64)
-    assert dh.tobytes() == model.sum(axis=0).astype(np.float32).tobytes()
+    assert partials.dtype == (t if rows <= 16 * chunks else np.float64)
+    assert dh.tobytes() == model.sum(axis=0).astype(t).tobytes()
     np.testing.assert_allclose(dh, dy.astype(np.float64).sum(axis=0), rtol=1e-5, atol=1e-4)
 
 
