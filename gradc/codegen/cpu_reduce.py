@@ -102,8 +102,10 @@ class _CpuLoops(LoopPrinter):
         for j, (x, a) in enumerate(loops.slots):
             if a == SCALAR:
                 buf.line(f"s{j} = _i{j}[0]")
-        if loops.stages or loops.scratch or any(i.gathered for i in loops.partial_inits):
+        if loops.stages or loops.scratch or loops.gather:
             buf.line(f"_ap = {APART} // _w.itemsize")
+        if loops.gather:
+            buf.line(f"_gs = _g_gathers_straight(_R, _C, {loops.gather_rows})")
         for b in loops.stages:
             buf.line(f"{self.stage_row(b)} = {_own('empty', str(BLOCK))}")
         if loops.tiny_normal:                   # the smallest normal number
@@ -120,7 +122,7 @@ class _CpuLoops(LoopPrinter):
                 buf.line("for _c in range(_N):")
                 buf.line(f"    _q{i}[_c] = {_INIT[init.kind]}")
                 if init.gathered:       # the partial's row itself, or a row of its own
-                    buf.line(f"_g{i} = _g_gather_row(_q{i}, _N, _ap, _w)")
+                    buf.line(f"_g{i} = _g_gather_row(_q{i}, _gs, _N, _ap, _w)")
             else:
                 buf.line(f"_q{i} = {_INIT[init.kind]}")
         if loops.flat and loops.flat_staged:
@@ -176,9 +178,11 @@ class _CpuLoops(LoopPrinter):
         # partial is of the compute dtype they gather in it, and there is nothing to add)
         if loops.gather:
             k = loops.gather_rows
-            buf.line(f"if (_r - _r0) % {k} == {k - 1} or _r == _r1 - 1:")
+            buf.line(f"if not _gs and ((_r - _r0) % {k} == {k - 1} or _r == _r1 - 1):")
+            buf.line("    for _c in range(_N):")
             for n in loops.gather:
-                buf.line(f"    _g_gather_flush(_q{pos[n]}, _g{pos[n]})")
+                buf.line(f"        _q{pos[n]}[_c] += _g{pos[n]}[_c]")
+                buf.line(f"        _g{pos[n]}[_c] = 0.0")
         buf.dedent()
 
     def one_pass(self, buf: IndentedBuffer, ps) -> None:

@@ -847,48 +847,39 @@ def _g_reshaped(a, shape):
     owns its memory is quicker to check as an ``out=`` later (:func:`_g_may_overlap`)."""
     return a if a.shape == tuple(shape) else a.reshape(shape)
 
-def _g_gather_row(q, n, ap, w):
-    """The row a reduce kernel gathers a chunk's sums across rows in (``dw``, ``db``):
-    ``q``, the chunk's row of the partial, where it is of the compute dtype (``w``'s;
-    the wrapper makes it so where no chunk has more rows than a gather takes, and
-    always in float64), else a
-    new row of ``n`` zeros of the compute dtype, ``ap`` elements apart from any other
-    array, added to ``q`` every few rows (:func:`_g_gather_flush`).  Chosen by the
-    types when the kernel is compiled."""
-    return q if q.dtype == w.dtype else np.zeros(n + 2 * ap, w.dtype)[ap:ap + n]
+@numba.njit(cache=True)
+def _g_gathers_straight(rows, chunks, k):
+    """Whether a reduce kernel gathers its sums across rows (``dw``, ``db``) straight
+    into their partials: no chunk of ``rows`` in ``chunks`` has more rows than it
+    gathers at a time (``k``), so the one row it would gather them in and add to the
+    partial once is the partial's row itself (then of the compute dtype: the wrapper
+    makes it so).  Called by the wrapper and by the kernel, on the same numbers."""
+    return rows <= k * chunks
+
+
+def _g_gather_row(q, straight, n, ap, w):
+    """The row a reduce kernel gathers a chunk's sums across rows in: the partial's
+    row ``q`` where it gathers ``straight`` into it (:func:`_g_gathers_straight`), else
+    a new row of ``n`` zeros of the compute dtype (``w``'s), ``ap`` elements apart from
+    any other array, added to ``q`` every few rows.  (For Numba: a float64 ``q`` of a
+    float32 kernel is never gathered into, and types must agree.)"""
+    return q if straight else np.zeros(n + 2 * ap, w.dtype)[ap:ap + n]
 
 
 @numba.extending.overload(_g_gather_row)
-def _g_gather_row_typed(q, n, ap, w):
+def _g_gather_row_typed(q, straight, n, ap, w):
     if q.dtype == w.dtype:
-        return lambda q, n, ap, w: q
-    return lambda q, n, ap, w: np.zeros(n + 2 * ap, w.dtype)[ap:ap + n]
-
-
-def _g_gather_flush(q, g):
-    """Add the gathered row ``g`` to the partial's row ``q`` and zero it, unless ``g``
-    is ``q`` (:func:`_g_gather_row`; then of one dtype, which is how it is told)."""
-    if q.dtype != g.dtype:
-        q += g
-        g[:] = 0.0
-
-
-@numba.extending.overload(_g_gather_flush)
-def _g_gather_flush_typed(q, g):
-    if q.dtype == g.dtype:
-        return lambda q, g: None
-
-    def flush(q, g):
-        for c in range(q.size):
-            q[c] += g[c]
-            g[c] = 0.0
-    return flush
+        return lambda q, straight, n, ap, w: (
+            q if straight else np.zeros(n + 2 * ap, w.dtype)[ap:ap + n])
+    return lambda q, straight, n, ap, w: np.zeros(n + 2 * ap, w.dtype)[ap:ap + n]
 
 
 @numba.njit(parallel=True, cache=True, error_model="numpy")
 def _g_sum_chunks(partials, count, into):
     """``into`` (flat) = the sum over the chunks of ``partials`` ``(C, N)``, in chunk
-    order as NumPy's ``sum(axis=0)``, divided by ``count`` (a mean) unless it is -1:
+    order as NumPy's ``sum(axis=0)`` adds them where ``N > 1`` (of one column, NumPy
+    sums pairwise: :func:`_g_combine` leaves those to it), divided by ``count`` (a
+    mean) unless it is -1:
     the columns in parallel, in one pass (NumPy's sum, a temporary and a cast took
     0.25 ms per partial of 2 x 262144, one thread)."""
     for c in numba.prange(partials.shape[1]):
@@ -908,7 +899,7 @@ def _g_combine(op, kind, partials, count, shape, t, empty_ok=False, into=None):
         raise ValueError(f"{op}: zero-size array to reduction operation "
                          f"{'maximum' if kind == 'max' else 'minimum'} which has no identity")
     if kind in ("sum", "mean") and partials.ndim == 2 and partials.shape[0] and \
-            partials.size >= _G_PARALLEL_MIN:
+            partials.shape[1] > 1 and partials.size >= _G_PARALLEL_MIN:
         res = np.empty(shape, t) if into is None else into
         if res.dtype in (_G_F32, _G_F64) and res.flags.c_contiguous:
             _g_sum_chunks(partials, count if kind == "mean" else -1, res.reshape(-1))

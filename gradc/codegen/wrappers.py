@@ -446,7 +446,8 @@ class WrapperPrinter:
         the compute dtype where the kernel ``gathered`` them (a sum across rows) and no
         chunk has more rows than it gathers (:func:`~gradc.passes.loop_ir.gathered`)."""
         if gathered:
-            return self._empty(f"_T if _R <= {GATHER_ROWS} * _C else np.float64", shape)
+            return self._empty(f"_T if _g_gathers_straight(_R, _C, {GATHER_ROWS}) "
+                               "else np.float64", shape)
         return self._empty("np.float64", shape)
 
     def _partials_arg(self, var: str) -> str:

@@ -209,9 +209,8 @@ def gathered(graph: Graph, kernel: ReduceKernel, n: int) -> bool:
     _C``) the wrapper makes the partial itself of the compute dtype and the kernel
     gathers straight into it: the same float32 sums, which the float64 partial held
     exactly, without its zeroing, its additions or a row of its own (16 rows of
-    262144: 16 MB less memory traffic a call).  In float64 the partial is always of
-    the compute dtype, so every row is added to it straight (there are no narrower
-    lanes to keep)."""
+    262144: 16 MB less memory traffic a call).  The rule is the run time's
+    ``_g_gathers_straight``, which the wrapper and the kernel both call."""
     return (dict(kernel.chunk_kind)[n] == "cols" and not kernel.flat
             and reduction_kind(graph, n) in ("sum", "mean"))
 

@@ -718,16 +718,34 @@ def test_centred_sums_that_are_not_finite_are_numpys(modules, dt) -> None:
         np.testing.assert_allclose(a[np.isfinite(a)], b[np.isfinite(b)], rtol=1e-4, atol=0)
 
 
+def test_partials_of_one_column_are_summed_as_numpy_sums_them(modules, monkeypatch) -> None:
+    """Partials of one column (a sum across many rows of one element) are NumPy's to
+    sum, whatever GRADC_PARALLEL_MIN says: NumPy sums a (C, 1) array pairwise, not in
+    chunk order as the parallel combine does for wider ones (found by helper 39: the
+    last bits of ``db`` at 100000 x 1 changed with the setting)."""
+    m, _ = modules("f64")
+    rng = np.random.default_rng(2)
+    partials = (rng.standard_normal((24, 1)) * 10.0 ** rng.integers(-8, 9, (24, 1)))
+    in_order = np.zeros(1)
+    for row in partials:
+        in_order += row
+    want = partials.sum(axis=0)
+    assert in_order.tobytes() != want.tobytes()       # the two orders differ here
+    monkeypatch.setattr(m, "_G_PARALLEL_MIN", 1)
+    got = m._g_combine("op", "sum", partials, 24, (1,), np.float64)
+    assert got.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("dt", ["f32", "f64"])
 @pytest.mark.parametrize("rows, n", [(16, 70000), (48, 300), (2000, 8), (1, 5000), (0, 7)])
 def test_sums_across_rows_gather_into_their_partial_where_chunks_are_short(modules, rows,
                                                                           n, dt) -> None:
     """A sum across rows (layer norm's ``dh``, the sum of ``dy`` over rows) is gathered
-    in float32, 16 rows at a time, then added to the chunk's float64 partial; where no
-    chunk has more than 16 rows the partial is float32 and the kernel gathers straight
-    into it (in float64, always).  Either way the partials are the model's below, bit
-    for bit (no row counted twice or lost, no float32 sum across the chunk's groups),
-    and ``dh`` is their float64 sum in chunk order."""
+    in the compute dtype, 16 rows at a time, then added to the chunk's float64
+    partial; where no chunk has more than 16 rows the partial is of the compute dtype
+    and the kernel gathers straight into it.  Either way the partials are the model's
+    below, bit for bit (no row counted twice or lost, no float32 sum across the
+    chunk's groups), and ``dh`` is their float64 sum in chunk order."""
     m, _ = modules(dt)
     t = np.float32 if dt == "f32" else np.float64
     rng = np.random.default_rng(11)
@@ -751,11 +769,9 @@ def test_sums_across_rows_gather_into_their_partial_where_chunks_are_short(modul
         gathered = np.zeros(n, t)
         for r in range(r0, r1):
             gathered += dy[r]
-            if t == np.float32 and ((r - r0) % 16 == 15 or r == r1 - 1):
+            if (r - r0) % 16 == 15 or r == r1 - 1:
                 model[ch] += gathered
                 gathered[:] = 0
-        if t == np.float64:
-            model[ch] = gathered
     matching = [p for p in seen if np.array_equal(p.astype(np.float64), model)]
     assert matching, "no partial is the model's"       # (both are zeros without rows)
     partials = matching[0]
