@@ -178,11 +178,9 @@ class _CpuLoops(LoopPrinter):
         # partial is of the compute dtype they gather in it, and there is nothing to add)
         if loops.gather:
             k = loops.gather_rows
-            buf.line(f"if not _gs and ((_r - _r0) % {k} == {k - 1} or _r == _r1 - 1):")
-            buf.line("    for _c in range(_N):")
+            buf.line(f"if (_r - _r0) % {k} == {k - 1} or _r == _r1 - 1:")
             for n in loops.gather:
-                buf.line(f"        _q{pos[n]}[_c] += _g{pos[n]}[_c]")
-                buf.line(f"        _g{pos[n]}[_c] = 0.0")
+                buf.line(f"    _g_gather_flush(_q{pos[n]}, _g{pos[n]}, _gs)")
         buf.dedent()
 
     def one_pass(self, buf: IndentedBuffer, ps) -> None:
