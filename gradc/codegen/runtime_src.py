@@ -847,6 +847,7 @@ def _g_reshaped(a, shape):
     owns its memory is quicker to check as an ``out=`` later (:func:`_g_may_overlap`)."""
     return a if a.shape == tuple(shape) else a.reshape(shape)
 
+
 @numba.njit(cache=True)
 def _g_gathers_straight(rows, chunks, k):
     """Whether a reduce kernel gathers its sums across rows (``dw``, ``db``) straight
