@@ -26,10 +26,14 @@ from gradc.codegen.printer import IndentedBuffer, LoopPrinter
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.passes.fuse_reduce import ELEMENT, ROW, ReduceKernel, value_args
-from gradc.passes.loop_ir import (APART, BLOCK, CPU, Acc, Buffer, Finish, Load, LoadBack,
-                                  PartialWrite, ReduceLoops, Shift, Stage, Start, Store, Update,
-                                  lower)
-from gradc.passes.row_schedule import (PER_ELEMENT, PER_ROW, SCALAR, accumulate_line, shift_line)
+from gradc.passes.loop_ir import (APART, BLOCK, CPU, Acc, Buffer, Compute, Finish, Load,
+                                  LoadBack, Pass, PartialWrite, ReduceLoops, Shift, Stage, Start,
+                                  Store, Update, lower)
+from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, SCALAR, access,
+                                       accumulate_line, shift_line)
+
+# The smallest normal number of the compute dtype (a norm's scale is at least that).
+_TINY_NORMAL = "_tn = 1.1754943508222875e-38 if _w.itemsize == 4 else 2.2250738585072014e-308"
 
 _INIT = {"sum": "0.0", "mean": "0.0", "prod": "1.0", "max": "-np.inf", "min": "np.inf",
          "logsumexp": "-np.inf", "norm": "-np.inf", "sum_to": "0.0"}
@@ -59,6 +63,9 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     printer.kernel(buf, f"{name}_chunks", fm)
     buf.line()
     printer.entries(buf, name)
+    if loops.split:
+        buf.line()
+        printer.split(buf, name, fm)
     return buf.getvalue().rstrip("\n") + "\n"
 
 
@@ -71,6 +78,7 @@ class _CpuLoops(LoopPrinter):
         self.centres = {c.node: c for ps in loops.passes for c in ps.centred}
         self.shifted: list[str] = []            # the centred sums' values started
         self.stage_at = "_c"                    # the element's index in a stage row
+        self.segment = False                    # printing a pass over a segment of a row
 
     def params(self, *chunks: str) -> str:
         """The kernel's parameters (``chunks``: the first and the last chunk, the body's)."""
@@ -91,17 +99,23 @@ class _CpuLoops(LoopPrinter):
         buf.line("    for _ch in numba.prange(_C):")
         buf.line(f"        {name}_chunks({self.params('_ch', '_ch + 1')})")
 
+    def function(self, buf: IndentedBuffer, name: str, params: str, fm: str,
+                 scalars: bool = True) -> None:
+        """The head of function ``name`` of the kernel, its body indented: the compute
+        dtype ``_T`` and (``scalars``) the scalar inputs."""
+        buf.line(f'@numba.njit(cache=True, error_model="numpy"{fm})')
+        buf.line(f"def {name}({params}):")
+        buf.indent()
+        buf.line("_T = _w.dtype.type")
+        for j, (x, a) in enumerate(self.loops.slots):
+            if a == SCALAR and scalars:
+                buf.line(f"s{j} = _i{j}[0]")
+
     def kernel(self, buf: IndentedBuffer, name: str, fm: str) -> None:
         """The body: the rows of chunks ``_c0`` to ``_c1`` (exclusive)."""
         loops, pos, parts = self.loops, self.pos, self.parts
         self.index = "_j"
-        buf.line(f'@numba.njit(cache=True, error_model="numpy"{fm})')
-        buf.line(f"def {name}({self.params('_c0', '_c1')}):")
-        buf.indent()
-        buf.line("_T = _w.dtype.type")
-        for j, (x, a) in enumerate(loops.slots):
-            if a == SCALAR:
-                buf.line(f"s{j} = _i{j}[0]")
+        self.function(buf, name, self.params("_c0", "_c1"), fm)
         if loops.stages or loops.scratch or loops.gather:
             buf.line(f"_ap = {APART} // _w.itemsize")
         if loops.gather:
@@ -109,8 +123,7 @@ class _CpuLoops(LoopPrinter):
         for b in loops.stages:
             buf.line(f"{self.stage_row(b)} = {_own('empty', str(BLOCK))}")
         if loops.tiny_normal:                   # the smallest normal number
-            buf.line("_tn = 1.1754943508222875e-38 if _w.itemsize == 4 "
-                     "else 2.2250738585072014e-308")
+            buf.line(_TINY_NORMAL)
         buf.line("for _ch in range(_c0, _c1):")
         buf.indent()
         buf.line("_r0 = _ch * _R // _C")
@@ -185,8 +198,9 @@ class _CpuLoops(LoopPrinter):
 
     def one_pass(self, buf: IndentedBuffer, ps) -> None:
         """A loop over the row's elements (in blocks: two, where a short row's runs as
-        one plain loop)."""
-        if ps.block and ps.whole:
+        one plain loop; a segment's always in blocks, which leave its centred sums'
+        means to combine)."""
+        if ps.block and ps.whole and not self.segment:
             buf.line(f"if _N <= {ps.block}:")
             buf.indent()
             self.loop(buf, ps, False)
@@ -210,7 +224,7 @@ class _CpuLoops(LoopPrinter):
             buf.line(f"for _b in range(0, _N, {ps.block}):")
             buf.indent()
             buf.line(f"_e = min(_b + {ps.block}, _N)")
-            if ps.prefetch is not None:
+            if ps.prefetch is not None and not self.segment:
                 buf.line("if _pf:")
                 for j in ps.prefetch.reads:
                     buf.line(f"    _g_prefetch(_i{j}, _lo + _N + _b, _lo + _N + _e)")
@@ -298,6 +312,220 @@ class _CpuLoops(LoopPrinter):
                      f" * (_r{fb} - _R{fb}) * (_b * {n} / _e)")
         for f in values:            # the mean of the row's elements so far
             buf.line(f"_R{f} += (_r{f} - _R{f}) * {n} / _e")
+
+    def split(self, buf: IndentedBuffer, name: str, fm: str) -> None:
+        """Split rows (:data:`~gradc.passes.loop_ir.SPLIT`): ``name_split``, the rows one
+        after another, each pass of a row a call of ``name_seg{p}`` per segment of the
+        row (in parallel, ``name_seg{p}_par``, where ``_par``), the segments'
+        accumulators left in a float64 row of ``_x{p}`` each and combined in segment
+        order before the next pass's row steps.  The segments of a pass are what its
+        loop over a whole row is (blocks, block sums, staged sums, centred co-moments),
+        over a part of the row."""
+        driver = IndentedBuffer()
+        calls = self.driver(driver, name, fm)
+        for p, (ps, arrays, values) in enumerate(calls):
+            self.segment_kernel(buf, name, p, ps, arrays, values, fm)
+            buf.line()
+            args = ", ".join([*arrays, "_lo", "_N", "_r", "_S", *values,
+                              *self.exported(p, ps), "_w"])
+            buf.line("@numba.njit(parallel=True, cache=True)")
+            buf.line(f"def {name}_seg{p}_par({args}):")
+            buf.line("    for _sg in numba.prange(_S):")   # its index unsigned: the segment's
+            buf.line(f"        {name}_seg{p}({args.replace('_S', 'np.int64(_sg), _S', 1)})")
+            buf.line()
+        buf.lines += driver.lines
+
+    def exported(self, p: int, ps: Pass) -> list[str]:
+        """The segments' accumulators of pass ``p``: ``_x{p}``, or none to export."""
+        return [f"_x{p}"] if ps.segment_starts else []
+
+    def export_slots(self, s: Start) -> list[str]:
+        """The locals a segment leaves of its start ``s``, in their order in ``_x``: the
+        accumulator (a max or min's NaN flag next); a centred sum's co-moment, then per
+        value the first block's mean ``_K`` and the mean relative to it ``_R``."""
+        acc, i = self.acc(s.acc), self.pos[s.node]
+        if s.kind == "centred":
+            values = list(dict.fromkeys(self.acc(f) for _, f in self.centres[s.node].sums))
+            return [acc] + [v for f in values for v in (f"_K{f}", f"_R{f}")]
+        if s.nan_flag:
+            return [acc, f"_n{i}"]
+        return [acc]
+
+    def driver(self, buf: IndentedBuffer, name: str, fm: str) -> list:
+        """``name_split``; per pass, the pass, the arrays and the row values its segments
+        take."""
+        loops, pos, parts = self.loops, self.pos, self.parts
+        self.function(buf, f"{name}_split", self.params("_S", "_par"), fm)
+        if loops.scratch:
+            buf.line(f"_ap = {APART} // _w.itemsize")
+        if loops.tiny_normal:
+            buf.line(_TINY_NORMAL)
+        for n in loops.scratch:                 # one row of scratch, segments of it
+            buf.line(f"_k{pos[n]} = {_own('empty', '_N')}")
+        for p, ps in enumerate(loops.passes):
+            if ps.segment_starts:
+                k = sum(len(self.export_slots(s)) for s in ps.segment_starts)
+                buf.line(f"_x{p} = np.empty((_S, {k}))")
+        buf.line("_ch = 0")
+        for init in loops.partial_inits:        # one chunk: gathered straight (R <= 16)
+            i = pos[init.node]
+            if init.chunk == "cols":
+                buf.line(f"_q{i} = {parts[init.node]}[_ch]")
+                if init.gathered:
+                    buf.line(f"_g{i} = _q{i}")
+            else:
+                buf.line(f"_q{i} = {_INIT[init.kind]}")
+        buf.line("for _r in range(_R):")
+        buf.indent()
+        buf.line("_lo = _r * _N")
+        for j, (x, a) in enumerate(loops.slots):
+            if a == PER_ELEMENT and loops.centred:      # a centred sum's fallback's
+                buf.line(f"_i{j}r = _g_view(_i{j}, _lo, _lo + _N)")
+            elif a == PER_ROW:
+                buf.line(f"b{j} = _i{j}[_r]")
+        calls = []
+        self.index = "(_lo + _c)"
+        for p, ps in enumerate(loops.passes):
+            self.shifted = []
+            self.statements(buf, ps.before)
+            arrays, values = self.segment_args(ps)
+            head, tail = [*arrays, "_lo", "_N", "_r"], ["_S", *values, *self.exported(p, ps), "_w"]
+            buf.line("if _par:")
+            buf.line(f"    {name}_seg{p}_par({', '.join(head + tail)})")
+            buf.line("else:")
+            buf.line("    for _sg in range(_S):")
+            buf.line(f"        {name}_seg{p}({', '.join(head + ['_sg'] + tail)})")
+            self.combine(buf, p, ps)
+            calls.append((ps, arrays, values))
+        self.statements(buf, loops.after)
+        self.index = "_r"
+        self.statements(buf, loops.row_end)
+        buf.dedent()
+        self.statements(buf, loops.chunk_end)
+        buf.dedent()
+        return calls
+
+    def segment_args(self, ps: Pass) -> tuple[list[str], list[str]]:
+        """The arrays a segment of ``ps`` reads or writes (whole: the kernel's, its
+        scratch rows, its partials' rows), and the row values and outside values it
+        reads (as the driver names them)."""
+        graph, kernel, kn = self.graph, self.kn.kernel, self.kn
+        arrays: list[str] = []
+        values: list[str] = []
+        stmts = ps.body + [u for u, _ in ps.staged]
+        buffers = [b for _, b in ps.staged]
+        for s in stmts:
+            if isinstance(s, Load):
+                arrays.append(f"_i{s.slot}")
+            elif isinstance(s, (LoadBack, Store)):
+                buffers.append(s.buffer)
+            elif isinstance(s, Update):
+                if s.acc.column:
+                    arrays.append(f"_{s.acc.role}{self.pos[s.node]}")
+                if s.stage == 1 and s.kind in ("logsumexp", "norm"):
+                    values.append(f"_h{self.pos[s.node]}")
+            elif isinstance(s, Compute):
+                for x in value_args(graph, s.node):
+                    if kn.level.get(x) == ROW:
+                        values.append(self.names.get(x, ""))
+                    elif x not in kn.level and \
+                            access(graph, kernel, s.node, x) in (PER_ROW, SCALAR):
+                        values.append(kn.local(x, access(graph, kernel, s.node, x)))
+        for b in buffers:
+            if b.kind == "output":
+                arrays.append(self.outs[b.node])
+            elif b.kind == "scratch":
+                arrays.append(f"_k{self.pos[b.node]}")
+        return (list(dict.fromkeys(arrays)),
+                [v for v in dict.fromkeys(values) if v.isidentifier()])
+
+    def segment_kernel(self, buf: IndentedBuffer, name: str, p: int, ps: Pass,
+                       arrays: list[str], values: list[str], fm: str) -> None:
+        """``name_seg{p}``: pass ``p`` over segment ``_sg`` of ``_S`` of row ``_r``
+        (from ``_lo``: its views of the arrays, then ``_lo`` and ``_N`` the segment's),
+        leaving its accumulators in row ``_sg`` of ``_x{p}``."""
+        loops = self.loops
+        args = [*arrays, "_lo", "_N", "_r", "_sg", "_S", *values, *self.exported(p, ps), "_w"]
+        self.function(buf, f"{name}_seg{p}", ", ".join(args), fm, scalars=False)
+        stages = [b for b in loops.stages if b in self.pass_stages(ps)]
+        if stages:
+            buf.line(f"_ap = {APART} // _w.itemsize")
+        if loops.tiny_normal:
+            buf.line(_TINY_NORMAL)
+        for b in stages:
+            buf.line(f"{self.stage_row(b)} = {_own('empty', str(BLOCK))}")
+        buf.line("_b0 = _sg * _N // _S")
+        buf.line("_b1 = (_sg + 1) * _N // _S")
+        slots = {f"_i{j}": a for j, (x, a) in enumerate(loops.slots)}
+        for arr in arrays:
+            if slots.get(arr) == PER_ELEMENT:
+                buf.line(f"{arr}r = _g_view({arr}, _lo + _b0, _lo + _b1)")
+            elif arr in self.outs.values():
+                buf.line(f"{arr}r = _g_view({arr}, _lo + _b0, _lo + _b1)")
+            else:                               # a column's: input, scratch, partial
+                assert slots.get(arr, PER_COL) == PER_COL
+                buf.line(f"{arr} = _g_view({arr}, _b0, _b1)")
+        buf.line("_lo += _b0")
+        buf.line("_N = _b1 - _b0")
+        inits = {i.node: i for i in loops.partial_inits}
+        for n in ps.first_cols:                 # the partials across rows: started
+            acc = next(s.acc for s in ps.body if isinstance(s, Update) and s.node == n)
+            buf.line("if _r == 0:")
+            buf.line("    for _c in range(_N):")
+            buf.line(f"        _{acc.role}{self.pos[n]}[_c] = {_INIT[inits[n].kind]}")
+        self.shifted = []
+        self.statements(buf, ps.segment_starts)
+        self.segment = True
+        self.one_pass(buf, ps)
+        self.segment = False
+        k = 0
+        for s in ps.segment_starts:
+            for j, v in enumerate(self.export_slots(s)):
+                flag = s.nan_flag and j == 1
+                buf.line(f"_x{p}[_sg, {k}] = " + (f"1.0 if {v} else 0.0" if flag else v))
+                k += 1
+        buf.dedent()
+
+    def pass_stages(self, ps: Pass) -> set:
+        """The stage rows pass ``ps`` uses."""
+        used = {Buffer("stage", s.node, s.arg) for s in ps.body if isinstance(s, Stage)}
+        used |= {b for _, b in ps.staged} | {b for c in ps.centred for b in c.buffers}
+        return used
+
+    def combine(self, buf: IndentedBuffer, p: int, ps: Pass) -> None:
+        """The row's accumulators of pass ``p`` from its segments', in segment order (the
+        row steps before the pass started them): sums added, products multiplied, a max
+        or min compared (its NaN flags or-ed), a centred sum's co-moments combined with
+        Chan's formula, each segment's mean relative to the first segment's ``_K``."""
+        k = 0
+        for s in ps.segment_starts:
+            slots = self.export_slots(s)
+            acc, i = slots[0], self.pos[s.node]
+            x = f"_x{p}[_sg, {k}]"
+            if s.kind == "centred":
+                values = [v[2:] for v in slots[1::2]]
+                buf.line("_na = 0.0")
+                buf.line("; ".join(f"_M{f} = 0.0" for f in values))
+                buf.line("for _sg in range(_S):")
+                buf.line("    _nb = np.float64((_sg + 1) * _N // _S - _sg * _N // _S)")
+                for j, f in enumerate(values):
+                    kk, kr = k + 1 + 2 * j, k + 2 + 2 * j
+                    buf.line(f"    _e{f} = (_x{p}[_sg, {kk}] - _x{p}[0, {kk}]) "
+                             f"+ _x{p}[_sg, {kr}] - _M{f}")
+                fa, fb = [self.acc(f) for _, f in self.centres[s.node].sums * 2][:2]
+                buf.line(f"    {acc} += {x} + _e{fa} * _e{fb} * (_na * _nb / (_na + _nb))")
+                for f in values:
+                    buf.line(f"    _M{f} += _e{f} * _nb / (_na + _nb)")
+                buf.line("    _na += _nb")
+            elif s.nan_flag:
+                buf.line("for _sg in range(_S):")
+                buf.line(f"    {acc} = _g_r{s.kind}({acc}, _T({x})); "
+                         f"_n{i} |= _x{p}[_sg, {k + 1}] != 0.0")
+            else:
+                kind = "sum" if s.kind in ("sum_to", "mean") else s.kind
+                buf.line("for _sg in range(_S):")
+                buf.line(f"    {accumulate_line(acc, x, kind, _SELECT)}")
+            k += len(slots)
 
     def stage_row(self, b) -> str:
         """The stage row of buffer ``b``: ``_z`` and the reduction's position (and the

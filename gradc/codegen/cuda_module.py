@@ -71,7 +71,7 @@ class CudaWrapperPrinter(WrapperPrinter):
     def _partials_arg(self, var: str) -> str:
         return f"{var}.reshape(-1)"          # the kernels take flat arrays
 
-    def _reduce_launch(self, name: str, args: list[str]) -> str:
+    def _reduce_launch(self, name: str, args: list[str], split: bool) -> str:
         return f"_gc_launch_rows({name}, stream, _C, _Y, {', '.join(args + ['_R', '_N', '_gc_witness(_T)'])})"
 
     def _inplace_pairs(self, inputs: list[int]) -> tuple[tuple[int, int], ...]:

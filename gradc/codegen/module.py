@@ -20,6 +20,7 @@ from gradc.codegen.runtime import runtime_objects, source_of
 from gradc.codegen.wrappers import Kernels, WrapperPrinter
 from gradc.frontend.limits import out_of_stack
 from gradc.ir.primitives import PRIMITIVES
+from gradc.passes.loop_ir import SPLIT
 from gradc.pipeline import METHODS, CompiledOp, build_program, issue_warnings
 from gradc.version import __version__
 
@@ -197,6 +198,9 @@ _PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads co
                  "# Calls of fewer elements run the generic plan, not a row plan (_g_row_shape).\n"
                  "_G_ROWS_MIN = _g_env_count('GRADC_ROWS_MIN', os.environ.get('GRADC_ROWS_MIN'), "
                  "1 << 12)\n"
+                 "# Calls of fewer rows than [0], of [1] elements or more, split each row into\n"
+                 "# segments of [2] or more, run in parallel (_g_rows).\n"
+                 f"_G_SPLIT = {SPLIT!r}\n"
                  "# Numba's TBB threading layer unless the user chose one (_g_numba_threads):\n"
                  "# OpenMP's spinning workers would slow PyTorch, JAX and BLAS after each loop.\n"
                  "_G_THREADING = _g_numba_threads(os.environ, numba.config)\n")

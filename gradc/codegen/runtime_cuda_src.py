@@ -634,7 +634,7 @@ def _gc_row_grid(op, shape, k, empty, cols=False, flat=False):
     most 2^20 float64 partial elements (a row of ``N`` per block).  At
     least one block, which writes the partials' initial values when there are no
     rows."""
-    r, n, _ = _g_rows(op, shape, k, empty)
+    r, n, _, _ = _g_rows(op, shape, k, empty)
     # not with column partials: a row of them per warp would make 8x as many rows for
     # _gck_cols to combine, a lane's loop over them latency-bound (not measured yet)
     y = _GC_RBLOCK // _GC_WARP if (n <= _GC_WARP_ROW and not flat and not cols

@@ -645,15 +645,18 @@ class _GradcOp:
         return f"<gradc op {self.__name__}{self.signature}>"
 
 
-def _g_rows(op, shape, k, empty, cols=False):
-    """Rows ``R`` (dims before ``k``), row length ``N`` and chunks ``C`` of a reduce
-    kernel's loop ``shape``; ``empty``: None, or the NumPy name (``maximum``) of a
-    reduction of the kernel that has no identity, NumPy's ValueError for empty rows.  A chunk holds at least 4096 elements and there are
-    at most 64: enough to share among threads, and fixed by the shape alone, so a
-    reduction's bits do not depend on the thread count.  ``cols``: the kernel keeps a
-    float64 partial of a row's length per chunk (a reduction across rows, ``dw``), so
-    long rows get fewer chunks: at most 2^19 partial elements (4 MB), at least 2
-    chunks (16 rows of 262144: 2 chunks, where 16 would write and read 32 MB)."""
+def _g_rows(op, shape, k, empty, cols=False, split=None):
+    """Rows ``R`` (dims before ``k``), row length ``N``, chunks ``C`` and segments ``S``
+    of a reduce kernel's loop ``shape``; ``empty``: None, or the NumPy name
+    (``maximum``) of a reduction of the kernel that has no identity, NumPy's ValueError
+    for empty rows.  A chunk holds at least 4096 elements and there are at most 64:
+    enough to share among threads, and fixed by the shape alone, so a reduction's bits
+    do not depend on the thread count.  ``cols``: the kernel keeps a float64 partial of
+    a row's length per chunk (a reduction across rows, ``dw``), so long rows get fewer
+    chunks: at most 2^19 partial elements (4 MB), at least 2 chunks (16 rows of 262144:
+    2 chunks, where 16 would write and read 32 MB).  ``split`` (a kernel that splits
+    rows: ``_G_SPLIT``, fewer rows than, row length from, segment length from): few
+    long rows run split, one chunk, ``S`` segments a row (else ``S`` is 0)."""
     r = n = 1
     for d in shape[:k]:
         r *= d
@@ -662,8 +665,10 @@ def _g_rows(op, shape, k, empty, cols=False):
     if empty and n == 0 and r:
         raise ValueError(f"{op}: zero-size array to reduction operation {empty} "
                          f"which has no identity")
+    if split is not None and 0 < r < split[0] and n >= split[1]:
+        return r, n, 1, n // split[2]
     c = max(1, min(r, 64, (r * n) >> 12))
-    return r, n, min(c, max(2, (1 << 19) // max(n, 1))) if cols else c
+    return r, n, min(c, max(2, (1 << 19) // max(n, 1))) if cols else c, 0
 
 
 def _g_reassoc_codegen(op):

@@ -25,7 +25,7 @@ from gradc.ir.shapes import Shape
 from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, MatmulEpilogue, value_used
 from gradc.passes import row_plan
 from gradc.passes.fuse_reduce import ROW, ReduceKernel, cpu_plan
-from gradc.passes.loop_ir import GATHER_ROWS, gathered
+from gradc.passes.loop_ir import GATHER_ROWS, gathered, splits
 from gradc.passes.row_schedule import PER_COL, PER_ROW, SCALAR, input_slots
 from gradc.pipeline import CompiledOp, Method
 
@@ -418,7 +418,7 @@ class WrapperPrinter:
             shape = ("()" if how == SCALAR else self.shape_expr(g.node(x).shape)
                      if how in (PER_ROW, PER_COL) else "_s")
             args.append(self.helper("flat", f"{self._value(x)}, {shape}"))
-        b.line(self._reduce_launch(name, args))
+        b.line(self._reduce_launch(name, args, splits(step)))
         for nid in step.partials:
             node = g.node(nid)
             op = "sum" if node.op == "sum_to" else node.op
@@ -434,12 +434,14 @@ class WrapperPrinter:
             b.line(f"_v{nid} = " + self.helper("combine", f"_n, {op!r}, _p{nid}, {count}, "
                                                f"{shape}, _T{initial}"))
 
-    grid_names = "_R, _N, _C"          # what _rows_call gives
+    grid_names = "_R, _N, _C, _SG"          # what _rows_call gives
 
     def _rows_call(self, step: ReduceKernel, empty: str | None, cols: bool) -> str:
-        """The call giving a reduce kernel's ``_R, _N, _C`` from its loop's shape ``_s``;
-        ``empty``: the NumPy name of a reduction that refuses empty rows, or None."""
-        return f"_g_rows(_n, _s, {step.split}, {empty!r}{', cols=True' if cols else ''})"
+        """The call giving a reduce kernel's ``_R, _N, _C, _SG`` from its loop's shape
+        ``_s``; ``empty``: the NumPy name of a reduction that refuses empty rows, or
+        None; a kernel that splits rows gets segments ``_SG`` for few long rows."""
+        return (f"_g_rows(_n, _s, {step.split}, {empty!r}{', cols=True' if cols else ''}"
+                f"{', split=_G_SPLIT' if splits(step) else ''})")
 
     def _partials(self, shape: str, nid: int, gathered: bool) -> str:
         """A new float64 array of ``shape`` for the partials of reduction ``nid``; of
@@ -454,13 +456,17 @@ class WrapperPrinter:
         """A reduce kernel's partials array ``var`` as the kernel takes it."""
         return var
 
-    def _reduce_launch(self, name: str, args: list[str]) -> str:
-        """The call of reduce kernel ``name`` on its arrays ``args``."""
+    def _reduce_launch(self, name: str, args: list[str], split: bool) -> str:
+        """The call of reduce kernel ``name`` on its arrays ``args`` (``split``: its split
+        rows where ``_SG`` segments, their segments in parallel as its other loops are)."""
         call = ", ".join(args + ["_R", "_N", "_C"])
         serial = f"{name}_chunks({call}, 0, _C, _G_WITNESS[_T])"      # every chunk, in turn
-        if self.after_blas:
-            return serial
-        return f"{name}({call}, _G_WITNESS[_T]) if _R * _N >= _G_PARALLEL_MIN else {serial}"
+        parallel = "False" if self.after_blas else "_R * _N >= _G_PARALLEL_MIN"
+        rows = serial if self.after_blas else \
+            f"{name}({call}, _G_WITNESS[_T]) if _R * _N >= _G_PARALLEL_MIN else {serial}"
+        if split:
+            return f"{name}_split({call}, _SG, {parallel}, _G_WITNESS[_T]) if _SG else {rows}"
+        return rows
 
     def _output_arrays(self, step: Kernel, shape_of=lambda nid: "_s") -> list[str]:
         """Arrays for the values ``step`` stores (the caller's out[k] where it is a

@@ -64,6 +64,14 @@ GATHER_ROWS = 16
 # their vector loop.
 APART = 1024
 
+# Split rows (CPU, :attr:`ReduceLoops.split`): a call of fewer than ``SPLIT[0]`` rows of
+# at least ``SPLIT[1]`` elements runs each pass of a row over the row's segments in
+# parallel, segments of ``SPLIT[2]`` elements or more, the segments' accumulators
+# combined per row between passes (rows shared among threads would leave threads idle,
+# one row of 2^22 float32 ran at 38-41 % of a two-thread copy).  The wrapper decides by
+# the shape alone (``_g_splits_rows``), so a row's bits do not depend on the thread count.
+SPLIT = (8, 1 << 17, 1 << 14)
+
 
 @dataclass(frozen=True)
 class Acc:
@@ -251,7 +259,12 @@ class Pass:
     ``block`` elements runs as one plain loop instead (the same sums: one block), the
     loop nest of blocks costing short rows more than their arithmetic; ``staged``:
     the sums run in a second loop over the block (:func:`staged`); ``centred``: the
-    co-moments then run in a loop of their own over it (:class:`Centre`)."""
+    co-moments then run in a loop of their own over it (:class:`Centre`).  Split rows
+    (CPU): ``segment_starts``, the accumulators each segment of the pass starts, then
+    leaves to be combined per row (a :class:`Start` each: a two-pass reduction's sum
+    as a ``sum``, a partial of all elements as its kind); ``first_cols``: the partials
+    across rows (one per column) the pass updates first, which a segment starts at the
+    first row."""
     before: list = field(default_factory=list)
     body: list = field(default_factory=list)
     block: int = 0
@@ -260,6 +273,8 @@ class Pass:
     whole: bool = False
     staged: list[tuple[Update, Buffer]] = field(default_factory=list)
     centred: list[Centre] = field(default_factory=list)
+    segment_starts: list[Start] = field(default_factory=list)
+    first_cols: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -275,7 +290,8 @@ class ReduceLoops:
     number; ``tree_rows``: accumulators a tree takes at most (CUDA's shared memory);
     ``stages``: the stage rows (:class:`Stage`), ``flat_staged`` the sums of a flat
     kernel run in a second loop per block of :data:`BLOCK` elements; ``centred``: the
-    centred sums (CPU)."""
+    centred sums (CPU); ``split``: the kernel also runs as split rows (:data:`SPLIT`,
+    :func:`splits`)."""
     target: str
     outputs: list[int]
     partials: list[int]
@@ -296,6 +312,13 @@ class ReduceLoops:
     stages: list[Buffer] = field(default_factory=list)
     flat_staged: list[tuple[Update, Buffer]] = field(default_factory=list)
     centred: dict = field(default_factory=dict)
+    split: bool = False
+
+
+def splits(kernel: ReduceKernel) -> bool:
+    """Whether a CPU reduce kernel also runs as split rows (:data:`SPLIT`): every kernel
+    with passes over rows (a flat one's rows are of one element)."""
+    return not kernel.flat
 
 
 def lower(graph: Graph, kernel: ReduceKernel, target: str) -> ReduceLoops:
@@ -356,6 +379,7 @@ class _Lowering:
                 loops.stages = [b for _, b in loops.flat_staged if b.kind == "stage"]
             return loops
         loops.scratch = list(sch.scratch)
+        loops.split = self.cpu and splits(kernel)
         streamed = [j for j, (x, a) in enumerate(self.slots) if a == PER_ELEMENT]
         prefetch_pass = self.prefetch_pass(streamed) if self.cpu else None
         if prefetch_pass is not None and streamed:
@@ -376,6 +400,7 @@ class _Lowering:
                 for b in [b for _, b in ps.staged] + [b for c in ps.centred for b in c.buffers]:
                     if b.kind == "stage" and b not in loops.stages:
                         loops.stages.append(b)
+                ps.segment_starts, ps.first_cols = self.segment_starts(p, ps.before)
             loops.passes.append(ps)
         loops.after = self.row_steps(sch.passes)
         loops.row_end = [Store(n, Buffer("output", n)) for n in kernel.outputs
@@ -384,6 +409,19 @@ class _Lowering:
                           if not reads_element(graph, kernel, n)]
         loops.gather = [i.node for i in loops.partial_inits if i.gathered]
         return loops
+
+    def segment_starts(self, p: int, before: list) -> tuple[list[Start], list[int]]:
+        """Split rows: the accumulators a segment of pass ``p`` starts (of the
+        reductions it updates: their starts and shifts in ``before``, its partials of
+        all elements) and the partials across rows it updates (:attr:`Pass.first_cols`:
+        each partial is updated in one pass)."""
+        rows, parts = self.updated(p)
+        ours = set(rows) | set(self.centred_in(p))
+        starts = [s for s in before if isinstance(s, Start) and s.node in ours]
+        starts += [Start(s.node, "sum", Acc("s", s.node)) for s in before
+                   if isinstance(s, Shift) and s.node in ours]
+        starts += [Start(n, self.kind(n), Acc("q", n)) for n in parts if self.kinds[n] == "all"]
+        return starts, [n for n in parts if self.kinds[n] == "cols"]
 
     def flat_body(self) -> list:
         """Rows of one element: the loop over the flat range."""

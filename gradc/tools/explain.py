@@ -16,6 +16,7 @@ from gradc.ir.shapes import Shape
 from gradc.passes.fuse import (Kernel, KernelPlan, reading_steps, value_args, value_used,
                                why_stored)
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, is_reduction
+from gradc.passes.loop_ir import SPLIT, splits
 from gradc.passes.row_schedule import input_slots, schedule
 from gradc.pipeline import build_op
 
@@ -279,6 +280,10 @@ def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals,
         sch = schedule(g, step)
         layout = f"in rows of {row}, {sch.passes} pass(es) per row"
     lines = [f"  [{k}] kernel over {shape} {layout}: fuses {len(step.nodes)} primitive(s) ({fused})"]
+    if splits(step):
+        rows, least, segment = SPLIT
+        lines.append(f"      fewer than {rows} rows of {least} elements or more: each pass over "
+                     f"segments of a row ({segment} or more) in parallel (split rows)")
     centred = {} if step.flat else sch.centred
     per_row = [g.node(n).op + (" (centred)" if n in centred else "")
                for n in step.nodes if lv[n] == "R" and is_reduction(g, n)]

@@ -762,7 +762,7 @@ def test_sums_across_rows_gather_into_their_partial_where_chunks_are_short(modul
         _, _, _, dh = m.layernorm.fwd_bwd(x, g, h, dy)
     finally:
         m._g_combine = combine
-    _, _, chunks = m._g_rows("layernorm", (rows, n), 1, None, cols=True)
+    _, _, chunks, _ = m._g_rows("layernorm", (rows, n), 1, None, cols=True)
     model = np.zeros((chunks, n))
     for ch in range(chunks):
         r0, r1 = ch * rows // chunks, (ch + 1) * rows // chunks

@@ -13,28 +13,9 @@ import gradc
 from gradc.frontend.check import check_source
 from gradc.passes import row_plan
 from gradc.pipeline import build_program
+from row_sources import ROW_OPS
 
-SOURCE = """
-op smax(x) -> y {
-    e = exp(x - max(x, axis=-1, keepdims=true))
-    y = e / sum(e, axis=-1, keepdims=true)
-} grad(dy) -> dx {
-    dx = y * (dy - sum(y * dy, axis=-1, keepdims=true))
-}
-op lnorm(x, w, b, eps: nograd = 1e-5) -> y {
-    xc = x - mean(x, axis=-1, keepdims=true)
-    rstd = rsqrt(mean(xc^2, axis=-1, keepdims=true) + eps)
-    y = xc * rstd * w + b
-} grad(dy) -> (dx, dw, db) {
-    xhat = xc * rstd
-    g = dy * w
-    dx = rstd * (g - mean(g, axis=-1, keepdims=true) - xhat * mean(g * xhat, axis=-1, keepdims=true))
-    dw = sum(dy * xhat, axis=0)
-    db = sum(dy, axis=0)
-}
-op xent(x, t: nograd) -> loss {
-    loss = mean(logsumexp(x, axis=-1) - sum(x * t, axis=-1))
-}
+SOURCE = ROW_OPS + """
 op ext(x) -> (hi, lo, n) {
     hi = max(x, axis=-1)
     lo = min(x, axis=-1, keepdims=true)

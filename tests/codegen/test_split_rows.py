@@ -1,0 +1,239 @@
+"""Split rows: a call of few long rows runs each pass of a row over segments of the row
+in parallel, the segments' accumulators combined per row between passes
+(``gradc.passes.loop_ir.SPLIT``; the wrapper decides by the shape, ``_g_rows``).  The
+tests make rows of a few hundred elements split (``_G_SPLIT``, a module global) and check
+every kind of accumulator a segment leaves (sums, two-pass maxima and shifted sums,
+NaN flags, centred sums by Chan's formula, partials of all elements and across rows)
+against the same op with whole rows, and against float64 where the order of the sums
+moves the bits; the special values a segment may hold alone; bits that do not depend
+on threads; and which calls split."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+import gradc
+from gradc.passes.loop_ir import SPLIT
+from row_sources import ROW_OPS
+
+SOURCE = ROW_OPS + """
+op lsmax(x) -> y {
+    y = x - logsumexp(x, axis=-1, keepdims=true)
+}
+op rms(x, w, eps: nograd = 1e-6) -> y {
+    y = x * rsqrt(mean(x * x, axis=-1, keepdims=true) + eps) * w
+}
+op ext(x) -> (hi, lo, n, p, cm) {
+    hi = max(x, axis=-1)
+    lo = min(x, axis=-1, keepdims=true)
+    n = norm(x, axis=-1)
+    p = prod(x, axis=-1)
+    cm = max(x, axis=0)
+}
+op dropmax(x: f64[r, n], p: nograd = 0.5) -> y {
+    keep = random_uniform_like(x) >= p
+    e = exp(x - max(x, axis=-1, keepdims=true))
+    y = e / sum(e, axis=-1, keepdims=true) * keep
+}
+"""
+
+# rows of 64 elements or more split, fewer than 8 of them, in segments of 16 or more
+SMALL = (8, 64, 16)
+WHOLE = (0, 64, 16)          # no call splits
+
+
+@pytest.fixture(scope="module")
+def m(import_module_text):
+    module = import_module_text(gradc.compile_source(SOURCE, file="split.grad"), "split_rows_ops")
+    module._G_ROWS_MIN = 0
+    return module
+
+
+def _splits(m, monkeypatch):
+    """Calls of the module's split kernels (module globals the wrappers call)."""
+    calls = []
+    for name in [n for n in dir(m) if n.endswith("_split") and n.startswith("_g")]:
+        def counted(*args, _inner=getattr(m, name)):
+            calls.append(1)
+            return _inner(*args)
+        monkeypatch.setattr(m, name, counted)
+    return calls
+
+
+def _inputs(op, shape, dtype, rng):
+    r, n = shape
+    x = (rng.standard_normal(shape) * 2 + 0.5).astype(dtype)
+    if op == "lnorm":
+        return [x, rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)]
+    if op == "rms":
+        return [x, rng.standard_normal(n).astype(dtype)]
+    if op == "xent":
+        t = rng.random(shape).astype(dtype)
+        return [x, t / t.sum(axis=-1, keepdims=True)]
+    return [x]
+
+
+def _call(m, op, method, args, rng, dtype, **kw):
+    f = getattr(m, op)
+    if method == "forward":
+        return f(*args, **kw)
+    if method == "jvp":
+        tangents = [rng.standard_normal(np.shape(a)).astype(dtype) for a in args]
+        return f.jvp(*args[:1], *args[1:], *tangents[:1 if op == "xent" else len(args)], **kw)
+    y = f(*args, **kw)
+    ys = y if isinstance(y, tuple) else (y,)
+    dy = [rng.standard_normal(np.shape(v)).astype(dtype) for v in ys]
+    return getattr(f, method)(*args, *dy, **kw)
+
+
+def _tuple(v):
+    return v if isinstance(v, tuple) else (v,)
+
+
+# every op's fwd_bwd, and the other methods where their kernels hold other accumulators
+# (each case compiles its kernels twice: split and whole)
+CASES = [(op, "fwd_bwd") for op in ("smax", "lsmax", "lnorm", "rms", "xent")] + [
+    ("lnorm", "forward"), ("lsmax", "forward"), ("lnorm", "vjp"), ("rms", "vjp"),
+    ("xent", "vjp"), ("smax", "jvp"), ("lnorm", "jvp"), ("xent", "jvp")]
+
+
+@pytest.mark.parametrize("op, method", CASES)
+def test_split_rows_agree_with_whole_rows(m, monkeypatch, op, method):
+    """Softmax, log-softmax, layer norm, RMS norm and cross-entropy in float64: split
+    rows (of 1, 3 and 7 rows, segments of 16 to 41 elements, the last one longer; 2 x 3
+    rows where a row plan serves the method at rank 3) give what whole rows give, to
+    the order of their sums."""
+    calls = _splits(m, monkeypatch)
+    for shape in [(1, 300), (3, 257), (7, 100), (2, 3, 70)]:
+        rows = (int(np.prod(shape[:-1])), shape[-1])
+        args = _inputs(op, rows, np.float64, np.random.default_rng(1))
+        args = [a.reshape(shape) if a.shape == rows else a for a in args]
+        monkeypatch.setattr(m, "_G_SPLIT", SMALL)
+        before = len(calls)
+        got = _tuple(_call(m, op, method, args, np.random.default_rng(2), np.float64))
+        assert len(calls) > before or len(shape) > 2, "the call did not split"
+        monkeypatch.setattr(m, "_G_SPLIT", WHOLE)
+        want = _tuple(_call(m, op, method, args, np.random.default_rng(2), np.float64))
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            assert np.shape(a) == np.shape(b) and np.asarray(a).dtype == np.float64
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_float32_split_rows_keep_float32_accuracy(m, monkeypatch):
+    """Layer norm's fwd_bwd (centred sums: each segment's co-moment about its mean,
+    combined by Chan's formula; dw and db gathered straight) and cross-entropy's vjp in
+    float32 on rows around 1e4 with a spread of 1: as close to float64 as whole rows."""
+    rng = np.random.default_rng(3)
+    r, n = 3, 4099
+    x = (1e4 + rng.standard_normal((r, n))).astype(np.float32)
+    w, b = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    dy = rng.standard_normal((r, n)).astype(np.float32)
+    exact = m.lnorm.fwd_bwd(*(a.astype(np.float64) for a in (x, w, b, dy)))
+    errors = {}
+    for name, split in [("split", (8, 64, 64)), ("whole", WHOLE)]:
+        monkeypatch.setattr(m, "_G_SPLIT", split)
+        got = m.lnorm.fwd_bwd(x, w, b, dy)
+        errors[name] = [float(np.max(np.abs(g - e)) / np.max(np.abs(e))) for g, e in zip(got, exact)]
+        assert all(g.dtype == np.float32 for g in got)
+    for s, whole in zip(errors["split"], errors["whole"]):
+        assert s <= max(2 * whole, 1e-5), errors
+    t = rng.random((r, n)).astype(np.float32)
+    t /= t.sum(axis=-1, keepdims=True)
+    x = rng.standard_normal((r, n)).astype(np.float32) * 30
+    monkeypatch.setattr(m, "_G_SPLIT", (8, 64, 64))
+    got = m.xent.vjp(x, t, np.float32(1.0))
+    want = m.xent.vjp(x.astype(np.float64), t.astype(np.float64), 1.0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-7)
+
+
+def test_special_values_in_one_segment(m, monkeypatch):
+    """A NaN, an inf or a -inf in one segment of a row reaches the row's max, min, norm,
+    product, logsumexp and softmax as in whole rows (the NaN flags or-ed across
+    segments, the shifts from the combined max); a row of -inf and an empty-looking
+    row of zeros too; the max across rows (a partial per column) started at the first
+    row in each segment."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 200))
+    x[0, 150] = np.nan
+    x[1, 30] = np.inf
+    x[2, :] = -np.inf
+    x[3, 199] = -np.inf
+    x[4, :] = 0.0
+    x[5, 17] = 1e308
+    results = {}
+    for name, split in [("split", SMALL), ("whole", WHOLE)]:
+        monkeypatch.setattr(m, "_G_SPLIT", split)
+        with np.errstate(all="ignore"):
+            results[name] = [*_tuple(m.ext(x)), m.smax(x), m.lsmax(x),
+                             m.xent(x, np.full_like(x, 1 / 200)),
+                             *_tuple(m.smax.fwd_bwd(x, np.ones_like(x)))]
+    for a, b in zip(results["split"], results["whole"]):      # dx: 1 - sum(y) near 0
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15, equal_nan=True)
+
+
+def test_max_across_rows_starts_at_the_first_row(m, monkeypatch):
+    """The max across rows (a partial per column) of a kernel that splits rows, into an
+    ``out=`` holding other numbers: each segment starts its columns at the first row."""
+    monkeypatch.setattr(m, "_G_SPLIT", SMALL)
+    x = np.random.default_rng(5).standard_normal((3, 130)) - 10
+    outs = tuple(np.full(np.shape(v), 7.0) for v in _tuple(m.ext(x)))
+    got = m.ext(x, out=outs)
+    np.testing.assert_array_equal(got[4], x.max(axis=0))
+    np.testing.assert_array_equal(got[0], x.max(axis=-1))
+
+
+def test_bits_do_not_depend_on_threads(m, monkeypatch):
+    """A split call's bits are the shape's: the same on one thread and two, and where
+    the call is too small to be threaded (GRADC_PARALLEL_MIN: its segments in turn)."""
+    monkeypatch.setattr(m, "_G_SPLIT", SMALL)
+    rng = np.random.default_rng(6)
+    args = _inputs("lnorm", (5, 333), np.float32, rng)
+    dy = rng.standard_normal((5, 333)).astype(np.float32)
+    first = m.lnorm.fwd_bwd(*args, dy)
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = m.lnorm.fwd_bwd(*args, dy)
+    finally:
+        numba.set_num_threads(threads)
+    monkeypatch.setattr(m, "_G_PARALLEL_MIN", 1 << 60)
+    serial = m.lnorm.fwd_bwd(*args, dy)
+    for a, b, c in zip(first, one, serial):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
+
+
+def test_random_numbers_in_split_rows(m, monkeypatch):
+    """A draw in a kernel that splits rows (an op of declared rank 2: its own reduce
+    kernels) takes the element's index in the whole array: the same mask as whole
+    rows."""
+    x = np.random.default_rng(7).standard_normal((2, 500))
+    monkeypatch.setattr(m, "_G_SPLIT", SMALL)
+    calls = _splits(m, monkeypatch)
+    got = m.dropmax(x, seed=11)
+    assert calls
+    monkeypatch.setattr(m, "_G_SPLIT", WHOLE)
+    want = m.dropmax(x, seed=11)
+    np.testing.assert_array_equal(got == 0, want == 0)
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_which_calls_split(m, monkeypatch):
+    """Fewer rows than SPLIT[0], of SPLIT[1] elements or more, split; more rows, shorter
+    rows, no rows and empty rows do not (the rule of ``_g_rows``, gradc's own)."""
+    rows, least, segment = SPLIT
+    assert m._G_SPLIT == SPLIT
+    assert m._g_rows("f", (1, least), 1, None, split=SPLIT) == (1, least, 1, least // segment)
+    assert m._g_rows("f", (rows - 1, 3 * least), 1, None, split=SPLIT)[3] == 3 * least // segment
+    for shape in [(rows, least), (1, least - 1), (0, least), (3, 0)]:
+        assert m._g_rows("f", shape, 1, None, split=SPLIT)[3] == 0
+    assert m._g_rows("f", (1, least), 1, None)[3] == 0
+    monkeypatch.setattr(m, "_G_SPLIT", SMALL)
+    calls = _splits(m, monkeypatch)
+    m.smax(np.ones((8, 100)))
+    m.smax(np.ones((7, 63)))
+    assert not calls
+    m.smax(np.ones((7, 64)))
+    assert calls
