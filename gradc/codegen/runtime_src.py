@@ -913,10 +913,14 @@ def _g_combine(op, kind, partials, count, shape, t, empty_ok=False, into=None):
     a sum across rows of the compute dtype where no chunk has more rows than a CPU
     kernel gathers, added in float64 all the same); ``empty_ok``: a max or min of
     nothing is its initial value (the partials' -inf or inf), not NumPy's error;
-    ``into``: an array of ``shape`` and dtype ``t`` to write it in (and return)."""
+    ``into``: an array of ``shape`` and dtype ``t`` to write it in (and return).  A sum
+    of one chunk gathered straight (few long rows) is its row itself, not a copy."""
     if kind in ("max", "min") and count == 0 and not empty_ok:
         raise ValueError(f"{op}: zero-size array to reduction operation "
                          f"{'maximum' if kind == 'max' else 'minimum'} which has no identity")
+    if kind == "sum" and into is None and partials.ndim == 2 and partials.shape[0] == 1 \
+            and partials.dtype == t:      # gathered straight into one chunk's row: the sum
+        return _g_reshaped(partials[0], shape)
     if kind in ("sum", "mean") and partials.ndim == 2 and partials.shape[0] and \
             partials.shape[1] > 1 and partials.size >= _G_PARALLEL_MIN:
         res = np.empty(shape, t) if into is None else into

@@ -429,7 +429,9 @@ class WrapperPrinter:
                 not _no_identity(node) else ""      # an empty max is its initial value
             shape = self.shape_expr(node.shape)
             if (slot := self.slots.get(nid)) is not None:     # straight into out[slot]
-                initial += f", into={self._result_buffer(slot, shape)}"
+                # without out=, a sum of one chunk gathered straight is its partial's row
+                own = "None" if op == "sum" and gathered(g, step, nid) else None
+                initial += f", into={self._result_buffer(slot, shape, own)}"
                 self.fresh.add(nid)
             b.line(f"_v{nid} = " + self.helper("combine", f"_n, {op!r}, _p{nid}, {count}, "
                                                f"{shape}, _T{initial}"))
@@ -486,12 +488,13 @@ class WrapperPrinter:
             arrays.append(f"{var}.reshape(-1)")
         return arrays
 
-    def _result_buffer(self, slot: int, shape: str) -> str:
+    def _result_buffer(self, slot: int, shape: str, own: str | None = None) -> str:
         """Where a result computed in place goes: the caller's out[slot] when it can
-        hold it (``_g_buffer``), else a new array of ``shape``."""
+        hold it (``_g_buffer``), else a new array of ``shape`` (``own``: what the call
+        gives without out=, instead of a new array)."""
         buffer = self.helper("buffer", f"_n, _out, {slot}, {shape}, _T, _RT")
         if self.host_fast_paths:          # no out=: what _g_buffer would make
-            buffer = f"np.empty({shape}, dtype=_T) if _out is None else {buffer}"
+            buffer = f"{own or f'np.empty({shape}, dtype=_T)'} if _out is None else {buffer}"
         return buffer
 
     def _comments(self, step: Kernel) -> tuple[str, str]:

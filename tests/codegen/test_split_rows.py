@@ -237,3 +237,21 @@ def test_which_calls_split(m, monkeypatch):
     assert not calls
     m.smax(np.ones((7, 64)))
     assert calls
+
+
+def test_a_sum_across_few_rows_is_its_partial(m, monkeypatch):
+    """Split rows gather dw and db straight into the one chunk's row of the compute
+    dtype, which is then the result itself (no copy, no float64 round trip): the same
+    bits as summing the partial, the float32 sum of at most 7 rows."""
+    monkeypatch.setattr(m, "_G_SPLIT", SMALL)
+    rng = np.random.default_rng(8)
+    args = _inputs("lnorm", (3, 200), np.float32, rng)
+    dy = rng.standard_normal((3, 200)).astype(np.float32)
+    _, _, dw, db = m.lnorm.fwd_bwd(*args, dy)
+    assert db.dtype == np.float32 and db.base is not None and db.base.shape == (1, 200)
+    np.testing.assert_array_equal(db, (dy[0] + dy[1]) + dy[2])
+    x, w, b = args
+    outs = tuple(np.empty_like(a) for a in (x, x, w, b))
+    _, _, dw_out, db_out = m.lnorm.fwd_bwd(*args, dy, out=outs)
+    np.testing.assert_array_equal(dw_out, dw)
+    np.testing.assert_array_equal(db_out, db)
