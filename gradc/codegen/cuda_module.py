@@ -65,8 +65,11 @@ class CudaWrapperPrinter(WrapperPrinter):
         takes at a time (``_gc_row_grid``)."""
         return f"_gc_row_grid(_n, _s, {step.split}, {empty!r}, {cols!r}, {step.flat!r})"
 
-    def _partials(self, shape: str, nid: int, gathered: bool) -> str:
+    def _partials(self, shape: str, nid: int, gathered: bool, into: str | None = None) -> str:
         return f"_gc_scratch({shape}, stream, {nid})"     # kept between calls
+
+    def _gathered_into(self, step: ReduceKernel, nid: int) -> str | None:
+        return None                         # partials stay the device's scratch
 
     def _partials_arg(self, var: str) -> str:
         return f"{var}.reshape(-1)"          # the kernels take flat arrays

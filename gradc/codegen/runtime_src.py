@@ -908,19 +908,36 @@ def _g_sum_chunks(partials, count, into):
         into[c] = s if count == -1 else s / count
 
 
+def _g_partial_rows(into, chunks, n, t, straight, inputs):
+    """The partials of a sum across rows a reduce kernel gathers (``chunks`` rows of
+    ``n``): ``into`` itself, the result's buffer (None: a new one), where one chunk
+    gathers ``straight`` in the compute dtype ``t`` (few long rows) and ``into`` is
+    none of the ``inputs`` (out= in place of one: the kernel reads it while it
+    gathers), else new (of ``t`` where ``straight``, else float64)."""
+    if straight and chunks == 1 and into is not None and into.dtype == t \
+            and into.size == n and into.flags.c_contiguous \
+            and not any(isinstance(a, np.ndarray) and _g_may_overlap(into, a) for a in inputs):
+        return into.reshape(1, n)
+    return np.empty((chunks, n), dtype=t if straight else np.float64)
+
+
 def _g_combine(op, kind, partials, count, shape, t, empty_ok=False, into=None):
     """A chunk reduction's value from its per-chunk partials (float64, deterministic;
     a sum across rows of the compute dtype where no chunk has more rows than a CPU
     kernel gathers, added in float64 all the same); ``empty_ok``: a max or min of
     nothing is its initial value (the partials' -inf or inf), not NumPy's error;
     ``into``: an array of ``shape`` and dtype ``t`` to write it in (and return).  A sum
-    of one chunk gathered straight (few long rows) is its row itself, not a copy."""
+    of one chunk gathered straight (few long rows) is its row itself, not a copy (and
+    where that row is ``into``'s memory, nothing is left to do)."""
     if kind in ("max", "min") and count == 0 and not empty_ok:
         raise ValueError(f"{op}: zero-size array to reduction operation "
                          f"{'maximum' if kind == 'max' else 'minimum'} which has no identity")
-    if kind == "sum" and into is None and partials.ndim == 2 and partials.shape[0] == 1 \
+    if kind == "sum" and partials.ndim == 2 and partials.shape[0] == 1 \
             and partials.dtype == t:      # gathered straight into one chunk's row: the sum
-        return _g_reshaped(partials[0], shape)
+        if into is None:
+            return _g_reshaped(partials[0], shape)
+        if partials.size == into.size and partials.ctypes.data == into.ctypes.data:
+            return into                   # (_g_partial_rows: the row is into's memory)
     if kind in ("sum", "mean") and partials.ndim == 2 and partials.shape[0] and \
             partials.shape[1] > 1 and partials.size >= _G_PARALLEL_MIN:
         res = np.empty(shape, t) if into is None else into

@@ -136,6 +136,8 @@ class WrapperPrinter:
         kinds = "".join("f" if g.node(o).dtype == FLOAT else "-" for o in g.outputs)
         labels = tuple(g.node(p).attr("name") for p in params + ups)
         inplace = self._inplace_pairs(params + ups)
+        self.in_place = {k for k, _ in inplace}       # the outs that may be inputs
+        self.arguments = inputs                         # the arrays out= may be
         b.line(f"_S = ({', '.join(early)}{',' if len(early) == 1 else ''})")
         # Upstreams converted first: out= is checked against the arrays the kernels read
         # (an object's __array__ may give other memory at a second call).
@@ -410,9 +412,11 @@ class WrapperPrinter:
         b.line(f"{self.grid_names} = {self._rows_call(step, empty, cols)}")
         args = self._output_arrays(step, lambda nid: self.shape_expr(g.node(nid).shape)
                                    if lv[nid] == ROW else "_s")
+        held = {}                       # partial -> the result buffer it gathers in
         for nid in step.partials:
             shape = "(_C, _N)" if kinds[nid] == "cols" else "(_C,)"
-            b.line(f"_p{nid} = {self._partials(shape, nid, gathered(g, step, nid))}")
+            held[nid] = self._gathered_into(step, nid)
+            b.line(f"_p{nid} = {self._partials(shape, nid, gathered(g, step, nid), held[nid])}")
             args.append(self._partials_arg(f"_p{nid}"))
         for x, how in input_slots(g, step):
             shape = ("()" if how == SCALAR else self.shape_expr(g.node(x).shape)
@@ -431,7 +435,7 @@ class WrapperPrinter:
             if (slot := self.slots.get(nid)) is not None:     # straight into out[slot]
                 # without out=, a sum of one chunk gathered straight is its partial's row
                 own = "None" if op == "sum" and gathered(g, step, nid) else None
-                initial += f", into={self._result_buffer(slot, shape, own)}"
+                initial += f", into={held[nid] or self._result_buffer(slot, shape, own)}"
                 self.fresh.add(nid)
             b.line(f"_v{nid} = " + self.helper("combine", f"_n, {op!r}, _p{nid}, {count}, "
                                                f"{shape}, _T{initial}"))
@@ -445,14 +449,31 @@ class WrapperPrinter:
         return (f"_g_rows(_n, _s, {step.split}, {empty!r}{', cols=True' if cols else ''}"
                 f"{', split=_G_SPLIT' if splits(step) else ''})")
 
-    def _partials(self, shape: str, nid: int, gathered: bool) -> str:
+    def _partials(self, shape: str, nid: int, gathered: bool, into: str | None = None) -> str:
         """A new float64 array of ``shape`` for the partials of reduction ``nid``; of
         the compute dtype where the kernel ``gathered`` them (a sum across rows) and no
-        chunk has more rows than it gathers (:func:`~gradc.passes.loop_ir.gathered`)."""
+        chunk has more rows than it gathers (:func:`~gradc.passes.loop_ir.gathered`);
+        ``into``: the result's buffer, which the one chunk of few long rows gathers in
+        unless it is an argument's array (``_g_partial_rows``)."""
+        straight = f"_g_gathers_straight(_R, _C, {GATHER_ROWS})"
+        if into is not None:
+            inputs = self.arguments if self.slots[nid] in self.in_place else "()"
+            return self.helper("partial_rows", f"{into}, _C, _N, _T, {straight}, {inputs}")
         if gathered:
-            return self._empty(f"_T if _g_gathers_straight(_R, _C, {GATHER_ROWS}) "
-                               "else np.float64", shape)
+            return self._empty(f"_T if {straight} else np.float64", shape)
         return self._empty("np.float64", shape)
+
+    def _gathered_into(self, step: ReduceKernel, nid: int) -> str | None:
+        """A sum across rows the CPU kernel gathers straight, of a result the caller may
+        pass in out=: the variable of the result's buffer (printed here, before the
+        kernel, which may gather in it), else None."""
+        g = self.graph
+        slot = self.slots.get(nid)
+        if slot is None or g.node(nid).op == "mean" or not gathered(g, step, nid):
+            return None
+        shape = self.shape_expr(g.node(nid).shape)
+        self.buf.line(f"_b{nid} = {self._result_buffer(slot, shape, 'None')}")
+        return f"_b{nid}"
 
     def _partials_arg(self, var: str) -> str:
         """A reduce kernel's partials array ``var`` as the kernel takes it."""
