@@ -422,7 +422,7 @@ class WrapperPrinter:
             shape = ("()" if how == SCALAR else self.shape_expr(g.node(x).shape)
                      if how in (PER_ROW, PER_COL) else "_s")
             args.append(self.helper("flat", f"{self._value(x)}, {shape}"))
-        b.line(self._reduce_launch(name, args, splits(step)))
+        b.line(self._reduce_launch(name, args, splits(self.graph, step)))
         for nid in step.partials:
             node = g.node(nid)
             op = "sum" if node.op == "sum_to" else node.op
@@ -447,7 +447,7 @@ class WrapperPrinter:
         ``_s``; ``empty``: the NumPy name of a reduction that refuses empty rows, or
         None; a kernel that splits rows gets segments ``_SG`` for few long rows."""
         return (f"_g_rows(_n, _s, {step.split}, {empty!r}{', cols=True' if cols else ''}"
-                f"{', split=_G_SPLIT' if splits(step) else ''})")
+                f"{', split=_G_SPLIT' if splits(self.graph, step) else ''})")
 
     def _partials(self, shape: str, nid: int, gathered: bool, into: str | None = None) -> str:
         """A new float64 array of ``shape`` for the partials of reduction ``nid``; of

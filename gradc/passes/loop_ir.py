@@ -315,10 +315,14 @@ class ReduceLoops:
     split: bool = False
 
 
-def splits(kernel: ReduceKernel) -> bool:
+def splits(graph: Graph, kernel: ReduceKernel) -> bool:
     """Whether a CPU reduce kernel also runs as split rows (:data:`SPLIT`): every kernel
-    with passes over rows (a flat one's rows are of one element)."""
-    return not kernel.flat
+    with passes over rows (a flat one's rows are of one element) but a row product's
+    (the segments' products of a row of 2s, then of 0.5s, are inf and 0, whose product
+    is NaN where the row's, as NumPy takes it, is inf; found by helper 40)."""
+    return not kernel.flat and not any(
+        kernel_level == ROW and is_reduction(graph, n) and reduction_kind(graph, n) == "prod"
+        for n, kernel_level in kernel.levels)
 
 
 def lower(graph: Graph, kernel: ReduceKernel, target: str) -> ReduceLoops:
@@ -379,7 +383,7 @@ class _Lowering:
                 loops.stages = [b for _, b in loops.flat_staged if b.kind == "stage"]
             return loops
         loops.scratch = list(sch.scratch)
-        loops.split = self.cpu and splits(kernel)
+        loops.split = self.cpu and splits(graph, kernel)
         streamed = [j for j, (x, a) in enumerate(self.slots) if a == PER_ELEMENT]
         prefetch_pass = self.prefetch_pass(streamed) if self.cpu else None
         if prefetch_pass is not None and streamed:

@@ -280,7 +280,7 @@ def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals,
         sch = schedule(g, step)
         layout = f"in rows of {row}, {sch.passes} pass(es) per row"
     lines = [f"  [{k}] kernel over {shape} {layout}: fuses {len(step.nodes)} primitive(s) ({fused})"]
-    if splits(step):
+    if splits(g, step):
         rows, least, segment = SPLIT
         lines.append(f"      fewer than {rows} rows of {least} elements or more: each pass over "
                      f"segments of a row ({segment} or more) in parallel (split rows)")

@@ -24,12 +24,14 @@ op lsmax(x) -> y {
 op rms(x, w, eps: nograd = 1e-6) -> y {
     y = x * rsqrt(mean(x * x, axis=-1, keepdims=true) + eps) * w
 }
-op ext(x) -> (hi, lo, n, p, cm) {
+op ext(x) -> (hi, lo, n, cm) {
     hi = max(x, axis=-1)
     lo = min(x, axis=-1, keepdims=true)
     n = norm(x, axis=-1)
-    p = prod(x, axis=-1)
     cm = max(x, axis=0)
+}
+op prodrow(x) -> y {
+    y = x * prod(x, axis=-1, keepdims=true)
 }
 op lnorm2(x: f64[r, n], w: f64[n], b: f64[n]) -> y {
     xc = x - mean(x, axis=-1, keepdims=true)
@@ -154,7 +156,7 @@ def test_float32_split_rows_keep_float32_accuracy(m, monkeypatch):
 
 def test_special_values_in_one_segment(m, monkeypatch):
     """A NaN, an inf or a -inf in one segment of a row reaches the row's max, min, norm,
-    product, logsumexp and softmax as in whole rows (the NaN flags or-ed across
+    logsumexp and softmax as in whole rows (the NaN flags or-ed across
     segments, the shifts from the combined max); a row of -inf and an empty-looking
     row of zeros too; the max across rows (a partial per column) started at the first
     row in each segment."""
@@ -184,7 +186,7 @@ def test_max_across_rows_starts_at_the_first_row(m, monkeypatch):
     x = np.random.default_rng(5).standard_normal((3, 130)) - 10
     outs = tuple(np.full(np.shape(v), 7.0) for v in _tuple(m.ext(x)))
     got = m.ext(x, out=outs)
-    np.testing.assert_array_equal(got[4], x.max(axis=0))
+    np.testing.assert_array_equal(got[3], x.max(axis=0))
     np.testing.assert_array_equal(got[0], x.max(axis=-1))
 
 
@@ -241,6 +243,20 @@ def test_which_calls_split(m, monkeypatch):
     assert not calls
     m.smax(np.ones((7, 64)))
     assert calls
+
+
+def test_row_products_do_not_split(m, monkeypatch):
+    """A kernel with a row product keeps whole rows: a row of 1e200s then of 1e-200s, as
+    segments, would be a product of inf and 0 (NaN) where NumPy's is inf."""
+    monkeypatch.setattr(m, "_G_SPLIT", SMALL)
+    calls = _splits(m, monkeypatch)
+    x = np.ones((1, 2048))
+    x[0, :1024], x[0, 1024:] = 1e200, 1e-200
+    with np.errstate(all="ignore"):
+        got = m.prodrow(x)
+        want = x * np.prod(x, axis=-1, keepdims=True)
+    assert not calls
+    np.testing.assert_array_equal(got, want)
 
 
 def test_a_sum_across_few_rows_is_its_partial(m, monkeypatch):
