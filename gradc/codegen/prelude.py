@@ -25,7 +25,11 @@ def _g_sum_to(g, shape):
     lead = g.ndim - len(shape)
     if lead > 0:
         g = g.sum(axis=tuple(range(lead)))
-    axes = tuple(i for i, n in enumerate(shape) if n == 1 and i < g.ndim and g.shape[i] != 1)
+    # g's dims are shape's last ones (fewer: broadcast up, as NumPy aligns them; a
+    # (5,) tangent to (1, 5) was summed over its 5 when aligned from the left)
+    off = len(shape) - g.ndim
+    axes = tuple(i - off for i, n in enumerate(shape)
+                 if i >= off and n == 1 and g.shape[i - off] != 1)
     if axes:
         g = g.sum(axis=axes, keepdims=True)
     return np.broadcast_to(g, shape)

@@ -362,6 +362,12 @@ op mixed(x, n: i32, mask: nograd) -> (y, z) {
     y = x * n * mask
     z = sum(x)
 }
+op addrows(x, b) -> y {
+    y = x + b
+} grad(dy) -> (dx, db) {
+    dx = dy
+    db = sum(dy, axis=0)
+}
 """
 
 
@@ -401,6 +407,27 @@ def test_tangents_broadcast_to_their_parameter(conv):
         conv.affine.jvp(x, b, np.ones(4), 0.0)
     with pytest.raises(TypeError, match="tangent 'b_t' must be a floating-point array"):
         conv.affine.jvp(x, b, 0.0, np.ones(3, np.int64))
+
+
+def test_tangents_of_parameters_broadcast_over_dims_of_one(conv):
+    """A custom rule's sum over rows, transposed, broadcasts a (5,) tangent up to (1, 5)
+    as NumPy aligns the dims, from the right (it was summed over its 5: layer norm's
+    jvp with x of shape (3, 1, 5) gave sum(b_t) everywhere; found by helper 40)."""
+    bt = np.arange(1.0, 6.0)
+    for shape in [(3, 5), (3, 1, 5), (2, 1, 1, 5), (1, 5)]:
+        x = np.zeros(shape)
+        for impl in (conv.addrows, conv.addrows.unfused):
+            _, yt = impl.jvp(x, np.zeros(5), np.zeros(shape), bt)
+            np.testing.assert_array_equal(yt, np.broadcast_to(bt, shape))
+    sum_to = conv._g_sum_to
+    g = np.arange(6.0).reshape(2, 1, 3)
+    for got, want in [(sum_to(bt, (1, 5)), bt[None]),
+                      (sum_to(bt, (2, 1, 5)), np.broadcast_to(bt, (2, 1, 5))),
+                      (sum_to(g, (3,)), g.sum(axis=(0, 1))), (sum_to(g, (1, 3)), g.sum(axis=0)),
+                      (sum_to(g, (2, 1, 1)), g.sum(axis=2, keepdims=True)),
+                      (sum_to(np.ones((4, 1)), (2, 4, 3)), np.ones((2, 4, 3)))]:
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
 
 
 def test_jvp_writes_into_out(conv):
