@@ -100,8 +100,7 @@ def _tuple(v):
 # every op's fwd_bwd, and the other methods where their kernels hold other accumulators
 # (each case compiles its kernels twice: split and whole)
 CASES = [(op, "fwd_bwd") for op in ("smax", "lsmax", "lnorm", "rms", "xent")] + [
-    ("lnorm", "forward"), ("lsmax", "forward"), ("lnorm", "vjp"), ("rms", "vjp"),
-    ("xent", "vjp"), ("smax", "jvp"), ("lnorm", "jvp"), ("xent", "jvp")]
+    ("lnorm", "forward"), ("xent", "vjp"), ("smax", "jvp"), ("lnorm", "jvp"), ("xent", "jvp")]
 
 
 @pytest.mark.parametrize("op, method", CASES)
