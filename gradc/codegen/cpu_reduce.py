@@ -10,7 +10,9 @@ one with the next row's prefetch hints), row values between them; chunk
 reductions accumulate per chunk into ``partials`` (float64), combined by the
 wrapper.  This module prints that IR as Numba source and decides nothing:
 the passes, blocks, hints, buffers and the slots each pass reads are the
-IR's.
+IR's.  A kernel with passes over rows also has a split form for calls of few long
+rows (:meth:`_CpuLoops.split`: each pass over segments of a row in parallel, the
+segments' accumulators combined between passes; :data:`~gradc.passes.loop_ir.SPLIT`).
 
 Accumulators are float64 whatever the compute dtype (sums of float32 values
 keep float32 accuracy over long rows, as the CUDA run time does); ``max`` and
