@@ -328,14 +328,20 @@ class _CpuLoops(LoopPrinter):
         for p, (ps, arrays, values) in enumerate(calls):
             self.segment_kernel(buf, name, p, ps, arrays, values, fm)
             buf.line()
-            args = ", ".join([*arrays, "_lo", "_N", "_r", "_S", *values,
-                              *self.exported(p, ps), "_w"])
             buf.line("@numba.njit(parallel=True, cache=True)")
-            buf.line(f"def {name}_seg{p}_par({args}):")
+            buf.line(f"def {name}_seg{p}_par({self.segment_call(p, ps, arrays, values)}):")
             buf.line("    for _sg in numba.prange(_S):")   # its index unsigned: the segment's
-            buf.line(f"        {name}_seg{p}({args.replace('_S', 'np.int64(_sg), _S', 1)})")
+            buf.line(f"        {name}_seg{p}"
+                     f"({self.segment_call(p, ps, arrays, values, 'np.int64(_sg)')})")
             buf.line()
         buf.lines += driver.lines
+
+    def segment_call(self, p: int, ps: Pass, arrays: list[str], values: list[str],
+                     segment: str | None = None) -> str:
+        """The arguments of pass ``p``'s segment function (``segment``: the segment's
+        index), or of its launcher over every segment (None)."""
+        return ", ".join([*arrays, "_lo", "_N", "_r", *([segment] if segment else []), "_S",
+                          *values, *self.exported(p, ps), "_w"])
 
     def exported(self, p: int, ps: Pass) -> list[str]:
         """The segments' accumulators of pass ``p``: ``_x{p}``, or none to export."""
@@ -391,12 +397,11 @@ class _CpuLoops(LoopPrinter):
             self.shifted = []
             self.statements(buf, ps.before)
             arrays, values = self.segment_args(ps)
-            head, tail = [*arrays, "_lo", "_N", "_r"], ["_S", *values, *self.exported(p, ps), "_w"]
             buf.line("if _par:")
-            buf.line(f"    {name}_seg{p}_par({', '.join(head + tail)})")
+            buf.line(f"    {name}_seg{p}_par({self.segment_call(p, ps, arrays, values)})")
             buf.line("else:")
             buf.line("    for _sg in range(_S):")
-            buf.line(f"        {name}_seg{p}({', '.join(head + ['_sg'] + tail)})")
+            buf.line(f"        {name}_seg{p}({self.segment_call(p, ps, arrays, values, '_sg')})")
             self.combine(buf, p, ps)
             calls.append((ps, arrays, values))
         self.statements(buf, loops.after)
@@ -447,8 +452,8 @@ class _CpuLoops(LoopPrinter):
         (from ``_lo``: its views of the arrays, then ``_lo`` and ``_N`` the segment's),
         leaving its accumulators in row ``_sg`` of ``_x{p}``."""
         loops = self.loops
-        args = [*arrays, "_lo", "_N", "_r", "_sg", "_S", *values, *self.exported(p, ps), "_w"]
-        self.function(buf, f"{name}_seg{p}", ", ".join(args), fm, scalars=False)
+        self.function(buf, f"{name}_seg{p}", self.segment_call(p, ps, arrays, values, "_sg"),
+                      fm, scalars=False)
         stages = [b for b in loops.stages if b in self.pass_stages(ps)]
         if stages:
             buf.line(f"_ap = {APART} // _w.itemsize")

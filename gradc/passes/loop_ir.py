@@ -69,7 +69,7 @@ APART = 1024
 # parallel, segments of ``SPLIT[2]`` elements or more, the segments' accumulators
 # combined per row between passes (rows shared among threads would leave threads idle,
 # one row of 2^22 float32 ran at 38-41 % of a two-thread copy).  The wrapper decides by
-# the shape alone (``_g_splits_rows``), so a row's bits do not depend on the thread count.
+# the shape alone (``_g_rows``), so a row's bits do not depend on the thread count.
 SPLIT = (8, 1 << 17, 1 << 14)
 
 
