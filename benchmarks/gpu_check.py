@@ -26,7 +26,9 @@ One run does everything a GPU session needs:
    the rows) and PyTorch's native CUDA kernels with autograd (where torch has
    CUDA; else recorded as skipped, with the reason), timed like the bandwidth
    table; gradc's and torch's results against the float64 NumPy reference and
-   against each other (max relative error; gradc's must be within 1e-4).
+   against each other (max relative error; gradc's must be within 1e-4); where the
+   shape splits rows (few long rows: a block per segment of a row), the same call
+   keeping whole rows too, so that the run measures what splitting gains.
 
 Modules come from ``.grad`` files compiled with ``--target all`` (needs
 gradc importable), or pre-generated with ``--prepare DIR`` and passed with
@@ -38,7 +40,7 @@ Run::
     python benchmarks/gpu_check.py --prepare .gpu     # here: write the modules
     python benchmarks/gpu_check.py --modules .gpu     # there: check and time
     NUMBA_ENABLE_CUDASIM=1 python benchmarks/gpu_check.py --log2-sizes 8 --repeat 2 \\
-        --calls 1 --dtypes float32 --math-samples 256 --row-shapes 4x8   # the simulator (CI)
+        --calls 1 --dtypes float32 --math-samples 256 --row-shapes 2x16  # the simulator (CI)
 """
 from __future__ import annotations
 
@@ -476,7 +478,7 @@ def rowwise(module, cuda, shapes, calls: int, repeat: int, on_row=None) -> list[
         for name, op in module.OPS.items():
             row = {"op": name, "shape": list(shape), "torch_skipped": why or None}
             try:
-                row.update(_rowwise_case(name, op, shape, cuda, torch, calls, repeat,
+                row.update(_rowwise_case(module, name, op, shape, cuda, torch, calls, repeat,
                                          lambda: dst.copy_to_device(src)))
             except Exception as exc:                # reported, and the run goes on
                 row.update(error=f"{type(exc).__name__}: {exc}", max_rel_err=math.inf, ok=False)
@@ -486,8 +488,25 @@ def rowwise(module, cuda, shapes, calls: int, repeat: int, on_row=None) -> list[
     return rows
 
 
-def _rowwise_case(name, op, shape, cuda, torch, calls, repeat, copy) -> dict:
-    """:func:`rowwise`'s one op at one shape: errors, and times unless gradc's raised."""
+class WholeRows:
+    """A context in which ``module``'s calls keep whole rows (its rule of split rows,
+    ``_GC_SPLIT``, splits no call)."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def __enter__(self):
+        self.saved = self.module._GC_SPLIT
+        self.module._GC_SPLIT = (0, *self.saved[1:])
+
+    def __exit__(self, *exc):
+        self.module._GC_SPLIT = self.saved
+
+
+def _rowwise_case(module, name, op, shape, cuda, torch, calls, repeat, copy) -> dict:
+    """:func:`rowwise`'s one op at one shape: errors, and times unless gradc's raised;
+    where the shape splits rows (``_gc_row_grid``), the same call with whole rows too
+    (``whole``), so a GPU's run says what splitting gains."""
     params, ups = make_inputs(name, shape)
     want = reference(name, params, ups)
     dparams = [cuda.to_device(a) for a in params]
@@ -499,6 +518,14 @@ def _rowwise_case(name, op, shape, cuda, torch, calls, repeat, copy) -> dict:
     got = [r.copy_to_host() for r in as_tuple(cases["gradc"][1]())]
     err = max(rel_err(w, g) for w, g in zip(want, got)) if len(got) == len(want) else math.inf
     row = {"max_rel_err": err, "ok": err <= ROW_TOL}
+    if module._gc_row_grid(name, shape, 1, None, False, False, module._GC_SPLIT)[4]:
+        def whole():
+            with WholeRows(module):
+                return op.cuda.fwd_bwd(*dparams, *dups, out=bufs)
+        wgot = [r.copy_to_host() for r in as_tuple(whole())]
+        row["whole_max_rel_err"] = max(rel_err(w, g) for w, g in zip(want, wgot))
+        row["ok"] = row["ok"] and row["whole_max_rel_err"] <= ROW_TOL
+        cases["whole"] = (cuda, whole)
     if torch is not None:
         try:
             run = torch_runner(name, params, ups, device="cuda")
@@ -523,6 +550,8 @@ def _rowwise_case(name, op, shape, cuda, torch, calls, repeat, copy) -> dict:
                pct_copy=100 * t["copy"] / t["gradc"])
     if "torch" in t:
         row.update(torch_ms=t["torch"] * 1e3, torch_vs_gradc=t["torch"] / t["gradc"])
+    if "whole" in t:
+        row.update(whole_ms=t["whole"] * 1e3, whole_vs_split=t["whole"] / t["gradc"])
     return row
 
 
@@ -656,10 +685,11 @@ def main(argv=None) -> int:
               f"2 reads + 2 writes of the rows, torch's CUDA kernels with autograd; median of "
               f"{args.repeat} x {args.calls} calls, round-robin ({time.perf_counter() - t0:.0f} "
               f"s); 'err': max rel err against float64 NumPy, 'vs torch': gradc's against "
-              f"torch's")
+              f"torch's; 'whole ms': the same call keeping whole rows where the shape splits "
+              f"them (a block per segment of a row, each pass a kernel)")
         print(f"{'op':<18} {'shape':>11} {'gradc ms':>9} {'copy ms':>8} {'% copy':>7} "
               f"{'torch ms':>9} {'torch/gradc':>11} {'gradc err':>10} {'torch err':>10} "
-              f"{'vs torch':>9}")
+              f"{'vs torch':>9} {'whole ms':>9}")
         cell = lambda r, k, fmt, w, unit="": (format(r[k], fmt) + unit if k in r else "-").rjust(w)
 
         def print_row(r):
@@ -668,7 +698,8 @@ def main(argv=None) -> int:
                   f"{cell(r, 'pct_copy', '.0f', 7, '%')} {cell(r, 'torch_ms', '.3f', 9)} "
                   f"{cell(r, 'torch_vs_gradc', '.2f', 11)} {r['max_rel_err']:>10.2g} "
                   f"{cell(r, 'torch_max_rel_err', '.2g', 10)} "
-                  f"{cell(r, 'gradc_vs_torch', '.2g', 9)}{'' if r['ok'] else '  FAIL'}"
+                  f"{cell(r, 'gradc_vs_torch', '.2g', 9)} {cell(r, 'whole_ms', '.3f', 9)}"
+                  f"{'' if r['ok'] else '  FAIL'}"
                   + (f"  {r['error'].splitlines()[0]}" if "error" in r else ""), flush=True)
 
         rw = rowwise(row_mod, cuda, args.row_shapes, args.calls, args.repeat, print_row)

@@ -55,3 +55,37 @@ op xent(x, t: nograd) -> loss {
     loss = mean(logsumexp(x, axis=-1) - sum(x * t, axis=-1))
 }
 """
+
+# the split rows' tests (CPU and CUDA): ROW_OPS, and ops whose kernels hold the other
+# accumulators a segment leaves (two-pass maxima and sums, NaN-flagged maxima and minima,
+# norms, a max across rows, a sum of all elements, a row product, a draw)
+SPLIT_OPS = ROW_OPS + """
+op lsmax(x) -> y {
+    y = x - logsumexp(x, axis=-1, keepdims=true)
+}
+op rms(x, w, eps: nograd = 1e-6) -> y {
+    y = x * rsqrt(mean(x * x, axis=-1, keepdims=true) + eps) * w
+}
+op ext(x) -> (hi, lo, n, cm) {
+    hi = max(x, axis=-1)
+    lo = min(x, axis=-1, keepdims=true)
+    n = norm(x, axis=-1)
+    cm = max(x, axis=0)
+}
+op prodrow(x) -> y {
+    y = x * prod(x, axis=-1, keepdims=true)
+}
+op lnorm2(x: f64[r, n], w: f64[n], b: f64[n]) -> y {
+    xc = x - mean(x, axis=-1, keepdims=true)
+    y = xc * rsqrt(mean(xc^2, axis=-1, keepdims=true) + 1e-5) * w + b
+}
+op dropmax(x: f64[r, n], p: nograd = 0.5) -> y {
+    keep = random_uniform_like(x) >= p
+    e = exp(x - max(x, axis=-1, keepdims=true))
+    y = e / sum(e, axis=-1, keepdims=true) * keep
+}
+op sdot(x, t: nograd) -> s {
+    e = exp(x - max(x, axis=-1, keepdims=true))
+    s = sum(e / sum(e, axis=-1, keepdims=true) * t)
+}
+"""

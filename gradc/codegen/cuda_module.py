@@ -16,6 +16,7 @@ from gradc.errors import CodegenError
 from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.fuse import Kernel, MatmulEpilogue, attach_epilogues, recompute_residuals
 from gradc.passes.fuse_reduce import ReduceKernel, fuse_reductions
+from gradc.passes.loop_ir import splits
 
 
 class CudaWrapperPrinter(WrapperPrinter):
@@ -58,12 +59,13 @@ class CudaWrapperPrinter(WrapperPrinter):
     def _declared_arg(self, name: str) -> str:
         return f"_gc_again({name})"        # a host scalar's 0-d array as a scalar again
 
-    grid_names = "_R, _N, _C, _Y"
+    grid_names = "_R, _N, _C, _Y, _NS"
 
     def _rows_call(self, step: ReduceKernel, empty: str | None, cols: bool) -> str:
-        """``_R, _N``, the blocks ``_C`` of a reduce kernel and the rows ``_Y`` a block
-        takes at a time (``_gc_row_grid``)."""
-        return f"_gc_row_grid(_n, _s, {step.split}, {empty!r}, {cols!r}, {step.flat!r})"
+        """``_R, _N``, the blocks ``_C`` of a reduce kernel, the rows ``_Y`` a block
+        takes at a time and the segments ``_NS`` of its split rows (``_gc_row_grid``)."""
+        split = ", _GC_SPLIT" if splits(self.graph, step) else ""
+        return f"_gc_row_grid(_n, _s, {step.split}, {empty!r}, {cols!r}, {step.flat!r}{split})"
 
     def _partials(self, shape: str, nid: int, gathered: bool, into: str | None = None) -> str:
         return f"_gc_scratch({shape}, stream, {nid})"     # kept between calls
@@ -75,7 +77,10 @@ class CudaWrapperPrinter(WrapperPrinter):
         return f"{var}.reshape(-1)"          # the kernels take flat arrays
 
     def _reduce_launch(self, name: str, args: list[str], split: bool) -> str:
-        return f"_gc_launch_rows({name}, stream, _C, _Y, {', '.join(args + ['_R', '_N', '_gc_witness(_T)'])})"
+        rows = f"_gc_launch_rows({name}, stream, _C, _Y, {', '.join(args + ['_R', '_N', '_gc_witness(_T)'])})"
+        if split:
+            return f"{name}_split(stream, _NS, _C, {', '.join(args)}, _R, _N, _gc_witness(_T)) if _NS else {rows}"
+        return rows
 
     def _inplace_pairs(self, inputs: list[int]) -> tuple[tuple[int, int], ...]:
         """No out= may be an input's array where a fused matmul reads its operands
@@ -105,6 +110,11 @@ _GC_WARP = 2 if _GC_SIM else 32           # a reduce kernel's threads of a short
 _GC_WARP_ROW = 4 if _GC_SIM else 1024     # rows of at most this many: a warp each
 _GC_GRID_Y = 2 if _GC_SIM else 65535      # rows of a reduction: blocks stride over more
 _GC_RGRID = 4 if _GC_SIM else 1024        # blocks of a reduce kernel at most (_gc_row_grid)
+_GC_COLS = 64 if _GC_SIM else 1 << 20     # its float64 partial elements of columns at most
+# Split rows (_gc_row_grid): calls of fewer rows than [0], of [1] elements or more, run
+# each pass over segments of [2] elements or more, [3] blocks a pass or more where the
+# segments allow (a block per row would leave most of a GPU idle; not measured yet).
+_GC_SPLIT = (4, 16, 4, 16) if _GC_SIM else (256, 1 << 14, 1 << 13, 1 << 10)
 _GC_TILE = 4 if _GC_SIM else 16
 _GC_CCOLS = 4 if _GC_SIM else 32          # _gck_cols: columns by lanes of a block
 _GC_CLANES = 2 if _GC_SIM else 8

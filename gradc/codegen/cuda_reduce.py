@@ -28,6 +28,16 @@ row, so no two threads write one element.  The grid is a function of the shape a
 results do not depend on the device.  Rows of one element (``flat``) are a
 grid-stride loop over the flat array instead.
 
+Split rows (a kernel :func:`~gradc.passes.loop_ir.splits` allows, for the calls of
+few long rows ``_gc_row_grid`` picks by the rule ``_GC_SPLIT``): each pass is also
+a kernel of its own, ``<kernel>_seg<p>``, on a grid of ``(_NS, _G)`` blocks: block
+``(g, b)`` takes segment ``g`` of the rows ``b, b + _G, ...``; per row it replays
+the row steps before its pass, each tree then over the row's segments' values kept
+in ``_sg`` by the earlier passes (:meth:`_CudaLoops.replay`), runs the pass over its
+segment and keeps its own segment's tree in ``_sg``; ``<kernel>_end`` then stores
+the rows' values and writes the partials (:func:`split_entries`), and the host
+function ``<kernel>_split`` launches them in turn.
+
 As on the CPU (:mod:`gradc.codegen.cpu_reduce`), accumulators are float64
 whatever the compute dtype, ``max`` and ``min`` propagate NaN, and
 ``logsumexp`` and ``norm`` take two passes (the max, then the shifted or
@@ -64,24 +74,64 @@ def render_cuda_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     ``grid`` or ``grid * _N`` elements), the
     :func:`~gradc.passes.row_schedule.input_slots` (flat), then ``_R``, ``_N`` and
     the dtype witness ``_w``.  Launched with blocks of ``(_W, _Y)`` threads,
-    ``_W * _Y == _GC_RBLOCK`` (``_gc_launch_rows``)."""
+    ``_W * _Y == _GC_RBLOCK`` (``_gc_launch_rows``).  Where the kernel splits rows,
+    the kernels of its split form and their host function follow it."""
     loops = lower(graph, kernel, CUDA)
     p = _CudaLoops(graph, kernel, loops)
-    params = [*p.outs.values(), *p.parts.values(), *(f"_i{j}" for j in range(len(loops.slots))),
-              "_R", "_N", "_w"]
+    arrays = [*p.outs.values(), *p.parts.values()]
+    inputs = [f"_i{j}" for j in range(len(loops.slots))]
     buf = IndentedBuffer()
     for c in comments:
         buf.line(f"# {comment(c)}")
     fm = ", fastmath=True" if fast_math else ""
+    _device_function(buf, name, [*arrays, *inputs, "_R", "_N", "_w"], fm, p.kernel)
+    if not loops.split:
+        return buf.getvalue()
+    params = [*arrays, "_sg", *inputs, "_R", "_N", "_NS", "_w"]
+    for k, (entry, _) in enumerate(split_entries(loops, name)):
+        printer = _CudaLoops(graph, kernel, loops)     # names of its own
+        buf.line("")
+        buf.line("")
+        _device_function(buf, entry, params, fm, (lambda b, k=k: printer.segment_pass(b, k))
+                         if k < len(loops.passes) else printer.split_end)
+    buf.line("")
+    buf.line("")
+    p.driver(buf, name, params)
+    return buf.getvalue()
+
+
+def split_entries(loops: ReduceLoops, name: str) -> list[tuple[str, tuple[str, ...]]]:
+    """The kernels of split rows of reduce kernel ``name`` (``loops.split``), each with
+    the grid it runs on (names of the driver's): a kernel per pass
+    (``<name>_seg<p>``, a block per segment of each of ``_G`` rows at a time), then, where
+    rows store a value or chunk reductions are combined, ``<name>_end`` (a block per
+    ``_G`` rows at a time)."""
+    entries = [(f"{name}_seg{p}", ("_NS", "_G")) for p in range(len(loops.passes))]
+    if loops.row_end or any(i.chunk == "all" for i in loops.partial_inits):
+        entries.append((f"{name}_end", ("_G",)))
+    return entries
+
+
+def split_kernels(graph: Graph, kernel: ReduceKernel, name: str) -> list[str]:
+    """The kernels of reduce kernel ``name``'s split rows (:func:`split_entries`; none
+    where it keeps whole rows): their parameters are its own with ``_sg`` (float64)
+    after the partials and ``_NS`` after ``_N``."""
+    loops = lower(graph, kernel, CUDA)
+    return [entry for entry, _ in split_entries(loops, name)] if loops.split else []
+
+
+def _device_function(buf: IndentedBuffer, name: str, params: list[str], fm: str, body) -> None:
+    """The CUDA kernel ``name`` of ``params``, its body printed by ``body`` (a function of
+    a buffer) and checked for what a device function may not contain."""
     buf.line(f"@cuda.jit(cache=not _GC_SIM{fm})")
     buf.line(f"def {name}({', '.join(params)}):")
     buf.indent()
-    body = IndentedBuffer()
-    body.level = buf.level
-    p.kernel(body)
-    check_device_lines(name, body.lines)
-    buf.lines += body.lines
-    return buf.getvalue()
+    lines = IndentedBuffer()
+    lines.level = buf.level
+    body(lines)
+    check_device_lines(name, lines.lines)
+    buf.lines += lines.lines
+    buf.dedent()
 
 
 class _CudaLoops(LoopPrinter):
@@ -89,21 +139,32 @@ class _CudaLoops(LoopPrinter):
 
     def __init__(self, graph: Graph, kernel: ReduceKernel, loops: ReduceLoops) -> None:
         super().__init__(graph, kernel, loops, CudaPrinter)
+        self.combining = False      # split rows: trees over the segments' values (_sg)
 
-    def kernel(self, buf: IndentedBuffer) -> None:
-        loops, pos, parts = self.loops, self.pos, self.parts
+    def preamble(self, buf: IndentedBuffer, rows: bool) -> None:
+        """The kernel's setup: its dtype, shared array, thread and the scalars it reads;
+        ``rows``: a block of ``(_W, _Y)`` threads, ``_Y`` rows at a time (else one
+        row, or one segment, at a time: a whole block's trees)."""
+        loops = self.loops
         buf.line("_T = _w.dtype.type")
         buf.line(f"_sh = cuda.shared.array(({loops.tree_rows}, _GC_RBLOCK), numba.float64)")
         buf.line("_tx = cuda.threadIdx.x")
         buf.line("_W = cuda.blockDim.x")              # a row's threads
-        buf.line("_Y = cuda.blockDim.y")              # rows at a time
-        buf.line("_t = cuda.threadIdx.y * _W + _tx")  # the thread in the block
-        buf.line("_whole = _Y == 1")
+        if rows:
+            buf.line("_Y = cuda.blockDim.y")              # rows at a time
+            buf.line("_t = cuda.threadIdx.y * _W + _tx")  # the thread in the block
+            buf.line("_whole = _Y == 1")
+        else:
+            buf.line("_t = _tx")
         for j, (x, a) in enumerate(loops.slots):
             if a == SCALAR:
                 buf.line(f"s{j} = _i{j}[0]")
         if loops.tiny_normal:      # the smallest normal number
             buf.line("_tn = 1.1754943508222875e-38 if _w.itemsize == 4 else 2.2250738585072014e-308")
+
+    def kernel(self, buf: IndentedBuffer) -> None:
+        loops, pos, parts = self.loops, self.pos, self.parts
+        self.preamble(buf, True)
         cols = [i for i in loops.partial_inits if i.chunk == "cols"]
         for init in loops.partial_inits:
             if init.chunk == "all":
@@ -131,10 +192,7 @@ class _CudaLoops(LoopPrinter):
         buf.line("for _r in range(cuda.blockIdx.x * _Y + cuda.threadIdx.y, _R, "
                  "cuda.gridDim.x * _Y):")
         buf.indent()
-        buf.line("_lo = _r * _N")
-        for j, (x, a) in enumerate(loops.slots):
-            if a == PER_ROW:
-                buf.line(f"b{j} = _i{j}[_r]")
+        self.row_start(buf)
         self.index = "(_lo + _c)"
         for ps in loops.passes:
             self.statements(buf, ps.before)
@@ -145,6 +203,147 @@ class _CudaLoops(LoopPrinter):
         self.statements(buf, loops.after)
         self.index = "_r"
         self.guarded(buf, loops.row_end)
+        buf.dedent()
+
+    def row_start(self, buf: IndentedBuffer) -> None:
+        """Row ``_r``'s offset and the values its row reads per row."""
+        buf.line("_lo = _r * _N")
+        for j, (x, a) in enumerate(self.loops.slots):
+            if a == PER_ROW:
+                buf.line(f"b{j} = _i{j}[_r]")
+
+    # Split rows (:func:`split_entries`): each pass of a row is a kernel of a block per
+    # segment of the row; a segment's accumulators (its block's tree) are kept in
+    # ``_sg``, which the next kernels combine: a block replays the row steps of the
+    # passes before its own, each tree then over the segments' values (``combining``).
+    # ``_sg`` holds the trees' accumulators of row ``r``, segment ``g`` at ``(r * _NS +
+    # g) * K``, then the partials of all elements of block ``b`` (of ``_G``), segment
+    # ``g`` at ``_R * _NS * K + (b * _NS + g) * Q``.
+
+    def segment_slots(self) -> tuple[dict[Acc, int], dict[Acc, int]]:
+        """Split rows: the offsets in ``_sg`` of the row reductions' accumulators (the
+        trees after each pass, in order; ``K`` of them) and of the partials of all
+        elements (``Q``)."""
+        rows = [a for p in range(len(self.loops.passes)) if (t := self.tree_after(p))
+                for a, _ in t.accs]
+        chunk = [s.acc for ps in self.loops.passes for s in ps.segment_starts
+                 if s.acc.role == "q"]
+        return {a: k for k, a in enumerate(rows)}, {a: k for k, a in enumerate(chunk)}
+
+    def tree_after(self, p: int) -> Tree | None:
+        """The tree over the accumulators pass ``p`` updates (the first row step after
+        it), if any."""
+        loops = self.loops
+        after = loops.passes[p + 1].before if p + 1 < len(loops.passes) else loops.after
+        return next((s for s in after if isinstance(s, Tree)), None)
+
+    def segment_pass(self, buf: IndentedBuffer, p: int) -> None:
+        """Split rows: pass ``p`` over segment ``cuda.blockIdx.x`` of the rows ``cuda.blockIdx.y
+        + k * cuda.gridDim.y``: per row, the row steps before the pass (their trees over
+        the segments of earlier passes), the pass over the segment's elements, the
+        segment's tree of the accumulators it updated kept in ``_sg``; after the rows,
+        the segment's partials of all elements."""
+        loops, ps = self.loops, self.loops.passes[p]
+        slots, chunk = self.segment_slots()
+        inits = {i.node: i for i in loops.partial_inits}
+        self.preamble(buf, False)
+        self.whole = True               # a block per segment: its trees
+        buf.line("_sl = (_N + _NS - 1) // _NS")         # a segment's elements
+        buf.line("_c0 = cuda.blockIdx.x * _sl")
+        buf.line("_c1 = min(_c0 + _sl, _N)")
+        mine = [s for s in ps.segment_starts if s.acc.role == "q"]
+        self.statements(buf, mine)
+        if ps.first_cols:       # the block's row of partials: its segment's columns
+            buf.line("_pb = cuda.blockIdx.y * _N")
+            buf.line("for _c in range(_c0 + _tx, _c1, _W):")
+            for n in ps.first_cols:
+                buf.line(f"    {self.parts[n]}[_pb + _c] = {_INIT[inits[n].kind]}")
+        buf.line("for _r in range(cuda.blockIdx.y, _R, cuda.gridDim.y):")
+        buf.indent()
+        self.row_start(buf)
+        self.replay(buf, [*(ps.before for ps in loops.passes[:p])], ps.before)
+        self.index = "(_lo + _c)"
+        buf.line("for _c in range(_c0 + _tx, _c1, _W):")
+        buf.indent()
+        self.statements(buf, ps.body)
+        buf.dedent()
+        if tree := self.tree_after(p):
+            self.statements(buf, [tree])
+            self.kept(buf, f"(_r * _NS + cuda.blockIdx.x) * {len(slots)}",
+                      [(a, slots[a]) for a, _ in tree.accs])
+        buf.dedent()
+        if mine:
+            self.statements(buf, [Tree(tuple((s.acc, s.kind) for s in mine))])
+            self.kept(buf, f"_R * _NS * {len(slots)} + (cuda.blockIdx.y * _NS + "
+                      f"cuda.blockIdx.x) * {len(chunk)}", [(s.acc, chunk[s.acc]) for s in mine])
+
+    def replay(self, buf: IndentedBuffer, earlier: list[list], last: list) -> None:
+        """The row steps ``earlier`` (before the passes before a kernel's own, less
+        their starts: the trees overwrite them), then ``last``, each tree over the
+        segments' values."""
+        self.combining = True
+        for stmts in earlier:
+            self.statements(buf, [s for s in stmts if not isinstance(s, Start)])
+        self.statements(buf, last)
+        self.combining = False
+
+    def kept(self, buf: IndentedBuffer, at: str, accs: list) -> None:
+        """A segment's accumulators ``accs`` (with their offsets) kept in ``_sg`` from
+        ``at`` on by the block's thread 0."""
+        buf.line("if _t == 0:")
+        buf.line(f"    _e = {at}")
+        for a, k in accs:
+            buf.line(f"    _sg[_e + {k}] = {self.acc(a)}")
+
+    def split_end(self, buf: IndentedBuffer) -> None:
+        """Split rows: after the passes, a block per ``_G`` rows at a time: the chunk
+        partials of all elements combined over the block's segments, then per row the
+        row steps (trees over the segments) and the row's stores and updates of
+        partials, then the block's partials."""
+        loops = self.loops
+        slots, chunk = self.segment_slots()
+        self.preamble(buf, False)
+        self.whole = True
+        for init in loops.partial_inits:
+            if init.chunk == "all":
+                buf.line(f"_q{self.pos[init.node]} = {_INIT[init.kind]}")
+        kinds = {i.node: i.kind for i in loops.partial_inits}
+        if chunk:
+            buf.line("for _g in range(_t, _NS, _GC_RBLOCK):")
+            buf.line(f"    _e = _R * _NS * {len(slots)} + (cuda.blockIdx.x * _NS + _g) * {len(chunk)}")
+            for a, k in chunk.items():
+                buf.line("    " + accumulate_line(self.acc(a), f"_sg[_e + {k}]",
+                                                  kinds[a.node], _SELECT))
+            self.statements(buf, [Tree(tuple((a, kinds[a.node]) for a in chunk))])
+        buf.line("for _r in range(cuda.blockIdx.x, _R, cuda.gridDim.x):")
+        buf.indent()
+        self.row_start(buf)
+        self.replay(buf, [ps.before for ps in loops.passes], loops.after)
+        self.index = "_r"
+        self.guarded(buf, loops.row_end)
+        buf.dedent()
+        writes = [s for s in loops.chunk_end if isinstance(s, PartialWrite)]
+        if writes:              # every thread holds the combined ones; row values' in 0
+            buf.line("if _t == 0:")
+            buf.indent()
+            self.statements(buf, writes)
+            buf.dedent()
+
+    def driver(self, buf: IndentedBuffer, name: str, params: list[str]) -> None:
+        """The host function running split rows of kernel ``name``: ``_NS`` segments a
+        row, ``_G`` rows at a time (``_gc_row_grid``), each kernel of
+        :func:`split_entries` in turn on ``stream``, their segments' accumulators in a
+        scratch buffer kept between calls."""
+        slots, chunk = self.segment_slots()
+        own = [p for p in params if p not in ("_sg", "_NS")]
+        buf.line(f"def {name}_split(stream, _NS, _G, {', '.join(own)}):")
+        buf.indent()
+        buf.line(f'"""Split rows: {name} a pass at a time over ``_NS`` segments of a row."""')
+        size = f"_R * _NS * {len(slots)}" + (f" + _G * _NS * {len(chunk)}" if chunk else "")
+        buf.line(f"_sg = _gc_scratch(({size},), stream, {name + '_split'!r})")
+        for entry, grid in split_entries(self.loops, name):
+            dims = f"({', '.join(grid)})" if len(grid) > 1 else grid[0]
+            buf.line(f"{entry}[{dims}, _GC_RBLOCK, stream]({', '.join(params)})")
         buf.dedent()
 
     def guarded(self, buf: IndentedBuffer, stmts: list) -> None:
@@ -165,7 +364,16 @@ class _CudaLoops(LoopPrinter):
 
     def print_tree(self, s: Tree) -> list[str]:
         buf = IndentedBuffer()
-        _tree(buf, [(self.acc(a), kind) for a, kind in s.accs], self.whole)
+        accs = [(self.acc(a), kind) for a, kind in s.accs]
+        if self.combining:      # split rows: the tree's accumulators over the segments
+            slots = self.segment_slots()[0]
+            for acc, kind in accs:
+                buf.line(f"{acc} = {_INIT[kind]}")
+            buf.line("for _g in range(_t, _NS, _GC_RBLOCK):")
+            buf.line(f"    _e = (_r * _NS + _g) * {len(slots)}")
+            for (a, kind), (acc, _) in zip(s.accs, accs):
+                buf.line("    " + accumulate_line(acc, f"_sg[_e + {slots[a]}]", kind, _SELECT))
+        _tree(buf, accs, self.whole)
         return buf.lines
 
     def print_load(self, s: Load) -> list[str]:

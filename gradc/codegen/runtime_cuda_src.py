@@ -621,9 +621,9 @@ def _gc_reduce(kind, x, axis, keepdims, stream, empty_ok=False):
     return r.reshape(out_shape) if out_shape != (rows,) else r
 
 
-def _gc_row_grid(op, shape, k, empty, cols=False, flat=False):
-    """``(R, N, G, Y)`` of a reduce kernel (:mod:`gradc.codegen.cuda_reduce`) over the
-    loop ``shape`` split at ``k``: rows and row length as :func:`_g_rows` gives
+def _gc_row_grid(op, shape, k, empty, cols=False, flat=False, split=None):
+    """``(R, N, G, Y, S)`` of a reduce kernel (:mod:`gradc.codegen.cuda_reduce`) over
+    the loop ``shape`` split at ``k``: rows and row length as :func:`_g_rows` gives
     them (its error for a max of empty rows too), the blocks ``G`` and the rows a
     block takes at a time ``Y``, a function of the shape alone (so the partials,
     and the results' bits, do not depend on the device): rows of at most
@@ -631,18 +631,23 @@ def _gc_row_grid(op, shape, k, empty, cols=False, flat=False):
     the rows of a kernel with column partials, a whole block each (``Y`` = 1); a
     block per ``Y`` rows up to _GC_RGRID
     (``flat``: rows of one element, a block per _GC_RBLOCK of them); ``cols``: at
-    most 2^20 float64 partial elements (a row of ``N`` per block).  At
+    most _GC_COLS float64 partial elements (a row of ``N`` per block).  At
     least one block, which writes the partials' initial values when there are no
-    rows."""
+    rows.  ``S``: the segments of a row where the kernel runs split rows (``split``,
+    the rule _GC_SPLIT: few long rows, each pass a block per segment of ``G`` rows at
+    a time, those blocks striding over the rows), else 0."""
     r, n, _, _ = _g_rows(op, shape, k, empty)
+    cap = max(1, _GC_COLS // max(n, 1)) if cols else r
+    if split and not flat and 0 < r < split[0] and n >= split[1]:
+        s = min(n // split[2], -(-split[3] // r))
+        if s > 1:
+            return r, n, min(r, cap), 1, s
     # not with column partials: a row of them per warp would make 8x as many rows for
     # _gck_cols to combine, a lane's loop over them latency-bound (not measured yet)
     y = _GC_RBLOCK // _GC_WARP if (n <= _GC_WARP_ROW and not flat and not cols
                                    and _gc_warps()) else 1
     g = (r + _GC_RBLOCK - 1) // _GC_RBLOCK if flat else (r + y - 1) // y
-    if cols:
-        g = min(g, (1 << 20) // max(n, 1))
-    return r, n, max(1, min(g, _GC_RGRID)), y
+    return r, n, max(1, min(g, cap, _GC_RGRID)), y, 0
 
 
 def _gc_warps():

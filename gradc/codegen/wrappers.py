@@ -15,7 +15,7 @@ from pathlib import Path
 from gradc.codegen.cpu import is_scalar_input, render_kernel, row_inputs
 from gradc.codegen.cpu_reduce import render_reduce_kernel
 from gradc.codegen.cuda import render_cuda_kernel
-from gradc.codegen.cuda_reduce import render_cuda_reduce_kernel
+from gradc.codegen.cuda_reduce import render_cuda_reduce_kernel, split_kernels
 from gradc.codegen.printer import IndentedBuffer
 from gradc.codegen.quote import py_literal, py_name
 from gradc.errors import CodegenError
@@ -46,6 +46,8 @@ class Kernels:
         self.render, self.render_reduce = PRINTERS[backend]
         # Inputs its loops read per row, not broadcast first (CPU loops only).
         self.rows = row_inputs if backend == "cpu" else lambda graph, kernel: {}
+        # The kernels a reduce kernel's split rows launch (CUDA: listed in CUDA_KERNELS)
+        self.split = split_kernels if backend == "cuda" else lambda graph, kernel, name: []
         self.by_body: dict[str, str] = {}
         self.sources: list[str] = []
         self.arg_dtypes: dict[str, tuple[str, ...]] = {}   # kernel -> dtypes of its arrays
@@ -65,6 +67,10 @@ class Kernels:
             self.arg_dtypes[name] = tuple(graph.node(n).dtype for n in kernel.outputs) + (
                 ("f64",) * len(kernel.partials)) + tuple(
                 graph.node(x).dtype for x, _ in input_slots(graph, kernel)) + ("n", "n")
+            arrays = len(kernel.outputs) + len(kernel.partials)
+            for entry in self.split(graph, kernel, name):     # _sg after them, then _S
+                own = self.arg_dtypes[name]
+                self.arg_dtypes[entry] = own[:arrays] + ("f64",) + own[arrays:] + ("n",)
         else:
             self.arg_dtypes[name] = tuple(graph.node(n).dtype
                                           for n in (*kernel.outputs, *kernel.inputs)) + (

@@ -259,8 +259,8 @@ class Pass:
     ``block`` elements runs as one plain loop instead (the same sums: one block), the
     loop nest of blocks costing short rows more than their arithmetic; ``staged``:
     the sums run in a second loop over the block (:func:`staged`); ``centred``: the
-    co-moments then run in a loop of their own over it (:class:`Centre`).  Split rows
-    (CPU): ``segment_starts``, the accumulators each segment of the pass starts, then
+    co-moments then run in a loop of their own over it (:class:`Centre`).  Split rows:
+    ``segment_starts``, the accumulators each segment of the pass starts, then
     leaves to be combined per row (a :class:`Start` each: a two-pass reduction's sum
     as a ``sum``, a partial of all elements as its kind); ``first_cols``: the partials
     across rows (one per column) the pass updates first, which a segment starts at the
@@ -290,8 +290,8 @@ class ReduceLoops:
     number; ``tree_rows``: accumulators a tree takes at most (CUDA's shared memory);
     ``stages``: the stage rows (:class:`Stage`), ``flat_staged`` the sums of a flat
     kernel run in a second loop per block of :data:`BLOCK` elements; ``centred``: the
-    centred sums (CPU); ``split``: the kernel also runs as split rows (:data:`SPLIT`,
-    :func:`splits`)."""
+    centred sums (CPU); ``split``: the kernel also runs as split rows (:func:`splits`;
+    the CPU's rule is :data:`SPLIT`, CUDA's the run time's ``_GC_SPLIT``)."""
     target: str
     outputs: list[int]
     partials: list[int]
@@ -316,7 +316,8 @@ class ReduceLoops:
 
 
 def splits(graph: Graph, kernel: ReduceKernel) -> bool:
-    """Whether a CPU reduce kernel also runs as split rows (:data:`SPLIT`): every kernel
+    """Whether a reduce kernel also runs as split rows (the CPU's :data:`SPLIT`, CUDA's
+    ``_GC_SPLIT``): every kernel
     with passes over rows (a flat one's rows are of one element) but a row product's
     (the segments' products of a row of 2s, then of 0.5s, are inf and 0, whose product
     is NaN where the row's, as NumPy takes it, is inf; found by helper 40)."""
@@ -383,7 +384,7 @@ class _Lowering:
                 loops.stages = [b for _, b in loops.flat_staged if b.kind == "stage"]
             return loops
         loops.scratch = list(sch.scratch)
-        loops.split = self.cpu and splits(graph, kernel)
+        loops.split = splits(graph, kernel)
         streamed = [j for j, (x, a) in enumerate(self.slots) if a == PER_ELEMENT]
         prefetch_pass = self.prefetch_pass(streamed) if self.cpu else None
         if prefetch_pass is not None and streamed:
@@ -404,7 +405,7 @@ class _Lowering:
                 for b in [b for _, b in ps.staged] + [b for c in ps.centred for b in c.buffers]:
                     if b.kind == "stage" and b not in loops.stages:
                         loops.stages.append(b)
-                ps.segment_starts, ps.first_cols = self.segment_starts(p, ps.before)
+            ps.segment_starts, ps.first_cols = self.segment_starts(p, ps.before)
             loops.passes.append(ps)
         loops.after = self.row_steps(sch.passes)
         loops.row_end = [Store(n, Buffer("output", n)) for n in kernel.outputs

@@ -15,34 +15,8 @@ import pytest
 
 import gradc
 from gradc.passes.loop_ir import SPLIT
-from row_sources import ROW_OPS
+from row_sources import SPLIT_OPS
 
-SOURCE = ROW_OPS + """
-op lsmax(x) -> y {
-    y = x - logsumexp(x, axis=-1, keepdims=true)
-}
-op rms(x, w, eps: nograd = 1e-6) -> y {
-    y = x * rsqrt(mean(x * x, axis=-1, keepdims=true) + eps) * w
-}
-op ext(x) -> (hi, lo, n, cm) {
-    hi = max(x, axis=-1)
-    lo = min(x, axis=-1, keepdims=true)
-    n = norm(x, axis=-1)
-    cm = max(x, axis=0)
-}
-op prodrow(x) -> y {
-    y = x * prod(x, axis=-1, keepdims=true)
-}
-op lnorm2(x: f64[r, n], w: f64[n], b: f64[n]) -> y {
-    xc = x - mean(x, axis=-1, keepdims=true)
-    y = xc * rsqrt(mean(xc^2, axis=-1, keepdims=true) + 1e-5) * w + b
-}
-op dropmax(x: f64[r, n], p: nograd = 0.5) -> y {
-    keep = random_uniform_like(x) >= p
-    e = exp(x - max(x, axis=-1, keepdims=true))
-    y = e / sum(e, axis=-1, keepdims=true) * keep
-}
-"""
 
 # rows of 64 elements or more split, fewer than 8 of them, in segments of 16 or more
 SMALL = (8, 64, 16)
@@ -51,7 +25,7 @@ WHOLE = (0, 64, 16)          # no call splits
 
 @pytest.fixture(scope="module")
 def m(import_module_text):
-    module = import_module_text(gradc.compile_source(SOURCE, file="split.grad"), "split_rows_ops")
+    module = import_module_text(gradc.compile_source(SPLIT_OPS, file="split.grad"), "split_rows_ops")
     module._G_ROWS_MIN = 0
     return module
 

@@ -235,25 +235,29 @@ ROWWISE = ["rowwise", "kernels/softmax", "kernels/layer_norm", "kernels/rms_norm
            "kernels/cross_entropy"]
 
 
-def _reduce_kernels(module) -> dict:
+def _reduce_kernels(module, split: bool) -> dict:
     """The reduce kernels of ``CUDA_KERNELS``: those ending in ``_R, _N`` (a matmul's
-    geometry ends in three sizes)."""
-    return {name: k for name, k in module.CUDA_KERNELS.items()
-            if k[1][-2:] == ("n", "n") and k[1][-3] != "n"}
+    geometry ends in three sizes), and (``split``) the kernels of their split rows
+    (``<kernel>_seg<p>``, ``<kernel>_end``: ``_R, _N, _NS``)."""
+    kernels = module.CUDA_KERNELS
+    whole = {name for name, k in kernels.items() if k[1][-2:] == ("n", "n") and k[1][-3] != "n"}
+    return {name: k for name, k in kernels.items() if name in whole
+            or split and re.sub(r"_(seg\d+|end)$", "", name) in whole}
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ROWWISE)
 def test_reduce_kernels_compile_to_ptx(spec, cuda_toolchain, import_module_text) -> None:
     """Every reduce kernel of kernels/'s ops in float32, their fwd_bwd ones in float64
-    too, and the fwd_bwd ones of rowwise.grad's row plans in float32, for sm_90
-    (NVVM's time: the others differ from these in no way the front end sees; the
-    other kernels are elementwise loops of the templates tested above).  The
-    partials are float64 arrays, ``_R`` and ``_N`` int64 (Kernels.arg_dtypes)."""
+    too, and the fwd_bwd ones of rowwise.grad's row plans with the kernels of their
+    split rows in float32, for sm_90 (NVVM's time: the others differ from these in no
+    way the front end sees; the other kernels are elementwise loops of the templates
+    tested above).  The partials are float64 arrays, ``_R`` and ``_N`` int64
+    (Kernels.arg_dtypes)."""
     path = EXAMPLES / f"{spec}.grad"
     text = gradc.compile_source(path.read_text(encoding="utf-8"), file=str(path), target="cuda")
     module = import_module_text(text, f"ptx_{spec.replace('/', '_')}")
-    kernels = _reduce_kernels(module)
+    kernels = _reduce_kernels(module, split=spec == "rowwise")
     fwd_bwd = {n: k for n, k in kernels.items() if "_fwd_bwd_" in n}
     assert fwd_bwd
     if spec == "rowwise":
@@ -263,6 +267,9 @@ def test_reduce_kernels_compile_to_ptx(spec, cuda_toolchain, import_module_text)
            **module_ptx(SimpleNamespace(CUDA_KERNELS=fwd_bwd), (9, 0), dtypes=("float64",),
                         runtime=False)}
     assert len(ptx) == len(kernels) + len(fwd_bwd)
+    if spec == "rowwise":           # every one of its kernels splits rows
+        whole = {n for n in kernels if not re.search(r"_(seg\d+|end)$", n)}
+        assert {n.removesuffix("_seg0") for n in kernels if n.endswith("_seg0")} == whole
     for name, body in ptx.items():
         assert ptx_target(body) == "sm_90" and ptx_isa(body) <= MAX_PTX_ISA["13.0"], name
         assert "bar.sync" in body, name             # the block trees' syncthreads

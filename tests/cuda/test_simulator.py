@@ -46,7 +46,7 @@ def test_gpu_check_runs_end_to_end_in_the_simulator(tmp_path) -> None:
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--log2-sizes", "6",
          "--repeat", "1", "--calls", "1", "--dtypes", "float32", "--check-size", "6",
-         "--math-samples", "32", "--row-shapes", "4x8", "--json", str(out)],
+         "--math-samples", "32", "--row-shapes", "2x16", "--json", str(out)],
         cwd=ROOT, env=_simulator_env(tmp_path), capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     report = json.loads(out.read_text(encoding="utf-8"))
@@ -60,6 +60,7 @@ def test_gpu_check_runs_end_to_end_in_the_simulator(tmp_path) -> None:
     assert set(rows) == {"softmax_rows", "log_softmax_rows", "layer_norm", "rms_norm",
                          "xent_rows"} and len(report["rowwise"]) == 5, report["rowwise"]
     for r in rows.values():
-        assert r["shape"] == [4, 8] and {"gradc_ms", "copy_ms", "pct_copy"} <= set(r), r
+        assert r["shape"] == [2, 16] and {"gradc_ms", "copy_ms", "pct_copy"} <= set(r), r
         assert r["ok"] and r["max_rel_err"] <= 1e-4, r
+        assert "whole_ms" in r and r["whole_max_rel_err"] <= 1e-4, r      # 2x16 splits
         assert "simulator" in r["torch_skipped"] and "torch_ms" not in r, r
