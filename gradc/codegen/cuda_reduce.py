@@ -107,7 +107,7 @@ def split_entries(loops: ReduceLoops, name: str) -> list[tuple[str, tuple[str, .
     rows store a value or chunk reductions are combined, ``<name>_end`` (a block per
     ``_G`` rows at a time)."""
     entries = [(f"{name}_seg{p}", ("_NS", "_G")) for p in range(len(loops.passes))]
-    if loops.row_end or any(i.chunk == "all" for i in loops.partial_inits):
+    if loops.split_end:
         entries.append((f"{name}_end", ("_G",)))
     return entries
 
@@ -221,14 +221,12 @@ class _CudaLoops(LoopPrinter):
     # ``g`` at ``_R * _NS * K + (b * _NS + g) * Q``.
 
     def segment_slots(self) -> tuple[dict[Acc, int], dict[Acc, int]]:
-        """Split rows: the offsets in ``_sg`` of the row reductions' accumulators (the
-        trees after each pass, in order; ``K`` of them) and of the partials of all
-        elements (``Q``)."""
-        rows = [a for p in range(len(self.loops.passes)) if (t := self.tree_after(p))
-                for a, _ in t.accs]
-        chunk = [s.acc for ps in self.loops.passes for s in ps.segment_starts
-                 if s.acc.role == "q"]
-        return {a: k for k, a in enumerate(rows)}, {a: k for k, a in enumerate(chunk)}
+        """Split rows: the offsets in ``_sg`` of the row reductions' accumulators
+        (``K`` of them) and of the partials of all elements (``Q``), as the loops keep
+        them (:attr:`~gradc.passes.loop_ir.ReduceLoops.kept`)."""
+        loops = self.loops
+        return ({a: k for k, a in enumerate(loops.kept)},
+                {a: k for k, a in enumerate(loops.kept_chunk)})
 
     def tree_after(self, p: int) -> Tree | None:
         """The tree over the accumulators pass ``p`` updates (the first row step after

@@ -291,7 +291,9 @@ class ReduceLoops:
     ``stages``: the stage rows (:class:`Stage`), ``flat_staged`` the sums of a flat
     kernel run in a second loop per block of :data:`BLOCK` elements; ``centred``: the
     centred sums (CPU); ``split``: the kernel also runs as split rows (:func:`splits`;
-    the CPU's rule is :data:`SPLIT`, CUDA's the run time's ``_GC_SPLIT``)."""
+    the CPU's rule is :data:`SPLIT`, CUDA's the run time's ``_GC_SPLIT``); on CUDA
+    then ``kept`` and ``kept_chunk``, what a segment keeps for the next kernels, and
+    ``split_end``, a last kernel after the passes (:meth:`_Lowering.segments_kept`)."""
     target: str
     outputs: list[int]
     partials: list[int]
@@ -313,6 +315,9 @@ class ReduceLoops:
     flat_staged: list[tuple[Update, Buffer]] = field(default_factory=list)
     centred: dict = field(default_factory=dict)
     split: bool = False
+    kept: list[Acc] = field(default_factory=list)
+    kept_chunk: list[Acc] = field(default_factory=list)
+    split_end: bool = False
 
 
 def splits(graph: Graph, kernel: ReduceKernel) -> bool:
@@ -413,7 +418,22 @@ class _Lowering:
         loops.row_end += [Update(n, self.kind(n), 0, Acc("q", n)) for n in kernel.partials
                           if not reads_element(graph, kernel, n)]
         loops.gather = [i.node for i in loops.partial_inits if i.gathered]
+        if loops.split and not self.cpu:
+            self.segments_kept(loops)
         return loops
+
+    def segments_kept(self, loops: ReduceLoops) -> None:
+        """CUDA's split rows: what a segment's block keeps for the kernels after its pass
+        (:attr:`ReduceLoops.kept`: the accumulators of the trees after each pass, in pass
+        order; then the partials of all elements), and whether a last kernel stores the
+        rows' values and writes the partials (:attr:`ReduceLoops.split_end`)."""
+        after = [ps.before for ps in loops.passes[1:]] + [loops.after]
+        loops.kept = [a for stmts in after for s in stmts if isinstance(s, Tree)
+                      for a, _ in s.accs]
+        loops.kept_chunk = [s.acc for ps in loops.passes for s in ps.segment_starts
+                            if s.acc.role == "q"]
+        loops.split_end = bool(loops.row_end) or any(i.chunk == "all"
+                                                     for i in loops.partial_inits)
 
     def segment_starts(self, p: int, before: list) -> tuple[list[Start], list[int]]:
         """Split rows: the accumulators a segment of pass ``p`` starts (of the
