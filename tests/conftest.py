@@ -179,3 +179,19 @@ def import_module_text(tmp_path_factory: pytest.TempPathFactory):
         return module
 
     return load
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch: pytest.MonkeyPatch):
+    """``kernel_calls(module, *suffixes)``: a list that grows by one at each call of a
+    generated module's kernel (a global ``_g...``) whose name ends with one of
+    ``suffixes`` (the wrappers call them as module globals)."""
+    def count(module, *suffixes: str) -> list:
+        calls: list = []
+        for name in [n for n in dir(module) if n.startswith("_g") and n.endswith(suffixes)]:
+            def counted(*args, _inner=getattr(module, name)):
+                calls.append(1)
+                return _inner(*args)
+            monkeypatch.setattr(module, name, counted)
+        return calls
+    return count

@@ -29,8 +29,8 @@ from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.passes.fuse_reduce import ELEMENT, ROW, ReduceKernel, value_args
 from gradc.passes.loop_ir import (APART, BLOCK, CPU, Acc, Buffer, Compute, Finish, Load,
-                                  LoadBack, Pass, PartialWrite, ReduceLoops, Shift, Stage, Start,
-                                  Store, Update, lower)
+                                  LoadBack, Online, Pass, PartialWrite, ReduceLoops, Shift, Stage,
+                                  Start, Store, Update, lower, online)
 from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, SCALAR, access,
                                        accumulate_line, shift_line)
 
@@ -68,6 +68,12 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     if loops.split:
         buf.line()
         printer.split(buf, name, fm)
+    if online(graph, kernel):               # long rows: name_online, a pass fewer
+        printer = _CpuLoops(graph, kernel, lower(graph, kernel, CPU, online=True))
+        buf.line()
+        printer.kernel(buf, f"{name}_online_chunks", fm)
+        buf.line()
+        printer.entries(buf, f"{name}_online")
     return buf.getvalue().rstrip("\n") + "\n"
 
 
@@ -222,6 +228,9 @@ class _CpuLoops(LoopPrinter):
         self.index = "(_lo + _b + _c)" if blocks else "(_lo + _c)"
         body = IndentedBuffer()
         self.statements(body, ps.body)
+        after = IndentedBuffer()
+        for o in ps.online:
+            self.online(after, o, blocks)
         if blocks:
             buf.line(f"for _b in range(0, _N, {ps.block}):")
             buf.indent()
@@ -246,6 +255,8 @@ class _CpuLoops(LoopPrinter):
         for acc, blk in ps.block_sums:
             if acc is not None:
                 buf.line(f"{self.acc(acc)} += {self.acc(blk)}")
+        for line in after.lines:
+            buf.line(line)
         if blocks:
             buf.dedent()
         self.sliced = None
@@ -314,6 +325,25 @@ class _CpuLoops(LoopPrinter):
                      f" * (_r{fb} - _R{fb}) * (_b * {n} / _e)")
         for f in values:            # the mean of the row's elements so far
             buf.line(f"_R{f} += (_r{f} - _R{f}) * {n} / _e")
+
+    def online(self, buf: IndentedBuffer, o: Online, blocks: bool) -> None:
+        """Online sum ``o`` takes the block (the row where not in ``blocks``): its shift
+        ``_h`` becomes the row's max so far where finite (else 0; the max's NaN flag is
+        not needed: a NaN makes the sum NaN), the sum so far rescaled where it changed
+        (not a sum of 0: an exp(inf) times 0), then the block's ``exp(x - _h)``, summed
+        in the compute dtype, added to the row's float64 sum."""
+        i, m = self.pos[o.node], self.acc(Acc("s", o.max))
+        x = (f"{self.stage_row(o.buffer)}[_c]" if o.buffer is not None
+             else self.at(f"_i{o.slot}r"))
+        buf.line(f"_hn{i} = {m} if ({m} - {m}) == 0.0 else _T(0.0)")
+        buf.line(f"if _hn{i} != _h{i}:")
+        buf.line(f"    if _s{i} != 0.0:")
+        buf.line(f"        _s{i} *= np.exp(np.float64(_h{i}) - np.float64(_hn{i}))")
+        buf.line(f"    _h{i} = _hn{i}")
+        buf.line(f"_f{i} = _T(0.0)")
+        buf.line(f"for _c in range({'_e - _b' if blocks else '_N'}):")
+        buf.line(f"    _f{i} = _g_radd(_f{i}, _g_exp({x} - _h{i}))")
+        buf.line(f"_s{i} += _f{i}")
 
     def split(self, buf: IndentedBuffer, name: str, fm: str) -> None:
         """Split rows (:data:`~gradc.passes.loop_ir.SPLIT`): ``name_split``, the rows one
@@ -584,6 +614,8 @@ class _CpuLoops(LoopPrinter):
             fresh = [f for k, f in enumerate(fresh) if f not in fresh[:k] + self.shifted]
             self.shifted += fresh
             return [f"{acc} = 0.0"] + [f"_K{f} = 0.0; _R{f} = 0.0" for f in fresh]
+        if s.kind == "online":              # the sum, and its shift so far (Online)
+            return [f"{acc} = 0.0; _h{i} = _T(0.0)"]
         if s.nan_flag:
             return [f"{acc} = _T({_INIT[s.kind]}); _n{i} = False"]
         return [f"{acc} = {_INIT[s.kind]}"]
@@ -597,6 +629,11 @@ class _CpuLoops(LoopPrinter):
         self.names[s.node] = f"u{self.pos[s.node]}"
         if s.centred:
             return self.centred_finish(s)
+        if s.shift is not None:             # an online sum, scaled from _h to the shift
+            i, h = self.pos[s.node], self.names[s.shift]
+            v = f"_s{i} / _N" if s.kind == "mean" else f"_s{i}"
+            return [f"u{i} = _T({v}) if _h{i} == {h} else "
+                    f"_T({v} * np.exp(np.float64(_h{i}) - np.float64({h})))"]
         return [_finish(s, self.pos[s.node])]
 
     def centred_finish(self, s: Finish) -> list[str]:

@@ -76,9 +76,9 @@ class CudaWrapperPrinter(WrapperPrinter):
     def _partials_arg(self, var: str) -> str:
         return f"{var}.reshape(-1)"          # the kernels take flat arrays
 
-    def _reduce_launch(self, name: str, args: list[str], split: bool) -> str:
+    def _reduce_launch(self, name: str, args: list[str], step: ReduceKernel) -> str:
         rows = f"_gc_launch_rows({name}, stream, _C, _Y, {', '.join(args + ['_R', '_N', '_gc_witness(_T)'])})"
-        if split:
+        if splits(self.graph, step):
             return f"{name}_split(stream, _NS, _C, {', '.join(args)}, _R, _N, _gc_witness(_T)) if _NS else {rows}"
         return rows
 

@@ -25,7 +25,7 @@ from gradc.ir.shapes import Shape
 from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, MatmulEpilogue, value_used
 from gradc.passes import row_plan
 from gradc.passes.fuse_reduce import ROW, ReduceKernel, cpu_plan
-from gradc.passes.loop_ir import GATHER_ROWS, gathered, splits
+from gradc.passes.loop_ir import GATHER_ROWS, gathered, online, splits
 from gradc.passes.row_schedule import PER_COL, PER_ROW, SCALAR, input_slots
 from gradc.pipeline import CompiledOp, Method
 
@@ -428,7 +428,7 @@ class WrapperPrinter:
             shape = ("()" if how == SCALAR else self.shape_expr(g.node(x).shape)
                      if how in (PER_ROW, PER_COL) else "_s")
             args.append(self.helper("flat", f"{self._value(x)}, {shape}"))
-        b.line(self._reduce_launch(name, args, splits(self.graph, step)))
+        b.line(self._reduce_launch(name, args, step))
         for nid in step.partials:
             node = g.node(nid)
             op = "sum" if node.op == "sum_to" else node.op
@@ -485,17 +485,25 @@ class WrapperPrinter:
         """A reduce kernel's partials array ``var`` as the kernel takes it."""
         return var
 
-    def _reduce_launch(self, name: str, args: list[str], split: bool) -> str:
-        """The call of reduce kernel ``name`` on its arrays ``args`` (``split``: its split
-        rows where ``_SG`` segments, their segments in parallel as its other loops are)."""
+    def _reduce_launch(self, name: str, args: list[str], step: ReduceKernel) -> str:
+        """The call of reduce kernel ``name`` of ``step`` on its arrays ``args``: its
+        split rows where ``_SG`` segments (:func:`~gradc.passes.loop_ir.splits`), their
+        segments in parallel as its other loops are; its online form ``name_online`` on
+        rows of ``_G_ONLINE`` bytes or more (:func:`~gradc.passes.loop_ir.online`)."""
         call = ", ".join(args + ["_R", "_N", "_C"])
-        serial = f"{name}_chunks({call}, 0, _C, _G_WITNESS[_T])"      # every chunk, in turn
         parallel = "False" if self.after_blas else "_R * _N >= _G_PARALLEL_MIN"
-        rows = serial if self.after_blas else \
-            f"{name}({call}, _G_WITNESS[_T]) if _R * _N >= _G_PARALLEL_MIN else {serial}"
-        if split:
-            return f"{name}_split({call}, _SG, {parallel}, _G_WITNESS[_T]) if _SG else {rows}"
-        return rows
+
+        def rows(kernel: str) -> str:
+            serial = f"{kernel}_chunks({call}, 0, _C, _G_WITNESS[_T])"    # every chunk, in turn
+            return serial if self.after_blas else \
+                f"{kernel}({call}, _G_WITNESS[_T]) if _R * _N >= _G_PARALLEL_MIN else {serial}"
+        launch = rows(name)
+        if online(self.graph, step):
+            launch = (f"({rows(name + '_online')}) if _N * _G_WITNESS[_T].itemsize >= _G_ONLINE "
+                      f"else ({launch})")
+        if splits(self.graph, step):
+            return f"{name}_split({call}, _SG, {parallel}, _G_WITNESS[_T]) if _SG else {launch}"
+        return launch
 
     def _output_arrays(self, step: Kernel, shape_of=lambda nid: "_s") -> list[str]:
         """Arrays for the values ``step`` stores (the caller's out[k] where it is a

@@ -40,8 +40,9 @@ from gradc.passes.fuse import CHEAP
 from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, is_reduction,
                                       value_args)
 from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, Schedule, access,
-                                       fallback_chain, input_slots, reads_element,
-                                       reduced_values, reduction_kind, rows_ready, schedule)
+                                       fallback_chain, input_slots, online_sums,
+                                       reads_element, reduced_values, reduction_kind,
+                                       rows_ready, schedule)
 
 CPU, CUDA = "cpu", "cuda"
 
@@ -71,6 +72,16 @@ APART = 1024
 # one row of 2^22 float32 ran at 38-41 % of a two-thread copy).  The wrapper decides by
 # the shape alone (``_g_rows``), so a row's bits do not depend on the thread count.
 SPLIT = (8, 1 << 17, 1 << 14)
+
+# Online sums (CPU, :attr:`ReduceLoops.online`): a kernel whose schedule with its
+# :class:`~gradc.passes.row_schedule.OnlineSum` s in the pass of their max has fewer
+# passes (softmax's fused fwd_bwd: 3, not 4; log-softmax's and cross-entropy's: 2, not
+# 3) also runs in that form, on rows of at least this many bytes (a row that no longer
+# stays in the cache between its passes).  It computes the exp twice where the other
+# form keeps it in scratch: on rows of 64 float32 it ran 0.65x, on rows of 1024 to
+# 16384 the same, on rows of 32768 and more 1.2-1.35x (log-softmax's fwd_bwd, two
+# threads, session 28).  The wrapper decides by the shape and dtype alone.
+ONLINE_ROWS = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -170,6 +181,20 @@ class Centre:
 
 
 @dataclass(frozen=True)
+class Online:
+    """CPU, the online form: after the loop over a block (the row where not in
+    blocks), online sum ``node`` (:class:`~gradc.passes.row_schedule.OnlineSum`)
+    takes the block: its shift ``k`` becomes the row's max ``max`` so far where that
+    is finite (else 0), the row's sum so far rescaled where ``k`` changed, then a
+    loop over the block adds ``exp(x - k)``, ``x`` read from ``buffer`` (the max's
+    stage row) or, where None, from input slot ``slot``."""
+    node: int
+    max: int
+    buffer: Buffer | None = None
+    slot: int = -1
+
+
+@dataclass(frozen=True)
 class Start:
     """Before a row reduction's first pass: ``acc`` set to the identity of ``kind``
     (``max`` for a two-pass one's max), with a NaN flag if ``nan_flag``."""
@@ -200,13 +225,15 @@ class Finish:
     """Row reduction ``node``'s value from its accumulators (``nan_flag``: a max or
     min's NaN from its flag; ``centred``: a centred sum's, times the row values
     ``factors``, and where that is not finite, the sum of its operand as written
-    over the row, computed by ``fallback``: the statements of a loop over the row)."""
+    over the row, computed by ``fallback``: the statements of a loop over the row;
+    ``shift``: an online sum's (:class:`Online`), scaled by ``exp(k - shift)``)."""
     node: int
     kind: str
     nan_flag: bool = False
     centred: bool = False
     factors: tuple[int, ...] = ()
     fallback: tuple = ()
+    shift: int | None = None
 
 
 def gathered(graph: Graph, kernel: ReduceKernel, n: int) -> bool:
@@ -264,7 +291,7 @@ class Pass:
     leaves to be combined per row (a :class:`Start` each: a two-pass reduction's sum
     as a ``sum``, a partial of all elements as its kind); ``first_cols``: the partials
     across rows (one per column) the pass updates first, which a segment starts at the
-    first row."""
+    first row.  ``online``: the online sums the pass takes, after each block."""
     before: list = field(default_factory=list)
     body: list = field(default_factory=list)
     block: int = 0
@@ -275,6 +302,7 @@ class Pass:
     centred: list[Centre] = field(default_factory=list)
     segment_starts: list[Start] = field(default_factory=list)
     first_cols: list[int] = field(default_factory=list)
+    online: list[Online] = field(default_factory=list)
 
 
 @dataclass
@@ -293,7 +321,8 @@ class ReduceLoops:
     centred sums (CPU); ``split``: the kernel also runs as split rows (:func:`splits`;
     the CPU's rule is :data:`SPLIT`, CUDA's the run time's ``_GC_SPLIT``); on CUDA
     then ``kept`` and ``kept_chunk``, what a segment keeps for the next kernels, and
-    ``split_end``, a last kernel after the passes (:meth:`_Lowering.segments_kept`)."""
+    ``split_end``, a last kernel after the passes (:meth:`_Lowering.segments_kept`).
+    ``online``: the online form (:data:`ONLINE_ROWS`), which never splits."""
     target: str
     outputs: list[int]
     partials: list[int]
@@ -318,6 +347,7 @@ class ReduceLoops:
     kept: list[Acc] = field(default_factory=list)
     kept_chunk: list[Acc] = field(default_factory=list)
     split_end: bool = False
+    online: bool = False
 
 
 def splits(graph: Graph, kernel: ReduceKernel) -> bool:
@@ -331,20 +361,34 @@ def splits(graph: Graph, kernel: ReduceKernel) -> bool:
         for n, kernel_level in kernel.levels)
 
 
-def lower(graph: Graph, kernel: ReduceKernel, target: str) -> ReduceLoops:
+def online(graph: Graph, kernel: ReduceKernel) -> bool:
+    """Whether a CPU reduce kernel also runs in the online form on long rows
+    (:data:`ONLINE_ROWS`): it has passes over rows, and its
+    :class:`~gradc.passes.row_schedule.OnlineSum` s in the pass of their max take a
+    pass fewer."""
+    return not kernel.flat and bool(online_sums(graph, kernel)) and \
+        schedule(graph, kernel, online=True).passes < schedule(graph, kernel).passes
+
+
+def lower(graph: Graph, kernel: ReduceKernel, target: str,
+          online: bool = False) -> ReduceLoops:
     """The loops of ``kernel`` for ``target`` (``CPU`` or ``CUDA``) from its
-    :func:`~gradc.passes.row_schedule.schedule` (with scratch rows on the CPU)."""
-    return _Lowering(graph, kernel, target).run()
+    :func:`~gradc.passes.row_schedule.schedule` (with scratch rows on the CPU);
+    ``online``: the CPU's online form (:func:`online`)."""
+    return _Lowering(graph, kernel, target, online).run()
 
 
 class _Lowering:
     """The decisions of :func:`lower`, one method each."""
 
-    def __init__(self, graph: Graph, kernel: ReduceKernel, target: str) -> None:
+    def __init__(self, graph: Graph, kernel: ReduceKernel, target: str,
+                 online: bool = False) -> None:
         self.graph, self.kernel, self.target = graph, kernel, target
         self.cpu = target == CPU
-        self.sch = schedule(graph, kernel, scratch=self.cpu, centred=self.cpu)
+        self.sch = schedule(graph, kernel, scratch=self.cpu, centred=self.cpu,
+                            online=online and self.cpu)
         self.cen = self.sch.centred
+        self.onl = self.sch.online
         self._centres: dict[int, tuple] = {}
         self.lv = dict(kernel.levels)
         self.kinds = dict(kernel.chunk_kind)
@@ -357,7 +401,7 @@ class _Lowering:
         return reduction_kind(self.graph, n)
 
     def first_pass(self, n: int) -> int:
-        if n in self.cen:
+        if n in self.cen or n in self.onl:
             return self.sch.phase[n]
         return self.sch.avail[n] - ROW_PASSES[self.kind(n)]
 
@@ -367,7 +411,8 @@ class _Lowering:
     def run(self) -> ReduceLoops:
         graph, kernel, sch = self.graph, self.kernel, self.sch
         loops = ReduceLoops(self.target, list(kernel.outputs), list(kernel.partials),
-                            self.slots, kernel.flat, centred=dict(self.cen))
+                            self.slots, kernel.flat, centred=dict(self.cen),
+                            online=bool(self.onl))
         norms = kernel.nodes if self.cpu else self.row_reds
         loops.tiny_normal = any(graph.node(n).op == "norm" for n in norms)
         for n in kernel.partials:
@@ -389,14 +434,14 @@ class _Lowering:
                 loops.stages = [b for _, b in loops.flat_staged if b.kind == "stage"]
             return loops
         loops.scratch = list(sch.scratch)
-        loops.split = splits(graph, kernel)
+        loops.split = splits(graph, kernel) and not self.onl
         streamed = [j for j, (x, a) in enumerate(self.slots) if a == PER_ELEMENT]
         prefetch_pass = self.prefetch_pass(streamed) if self.cpu else None
         if prefetch_pass is not None and streamed:
             loops.prefetch_rows = PREFETCH_ROWS
         for p in range(sch.passes):
             ps = Pass(before=self.row_steps(p) + self.starts(p))
-            if self.cpu and self.blocked_sums(p):
+            if self.cpu and (self.blocked_sums(p) or self.online_in(p)):
                 ps.block, ps.block_sums = BLOCK, self.blocked_sums(p)
                 ps.whole = True
                 if p == prefetch_pass and streamed:
@@ -407,7 +452,9 @@ class _Lowering:
                 if ps.staged and not ps.block:
                     ps.block, ps.whole = BLOCK, True
                 ps.centred = self.centres(p)[0]
-                for b in [b for _, b in ps.staged] + [b for c in ps.centred for b in c.buffers]:
+                ps.online = self.onlines(p)
+                for b in [b for _, b in ps.staged] + [b for c in ps.centred for b in c.buffers] + \
+                        [o.buffer for o in ps.online if o.buffer is not None]:
                     if b.kind == "stage" and b not in loops.stages:
                         loops.stages.append(b)
             ps.segment_starts, ps.first_cols = self.segment_starts(p, ps.before)
@@ -489,6 +536,8 @@ class _Lowering:
                         for x in value_args(self.graph, m) if x not in self.lv}
                 steps.append(Finish(n, self.kind(n), centred=True, factors=self.cen[n].factors,
                                     fallback=tuple(self.loads(used) + [Compute(m) for m in chain])))
+            elif n in self.onl:
+                steps.append(Finish(n, self.kind(n), shift=self.onl[n].shift))
             elif is_reduction(self.graph, n):
                 steps.append(Finish(n, self.kind(n), self.cpu and self.kind(n) in ("max", "min")))
             else:
@@ -502,9 +551,9 @@ class _Lowering:
         for n in self.row_reds:
             k, kind = p - self.first_pass(n), self.kind(n)
             two = ROW_PASSES[kind] == 2
-            if n in self.cen:
+            if n in self.cen or n in self.onl:
                 if k == 0:
-                    steps.append(Start(n, "centred", Acc("s", n)))
+                    steps.append(Start(n, "centred" if n in self.cen else "online", Acc("s", n)))
             elif k == 0:
                 flag = self.cpu and (two or kind in ("max", "min"))
                 steps.append(Start(n, "max" if two else kind, Acc("m" if two else "s", n), flag))
@@ -520,7 +569,7 @@ class _Lowering:
         library with them)."""
         graph, kernel = self.graph, self.kernel
         return self.centres(p)[1] + [(Acc("s", n), Acc("f", n)) for n in self.row_reds
-                          if n not in self.cen and _blocked(self.kind(n), p - self.first_pass(n))
+                          if n not in self.cen and n not in self.onl and _blocked(self.kind(n), p - self.first_pass(n))
                           and reads_element(graph, kernel, n)] + [
             (Acc("q", n), Acc("f", n)) for n in kernel.partials
             if self.kinds[n] == "all" and self.kind(n) in ("sum", "mean")
@@ -532,6 +581,23 @@ class _Lowering:
         element or per column."""
         return [Load(j, a) for j, (x, a) in enumerate(self.slots)
                 if (x, a) in used and a in (PER_ELEMENT, PER_COL)]
+
+    def online_in(self, p: int) -> list[int]:
+        """The online sums pass ``p`` accumulates."""
+        return [n for n in self.row_reds if n in self.onl and self.sch.phase[n] == p]
+
+    def onlines(self, p: int) -> list[Online]:
+        """The :class:`Online` s of pass ``p``: each reads its value from the input slot
+        its max reads, or from the max's stage row (an element value)."""
+        out = []
+        for n in self.online_in(p):
+            x, m = self.onl[n].value
+            if x in self.lv:
+                out.append(Online(n, m, buffer=Buffer("stage", m)))
+            else:
+                out.append(Online(n, m, slot=self.slots.index((x, access(self.graph,
+                                                                         self.kernel, m, x)))))
+        return out
 
     def centred_in(self, p: int) -> list[int]:
         """The centred sums pass ``p`` accumulates."""
@@ -570,7 +636,8 @@ class _Lowering:
         """The row reductions (other than centred sums) and the partials pass ``p``
         updates."""
         graph, kernel, sch = self.graph, self.kernel, self.sch
-        rows = [n for n in self.row_reds if n not in self.cen and 0 <= p - self.first_pass(n)
+        rows = [n for n in self.row_reds if n not in self.cen and n not in self.onl
+                and 0 <= p - self.first_pass(n)
                 < ROW_PASSES[self.kind(n)] and reads_element(graph, kernel, n)]
         parts = [n for n in kernel.partials if reads_element(graph, kernel, n)
                  and sch.phase.get(value_args(graph, n)[0], 0) == p]
@@ -582,7 +649,7 @@ class _Lowering:
         graph, kernel = self.graph, self.kernel
         used = {(x, access(graph, kernel, n, x)) for n in self.sch.work[p]
                 for x in value_args(graph, n) if x not in self.lv}
-        reds = [n for ns in self.updated(p) for n in ns] + self.centred_in(p)
+        reds = [n for ns in self.updated(p) for n in ns] + self.centred_in(p) + self.online_in(p)
         return used | {(x, access(graph, kernel, r, x)) for n in reds
                        for x, r in reduced_values(graph, self.sch, n) if x not in self.lv}
 
@@ -626,6 +693,7 @@ class _Lowering:
         body += [Compute(n) for n in sch.work[p]]
         body += [Store(n, Buffer("scratch", n)) for n in sch.scratch if sch.phase[n] == p]
         body += self.centres(p)[2] if self.cpu else []
+        body += [Stage(o.max) for o in self.onlines(p) if o.buffer is not None]
         rows, parts = self.updated(p)
         for n in rows:
             k, kind = p - self.first_pass(n), self.kind(n)

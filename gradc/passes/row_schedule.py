@@ -84,15 +84,20 @@ class CentredSum:
     factors: tuple[int, ...]
 
 
+def row_sums(graph: Graph, kernel: ReduceKernel):
+    """The row sums and means of ``kernel`` over element values: ``(node, kind, operand)``."""
+    lv = dict(kernel.levels)
+    for n in kernel.nodes:
+        op = graph.node(n).op
+        if lv[n] == ROW and op in ("sum", "mean") and reads_element(graph, kernel, n):
+            yield n, op, value_args(graph, n)[0]
+
+
 def centred_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, CentredSum]:
     """The row sums and means of ``kernel`` that are :class:`CentredSum` s."""
     lv = dict(kernel.levels)
     found: dict[int, CentredSum] = {}
-    for n in kernel.nodes:
-        node = graph.node(n)
-        if lv[n] != ROW or node.op not in ("sum", "mean") or not reads_element(graph, kernel, n):
-            continue
-        x = value_args(graph, n)[0]
+    for n, kind, x in row_sums(graph, kernel):
         if lv.get(x) != ELEMENT:
             continue
         parts = _product(graph, kernel, x)
@@ -105,7 +110,7 @@ def centred_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, CentredSum]:
             values = tuple(centred)
         else:
             continue
-        found[n] = CentredSum(n, node.op, values, tuple(factors))
+        found[n] = CentredSum(n, kind, values, tuple(factors))
     return found
 
 
@@ -153,6 +158,67 @@ def _centre(graph: Graph, kernel: ReduceKernel, v: int) -> tuple[int, int] | Non
     return x, v
 
 
+@dataclass(frozen=True)
+class OnlineSum:
+    """Row reduction ``node`` (``kind`` "sum" or "mean") of ``exp(x - h)``, where
+    ``h`` is a row value computed from the row's max of the same ``x``, ``max``
+    (softmax's ``sum(exp(x - max(x)))``, a logsumexp's sum as its derivative writes
+    it), and nothing else but constants: ``value`` is ``(x, reader)`` (the node, and
+    the kernel node reading it where it is an outside value).  It can run in the pass
+    of the max, online (Milakov and Gimelshein's online softmax): each block of a row
+    sums ``exp(x - k)`` with ``k`` the row's max so far where finite (else 0), the row's
+    sum so far rescaled by ``exp(k_old - k)`` when ``k`` changes; after the pass the
+    sum is scaled by ``exp(k - h)`` (1 where they are equal, as they are for a finite
+    max).  One read of the row fewer than the max, then the sum; where the max or ``h``
+    is infinite or NaN, the product gives what the sum as written gives (inf, NaN, 0)."""
+    node: int
+    kind: str
+    max: int
+    value: tuple[int, int]
+    shift: int
+
+
+def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
+    """The row sums and means of ``kernel`` that are :class:`OnlineSum` s."""
+    lv = dict(kernel.levels)
+    maxima = {value_args(graph, n)[0]: n for n in kernel.nodes
+              if lv[n] == ROW and graph.node(n).op == "max" and reads_element(graph, kernel, n)}
+    found: dict[int, OnlineSum] = {}
+    for n, kind, e in row_sums(graph, kernel):
+        if lv.get(e) != ELEMENT or graph.node(e).op != "exp":
+            continue
+        d = graph.node(e).args[0]
+        if lv.get(d) != ELEMENT or graph.node(d).op != "sub":
+            continue
+        x, h = graph.node(d).args
+        if graph.node(h).op == "broadcast_in" and lv.get(h) == ELEMENT:
+            h = graph.node(h).args[0]
+        m = maxima.get(x)
+        if m is None or lv.get(h) != ROW or not _shift_of(graph, kernel, h, m):
+            continue
+        found[n] = OnlineSum(n, kind, m, (x, m), h)
+    return found
+
+
+def _shift_of(graph: Graph, kernel: ReduceKernel, h: int, m: int) -> bool:
+    """Whether row value ``h`` is computed from the max ``m`` (or is it) and constants
+    only, through row values of no other reduction."""
+    lv = dict(kernel.levels)
+    seen, todo, found = set(), [h], False
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v == m:
+            found = True
+        elif lv.get(v) == ROW and not is_reduction(graph, v):
+            todo += value_args(graph, v)
+        elif v in lv or not graph.node(v).shape.is_scalar:
+            return False
+    return found
+
+
 @dataclass
 class Schedule:
     """When each value of a reduce kernel is computed (see :func:`schedule`)."""
@@ -160,6 +226,7 @@ class Schedule:
     passes: int
     phase: dict[int, int] = field(default_factory=dict)     # element node -> pass
     centred: dict[int, CentredSum] = field(default_factory=dict)  # and its pass in phase
+    online: dict[int, OnlineSum] = field(default_factory=dict)    # and its pass in phase
     avail: dict[int, int] = field(default_factory=dict)     # row node -> before pass
     work: list[list[int]] = field(default_factory=list)     # element nodes per pass
     live: set[int] = field(default_factory=set)
@@ -174,7 +241,7 @@ def reduction_kind(graph: Graph, nid: int) -> str:
 
 
 def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
-             centred: bool = True) -> Schedule:
+             centred: bool = True, online: bool = False) -> Schedule:
     """Passes over a row: an element node runs in the pass after every row
     reduction it depends on has finished; a row reduction of an element value
     of pass ``p`` accumulates in passes ``p .. p + ROW_PASSES - 1`` and its value
@@ -186,23 +253,31 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
     (the CPU's), costly ones are kept in a row of scratch memory instead
     (``Schedule.scratch``).  With ``centred`` (the CPU's), a :class:`CentredSum`
     accumulates in the pass its element values are computed in (``phase``), not
-    after the mean it is centred by, and is available after it and its factors."""
+    after the mean it is centred by, and is available after it and its factors.  With ``online`` (the CPU's form for long
+    rows), an :class:`OnlineSum` accumulates in the pass of its max, and is available
+    after it and its shift."""
     lv = dict(kernel.levels)
     inside = set(kernel.nodes)
     cen = centred_sums(graph, kernel) if centred else {}
+    onl = online_sums(graph, kernel) if online else {}
     live = set(kernel.outputs) | set(kernel.partials)
     for n in reversed(kernel.nodes):
         if n in live:
-            live.update(a for a in _reads(graph, kernel, cen, n) if a in inside)
+            live.update(a for a in _reads(graph, kernel, cen, onl, n) if a in inside)
     sch = Schedule(passes=0, live=live)
     sch.centred = {n: c for n, c in cen.items() if n in live}
+    sch.online = {n: o for n, o in onl.items() if n in live}
     for n in kernel.nodes:
         ins = [a for a in value_args(graph, n) if a in inside]
         if lv[n] == ELEMENT:
             sch.phase[n] = max([sch.phase[a] if lv[a] == ELEMENT else sch.avail[a]
                                 for a in ins], default=0)
         elif lv[n] == ROW:
-            if n in sch.centred:
+            if n in sch.online:
+                o = sch.online[n]
+                sch.phase[n] = sch.avail[o.max] - 1
+                sch.avail[n] = max(sch.avail[o.max], sch.avail[o.shift])
+            elif n in sch.centred:
                 c = sch.centred[n]
                 sch.phase[n] = max(sch.phase.get(v, 0) for v, _ in c.values)
                 sch.avail[n] = max([sch.phase[n] + 1] + [sch.avail[f] for f in c.factors])
@@ -230,9 +305,12 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
 
 
 def _reads(graph: Graph, kernel: ReduceKernel, cen: dict[int, CentredSum],
-           n: int) -> list[int]:
+           onl: dict[int, OnlineSum], n: int) -> list[int]:
     """The values node ``n`` reads: a centred sum's values and factors, and the row
-    values its operand reads (its means: for :func:`fallback_chain`)."""
+    values its operand reads (its means: for :func:`fallback_chain`); an online sum's
+    value, max and shift."""
+    if n in onl:
+        return [onl[n].value[0], onl[n].max, onl[n].shift]
     if n in cen:
         lv = dict(kernel.levels)
         return [v for v, _ in cen[n].values] + list(cen[n].factors) + [
@@ -258,7 +336,10 @@ def fallback_chain(graph: Graph, kernel: ReduceKernel, n: int) -> list[int]:
 
 def reduced_values(graph: Graph, sch: Schedule, n: int) -> tuple[tuple[int, int], ...]:
     """``(value, reader)`` of each value reduction ``n`` reduces (a
-    :class:`CentredSum`'s two, distinct ones once; else its operand, read by ``n``)."""
+    :class:`CentredSum`'s two, distinct ones once; an :class:`OnlineSum`'s ``x``; else
+    its operand, read by ``n``)."""
+    if n in sch.online:
+        return (sch.online[n].value,)
     if n in sch.centred:
         a, b = sch.centred[n].values
         return (a,) if a[0] == b[0] else (a, b)
@@ -295,6 +376,11 @@ def _fill_work(graph: Graph, kernel: ReduceKernel, sch: Schedule, stored: set[in
             if n in sch.centred:
                 if sch.phase[n] == p:
                     seeds.update(v for v, _ in sch.centred[n].values if lv.get(v) == ELEMENT)
+                continue
+            if n in sch.online:
+                x = sch.online[n].value[0]
+                if sch.phase[n] == p and lv.get(x) == ELEMENT:
+                    seeds.add(x)
                 continue
             if not is_reduction(graph, n):
                 continue

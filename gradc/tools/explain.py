@@ -16,7 +16,7 @@ from gradc.ir.shapes import Shape
 from gradc.passes.fuse import (Kernel, KernelPlan, reading_steps, value_args, value_used,
                                why_stored)
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, is_reduction
-from gradc.passes.loop_ir import SPLIT, splits
+from gradc.passes.loop_ir import ONLINE_ROWS, SPLIT, online, splits
 from gradc.passes.row_schedule import input_slots, schedule
 from gradc.pipeline import build_op
 
@@ -284,6 +284,10 @@ def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals,
         rows, least, segment = SPLIT
         lines.append(f"      fewer than {rows} rows of {least} elements or more: each pass over "
                      f"segments of a row ({segment} or more) in parallel (split rows)")
+    if online(g, step):
+        passes = schedule(g, step, online=True).passes
+        lines.append(f"      rows of {ONLINE_ROWS} bytes or more (unless split): {passes} pass(es) "
+                     f"per row, each sum of exp(x - max(x)) in the pass of the max (online)")
     centred = {} if step.flat else sch.centred
     per_row = [g.node(n).op + (" (centred)" if n in centred else "")
                for n in step.nodes if lv[n] == "R" and is_reduction(g, n)]

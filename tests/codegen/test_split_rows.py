@@ -30,17 +30,6 @@ def m(import_module_text):
     return module
 
 
-def _splits(m, monkeypatch):
-    """Calls of the module's split kernels (module globals the wrappers call)."""
-    calls = []
-    for name in [n for n in dir(m) if n.endswith("_split") and n.startswith("_g")]:
-        def counted(*args, _inner=getattr(m, name)):
-            calls.append(1)
-            return _inner(*args)
-        monkeypatch.setattr(m, name, counted)
-    return calls
-
-
 def _inputs(op, shape, dtype, rng):
     r, n = shape
     x = (rng.standard_normal(shape) * 2 + 0.5).astype(dtype)
@@ -78,12 +67,12 @@ CASES = [(op, "fwd_bwd") for op in ("smax", "lsmax", "lnorm", "rms", "xent")] + 
 
 
 @pytest.mark.parametrize("op, method", CASES)
-def test_split_rows_agree_with_whole_rows(m, monkeypatch, op, method):
+def test_split_rows_agree_with_whole_rows(m, monkeypatch, kernel_calls, op, method):
     """Softmax, log-softmax, layer norm, RMS norm and cross-entropy in float64: split
     rows (of 1, 3 and 7 rows, segments of 16 to 41 elements, the last one longer; 2 x 3
     rows where a row plan serves the method at rank 3) give what whole rows give, to
     the order of their sums."""
-    calls = _splits(m, monkeypatch)
+    calls = kernel_calls(m, "_split")
     for shape in [(1, 300), (3, 257), (7, 100), (2, 3, 70)]:
         rows = (int(np.prod(shape[:-1])), shape[-1])
         args = _inputs(op, rows, np.float64, np.random.default_rng(1))
@@ -184,13 +173,13 @@ def test_bits_do_not_depend_on_threads(m, monkeypatch):
         np.testing.assert_array_equal(a, c)
 
 
-def test_random_numbers_in_split_rows(m, monkeypatch):
+def test_random_numbers_in_split_rows(m, monkeypatch, kernel_calls):
     """A draw in a kernel that splits rows (an op of declared rank 2: its own reduce
     kernels) takes the element's index in the whole array: the same mask as whole
     rows."""
     x = np.random.default_rng(7).standard_normal((2, 500))
     monkeypatch.setattr(m, "_G_SPLIT", SMALL)
-    calls = _splits(m, monkeypatch)
+    calls = kernel_calls(m, "_split")
     got = m.dropmax(x, seed=11)
     assert calls
     monkeypatch.setattr(m, "_G_SPLIT", WHOLE)
@@ -199,7 +188,7 @@ def test_random_numbers_in_split_rows(m, monkeypatch):
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
-def test_which_calls_split(m, monkeypatch):
+def test_which_calls_split(m, monkeypatch, kernel_calls):
     """Fewer rows than SPLIT[0], of SPLIT[1] elements or more, split; more rows, shorter
     rows, no rows and empty rows do not (the rule of ``_g_rows``, gradc's own)."""
     rows, least, segment = SPLIT
@@ -210,7 +199,7 @@ def test_which_calls_split(m, monkeypatch):
         assert m._g_rows("f", shape, 1, None, split=SPLIT)[3] == 0
     assert m._g_rows("f", (1, least), 1, None)[3] == 0
     monkeypatch.setattr(m, "_G_SPLIT", SMALL)
-    calls = _splits(m, monkeypatch)
+    calls = kernel_calls(m, "_split")
     m.smax(np.ones((8, 100)))
     m.smax(np.ones((7, 63)))
     assert not calls
@@ -218,11 +207,11 @@ def test_which_calls_split(m, monkeypatch):
     assert calls
 
 
-def test_row_products_do_not_split(m, monkeypatch):
+def test_row_products_do_not_split(m, monkeypatch, kernel_calls):
     """A kernel with a row product keeps whole rows: a row of 1e200s then of 1e-200s, as
     segments, would be a product of inf and 0 (NaN) where NumPy's is inf."""
     monkeypatch.setattr(m, "_G_SPLIT", SMALL)
-    calls = _splits(m, monkeypatch)
+    calls = kernel_calls(m, "_split")
     x = np.ones((1, 2048))
     x[0, :1024], x[0, 1024:] = 1e200, 1e-200
     with np.errstate(all="ignore"):

@@ -8,17 +8,18 @@ import pytest
 from gradc.frontend.check import check_source
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
 from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_ROWS, Buffer, Centre, Finish,
-                                  LoadBack, Prefetch, Stage, Store, Tree, Update, lower)
-from gradc.passes.row_schedule import centred_sums
+                                  LoadBack, Online, Prefetch, Stage, Store, Tree, Update, lower,
+                                  online)
+from gradc.passes.row_schedule import centred_sums, online_sums
 from gradc.pipeline import build_op
 from row_sources import LAYER_NORM_ROWS, SOFTMAX_ROWS
 
 
 
-def fwd_bwd_kernel(text: str, op: str):
+def fwd_bwd_kernel(text: str, op: str, method: str = "fwd_bwd"):
     program = check_source(text, f"{op}.grad")
     cop = build_op(program.ops[op], program.ops, program.consts)
-    plan = cpu_plan(cop.methods["fwd_bwd"].fused)
+    plan = cpu_plan(cop.methods[method].fused)
     (kernel,) = [s for s in plan.steps if isinstance(s, ReduceKernel)]
     return plan.graph, kernel
 
@@ -98,3 +99,45 @@ def test_cpu_layer_norm_fwd_bwd_takes_its_centred_sums_in_the_statistics_pass(la
     cuda = lower(graph, kernel, CUDA)
     assert len(cuda.passes) == 4 and not cuda.centred
     assert not any(isinstance(s, (Stage, Centre)) for ps in cuda.passes for s in ps.body)
+
+
+def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(softmax):
+    graph, kernel = softmax
+    (o,) = online_sums(graph, kernel).values()
+    assert graph.node(o.max).op == "max" and o.shift == o.max      # exp(x - max(x))
+    assert online(graph, kernel)
+    loops = lower(graph, kernel, CPU, online=True)
+    assert loops.online and not loops.split
+    assert len(loops.passes) == 3           # max and sum online; y and y.dy; dx
+    first = loops.passes[0]
+    x_slot = next(j for j, (v, a) in enumerate(loops.slots) if a == "element")
+    assert first.online == [Online(o.node, o.max, slot=x_slot)] and first.block == BLOCK
+    # the exp is computed again in the pass of y, not kept in scratch
+    assert loops.scratch == []
+    finish = next(s for s in loops.passes[1].before if isinstance(s, Finish) and s.node == o.node)
+    assert finish.shift == o.max
+    # CUDA and the other CPU form keep the max and the sum in passes of their own
+    assert len(lower(graph, kernel, CUDA, online=True).passes) == 4
+    assert not lower(graph, kernel, CPU).online
+
+
+@pytest.mark.parametrize("body, found", [
+    ("y = x * sum(exp(x - max(x, axis=1, keepdims=true)), axis=1, keepdims=true)", True),
+    # the max of an element value: the sum reads it from the max's stage row
+    ("z = 2 * x\n    y = x * sum(exp(z - max(z, axis=1, keepdims=true)), axis=1, keepdims=true)",
+     True),
+    # shifted by a value of the max and a constant
+    ("y = x * sum(exp(x - (max(x, axis=1, keepdims=true) + 2)), axis=1, keepdims=true)", True),
+    # shifted by another reduction, by the max of another value, or not an exp
+    ("y = x * sum(exp(x - mean(x, axis=1, keepdims=true)), axis=1, keepdims=true)", False),
+    ("y = x * sum(exp(x - max(x * x, axis=1, keepdims=true)), axis=1, keepdims=true)", False),
+    ("y = x * sum(exp(x - max(x, axis=1, keepdims=true) - mean(x, axis=1, keepdims=true)), "
+     "axis=1, keepdims=true)", False),
+    ("y = x * sum(sin(x - max(x, axis=1, keepdims=true)), axis=1, keepdims=true)", False),
+])
+def test_online_sums_are_sums_of_exp_shifted_by_the_max(body, found):
+    graph, kernel = fwd_bwd_kernel(f"op f(x: f32[b, n]) -> y {{\n    {body}\n}}\n", "f",
+                                   "forward")
+    sums = online_sums(graph, kernel)
+    assert bool(sums) == found
+    assert online(graph, kernel) == found

@@ -1,0 +1,186 @@
+"""The online form of reduce kernels: a sum of ``exp(x - h)``, ``h`` the row's max (or a
+value of it), taken in the pass of the max, block by block, rescaled when the max so far
+changes (``gradc.passes.row_schedule.OnlineSum``, ``gradc.passes.loop_ir.ONLINE_ROWS``).
+The wrapper runs it on rows of ``_G_ONLINE`` bytes or more (a module global); the tests
+set it to 0 (every call online) or out of reach (none) and check the two forms against
+each other, against float64 and against finite differences, at the special values the
+rescaling must keep (a row that starts with -inf, all -inf, +inf, NaN, the largest
+numbers, a max that grows in every block), and which calls run it."""
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytest
+
+import gradc
+from row_sources import ONLINE_OPS
+
+NEVER = 1 << 62
+
+
+@pytest.fixture(scope="module")
+def m(import_module_text):
+    module = import_module_text(gradc.compile_source(ONLINE_OPS, file="online.grad"),
+                                "online_ops")
+    module._G_ROWS_MIN = 0
+    return module
+
+
+def _rows(shape, dtype, case, rng):
+    """Rows of ``shape`` holding a special ``case``."""
+    r, n = shape
+    x = (rng.standard_normal(shape) * 3).astype(dtype)
+    big = np.finfo(dtype).max
+    if case == "-inf first":            # the max so far is -inf for the first blocks,
+        x -= dtype(1000)                # then far below 0 (a sum of 0 not rescaled)
+        x[:, :min(n - 1, 300)] = -np.inf
+    elif case == "all -inf":
+        x[0] = -np.inf
+    elif case == "+inf":
+        x[0, n // 2] = np.inf
+        x[-1, -1] = np.inf
+    elif case == "nan":
+        x[-1, n - 1] = np.nan
+    elif case == "largest":             # exp(x - max) of the largest numbers, and -max
+        x[:, ::3] = big / 2
+        x[0, 0] = -big
+    elif case == "rising":              # a new max in every block: rescaled each time
+        x = np.tile(np.linspace(-300, 300, n), (r, 1)).astype(dtype)
+    elif case == "offset":
+        x += dtype(1e4)
+    return x
+
+
+def _call(m, op, method, x, rng):
+    dtype = x.dtype.type
+    args = [x]
+    if op in ("xent", "sdot"):
+        t = rng.random(x.shape).astype(dtype)
+        args.append(t / t.sum(axis=-1, keepdims=True))
+    elif op == "smax2":
+        args.append((rng.standard_normal(x.shape[-1]) * 0.5 + 1).astype(dtype))
+    f = getattr(m, op)
+    kw = {"seed": 11} if op == "dropmax" else {}
+    if method == "forward":
+        return (f(*args, **kw),)
+    if method == "jvp":
+        return f.jvp(*args, rng.standard_normal(x.shape).astype(dtype), **kw)
+    ys = f(*args, **kw)
+    dy = (dtype(1.5),) if op in ("xent", "sdot") else \
+        (rng.standard_normal(np.shape(ys)).astype(dtype),)
+    got = getattr(f, method)(*args, *dy, **kw)
+    return got if isinstance(got, tuple) else (got,)
+
+
+CASES = [("smax", "fwd_bwd"), ("smax", "forward"), ("smax", "jvp"), ("lsmax", "fwd_bwd"),
+         ("xent", "fwd_bwd"), ("xent", "vjp"), ("smax2", "fwd_bwd"), ("mexp", "forward"),
+         ("sdot", "vjp"), ("dropmax", "fwd_bwd")]
+SPECIAL = ["-inf first", "all -inf", "+inf", "nan", "largest", "rising"]
+
+
+@pytest.mark.parametrize("op, method", CASES)
+def test_online_form_agrees_with_the_other_form(m, monkeypatch, kernel_calls, op, method):
+    """Float64, rows of 1, 256 (one block), 257 and 700 elements, random and special:
+    the online form gives what the form with the max and the sum in passes of their
+    own gives, to the order of the sums, with the same NaN and infinities."""
+    calls = kernel_calls(m, "_online", "_online_chunks")
+    for shape in [(3, 1), (4, 256), (3, 257), (2, 700)]:
+        for case in ["random"] + SPECIAL:
+            x = _rows(shape, np.float64, case, np.random.default_rng(1))
+            results = []
+            for online in (0, NEVER):
+                monkeypatch.setattr(m, "_G_ONLINE", online)
+                before = len(calls)
+                with np.errstate(all="ignore"):
+                    results.append(_call(m, op, method, x, np.random.default_rng(2)))
+                assert (len(calls) > before) == (online == 0), (shape, case)
+            for a, b in zip(*results):
+                a, b = np.asarray(a), np.asarray(b)
+                assert a.dtype == b.dtype == np.float64
+                np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=f"{shape} {case}")
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=f"{shape} {case}")
+
+
+@pytest.mark.parametrize("op", ["smax", "lsmax", "xent"])
+def test_float32_online_form_keeps_float32_accuracy(m, monkeypatch, op):
+    """Float32 rows around 1e4 and rows whose max rises in every block: the online
+    form's fwd_bwd is as close to float64 as the other form's."""
+    monkeypatch.setattr(m, "_G_ONLINE", 0)
+    for case in ["offset", "rising", "random"]:
+        x = _rows((3, 1000), np.float32, case, np.random.default_rng(3))
+        got = _call(m, op, "fwd_bwd", x, np.random.default_rng(4))
+        want = _call(m, op, "fwd_bwd", x.astype(np.float64), np.random.default_rng(4))
+        monkeypatch.setattr(m, "_G_ONLINE", NEVER)
+        other = _call(m, op, "fwd_bwd", x, np.random.default_rng(4))
+        monkeypatch.setattr(m, "_G_ONLINE", 0)
+        for g, w, o in zip(got, want, other):
+            assert np.asarray(g).dtype == np.float32
+            scale = max(float(np.max(np.abs(w))), 1.0)
+            err = float(np.max(np.abs(g - w))) / scale
+            assert err <= max(2 * float(np.max(np.abs(o - w))) / scale, 2e-6), (case, err)
+
+
+@pytest.mark.parametrize("op", ["lsmax", "smax2", "mexp"])
+def test_online_vjp_against_finite_differences(m, monkeypatch, op):
+    """The online form's vjp against central differences of its own forward, in float64,
+    along random directions (rows of 700: three blocks, the shift rescaled)."""
+    monkeypatch.setattr(m, "_G_ONLINE", 0)
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 700)) * 2
+    args = [x] + ([rng.standard_normal(700) * 0.5 + 1] if op == "smax2" else [])
+    f = getattr(m, op)
+    dy = rng.standard_normal(np.shape(f(*args)))
+    grads = f.vjp(*args, dy)
+    grads = grads if isinstance(grads, tuple) else (grads,)
+    for _ in range(3):
+        v = [rng.standard_normal(np.shape(a)) for a in args]
+        h = 1e-6
+        plus = f(*[a + h * d for a, d in zip(args, v)])
+        minus = f(*[a - h * d for a, d in zip(args, v)])
+        fd = float(np.sum((plus - minus) / (2 * h) * dy))
+        ad = sum(float(np.sum(g * d)) for g, d in zip(grads, v))
+        assert abs(fd - ad) <= 1e-6 * max(1.0, abs(ad)), (fd, ad)
+
+
+def test_long_rows_run_online(m, monkeypatch, kernel_calls):
+    """The rule (_G_ONLINE, the bytes of a row): rows of 32768 float32 or 16384 float64
+    run online, rows of 16384 float32 do not; a call that splits its rows runs its split
+    form instead; an op without such a sum (layer norm) has no online form."""
+    assert m._G_ONLINE == 1 << 17
+    calls = kernel_calls(m, "_online", "_online_chunks")
+    rng = np.random.default_rng(6)
+    for shape, dtype, online in [((2, 32768), np.float32, True), ((2, 16384), np.float32, False),
+                                 ((2, 16384), np.float64, True), ((3, 8192), np.float64, False)]:
+        x = rng.standard_normal(shape).astype(dtype)
+        before = len(calls)
+        y, dx = m.smax.fwd_bwd(x, np.ones_like(x))
+        assert (len(calls) > before) == online, (shape, dtype)
+        np.testing.assert_allclose(y.sum(axis=-1), 1, rtol=1e-5)
+    monkeypatch.setattr(m, "_G_SPLIT", (8, 64, 16))
+    before = len(calls)
+    m.smax.fwd_bwd(rng.standard_normal((2, 32768)).astype(np.float32),
+                   np.ones((2, 32768), np.float32))
+    assert len(calls) == before
+    assert not [n for n in dir(m) if "lnorm" in n and n.endswith("_online")]
+
+
+def test_online_bits_do_not_depend_on_threads(m, monkeypatch):
+    """An online call's bits are the shape's: the same on one thread and two, and where
+    the call is too small to be threaded (GRADC_PARALLEL_MIN)."""
+    monkeypatch.setattr(m, "_G_ONLINE", 0)
+    monkeypatch.setattr(m, "_G_PARALLEL_MIN", 0)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((40, 333)).astype(np.float32)
+    dy = rng.standard_normal((40, 333)).astype(np.float32)
+    first = m.smax.fwd_bwd(x, dy)
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        one = m.smax.fwd_bwd(x, dy)
+    finally:
+        numba.set_num_threads(threads)
+    monkeypatch.setattr(m, "_G_PARALLEL_MIN", NEVER)
+    serial = m.smax.fwd_bwd(x, dy)
+    for a, b, c in zip(first, one, serial):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(a, c)
