@@ -91,14 +91,13 @@ op sdot(x, t: nograd) -> s {
 """
 
 # the online form's tests (sums of exp(x - max(x)) in the pass of the max): SPLIT_OPS
-# (softmax, log-softmax, cross-entropy, a draw, a sum of all elements), and an exp of an
-# element value (kept in a stage row for the block's second loop) and a mean whose shift
-# is not the max (its sum scaled by exp(max - h) after the pass)
+# (softmax, log-softmax, cross-entropy, a draw, a sum of all elements), a log-softmax of
+# an element value (kept in a stage row for the block's second loop) and a mean whose
+# shift is not the max (its sum scaled by exp(max - h) after the pass)
 ONLINE_OPS = SPLIT_OPS + """
-op smax2(x, w) -> y {
+op lsm2(x, w) -> y {
     z = x * w
-    e = exp(z - max(z, axis=-1, keepdims=true))
-    y = e / sum(e, axis=-1, keepdims=true)
+    y = z - logsumexp(z, axis=-1, keepdims=true)
 }
 op mexp(x) -> y {
     h = max(x, axis=-1, keepdims=true) + 1.5

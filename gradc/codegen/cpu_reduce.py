@@ -332,7 +332,7 @@ class _CpuLoops(LoopPrinter):
         not needed: a NaN makes the sum NaN), the sum so far rescaled where it changed
         (not a sum of 0: an exp(inf) times 0), then the block's ``exp(x - _h)``, summed
         in the compute dtype, added to the row's float64 sum."""
-        i, m = self.pos[o.node], self.acc(Acc("s", o.max))
+        i, m = self.pos[o.node], self.acc(o.acc)
         x = (f"{self.stage_row(o.buffer)}[_c]" if o.buffer is not None
              else self.at(f"_i{o.slot}r"))
         buf.line(f"_hn{i} = {m} if ({m} - {m}) == 0.0 else _T(0.0)")

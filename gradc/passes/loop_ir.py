@@ -184,12 +184,13 @@ class Centre:
 class Online:
     """CPU, the online form: after the loop over a block (the row where not in
     blocks), online sum ``node`` (:class:`~gradc.passes.row_schedule.OnlineSum`)
-    takes the block: its shift ``k`` becomes the row's max ``max`` so far where that
-    is finite (else 0), the row's sum so far rescaled where ``k`` changed, then a
-    loop over the block adds ``exp(x - k)``, ``x`` read from ``buffer`` (the max's
-    stage row) or, where None, from input slot ``slot``."""
+    takes the block: its shift ``k`` becomes the row's max so far (accumulator
+    ``acc``: the max's, or a logsumexp's own) where that is finite (else 0), the
+    row's sum so far rescaled where ``k`` changed, then a loop over the block adds
+    ``exp(x - k)``, ``x`` read from ``buffer`` (the max's stage row) or, where None,
+    from input slot ``slot``."""
     node: int
-    max: int
+    acc: Acc
     buffer: Buffer | None = None
     slot: int = -1
 
@@ -363,11 +364,38 @@ def splits(graph: Graph, kernel: ReduceKernel) -> bool:
 
 def online(graph: Graph, kernel: ReduceKernel) -> bool:
     """Whether a CPU reduce kernel also runs in the online form on long rows
-    (:data:`ONLINE_ROWS`): it has passes over rows, and its
+    (:data:`ONLINE_ROWS`): it has passes over rows, its
     :class:`~gradc.passes.row_schedule.OnlineSum` s in the pass of their max take a
-    pass fewer."""
-    return not kernel.flat and bool(online_sums(graph, kernel)) and \
-        schedule(graph, kernel, online=True).passes < schedule(graph, kernel).passes
+    pass fewer, and that is worth what the form costs.  An online sum of ``exp(x -
+    max)`` whose exp a later pass needs computes it again there (the other form keeps
+    it in scratch): on long rows that cost softmax's forward (2 arrays per element)
+    0.62-0.89x and its vjp, which keeps that exp in a scratch row still, 0.66-1.04x,
+    while kernels of 3 or 4 arrays that do not gained (log-softmax's vjp 0.99-1.28x,
+    fwd_bwds 1.02-1.39x, cross-entropy's vjp 0.87-1.12x; rows of 32768 to 262144
+    float32, two threads, session 28).  A logsumexp computes no more (its exp is
+    summed once either way: log-softmax's forward 0.90-1.21x, cross-entropy's
+    1.6-3x)."""
+    if kernel.flat or not online_sums(graph, kernel):
+        return False
+    other, sch = schedule(graph, kernel), schedule(graph, kernel, online=True)
+    if sch.passes >= other.passes:
+        return False
+    if _costly(graph, sch) <= _costly(graph, other):
+        return True
+    streams = [a for x, a in input_slots(graph, kernel) if a == PER_ELEMENT]
+    outputs = [n for n in kernel.outputs if dict(kernel.levels)[n] == ELEMENT]
+    again = {value_args(graph, n)[0] for n, o in sch.online.items() if o.shift is not None}
+    return len(streams) + len(outputs) >= 3 and not again & set(sch.scratch)
+
+
+def _costly(graph: Graph, sch: Schedule) -> int:
+    """The costly primitives (``gradc.passes.fuse``'s not cheap: exp, log, division) a
+    schedule computes per element: in its passes, the exps of its two-pass
+    reductions' sums and of its online sums."""
+    twice = [n for n in sch.live if n not in sch.online
+             and reduction_kind(graph, n) in ("logsumexp", "norm")]
+    return sum(graph.node(n).op not in CHEAP for work in sch.work for n in work) + \
+        len(twice) + len(sch.online)
 
 
 def lower(graph: Graph, kernel: ReduceKernel, target: str,
@@ -404,6 +432,14 @@ class _Lowering:
         if n in self.cen or n in self.onl:
             return self.sch.phase[n]
         return self.sch.avail[n] - ROW_PASSES[self.kind(n)]
+
+    def passes_of(self, n: int) -> int:
+        """The passes row reduction ``n`` runs in (an online logsumexp: one)."""
+        return 1 if n in self.onl else ROW_PASSES[self.kind(n)]
+
+    def own_max(self, n: int) -> bool:
+        """Whether online sum ``n`` is a logsumexp, which keeps its own max."""
+        return n in self.onl and self.onl[n].shift is None
 
     def elem_outputs(self) -> list[int]:
         return [n for n in self.kernel.outputs if self.lv[n] == ELEMENT]
@@ -551,6 +587,8 @@ class _Lowering:
         for n in self.row_reds:
             k, kind = p - self.first_pass(n), self.kind(n)
             two = ROW_PASSES[kind] == 2
+            if self.own_max(n) and k == 0:             # its max, then its online sum
+                steps.append(Start(n, "max", Acc("m", n), self.cpu))
             if n in self.cen or n in self.onl:
                 if k == 0:
                     steps.append(Start(n, "centred" if n in self.cen else "online", Acc("s", n)))
@@ -569,7 +607,8 @@ class _Lowering:
         library with them)."""
         graph, kernel = self.graph, self.kernel
         return self.centres(p)[1] + [(Acc("s", n), Acc("f", n)) for n in self.row_reds
-                          if n not in self.cen and n not in self.onl and _blocked(self.kind(n), p - self.first_pass(n))
+                          if n not in self.cen and n not in self.onl
+                          and _blocked(self.kind(n), p - self.first_pass(n))
                           and reads_element(graph, kernel, n)] + [
             (Acc("q", n), Acc("f", n)) for n in kernel.partials
             if self.kinds[n] == "all" and self.kind(n) in ("sum", "mean")
@@ -592,11 +631,12 @@ class _Lowering:
         out = []
         for n in self.online_in(p):
             x, m = self.onl[n].value
+            acc = Acc("m", n) if self.own_max(n) else Acc("s", m)
             if x in self.lv:
-                out.append(Online(n, m, buffer=Buffer("stage", m)))
+                out.append(Online(n, acc, buffer=Buffer("stage", m)))
             else:
-                out.append(Online(n, m, slot=self.slots.index((x, access(self.graph,
-                                                                         self.kernel, m, x)))))
+                out.append(Online(n, acc, slot=self.slots.index((x, access(self.graph,
+                                                                           self.kernel, m, x)))))
         return out
 
     def centred_in(self, p: int) -> list[int]:
@@ -636,9 +676,9 @@ class _Lowering:
         """The row reductions (other than centred sums) and the partials pass ``p``
         updates."""
         graph, kernel, sch = self.graph, self.kernel, self.sch
-        rows = [n for n in self.row_reds if n not in self.cen and n not in self.onl
-                and 0 <= p - self.first_pass(n)
-                < ROW_PASSES[self.kind(n)] and reads_element(graph, kernel, n)]
+        rows = [n for n in self.row_reds if n not in self.cen
+                and (n not in self.onl or self.own_max(n)) and 0 <= p - self.first_pass(n)
+                < self.passes_of(n) and reads_element(graph, kernel, n)]
         parts = [n for n in kernel.partials if reads_element(graph, kernel, n)
                  and sch.phase.get(value_args(graph, n)[0], 0) == p]
         return rows, parts
@@ -649,7 +689,8 @@ class _Lowering:
         graph, kernel = self.graph, self.kernel
         used = {(x, access(graph, kernel, n, x)) for n in self.sch.work[p]
                 for x in value_args(graph, n) if x not in self.lv}
-        reds = [n for ns in self.updated(p) for n in ns] + self.centred_in(p) + self.online_in(p)
+        reds = [n for ns in self.updated(p) for n in ns] + self.centred_in(p) + \
+            [n for n in self.online_in(p) if not self.own_max(n)]
         return used | {(x, access(graph, kernel, r, x)) for n in reds
                        for x, r in reduced_values(graph, self.sch, n) if x not in self.lv}
 
@@ -693,7 +734,7 @@ class _Lowering:
         body += [Compute(n) for n in sch.work[p]]
         body += [Store(n, Buffer("scratch", n)) for n in sch.scratch if sch.phase[n] == p]
         body += self.centres(p)[2] if self.cpu else []
-        body += [Stage(o.max) for o in self.onlines(p) if o.buffer is not None]
+        body += [Stage(o.buffer.node) for o in self.onlines(p) if o.buffer is not None]
         rows, parts = self.updated(p)
         for n in rows:
             k, kind = p - self.first_pass(n), self.kind(n)

@@ -161,29 +161,34 @@ def _centre(graph: Graph, kernel: ReduceKernel, v: int) -> tuple[int, int] | Non
 @dataclass(frozen=True)
 class OnlineSum:
     """Row reduction ``node`` (``kind`` "sum" or "mean") of ``exp(x - h)``, where
-    ``h`` is a row value computed from the row's max of the same ``x``, ``max``
-    (softmax's ``sum(exp(x - max(x)))``, a logsumexp's sum as its derivative writes
-    it), and nothing else but constants: ``value`` is ``(x, reader)`` (the node, and
-    the kernel node reading it where it is an outside value).  It can run in the pass
+    ``h`` (``shift``) is a row value computed from the row's max of the same ``x``,
+    ``max`` (softmax's ``sum(exp(x - max(x)))``, a logsumexp's sum as its derivative
+    writes it), and nothing else but constants; or a ``logsumexp`` of ``x`` (its own
+    max and shift: ``max`` is the node, ``shift`` None).  ``value`` is ``(x, reader)``
+    (the node, and the kernel node reading it where it is an outside value).  It can run in the pass
     of the max, online (Milakov and Gimelshein's online softmax): each block of a row
     sums ``exp(x - k)`` with ``k`` the row's max so far where finite (else 0), the row's
     sum so far rescaled by ``exp(k_old - k)`` when ``k`` changes; after the pass the
     sum is scaled by ``exp(k - h)`` (1 where they are equal, as they are for a finite
-    max).  One read of the row fewer than the max, then the sum; where the max or ``h``
-    is infinite or NaN, the product gives what the sum as written gives (inf, NaN, 0)."""
+    max; a logsumexp is ``log(sum) + k``).  One read of the row fewer than the max,
+    then the sum; where the max or ``h`` is infinite or NaN, the product gives what the
+    sum as written gives (inf, NaN, 0)."""
     node: int
     kind: str
     max: int
     value: tuple[int, int]
-    shift: int
+    shift: int | None
 
 
 def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
-    """The row sums and means of ``kernel`` that are :class:`OnlineSum` s."""
+    """The row sums, means and logsumexps of ``kernel`` that are :class:`OnlineSum` s."""
     lv = dict(kernel.levels)
     maxima = {value_args(graph, n)[0]: n for n in kernel.nodes
               if lv[n] == ROW and graph.node(n).op == "max" and reads_element(graph, kernel, n)}
-    found: dict[int, OnlineSum] = {}
+    found: dict[int, OnlineSum] = {
+        n: OnlineSum(n, "logsumexp", n, (value_args(graph, n)[0], n), None)
+        for n in kernel.nodes if lv[n] == ROW and graph.node(n).op == "logsumexp"
+        and reads_element(graph, kernel, n)}
     for n, kind, e in row_sums(graph, kernel):
         if lv.get(e) != ELEMENT or graph.node(e).op != "exp":
             continue
@@ -253,9 +258,9 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
     (the CPU's), costly ones are kept in a row of scratch memory instead
     (``Schedule.scratch``).  With ``centred`` (the CPU's), a :class:`CentredSum`
     accumulates in the pass its element values are computed in (``phase``), not
-    after the mean it is centred by, and is available after it and its factors.  With ``online`` (the CPU's form for long
-    rows), an :class:`OnlineSum` accumulates in the pass of its max, and is available
-    after it and its shift."""
+    after the mean it is centred by, and is available after it and its factors.  With
+    ``online`` (the CPU's form for long rows), an :class:`OnlineSum` accumulates in the
+    pass of its max, and is available after it and its shift."""
     lv = dict(kernel.levels)
     inside = set(kernel.nodes)
     cen = centred_sums(graph, kernel) if centred else {}
@@ -273,7 +278,11 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
             sch.phase[n] = max([sch.phase[a] if lv[a] == ELEMENT else sch.avail[a]
                                 for a in ins], default=0)
         elif lv[n] == ROW:
-            if n in sch.online:
+            if n in sch.online and sch.online[n].shift is None:     # a logsumexp
+                x = sch.online[n].value[0]
+                sch.phase[n] = sch.phase.get(x, 0) if lv.get(x) == ELEMENT else 0
+                sch.avail[n] = sch.phase[n] + 1
+            elif n in sch.online:
                 o = sch.online[n]
                 sch.phase[n] = sch.avail[o.max] - 1
                 sch.avail[n] = max(sch.avail[o.max], sch.avail[o.shift])
@@ -309,7 +318,7 @@ def _reads(graph: Graph, kernel: ReduceKernel, cen: dict[int, CentredSum],
     """The values node ``n`` reads: a centred sum's values and factors, and the row
     values its operand reads (its means: for :func:`fallback_chain`); an online sum's
     value, max and shift."""
-    if n in onl:
+    if n in onl and onl[n].shift is not None:
         return [onl[n].value[0], onl[n].max, onl[n].shift]
     if n in cen:
         lv = dict(kernel.levels)

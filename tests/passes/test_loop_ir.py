@@ -7,7 +7,7 @@ import pytest
 
 from gradc.frontend.check import check_source
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
-from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_ROWS, Buffer, Centre, Finish,
+from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_ROWS, Acc, Buffer, Centre, Finish,
                                   LoadBack, Online, Prefetch, Stage, Store, Tree, Update, lower,
                                   online)
 from gradc.passes.row_schedule import centred_sums, online_sums
@@ -111,7 +111,7 @@ def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(sof
     assert len(loops.passes) == 3           # max and sum online; y and y.dy; dx
     first = loops.passes[0]
     x_slot = next(j for j, (v, a) in enumerate(loops.slots) if a == "element")
-    assert first.online == [Online(o.node, o.max, slot=x_slot)] and first.block == BLOCK
+    assert first.online == [Online(o.node, Acc("s", o.max), slot=x_slot)] and first.block == BLOCK
     # the exp is computed again in the pass of y, not kept in scratch
     assert loops.scratch == []
     finish = next(s for s in loops.passes[1].before if isinstance(s, Finish) and s.node == o.node)
@@ -134,6 +134,8 @@ def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(sof
     ("y = x * sum(exp(x - max(x, axis=1, keepdims=true) - mean(x, axis=1, keepdims=true)), "
      "axis=1, keepdims=true)", False),
     ("y = x * sum(sin(x - max(x, axis=1, keepdims=true)), axis=1, keepdims=true)", False),
+    # a logsumexp: its max and its sum (log_softmax's forward: 3 passes, 2 online)
+    ("y = x - logsumexp(x, axis=1, keepdims=true)", True),
 ])
 def test_online_sums_are_sums_of_exp_shifted_by_the_max(body, found):
     graph, kernel = fwd_bwd_kernel(f"op f(x: f32[b, n]) -> y {{\n    {body}\n}}\n", "f",
@@ -141,3 +143,6 @@ def test_online_sums_are_sums_of_exp_shifted_by_the_max(body, found):
     sums = online_sums(graph, kernel)
     assert bool(sums) == found
     assert online(graph, kernel) == found
+    if found:
+        assert len(lower(graph, kernel, CPU, online=True).passes) == \
+            len(lower(graph, kernel, CPU).passes) - 1
