@@ -78,9 +78,10 @@ SPLIT = (8, 1 << 17, 1 << 14)
 # passes (softmax's fused fwd_bwd: 3, not 4; log-softmax's and cross-entropy's: 2, not
 # 3) also runs in that form, on rows of at least this many bytes (a row that no longer
 # stays in the cache between its passes).  It computes the exp twice where the other
-# form keeps it in scratch: on rows of 64 float32 it ran 0.65x, on rows of 1024 to
-# 16384 the same, on rows of 32768 and more 1.2-1.35x (log-softmax's fwd_bwd, two
-# threads, session 28).  The wrapper decides by the shape and dtype alone.
+# form keeps it in scratch: written by hand, log-softmax's online fwd_bwd ran 0.65x on
+# rows of 64 float32, the same on rows of 1024 to 16384, 1.2-1.35x on rows of 32768 and
+# more (two threads, session 28; the generated kernels: docs/performance.md, "Online
+# sums").  The wrapper decides by the shape and dtype alone.
 ONLINE_ROWS = 1 << 17
 
 
