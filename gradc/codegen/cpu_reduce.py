@@ -69,11 +69,15 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
         buf.line()
         printer.split(buf, name, fm)
     if online(graph, kernel):               # long rows: name_online, a pass fewer
-        printer = _CpuLoops(graph, kernel, lower(graph, kernel, CPU, online=True))
+        loops = lower(graph, kernel, CPU, online=True)
+        printer = _CpuLoops(graph, kernel, loops)
         buf.line()
         printer.kernel(buf, f"{name}_online_chunks", fm)
         buf.line()
         printer.entries(buf, f"{name}_online")
+        if loops.split:
+            buf.line()
+            printer.split(buf, f"{name}_online", fm)
     return buf.getvalue().rstrip("\n") + "\n"
 
 
@@ -385,6 +389,8 @@ class _CpuLoops(LoopPrinter):
         if s.kind == "centred":
             values = list(dict.fromkeys(self.acc(f) for _, f in self.centres[s.node].sums))
             return [acc] + [v for f in values for v in (f"_K{f}", f"_R{f}")]
+        if s.kind == "online":
+            return [acc, f"_h{i}"]
         if s.nan_flag:
             return [acc, f"_n{i}"]
         return [acc]
@@ -533,7 +539,9 @@ class _CpuLoops(LoopPrinter):
         """The row's accumulators of pass ``p`` from its segments', in segment order (the
         row steps before the pass started them): sums added, products multiplied, a max
         or min compared (its NaN flags or-ed), a centred sum's co-moments combined with
-        Chan's formula, each segment's mean relative to the first segment's ``_K``."""
+        Chan's formula, each segment's mean relative to the first segment's ``_K``; an
+        online sum's rescaled from each segment's shift to the row's (its max, combined
+        before it, where finite, else 0), a sum of 0 left out."""
         k = 0
         for s in ps.segment_starts:
             slots = self.export_slots(s)
@@ -554,6 +562,13 @@ class _CpuLoops(LoopPrinter):
                 for f in values:
                     buf.line(f"    _M{f} += _e{f} * _nb / (_na + _nb)")
                 buf.line("    _na += _nb")
+            elif s.kind == "online":
+                m = self.acc(next(o.acc for o in ps.online if o.node == s.node))
+                buf.line(f"_h{i} = {m} if ({m} - {m}) == 0.0 else _T(0.0)")
+                buf.line("for _sg in range(_S):")
+                buf.line(f"    if {x} != 0.0:")
+                buf.line(f"        {acc} += {x} if _x{p}[_sg, {k + 1}] == _h{i} else "
+                         f"{x} * np.exp(_x{p}[_sg, {k + 1}] - np.float64(_h{i}))")
             elif s.nan_flag:
                 buf.line("for _sg in range(_S):")
                 buf.line(f"    {acc} = _g_r{s.kind}({acc}, _T({x})); "

@@ -488,8 +488,9 @@ class WrapperPrinter:
     def _reduce_launch(self, name: str, args: list[str], step: ReduceKernel) -> str:
         """The call of reduce kernel ``name`` of ``step`` on its arrays ``args``: its
         split rows where ``_SG`` segments (:func:`~gradc.passes.loop_ir.splits`), their
-        segments in parallel as its other loops are; its online form ``name_online`` on
-        rows of ``_G_ONLINE`` bytes or more (:func:`~gradc.passes.loop_ir.online`)."""
+        segments in parallel as its other loops are; its online form ``name_online``
+        (whole or split) on rows of ``_G_ONLINE`` bytes or more
+        (:func:`~gradc.passes.loop_ir.online`)."""
         call = ", ".join(args + ["_R", "_N", "_C"])
         parallel = "False" if self.after_blas else "_R * _N >= _G_PARALLEL_MIN"
 
@@ -497,12 +498,13 @@ class WrapperPrinter:
             serial = f"{kernel}_chunks({call}, 0, _C, _G_WITNESS[_T])"    # every chunk, in turn
             return serial if self.after_blas else \
                 f"{kernel}({call}, _G_WITNESS[_T]) if _R * _N >= _G_PARALLEL_MIN else {serial}"
-        launch = rows(name)
+        launch, split = rows(name), f"{name}_split"
         if online(self.graph, step):
-            launch = (f"({rows(name + '_online')}) if _N * _G_WITNESS[_T].itemsize >= _G_ONLINE "
-                      f"else ({launch})")
+            long = "_N * _G_WITNESS[_T].itemsize >= _G_ONLINE"
+            launch = f"({rows(name + '_online')}) if {long} else ({launch})"
+            split = f"({name}_online_split if {long} else {name}_split)"
         if splits(self.graph, step):
-            return f"{name}_split({call}, _SG, {parallel}, _G_WITNESS[_T]) if _SG else {launch}"
+            return f"{split}({call}, _SG, {parallel}, _G_WITNESS[_T]) if _SG else {launch}"
         return launch
 
     def _output_arrays(self, step: Kernel, shape_of=lambda nid: "_s") -> list[str]:

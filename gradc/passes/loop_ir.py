@@ -324,7 +324,8 @@ class ReduceLoops:
     the CPU's rule is :data:`SPLIT`, CUDA's the run time's ``_GC_SPLIT``); on CUDA
     then ``kept`` and ``kept_chunk``, what a segment keeps for the next kernels, and
     ``split_end``, a last kernel after the passes (:meth:`_Lowering.segments_kept`).
-    ``online``: the online form (:data:`ONLINE_ROWS`), which never splits."""
+    ``online``: the online form (:data:`ONLINE_ROWS`; its split rows too: segments
+    leave their online sums and shifts, combined by rescaling)."""
     target: str
     outputs: list[int]
     partials: list[int]
@@ -471,7 +472,7 @@ class _Lowering:
                 loops.stages = [b for _, b in loops.flat_staged if b.kind == "stage"]
             return loops
         loops.scratch = list(sch.scratch)
-        loops.split = splits(graph, kernel) and not self.onl
+        loops.split = splits(graph, kernel)
         streamed = [j for j, (x, a) in enumerate(self.slots) if a == PER_ELEMENT]
         prefetch_pass = self.prefetch_pass(streamed) if self.cpu else None
         if prefetch_pass is not None and streamed:
@@ -525,7 +526,7 @@ class _Lowering:
         all elements) and the partials across rows it updates (:attr:`Pass.first_cols`:
         each partial is updated in one pass)."""
         rows, parts = self.updated(p)
-        ours = set(rows) | set(self.centred_in(p))
+        ours = set(rows) | set(self.centred_in(p)) | set(self.online_in(p))
         starts = [s for s in before if isinstance(s, Start) and s.node in ours]
         starts += [Start(s.node, "sum", Acc("s", s.node)) for s in before
                    if isinstance(s, Shift) and s.node in ours]

@@ -191,3 +191,30 @@ def test_online_bits_do_not_depend_on_threads(m, monkeypatch):
     for a, b, c in zip(first, one, serial):
         np.testing.assert_array_equal(a, b)
         np.testing.assert_array_equal(a, c)
+
+
+@pytest.mark.parametrize("op, method", [("smax", "fwd_bwd"), ("lsmax", "forward"),
+                                        ("lsmax", "fwd_bwd"), ("xent", "fwd_bwd"),
+                                        ("lsm2", "forward"), ("mexp", "forward")])
+def test_online_split_rows_agree_with_whole_rows(m, monkeypatch, kernel_calls, op, method):
+    """Split rows of the online form (each segment leaves its online sum and shift,
+    rescaled to the row's max's when combined) against whole rows of the other form,
+    float64: segments of one block and of two, random and special rows (segments of
+    -inf first, of -inf only, a NaN or +inf in one)."""
+    calls = kernel_calls(m, "_online_split")
+    for shape, split in [((1, 300), (8, 64, 16)), ((3, 700), (8, 64, 300))]:
+        for case in ["random"] + SPECIAL:
+            x = _rows(shape, np.float64, case, np.random.default_rng(8))
+            monkeypatch.setattr(m, "_G_SPLIT", split)
+            monkeypatch.setattr(m, "_G_ONLINE", 0)
+            before = len(calls)
+            with np.errstate(all="ignore"):
+                got = _call(m, op, method, x, np.random.default_rng(9))
+            assert len(calls) > before, (shape, case)
+            monkeypatch.setattr(m, "_G_SPLIT", (0, 64, 16))
+            monkeypatch.setattr(m, "_G_ONLINE", NEVER)
+            with np.errstate(all="ignore"):
+                want = _call(m, op, method, x, np.random.default_rng(9))
+            for a, b in zip(got, want):
+                np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=f"{shape} {case}")
+                np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=f"{shape} {case}")
