@@ -12,7 +12,9 @@ wrapper.  This module prints that IR as Numba source and decides nothing:
 the passes, blocks, hints, buffers and the slots each pass reads are the
 IR's.  A kernel with passes over rows also has a split form for calls of few long
 rows (:meth:`_CpuLoops.split`: each pass over segments of a row in parallel, the
-segments' accumulators combined between passes; :data:`~gradc.passes.loop_ir.SPLIT`).
+segments' accumulators combined between passes; :data:`~gradc.passes.loop_ir.SPLIT`),
+and where :func:`~gradc.passes.loop_ir.online` says so an online form for long rows
+(``name_online``, its sums of ``exp(x - max(x))`` in the pass of the max).
 
 Accumulators are float64 whatever the compute dtype (sums of float32 values
 keep float32 accuracy over long rows, as the CUDA run time does); ``max`` and

@@ -27,7 +27,9 @@ vectorises both), gathers sums across rows (dw, db) over
 :data:`GATHER_ROWS` rows in the compute dtype, runs the sums of a pass that stores
 to an output in a second loop of their own (:func:`staged`), and takes centred sums
 (:class:`~gradc.passes.row_schedule.CentredSum`: a variance, ``mean(g * xhat)``) in the
-pass of their values, a co-moment per block combined across blocks (:class:`Centre`);
+pass of their values, a co-moment per block combined across blocks (:class:`Centre`),
+and in its online form (:func:`online`, long rows) takes sums of ``exp(x - max(x))`` and
+logsumexps in the pass of the max (:class:`Online`);
 CUDA (``CUDA``) does none of these and finishes its row reductions in block trees
 (:class:`Tree`) of float64 partials in shared memory.
 """
