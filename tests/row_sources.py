@@ -93,7 +93,8 @@ op sdot(x, t: nograd) -> s {
 # the online form's tests (sums of exp(x - max(x)) in the pass of the max): SPLIT_OPS
 # (softmax, log-softmax, cross-entropy, a draw, a sum of all elements), a log-softmax of
 # an element value (kept in a stage row for the block's second loop) and a mean whose
-# shift is not the max (its sum scaled by exp(max - h) after the pass)
+# shift is not the max (its sum scaled by exp(max - h) after the pass), and shifts far
+# from the max of a row of -inf or with +inf (a sum of 0 or inf kept: helper 42)
 ONLINE_OPS = SPLIT_OPS + """
 op lsm2(x, w) -> y {
     z = x * w
@@ -102,5 +103,12 @@ op lsm2(x, w) -> y {
 op mexp(x) -> y {
     h = max(x, axis=-1, keepdims=true) + 1.5
     y = x * mean(exp(x - h), axis=-1, keepdims=true)
+}
+op wfloor(x) -> y {
+    m = max(x, axis=-1, keepdims=true)
+    y = sum(exp(x - where(m > -inf, m, -1000)), axis=-1)
+}
+op wcap(x) -> y {
+    y = mean(exp(x - min(max(x, axis=-1, keepdims=true), 1000)), axis=-1)
 }
 """

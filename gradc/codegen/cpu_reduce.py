@@ -647,11 +647,20 @@ class _CpuLoops(LoopPrinter):
         if s.centred:
             return self.centred_finish(s)
         if s.shift is not None:             # an online sum, scaled from _h to the shift
-            i, h = self.pos[s.node], self.names[s.shift]
-            v = f"_s{i} / _N" if s.kind == "mean" else f"_s{i}"
-            return [f"u{i} = _T({v}) if _h{i} == {h} else "
-                    f"_T({v} * np.exp(np.float64(_h{i}) - np.float64({h})))"]
+            return self.online_finish(s)
         return [_finish(s, self.pos[s.node])]
+
+    def online_finish(self, s: Finish) -> list[str]:
+        """An online sum's value: scaled by ``exp(_h - h)`` from its shift ``_h`` to the
+        shift ``h`` as written, but a sum of 0 (a row of -inf) or inf (a +inf in it)
+        stays where ``h`` is finite, as every term as written does (``0 * exp(1000)``
+        and ``inf * exp(-1000)`` are NaN; found by helper 42)."""
+        i, h = self.pos[s.node], self.names[s.shift]
+        v = f"_s{i} / _N" if s.kind == "mean" else f"_s{i}"
+        return [f"if _h{i} == {h} or ((_s{i} == 0.0 or _s{i} == np.inf) and ({h} - {h}) == 0.0):",
+                f"    u{i} = _T({v})",
+                "else:",
+                f"    u{i} = _T({v} * np.exp(np.float64(_h{i}) - np.float64({h})))"]
 
     def centred_finish(self, s: Finish) -> list[str]:
         """A centred sum's value; where it is not finite, the sum of its operand as

@@ -172,7 +172,8 @@ class OnlineSum:
     sum is scaled by ``exp(k - h)`` (1 where they are equal, as they are for a finite
     max; a logsumexp is ``log(sum) + k``).  One read of the row fewer than the max,
     then the sum; where the max or ``h`` is infinite or NaN, the product gives what the
-    sum as written gives (inf, NaN, 0)."""
+    sum as written gives (inf, NaN, 0), but for a sum of 0 (a row of -inf) or inf (a
+    +inf in it) with a finite ``h``, which is kept (``0 * exp(1000)`` would be NaN)."""
     node: int
     kind: str
     max: int
