@@ -165,12 +165,12 @@ class OnlineSum:
     ``max`` (softmax's ``sum(exp(x - max(x)))``, a logsumexp's sum as its derivative
     writes it), and nothing else but constants; or a ``logsumexp`` of ``x`` (its own
     max and shift: ``max`` is the node, ``shift`` None).  ``value`` is ``(x, reader)``
-    (the node, and the kernel node reading it where it is an outside value).  It can run in the pass
-    of the max, online (Milakov and Gimelshein's online softmax): each block of a row
-    sums ``exp(x - k)`` with ``k`` the row's max so far where finite (else 0), the row's
-    sum so far rescaled by ``exp(k_old - k)`` when ``k`` changes; after the pass the
-    sum is scaled by ``exp(k - h)`` (1 where they are equal, as they are for a finite
-    max; a logsumexp is ``log(sum) + k``).  One read of the row fewer than the max,
+    (the node, and the kernel node reading it where it is an outside value).  It can
+    run in the pass of the max, online (Milakov and Gimelshein's online softmax): each
+    block of a row sums ``exp(x - k)`` with ``k`` the row's max so far where finite
+    (else 0), the row's sum so far rescaled by ``exp(k_old - k)`` when ``k`` changes;
+    after the pass the sum is scaled by ``exp(k - h)`` (1 where they are equal, as they
+    are for a finite max; a logsumexp is ``log(sum) + k``).  One read of the row fewer than the max,
     then the sum; where the max or ``h`` is infinite or NaN, the product gives what the
     sum as written gives (inf, NaN, 0), but for a sum of 0 (a row of -inf) or inf (a
     +inf in it) with a finite ``h``, which is kept (``0 * exp(1000)`` would be NaN)."""
