@@ -216,6 +216,53 @@ def _strength(graph: Graph, node: Node) -> int | None:
     return None
 
 
+def _shifted_max(graph: Graph, node: Node) -> int | None:
+    """``max(x - h, axis)`` -> ``max(x, axis) - h`` for a row value ``h`` (the max's
+    shape, keepdims; broadcast or ``broadcast_in`` along the same axes) that is never
+    -inf: logsumexp's decomposition of the
+    built-in ``log_softmax``'s ``x - max(x)`` takes the max of the shifted row, which is
+    then the max already taken, less the shift, and one pass over the row fewer.  The
+    same bits: rounding is monotone, so the max of ``fl(x_i - h)`` is ``fl(max(x) - h)``,
+    NaN where an ``x_i`` or ``h`` is NaN, or where ``h`` is +inf and so is an ``x_i``;
+    not where ``h`` is -inf (an ``x_i`` of -inf less -inf is NaN, the max is not).
+    Never -inf (:func:`_never_minus_inf`): a finite constant, or ``where(c, a, b)`` with
+    ``b`` such and ``c`` ``a > -inf`` or ``a - a == 0`` (the built-in softmaxes' and
+    logsumexp's shifts)."""
+    if node.op != "max" or not node.attr("keepdims") or node.attr("initial") not in (None, -np.inf):
+        return None
+    d = graph.node(node.args[0])
+    if d.op != "sub" or graph.node(d.args[0]).shape != d.shape:
+        return None
+    h, b = d.args[1], graph.node(d.args[1])
+    if b.op == "broadcast_in" and b.attr("keepdims") and b.attr("axis") == node.attr("axis"):
+        h = b.args[0]
+    if not _same_shape(graph, h, node) or not _never_minus_inf(graph, h):
+        return None
+    out = Builder(graph, node.span)
+    return out.apply("sub", (out.apply("max", (d.args[0],), dict(node.attrs)), h))
+
+
+def _never_minus_inf(graph: Graph, nid: int) -> bool:
+    """Whether node ``nid`` is never -inf (:func:`_shifted_max`)."""
+    node = graph.node(nid)
+    while node.op in ("identity", "stop_gradient"):
+        node = graph.node(node.args[0])
+    if node.op == "const":
+        return node.value is not None and bool(np.isfinite(node.value))
+    if node.op != "where":
+        return False
+    c, a, b = (graph.node(v) for v in node.args)
+    if not _never_minus_inf(graph, node.args[2]):
+        return False
+    if c.op == "gt":
+        return c.args[0] == node.args[1] and _const(graph, c.args[1]) == -np.inf
+    if c.op == "eq":
+        s = graph.node(c.args[0])
+        return s.op == "sub" and s.args == (node.args[1], node.args[1]) and \
+            _const(graph, c.args[1]) == 0
+    return False
+
+
 def _stable_forms(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset()
                   ) -> int | None:
     """Naive spellings of functions that have a stable primitive, rewritten to it.
@@ -291,7 +338,7 @@ def _stable_forms(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset
     return None
 
 
-RULES = (_fold, _identities, _negations, _stable_forms, _strength)
+RULES = (_fold, _identities, _negations, _stable_forms, _strength, _shifted_max)
 
 
 def _remap_regions(graph: Graph, moved: dict[int, int]) -> None:

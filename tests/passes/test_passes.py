@@ -248,3 +248,31 @@ def test_logsumexp_is_expanded_in_the_differentiated_graphs_only():
     np.testing.assert_allclose(value, np.log(np.exp(x - x.max(1, keepdims=True)).sum(1))
                                + x.max(1), rtol=1e-15)
     np.testing.assert_allclose(grad, p, rtol=1e-15)
+
+
+@pytest.mark.parametrize("shift, numpy, rewritten", [
+    # the built-in softmaxes' shift, logsumexp's
+    ("where(m > -inf, m, 0)", lambda x, m: np.where(m > -np.inf, m, 0), True),
+    ("where(m - m == 0, m, 0)", lambda x, m: np.where(m - m == 0, m, 0), True),
+    # -inf for a row of -inf, or in a row that is not all -inf (-inf less -inf is NaN)
+    ("where(m > -inf, m, -inf)", lambda x, m: np.where(m > -np.inf, m, -np.inf), False),
+    ("m", lambda x, m: m, False),
+    ("where(m < 0, m, 0)", lambda x, m: np.where(m < 0, m, 0), False),
+    ("min(x, axis=1, keepdims=true)", lambda x, m: x.min(1, keepdims=True), False),
+])
+def test_max_of_x_less_a_shift_is_the_max_less_the_shift_where_it_is_never_minus_inf(
+        shift, numpy, rewritten):
+    """max(x - h) -> max(x) - h (one max of the row, one pass of the kernel fewer: the
+    built-in log_softmax's derived gradient) where h is never -inf; the same values as
+    written at every special row (rounding is monotone)."""
+    src = ("op f(x: f32[b, n]) -> y {\n    m = max(x, axis=1, keepdims=true)\n"
+           f"    h = {shift}\n    y = max(x - h, axis=1, keepdims=true)\n}}\n")
+    g = _op(src, "f").methods["forward"].graph
+    assert (g.node(g.outputs[0]).op == "sub") == rewritten, _ops(g)
+    x = np.array([[1.0, -2, 3, 0], [-np.inf, -np.inf, -np.inf, -np.inf],
+                  [-np.inf, 5, 1e30, -1e30], [np.inf, 0, 1, -np.inf], [np.nan, 0, 1, 2],
+                  [1e300, -1e300, 1e-300, -0.0], [7, 7, 7, 7], [-np.inf, 2, -np.inf, 2]])
+    with np.errstate(all="ignore"):     # float64: the interpreter's float32 is float64
+        want = (x - numpy(x, x.max(1, keepdims=True))).max(1, keepdims=True)
+        got = interpret(g, [x])[0]
+    np.testing.assert_array_equal(got, want, err_msg=shift)
