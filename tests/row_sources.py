@@ -94,7 +94,9 @@ op sdot(x, t: nograd) -> s {
 # (softmax, log-softmax, cross-entropy, a draw, a sum of all elements), a log-softmax of
 # an element value (kept in a stage row for the block's second loop) and a mean whose
 # shift is not the max (its sum scaled by exp(max - h) after the pass), and shifts far
-# from the max of a row of -inf or with +inf (a sum of 0 or inf kept: helper 42)
+# from the max of a row of -inf or with +inf (a sum of 0 or inf kept: helper 42); the
+# built-in log_softmax and logsumexps of x less a shift of its max (log(sum) + k - h),
+# a sum of exp of x less two shifts in turn (the built-in log_softmax's gradient's)
 ONLINE_OPS = SPLIT_OPS + """
 op lsm2(x, w) -> y {
     z = x * w
@@ -110,5 +112,22 @@ op wfloor(x) -> y {
 }
 op wcap(x) -> y {
     y = mean(exp(x - min(max(x, axis=-1, keepdims=true), 1000)), axis=-1)
+}
+op lsmb(x) -> y {
+    y = log_softmax(x, axis=-1)
+}
+op lseh(x) -> y {
+    y = logsumexp(x - (max(x, axis=-1, keepdims=true) + 2), axis=-1)
+}
+op lsefloor(x) -> y {
+    m = max(x, axis=-1, keepdims=true)
+    y = logsumexp(x - where(m > -inf, m, -1000), axis=-1)
+}
+op lsecap(x) -> y {
+    y = logsumexp(x - min(max(x, axis=-1, keepdims=true), 1000), axis=-1)
+}
+op twoshift(x) -> y {
+    m = max(x, axis=-1, keepdims=true)
+    y = sum(exp((x - (m + 1)) - (m * 0.5 + 2)), axis=-1)
 }
 """

@@ -654,8 +654,13 @@ class _CpuLoops(LoopPrinter):
         """An online sum's value: scaled by ``exp(_h - h)`` from its shift ``_h`` to the
         shift ``h`` as written, but a sum of 0 (a row of -inf) or inf (a +inf in it)
         stays where ``h`` is finite, as every term as written does (``0 * exp(1000)``
-        and ``inf * exp(-1000)`` are NaN; found by helper 42)."""
-        i, h = self.pos[s.node], self.names[s.shift]
+        and ``inf * exp(-1000)`` are NaN; found by helper 42).  A logsumexp's is
+        ``log(sum) + (_h - h)`` (-inf and inf stay so where ``h`` is finite)."""
+        i = self.pos[s.node]
+        h = self.names[s.shift[0]] if len(s.shift) == 1 else \
+            "(" + " + ".join(f"np.float64({self.names[v]})" for v in s.shift) + ")"
+        if s.kind == "logsumexp":
+            return [f"u{i} = _T(np.log(_s{i}) + (np.float64(_h{i}) - np.float64({h})))"]
         v = f"_s{i} / _N" if s.kind == "mean" else f"_s{i}"
         return [f"if _h{i} == {h} or ((_s{i} == 0.0 or _s{i} == np.inf) and ({h} - {h}) == 0.0):",
                 f"    u{i} = _T({v})",

@@ -230,14 +230,15 @@ class Finish:
     min's NaN from its flag; ``centred``: a centred sum's, times the row values
     ``factors``, and where that is not finite, the sum of its operand as written
     over the row, computed by ``fallback``: the statements of a loop over the row;
-    ``shift``: an online sum's (:class:`Online`), scaled by ``exp(k - shift)``)."""
+    ``shift``: an online sum's (:class:`Online`), scaled by ``exp(k - shift)``, the
+    sum of the row values ``shift``)."""
     node: int
     kind: str
     nan_flag: bool = False
     centred: bool = False
     factors: tuple[int, ...] = ()
     fallback: tuple = ()
-    shift: int | None = None
+    shift: tuple[int, ...] | None = None
 
 
 def gathered(graph: Graph, kernel: ReduceKernel, n: int) -> bool:

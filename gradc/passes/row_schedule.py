@@ -160,25 +160,28 @@ def _centre(graph: Graph, kernel: ReduceKernel, v: int) -> tuple[int, int] | Non
 
 @dataclass(frozen=True)
 class OnlineSum:
-    """Row reduction ``node`` (``kind`` "sum" or "mean") of ``exp(x - h)``, where
-    ``h`` (``shift``) is a row value computed from the row's max of the same ``x``,
-    ``max`` (softmax's ``sum(exp(x - max(x)))``, a logsumexp's sum as its derivative
-    writes it), and nothing else but constants; or a ``logsumexp`` of ``x`` (its own
-    max and shift: ``max`` is the node, ``shift`` None).  ``value`` is ``(x, reader)``
-    (the node, and the kernel node reading it where it is an outside value).  It can
-    run in the pass of the max, online (Milakov and Gimelshein's online softmax): each
-    block of a row sums ``exp(x - k)`` with ``k`` the row's max so far where finite
-    (else 0), the row's sum so far rescaled by ``exp(k_old - k)`` when ``k`` changes;
-    after the pass the sum is scaled by ``exp(k - h)`` (1 where they are equal, as they
-    are for a finite max; a logsumexp is ``log(sum) + k``).  One read of the row fewer than the max,
-    then the sum; where the max or ``h`` is infinite or NaN, the product gives what the
-    sum as written gives (inf, NaN, 0), but for a sum of 0 (a row of -inf) or inf (a
+    """Row reduction ``node`` (``kind`` "sum" or "mean") of ``exp(x - h)``, or a
+    ``logsumexp`` of ``x - h``, where ``h`` is the sum of the row values ``shift`` (one,
+    or two subtracted in turn: ``(x - h1) - h2``), each computed from the row's max of
+    the same ``x``, ``max``, and nothing else but constants (softmax's
+    ``sum(exp(x - max(x)))``, a logsumexp's sum as its derivative writes it, the
+    built-in ``log_softmax``'s ``logsumexp(x - max(x))`` and its derivative's sum); or a
+    ``logsumexp`` of ``x`` (its own max and shift: ``max`` is the node, ``shift``
+    None).  ``value`` is ``(x, reader)`` (the node, and the kernel node reading it where
+    it is an outside value).  It can run in the pass of the max, online (Milakov and
+    Gimelshein's online softmax): each block of a row sums ``exp(x - k)`` with ``k``
+    the row's max so far where finite (else 0), the row's sum so far rescaled by
+    ``exp(k_old - k)`` when ``k`` changes; after the pass the sum is scaled by ``exp(k -
+    h)`` (1 where they are equal, as they are for a finite max), a logsumexp is
+    ``log(sum) + k - h`` (``+ k`` with its own max).  One read of the row fewer than the
+    max, then the sum; where the max or ``h`` is infinite or NaN, the product gives what
+    the sum as written gives (inf, NaN, 0), but for a sum of 0 (a row of -inf) or inf (a
     +inf in it) with a finite ``h``, which is kept (``0 * exp(1000)`` would be NaN)."""
     node: int
     kind: str
     max: int
     value: tuple[int, int]
-    shift: int | None
+    shift: tuple[int, ...] | None
 
 
 def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
@@ -186,24 +189,46 @@ def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
     lv = dict(kernel.levels)
     maxima = {value_args(graph, n)[0]: n for n in kernel.nodes
               if lv[n] == ROW and graph.node(n).op == "max" and reads_element(graph, kernel, n)}
-    found: dict[int, OnlineSum] = {
-        n: OnlineSum(n, "logsumexp", n, (value_args(graph, n)[0], n), None)
-        for n in kernel.nodes if lv[n] == ROW and graph.node(n).op == "logsumexp"
-        and reads_element(graph, kernel, n)}
+    found: dict[int, OnlineSum] = {}
+    for n in kernel.nodes:
+        if lv[n] == ROW and graph.node(n).op == "logsumexp" and reads_element(graph, kernel, n):
+            x = value_args(graph, n)[0]
+            shifted = _shifted(graph, kernel, x, maxima)
+            found[n] = (OnlineSum(n, "logsumexp", shifted[1], (shifted[0], shifted[1]),
+                                  shifted[2]) if shifted else
+                        OnlineSum(n, "logsumexp", n, (x, n), None))
     for n, kind, e in row_sums(graph, kernel):
         if lv.get(e) != ELEMENT or graph.node(e).op != "exp":
             continue
-        d = graph.node(e).args[0]
-        if lv.get(d) != ELEMENT or graph.node(d).op != "sub":
-            continue
-        x, h = graph.node(d).args
-        if graph.node(h).op == "broadcast_in" and lv.get(h) == ELEMENT:
-            h = graph.node(h).args[0]
-        m = maxima.get(x)
-        if m is None or lv.get(h) != ROW or not _shift_of(graph, kernel, h, m):
-            continue
-        found[n] = OnlineSum(n, kind, m, (x, m), h)
+        shifted = _shifted(graph, kernel, graph.node(e).args[0], maxima)
+        if shifted:
+            x, m, h = shifted
+            found[n] = OnlineSum(n, kind, m, (x, m), h)
     return found
+
+
+def _shifted(graph: Graph, kernel: ReduceKernel, d: int,
+             maxima: dict[int, int]) -> tuple[int, int, tuple[int, ...]] | None:
+    """``(x, m, hs)`` where element node ``d`` is ``x`` less the row values ``hs``
+    (``x - h``, or ``(x - h1) - h2``: a logsumexp's derivative of the built-in
+    log_softmax's ``x - max(x)``), each computed from the row's max ``m`` of ``x``
+    (:func:`_shift_of`; ``maxima``: the kernel's row maxima by the value they reduce)."""
+    lv = dict(kernel.levels)
+    if lv.get(d) != ELEMENT or graph.node(d).op != "sub":
+        return None
+    x, h = graph.node(d).args
+    if graph.node(h).op == "broadcast_in" and lv.get(h) == ELEMENT:
+        h = graph.node(h).args[0]
+    if lv.get(h) != ROW:
+        return None
+    if x not in maxima:
+        inner = _shifted(graph, kernel, x, maxima)
+        if inner is None or len(inner[2]) > 1 or not _shift_of(graph, kernel, h, inner[1]):
+            return None
+        return inner[0], inner[1], (*inner[2], h)
+    if not _shift_of(graph, kernel, h, maxima[x]):
+        return None
+    return x, maxima[x], (h,)
 
 
 def _shift_of(graph: Graph, kernel: ReduceKernel, h: int, m: int) -> bool:
@@ -286,7 +311,7 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
             elif n in sch.online:
                 o = sch.online[n]
                 sch.phase[n] = sch.avail[o.max] - 1
-                sch.avail[n] = max(sch.avail[o.max], sch.avail[o.shift])
+                sch.avail[n] = max(sch.avail[o.max], *(sch.avail[h] for h in o.shift))
             elif n in sch.centred:
                 c = sch.centred[n]
                 sch.phase[n] = max(sch.phase.get(v, 0) for v, _ in c.values)
@@ -320,7 +345,7 @@ def _reads(graph: Graph, kernel: ReduceKernel, cen: dict[int, CentredSum],
     values its operand reads (its means: for :func:`fallback_chain`); an online sum's
     value, max and shift."""
     if n in onl and onl[n].shift is not None:
-        return [onl[n].value[0], onl[n].max, onl[n].shift]
+        return [onl[n].value[0], onl[n].max, *onl[n].shift]
     if n in cen:
         lv = dict(kernel.levels)
         return [v for v, _ in cen[n].values] + list(cen[n].factors) + [

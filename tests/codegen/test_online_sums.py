@@ -72,11 +72,14 @@ def _call(m, op, method, x, rng):
 
 
 # the methods with an online form (loop_ir.online; logsumexp's own max and sum online:
-# lsmax's and xent's forward)
+# lsmax's and xent's forward; a logsumexp of x less a shift of its max with the max's:
+# lsmb's, the built-in log_softmax, lseh's, lsefloor's, lsecap's; two shifts: lsmb's
+# fwd_bwd, twoshift's)
 CASES = [("smax", "fwd_bwd"), ("smax", "jvp"), ("lsmax", "fwd_bwd"), ("lsmax", "forward"),
          ("xent", "fwd_bwd"), ("xent", "forward"),
          ("lsm2", "forward"), ("lsm2", "fwd_bwd"), ("mexp", "forward"), ("wfloor", "forward"),
-         ("wcap", "forward")]
+         ("wcap", "forward"), ("lsmb", "forward"), ("lsmb", "fwd_bwd"), ("lseh", "forward"),
+         ("lsefloor", "forward"), ("lsecap", "forward"), ("twoshift", "forward")]
 SPECIAL = ["-inf first", "all -inf", "+inf", "nan", "largest", "rising"]
 
 
@@ -104,7 +107,7 @@ def test_online_form_agrees_with_the_other_form(m, monkeypatch, kernel_calls, op
 
 
 @pytest.mark.parametrize("op, method", [("smax", "fwd_bwd"), ("lsmax", "fwd_bwd"),
-                                        ("xent", "forward")])
+                                        ("xent", "forward"), ("lsmb", "forward")])
 def test_float32_online_form_keeps_float32_accuracy(m, monkeypatch, op, method):
     """Float32 rows around 1e4 and rows whose max rises in every block: the online
     form is as close to float64 as the other form."""
@@ -123,7 +126,7 @@ def test_float32_online_form_keeps_float32_accuracy(m, monkeypatch, op, method):
             assert err <= max(2 * float(np.max(np.abs(o - w))) / scale, 2e-6), (case, err)
 
 
-@pytest.mark.parametrize("op", ["lsmax", "lsm2", "mexp"])
+@pytest.mark.parametrize("op", ["lsmax", "lsm2", "mexp", "lsmb", "lseh", "twoshift"])
 def test_online_vjp_against_finite_differences(m, monkeypatch, op):
     """The online form's vjp against central differences of its own forward, in float64,
     along random directions (rows of 700: three blocks, the shift rescaled)."""
@@ -195,7 +198,8 @@ def test_online_bits_do_not_depend_on_threads(m, monkeypatch):
 
 
 @pytest.mark.parametrize("op, method", [("smax", "fwd_bwd"), ("lsmax", "fwd_bwd"),
-                                        ("xent", "fwd_bwd"), ("mexp", "forward")])
+                                        ("xent", "fwd_bwd"), ("mexp", "forward"),
+                                        ("lsmb", "forward"), ("lsecap", "forward")])
 def test_online_split_rows_agree_with_whole_rows(m, monkeypatch, kernel_calls, op, method):
     """Split rows of the online form (each segment leaves its online sum and shift,
     rescaled to the row's max's when combined) against whole rows of the other form,

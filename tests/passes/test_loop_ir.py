@@ -104,7 +104,7 @@ def test_cpu_layer_norm_fwd_bwd_takes_its_centred_sums_in_the_statistics_pass(la
 def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(softmax):
     graph, kernel = softmax
     (o,) = online_sums(graph, kernel).values()
-    assert graph.node(o.max).op == "max" and o.shift == o.max      # exp(x - max(x))
+    assert graph.node(o.max).op == "max" and o.shift == (o.max,)   # exp(x - max(x))
     assert online(graph, kernel)
     loops = lower(graph, kernel, CPU, online=True)
     assert loops.online and loops.split       # its split rows too
@@ -115,7 +115,7 @@ def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(sof
     # the exp is computed again in the pass of y, not kept in scratch
     assert loops.scratch == []
     finish = next(s for s in loops.passes[1].before if isinstance(s, Finish) and s.node == o.node)
-    assert finish.shift == o.max
+    assert finish.shift == (o.max,)
     # CUDA and the other CPU form keep the max and the sum in passes of their own
     assert len(lower(graph, kernel, CUDA, online=True).passes) == 4
     assert not lower(graph, kernel, CPU).online
@@ -146,3 +146,24 @@ def test_online_sums_are_sums_of_exp_shifted_by_the_max(body, found):
     if found:
         assert len(lower(graph, kernel, CPU, online=True).passes) == \
             len(lower(graph, kernel, CPU).passes) - 1
+
+
+@pytest.mark.parametrize("body, passes", [
+    ("y = log_softmax(x, axis=1)", 2),
+    ("y = logsumexp(x - max(x, axis=1, keepdims=true), axis=1)", 1),
+    ("y = x - logsumexp(x - (max(x, axis=1, keepdims=true) + 2), axis=1, keepdims=true)", 2),
+])
+def test_a_logsumexp_of_x_less_a_shift_of_its_max_runs_online_in_the_pass_of_the_max(
+        body, passes):
+    """The built-in log_softmax's logsumexp(x - max(x)) (jax.nn's form) and its like: an
+    online sum of x itself with the max's accumulator, shifted as written, so that the
+    max of x - max(x) and its sum take no passes of their own (log_softmax's forward:
+    4 passes, 2 online)."""
+    graph, kernel = fwd_bwd_kernel(f"op f(x: f32[b, n]) -> y {{\n    {body}\n}}\n", "f",
+                                   "forward")
+    (o,) = online_sums(graph, kernel).values()
+    assert o.kind == "logsumexp" and o.shift is not None
+    assert graph.node(o.max).op == "max" and o.value[0] == graph.node(o.max).args[0]
+    assert online(graph, kernel)
+    assert len(lower(graph, kernel, CPU).passes) == passes + 2
+    assert len(lower(graph, kernel, CPU, online=True).passes) == passes
