@@ -96,7 +96,8 @@ op sdot(x, t: nograd) -> s {
 # shift is not the max (its sum scaled by exp(max - h) after the pass), and shifts far
 # from the max of a row of -inf or with +inf (a sum of 0 or inf kept: helper 42); the
 # built-in log_softmax and logsumexps of x less a shift of its max (log(sum) + k - h),
-# a sum of exp of x less two shifts in turn (the built-in log_softmax's gradient's)
+# a sum of exp of x less two shifts in turn (the built-in log_softmax's gradient's), and
+# two shifts far apart in size (subtracted in turn, not added first: helper 44)
 ONLINE_OPS = SPLIT_OPS + """
 op lsm2(x, w) -> y {
     z = x * w
@@ -129,5 +130,11 @@ op lsecap(x) -> y {
 op twoshift(x) -> y {
     m = max(x, axis=-1, keepdims=true)
     y = sum(exp((x - (m + 1)) - (m * 0.5 + 2)), axis=-1)
+}
+op twoprec(x) -> (a, b, c) {
+    m = max(x, axis=-1, keepdims=true)
+    a = logsumexp((x - m) - m * 1e-16, axis=-1)
+    b = sum(exp((x - m) - m * 1e-16), axis=-1)
+    c = logsumexp((x - m) - m, axis=-1)
 }
 """

@@ -651,21 +651,24 @@ class _CpuLoops(LoopPrinter):
         return [_finish(s, self.pos[s.node])]
 
     def online_finish(self, s: Finish) -> list[str]:
-        """An online sum's value: scaled by ``exp(_h - h)`` from its shift ``_h`` to the
-        shift ``h`` as written, but a sum of 0 (a row of -inf) or inf (a +inf in it)
-        stays where ``h`` is finite, as every term as written does (``0 * exp(1000)``
-        and ``inf * exp(-1000)`` are NaN; found by helper 42).  A logsumexp's is
-        ``log(sum) + (_h - h)`` (-inf and inf stay so where ``h`` is finite)."""
+        """An online sum's value: scaled by ``exp(_hd)`` from its shift ``_h`` to the
+        shifts as written, ``_hd = (_h - h1) - h2`` in their order, in float64 (their sum
+        rounds away a small ``h2`` and can overflow); but a sum of 0 (a row of -inf) or
+        inf (a +inf in it) stays where the shifts are finite, as every term as written
+        does (``0 * exp(1000)`` and ``inf * exp(-1000)`` are NaN; found by helper 42).  A
+        logsumexp's is ``log(sum) + _hd`` (-inf and inf stay so where it is finite)."""
         i = self.pos[s.node]
-        h = self.names[s.shift[0]] if len(s.shift) == 1 else \
-            "(" + " + ".join(f"np.float64({self.names[v]})" for v in s.shift) + ")"
+        shifts = [self.names[v] for v in s.shift]
+        hd = "".join([f"np.float64(_h{i})"] + [f" - np.float64({h})" for h in shifts])
         if s.kind == "logsumexp":
-            return [f"u{i} = _T(np.log(_s{i}) + (np.float64(_h{i}) - np.float64({h})))"]
+            return [f"u{i} = _T(np.log(_s{i}) + ({hd}))"]
         v = f"_s{i} / _N" if s.kind == "mean" else f"_s{i}"
-        return [f"if _h{i} == {h} or ((_s{i} == 0.0 or _s{i} == np.inf) and ({h} - {h}) == 0.0):",
+        finite = " and ".join(f"({h} - {h}) == 0.0" for h in shifts)
+        return [f"_hd{i} = {hd}",
+                f"if _hd{i} == 0.0 or ((_s{i} == 0.0 or _s{i} == np.inf) and {finite}):",
                 f"    u{i} = _T({v})",
                 "else:",
-                f"    u{i} = _T({v} * np.exp(np.float64(_h{i}) - np.float64({h})))"]
+                f"    u{i} = _T({v} * np.exp(_hd{i}))"]
 
     def centred_finish(self, s: Finish) -> list[str]:
         """A centred sum's value; where it is not finite, the sum of its operand as

@@ -23,6 +23,7 @@ from gradc.ir.shapes import normalize_axis
 from gradc.passes.fuse import CHEAP
 from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, col_forms,
                                       is_reduction, row_forms, value_args)
+from gradc.passes.simplify import minus_inf_only_with
 
 SCALAR, PER_ROW, PER_COL, PER_ELEMENT = "scalar", "row", "col", "element"
 
@@ -212,7 +213,10 @@ def _shifted(graph: Graph, kernel: ReduceKernel, d: int,
     """``(x, m, hs)`` where element node ``d`` is ``x`` less the row values ``hs``
     (``x - h``, or ``(x - h1) - h2``: a logsumexp's derivative of the built-in
     log_softmax's ``x - max(x)``), each computed from the row's max ``m`` of ``x``
-    (:func:`_shift_of`; ``maxima``: the kernel's row maxima by the value they reduce)."""
+    (:func:`_shift_of`; ``maxima``: the kernel's row maxima by the value they reduce)
+    and -inf only where ``m`` is (``gradc.passes.simplify.minus_inf_only_with``: the
+    online form cannot tell a row holding -inf, whose ``x - h`` is NaN there where ``h``
+    is -inf, from one that does not; where ``m`` is -inf, every ``x`` is)."""
     lv = dict(kernel.levels)
     if lv.get(d) != ELEMENT or graph.node(d).op != "sub":
         return None
@@ -223,10 +227,11 @@ def _shifted(graph: Graph, kernel: ReduceKernel, d: int,
         return None
     if x not in maxima:
         inner = _shifted(graph, kernel, x, maxima)
-        if inner is None or len(inner[2]) > 1 or not _shift_of(graph, kernel, h, inner[1]):
+        if inner is None or len(inner[2]) > 1 or not _shift_of(graph, kernel, h, inner[1]) \
+                or not minus_inf_only_with(graph, h, inner[1]):
             return None
         return inner[0], inner[1], (*inner[2], h)
-    if not _shift_of(graph, kernel, h, maxima[x]):
+    if not _shift_of(graph, kernel, h, maxima[x]) or not minus_inf_only_with(graph, h, maxima[x]):
         return None
     return x, maxima[x], (h,)
 

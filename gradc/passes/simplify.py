@@ -219,15 +219,12 @@ def _strength(graph: Graph, node: Node) -> int | None:
 def _shifted_max(graph: Graph, node: Node) -> int | None:
     """``max(x - h, axis)`` -> ``max(x, axis) - h`` for a row value ``h`` (the max's
     shape, keepdims; broadcast or ``broadcast_in`` along the same axes) that is never
-    -inf: logsumexp's decomposition of the
-    built-in ``log_softmax``'s ``x - max(x)`` takes the max of the shifted row, which is
-    then the max already taken, less the shift, and one pass over the row fewer.  The
-    same bits: rounding is monotone, so the max of ``fl(x_i - h)`` is ``fl(max(x) - h)``,
-    NaN where an ``x_i`` or ``h`` is NaN, or where ``h`` is +inf and so is an ``x_i``;
-    not where ``h`` is -inf (an ``x_i`` of -inf less -inf is NaN, the max is not).
-    Never -inf (:func:`_never_minus_inf`): a finite constant, or ``where(c, a, b)`` with
-    ``b`` such and ``c`` ``a > -inf`` or ``a - a == 0`` (the built-in softmaxes' and
-    logsumexp's shifts)."""
+    -inf: logsumexp's decomposition of the built-in ``log_softmax``'s ``x - max(x)``
+    takes the max of the shifted row, which is then the max already taken, less the
+    shift, and one pass over the row fewer.  The same bits: rounding is monotone, so
+    the max of ``fl(x_i - h)`` is ``fl(max(x) - h)``, NaN where an ``x_i`` or ``h`` is
+    NaN, or where ``h`` is +inf and so is an ``x_i``; not where ``h`` is -inf (an
+    ``x_i`` of -inf less -inf is NaN, the max is not): :func:`minus_inf_only_with`."""
     if node.op != "max" or not node.attr("keepdims") or node.attr("initial") not in (None, -np.inf):
         return None
     d = graph.node(node.args[0])
@@ -236,31 +233,58 @@ def _shifted_max(graph: Graph, node: Node) -> int | None:
     h, b = d.args[1], graph.node(d.args[1])
     if b.op == "broadcast_in" and b.attr("keepdims") and b.attr("axis") == node.attr("axis"):
         h = b.args[0]
-    if not _same_shape(graph, h, node) or not _never_minus_inf(graph, h):
+    if not _same_shape(graph, h, node) or not minus_inf_only_with(graph, h):
         return None
     out = Builder(graph, node.span)
     return out.apply("sub", (out.apply("max", (d.args[0],), dict(node.attrs)), h))
 
 
-def _never_minus_inf(graph: Graph, nid: int) -> bool:
-    """Whether node ``nid`` is never -inf (:func:`_shifted_max`)."""
-    node = graph.node(nid)
-    while node.op in ("identity", "stop_gradient"):
-        node = graph.node(node.args[0])
-    if node.op == "const":
-        return node.value is not None and bool(np.isfinite(node.value))
-    if node.op != "where":
+# The largest constant finite in every float dtype (float16's largest): one added to a
+# finite value of any dtype does not round to -inf, nor does one as a value.
+_FINITE_EVERYWHERE = 65504.0
+
+
+def minus_inf_only_with(graph: Graph, nid: int, m: int | None = None) -> bool:
+    """Whether node ``nid`` can be -inf only where node ``m`` is (never, where ``m`` is
+    None), proven from its form: ``m`` itself; a constant of at most
+    :data:`_FINITE_EVERYWHERE` in magnitude; ``where(a > -inf, a, b)`` or ``where(a - a
+    == 0, a, b)`` (the built-in softmaxes' and logsumexp's shifts) with ``b`` such, any
+    other ``where`` with both branches such; ``a + c``, ``c + a``, ``a - c`` for such a
+    constant ``c``, ``a * c`` for ``0 < c <= 1``; ``minimum`` of two, ``maximum`` with
+    one, such values; through ``broadcast_in`` and ``stop_gradient``.  Used where -inf
+    less -inf (NaN) would be lost: :func:`_shifted_max`, and the online sums of
+    ``gradc.passes.row_schedule`` (whose shifts are -inf only for a row of -inf)."""
+    def small(v: int) -> bool:
+        c = _const(graph, v)
+        return c is not None and abs(c) <= _FINITE_EVERYWHERE
+
+    def ok(v: int) -> bool:
+        node = graph.node(v)
+        while node.op in ("identity", "stop_gradient", "broadcast_in"):
+            v = node.args[0]
+            node = graph.node(v)
+        if v == m or small(v):
+            return True
+        args = node.args
+        if node.op == "where":
+            c, a, b = (graph.node(u) for u in args)
+            guarded = (c.op == "gt" and c.args[0] == args[1] and
+                       _const(graph, c.args[1]) == -np.inf) or (
+                c.op == "eq" and graph.node(c.args[0]).op == "sub" and
+                graph.node(c.args[0]).args == (args[1], args[1]) and _const(graph, c.args[1]) == 0)
+            return ok(args[2]) and (guarded or ok(args[1]))
+        if node.op in ("add", "sub"):
+            return (ok(args[0]) and small(args[1])) or (
+                node.op == "add" and small(args[0]) and ok(args[1]))
+        if node.op == "mul":
+            return any(ok(a) and 0 < (_const(graph, c) or 0) <= 1
+                       for a, c in (args, args[::-1]))
+        if node.op == "minimum":
+            return all(ok(a) for a in args)
+        if node.op == "maximum":
+            return any(ok(a) for a in args)
         return False
-    c, a, b = (graph.node(v) for v in node.args)
-    if not _never_minus_inf(graph, node.args[2]):
-        return False
-    if c.op == "gt":
-        return c.args[0] == node.args[1] and _const(graph, c.args[1]) == -np.inf
-    if c.op == "eq":
-        s = graph.node(c.args[0])
-        return s.op == "sub" and s.args == (node.args[1], node.args[1]) and \
-            _const(graph, c.args[1]) == 0
-    return False
+    return ok(nid)
 
 
 def _stable_forms(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset()

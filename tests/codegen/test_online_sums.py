@@ -148,6 +148,25 @@ def test_online_vjp_against_finite_differences(m, monkeypatch, op):
         assert abs(fd - ad) <= 1e-6 * max(1.0, abs(ad)), (fd, ad)
 
 
+def test_two_shifts_are_subtracted_in_turn(m, monkeypatch, kernel_calls):
+    """(x - h1) - h2 online is scaled by exp((k - h1) - h2), as written: h1 + h2 first
+    loses a small h2 beside a large h1 (1e17 and 10) and overflows (1e308 twice), found
+    by helper 44."""
+    calls = kernel_calls(m, "_online", "_online_chunks")
+    for x, want in [(np.array([[1e17, 1e17]]), (np.log(2) - 10, 2 * np.exp(-10.0), None)),
+                    (np.array([[1e308, 1.0]]), (None, None, -1e308))]:
+        got = []
+        for online in (0, NEVER):
+            monkeypatch.setattr(m, "_G_ONLINE", online)
+            before = len(calls)
+            got.append(m.twoprec(x))
+            assert (len(calls) > before) == (online == 0)
+        for a, b, w in zip(*got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-12)
+            if w is not None:
+                np.testing.assert_allclose(a, w, rtol=1e-12)
+
+
 def test_long_rows_run_online(m, monkeypatch, kernel_calls):
     """The rule (_G_ONLINE, the bytes of a row): rows of 32768 float32 or 16384 float64
     run online, rows of 16384 float32 do not; a call that splits its rows runs its split

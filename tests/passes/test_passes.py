@@ -259,6 +259,11 @@ def test_logsumexp_is_expanded_in_the_differentiated_graphs_only():
     ("m", lambda x, m: m, False),
     ("where(m < 0, m, 0)", lambda x, m: np.where(m < 0, m, 0), False),
     ("min(x, axis=1, keepdims=true)", lambda x, m: x.min(1, keepdims=True), False),
+    # -inf in float32 (found by helper 44), or where m is +inf
+    ("where(m - m == 0, m, -1e39)", lambda x, m: np.where(m - m == 0, m, -1e39), False),
+    ("m * -1", lambda x, m: m * -1, False),
+    ("min(where(m > -inf, m, 0), 5) + 3",
+     lambda x, m: np.minimum(np.where(m > -np.inf, m, 0), 5) + 3, True),
 ])
 def test_max_of_x_less_a_shift_is_the_max_less_the_shift_where_it_is_never_minus_inf(
         shift, numpy, rewritten):
