@@ -639,8 +639,12 @@ class _CpuLoops(LoopPrinter):
 
     def print_shift(self, s: Shift) -> list[str]:
         i = self.pos[s.node]
-        return [f"_m{i} = _T(np.nan) if _n{i} else _m{i}", shift_line(s.kind, i, "np.inf"),
-                f"_s{i} = 0.0"]
+        if s.known:                         # the max of x - h: max(x) - h
+            m, h = (self.names[v] for v in s.known)
+            first = f"_m{i} = _T({m} - {h})"
+        else:
+            first = f"_m{i} = _T(np.nan) if _n{i} else _m{i}"
+        return [first, shift_line(s.kind, i, "np.inf"), f"_s{i} = 0.0"]
 
     def print_finish(self, s: Finish) -> list[str]:
         self.names[s.node] = f"u{self.pos[s.node]}"

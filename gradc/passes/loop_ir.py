@@ -44,7 +44,7 @@ from gradc.passes.fuse_reduce import (ELEMENT, ROW, ROW_PASSES, ReduceKernel, is
 from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, Schedule, access,
                                        fallback_chain, input_slots, online_sums,
                                        reads_element, reduced_values, reduction_kind,
-                                       rows_ready, schedule)
+                                       row_passes, rows_ready, schedule)
 
 CPU, CUDA = "cpu", "cuda"
 
@@ -211,10 +211,13 @@ class Start:
 @dataclass(frozen=True)
 class Shift:
     """After the first pass of two-pass reduction ``node``: its shift or scale from the
-    max (NaN from the flag if ``nan_flag``), and the sum started."""
+    max (NaN from the flag if ``nan_flag``), and the sum started; ``known``: ``(m, h)``,
+    a logsumexp's max is the row value ``m - h``, and no pass took it
+    (:func:`~gradc.passes.row_schedule.known_maxima`)."""
     node: int
     kind: str
     nan_flag: bool = False
+    known: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -419,9 +422,10 @@ class _Lowering:
         self.graph, self.kernel, self.target = graph, kernel, target
         self.cpu = target == CPU
         self.sch = schedule(graph, kernel, scratch=self.cpu, centred=self.cpu,
-                            online=online and self.cpu)
+                            online=online and self.cpu, known=self.cpu)
         self.cen = self.sch.centred
         self.onl = self.sch.online
+        self.known = self.sch.known
         self._centres: dict[int, tuple] = {}
         self.lv = dict(kernel.levels)
         self.kinds = dict(kernel.chunk_kind)
@@ -436,11 +440,17 @@ class _Lowering:
     def first_pass(self, n: int) -> int:
         if n in self.cen or n in self.onl:
             return self.sch.phase[n]
-        return self.sch.avail[n] - ROW_PASSES[self.kind(n)]
+        return self.sch.avail[n] - self.passes_of(n)
 
     def passes_of(self, n: int) -> int:
-        """The passes row reduction ``n`` runs in (an online logsumexp: one)."""
-        return 1 if n in self.onl else ROW_PASSES[self.kind(n)]
+        """The passes row reduction ``n`` runs in (an online logsumexp, or one whose max
+        is known: one)."""
+        return row_passes(self.graph, self.sch, n)
+
+    def stage(self, n: int, p: int) -> int:
+        """The stage of row reduction ``n`` in pass ``p``: its pass less its first (a
+        logsumexp whose max is known, its max from the row's, starts at its sum: 1)."""
+        return p - self.first_pass(n) + (1 if n in self.known else 0)
 
     def own_max(self, n: int) -> bool:
         """Whether online sum ``n`` is a logsumexp, which keeps its own max."""
@@ -590,7 +600,7 @@ class _Lowering:
         their second pass)."""
         steps: list = []
         for n in self.row_reds:
-            k, kind = p - self.first_pass(n), self.kind(n)
+            k, kind = self.stage(n, p), self.kind(n)
             two = ROW_PASSES[kind] == 2
             if self.own_max(n) and k == 0:             # its max, then its online sum
                 steps.append(Start(n, "max", Acc("m", n), self.cpu))
@@ -600,8 +610,8 @@ class _Lowering:
             elif k == 0:
                 flag = self.cpu and (two or kind in ("max", "min"))
                 steps.append(Start(n, "max" if two else kind, Acc("m" if two else "s", n), flag))
-            elif k == 1 and two and self.cpu:
-                steps.append(Shift(n, kind, True))
+            elif k == 1 and two and self.cpu:         # a known max: no NaN flag
+                steps.append(Shift(n, kind, n not in self.known, self.known.get(n)))
         return steps
 
     def blocked_sums(self, p: int) -> list[tuple[Acc, Acc]]:
@@ -613,7 +623,7 @@ class _Lowering:
         graph, kernel = self.graph, self.kernel
         return self.centres(p)[1] + [(Acc("s", n), Acc("f", n)) for n in self.row_reds
                           if n not in self.cen and n not in self.onl
-                          and _blocked(self.kind(n), p - self.first_pass(n))
+                          and _blocked(self.kind(n), self.stage(n, p))
                           and reads_element(graph, kernel, n)] + [
             (Acc("q", n), Acc("f", n)) for n in kernel.partials
             if self.kinds[n] == "all" and self.kind(n) in ("sum", "mean")
@@ -742,7 +752,7 @@ class _Lowering:
         body += [Stage(o.buffer.node) for o in self.onlines(p) if o.buffer is not None]
         rows, parts = self.updated(p)
         for n in rows:
-            k, kind = p - self.first_pass(n), self.kind(n)
+            k, kind = self.stage(n, p), self.kind(n)
             acc = Acc("m", n) if ROW_PASSES[kind] == 2 and k == 0 else Acc("s", n)
             body.append(Update(n, kind, k, block.get(acc, acc),
                                self.cpu and (kind in ("max", "min") or ROW_PASSES[kind] == 2)))

@@ -188,8 +188,7 @@ class OnlineSum:
 def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
     """The row sums, means and logsumexps of ``kernel`` that are :class:`OnlineSum` s."""
     lv = dict(kernel.levels)
-    maxima = {value_args(graph, n)[0]: n for n in kernel.nodes
-              if lv[n] == ROW and graph.node(n).op == "max" and reads_element(graph, kernel, n)}
+    maxima = _row_maxima(graph, kernel)
     found: dict[int, OnlineSum] = {}
     for n in kernel.nodes:
         if lv[n] == ROW and graph.node(n).op == "logsumexp" and reads_element(graph, kernel, n):
@@ -206,6 +205,13 @@ def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
             x, m, h = shifted
             found[n] = OnlineSum(n, kind, m, (x, m), h)
     return found
+
+
+def _row_maxima(graph: Graph, kernel: ReduceKernel) -> dict[int, int]:
+    """The kernel's row maxima of element values, by the value they reduce."""
+    lv = dict(kernel.levels)
+    return {value_args(graph, n)[0]: n for n in kernel.nodes
+            if lv[n] == ROW and graph.node(n).op == "max" and reads_element(graph, kernel, n)}
 
 
 def _shifted(graph: Graph, kernel: ReduceKernel, d: int,
@@ -236,6 +242,24 @@ def _shifted(graph: Graph, kernel: ReduceKernel, d: int,
     return x, maxima[x], (h,)
 
 
+def known_maxima(graph: Graph, kernel: ReduceKernel) -> dict[int, tuple[int, int]]:
+    """``{n: (m, h)}``: the ``logsumexp`` s of ``kernel`` of ``x - h`` (the built-in
+    ``log_softmax``'s), ``h`` a row value of the row's max ``m`` of ``x`` that is -inf
+    only where ``m`` is (:func:`_shifted`).  Their max, of ``x - h``, is ``m - h``, the
+    same bits (``gradc.passes.simplify._shifted_max``): taken from it, they need no
+    pass for their max, only the one for their sum (CPU, the other form than the
+    online one, which takes them in the pass of ``m``)."""
+    lv = dict(kernel.levels)
+    maxima = _row_maxima(graph, kernel)
+    found = {}
+    for n in kernel.nodes:
+        if lv[n] == ROW and graph.node(n).op == "logsumexp" and reads_element(graph, kernel, n):
+            shifted = _shifted(graph, kernel, value_args(graph, n)[0], maxima)
+            if shifted and len(shifted[2]) == 1:
+                found[n] = (shifted[1], shifted[2][0])
+    return found
+
+
 def _shift_of(graph: Graph, kernel: ReduceKernel, h: int, m: int) -> bool:
     """Whether row value ``h`` is computed from the max ``m`` (or is it) and constants
     only, through row values of no other reduction."""
@@ -263,6 +287,7 @@ class Schedule:
     phase: dict[int, int] = field(default_factory=dict)     # element node -> pass
     centred: dict[int, CentredSum] = field(default_factory=dict)  # and its pass in phase
     online: dict[int, OnlineSum] = field(default_factory=dict)    # and its pass in phase
+    known: dict[int, tuple[int, int]] = field(default_factory=dict)  # lse -> (max, shift)
     avail: dict[int, int] = field(default_factory=dict)     # row node -> before pass
     work: list[list[int]] = field(default_factory=list)     # element nodes per pass
     live: set[int] = field(default_factory=set)
@@ -276,8 +301,17 @@ def reduction_kind(graph: Graph, nid: int) -> str:
     return "sum" if op == "sum_to" else op
 
 
+def row_passes(graph: Graph, sch: Schedule, n: int) -> int:
+    """The passes row reduction ``n`` of a schedule reads its operand in: one for an
+    online sum or a logsumexp whose max is known (:func:`known_maxima`), else its
+    kind's (``ROW_PASSES``)."""
+    if n in sch.online or n in sch.known:
+        return 1
+    return ROW_PASSES[reduction_kind(graph, n)]
+
+
 def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
-             centred: bool = True, online: bool = False) -> Schedule:
+             centred: bool = True, online: bool = False, known: bool = True) -> Schedule:
     """Passes over a row: an element node runs in the pass after every row
     reduction it depends on has finished; a row reduction of an element value
     of pass ``p`` accumulates in passes ``p .. p + ROW_PASSES - 1`` and its value
@@ -291,18 +325,22 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
     accumulates in the pass its element values are computed in (``phase``), not
     after the mean it is centred by, and is available after it and its factors.  With
     ``online`` (the CPU's form for long rows), an :class:`OnlineSum` accumulates in the
-    pass of its max, and is available after it and its shift."""
+    pass of its max, and is available after it and its shift.  With ``known`` (the
+    CPU's), a logsumexp of :func:`known_maxima` takes one pass, its sum."""
     lv = dict(kernel.levels)
     inside = set(kernel.nodes)
     cen = centred_sums(graph, kernel) if centred else {}
     onl = online_sums(graph, kernel) if online else {}
+    kno = {n: v for n, v in known_maxima(graph, kernel).items() if n not in onl} if known else {}
     live = set(kernel.outputs) | set(kernel.partials)
     for n in reversed(kernel.nodes):
         if n in live:
-            live.update(a for a in _reads(graph, kernel, cen, onl, n) if a in inside)
+            live.update(a for a in _reads(graph, kernel, cen, onl, n) + list(kno.get(n, ()))
+                        if a in inside)
     sch = Schedule(passes=0, live=live)
     sch.centred = {n: c for n, c in cen.items() if n in live}
     sch.online = {n: o for n, o in onl.items() if n in live}
+    sch.known = {n: v for n, v in kno.items() if n in live}
     for n in kernel.nodes:
         ins = [a for a in value_args(graph, n) if a in inside]
         if lv[n] == ELEMENT:
@@ -324,7 +362,7 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
             elif is_reduction(graph, n):
                 x = ins[0] if ins else None
                 start = sch.phase.get(x, 0) if x is not None and lv[x] == ELEMENT else 0
-                sch.avail[n] = start + ROW_PASSES[reduction_kind(graph, n)]
+                sch.avail[n] = start + row_passes(graph, sch, n)
             else:
                 sch.avail[n] = max([sch.avail[a] for a in ins], default=0)
     need_e = [sch.phase[n] + 1 for n in live if lv[n] == ELEMENT]
@@ -428,7 +466,7 @@ def _fill_work(graph: Graph, kernel: ReduceKernel, sch: Schedule, stored: set[in
             if not xs:
                 continue
             first = sch.phase[xs[0]]
-            last = first + (ROW_PASSES[reduction_kind(graph, n)] if lv[n] == ROW else 1)
+            last = first + (row_passes(graph, sch, n) if lv[n] == ROW else 1)
             if first <= p < last:
                 seeds.add(xs[0])
         loads = {n for n in seeds if sch.phase[n] < p and n in stored}

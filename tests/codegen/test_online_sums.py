@@ -148,6 +148,29 @@ def test_online_vjp_against_finite_differences(m, monkeypatch, op):
         assert abs(fd - ad) <= 1e-6 * max(1.0, abs(ad)), (fd, ad)
 
 
+@pytest.mark.parametrize("online, split", [(0, False), (NEVER, False), (NEVER, True)])
+def test_builtin_log_softmax_against_numpy(m, monkeypatch, kernel_calls, online, split):
+    """The built-in log_softmax's forward in both forms (online: its logsumexp in the
+    pass of the max; the other: its logsumexp's max known, max(x) - h, and one pass for
+    its sum), the other on split rows too, against NumPy's float64 at random and special
+    rows."""
+    monkeypatch.setattr(m, "_G_ONLINE", online)
+    calls = kernel_calls(m, "_0_split")
+    if split:
+        monkeypatch.setattr(m, "_G_SPLIT", (8, 64, 16))
+    for shape in [(3, 1), (4, 256), (3, 257), (2, 700)]:
+        for case in ["random"] + SPECIAL:
+            x = _rows(shape, np.float64, case, np.random.default_rng(10))
+            with np.errstate(all="ignore"):
+                got = m.lsmb(x)
+                mx = x.max(-1, keepdims=True)
+                s = x - np.where(mx > -np.inf, mx, 0)
+                want = s - np.log(np.exp(s).sum(-1, keepdims=True))
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=case)
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14, err_msg=case)
+    assert bool(calls) == split
+
+
 def test_two_shifts_are_subtracted_in_turn(m, monkeypatch, kernel_calls):
     """(x - h1) - h2 online is scaled by exp((k - h1) - h2), as written: h1 + h2 first
     loses a small h2 beside a large h1 (1e17 and 10) and overflows (1e308 twice), found

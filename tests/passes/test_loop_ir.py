@@ -8,8 +8,8 @@ import pytest
 from gradc.frontend.check import check_source
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
 from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_ROWS, Acc, Buffer, Centre, Finish,
-                                  LoadBack, Online, Prefetch, Stage, Store, Tree, Update, lower,
-                                  online)
+                                  LoadBack, Online, Prefetch, Shift, Stage, Store, Tree, Update,
+                                  lower, online)
 from gradc.passes.row_schedule import centred_sums, online_sums
 from gradc.pipeline import build_op
 from row_sources import LAYER_NORM_ROWS, SOFTMAX_ROWS
@@ -167,7 +167,8 @@ def test_a_logsumexp_of_x_less_a_shift_of_its_max_runs_online_in_the_pass_of_the
     """The built-in log_softmax's logsumexp(x - max(x)) (jax.nn's form) and its like: an
     online sum of x itself with the max's accumulator, shifted as written, so that the
     max of x - max(x) and its sum take no passes of their own (log_softmax's forward:
-    4 passes, 2 online); not where the shift can be -inf in a row that is not."""
+    2 passes online); in the other form its max is max(x) - h, known, and its sum one
+    pass (3; CUDA's: 4); not where the shift can be -inf in a row that is not."""
     graph, kernel = fwd_bwd_kernel(f"op f(x: f32[b, n]) -> y {{\n    {body}\n}}\n", "f",
                                    "forward")
     (o,) = online_sums(graph, kernel).values()
@@ -178,5 +179,9 @@ def test_a_logsumexp_of_x_less_a_shift_of_its_max_runs_online_in_the_pass_of_the
     assert o.shift is not None
     assert graph.node(o.max).op == "max" and o.value[0] == graph.node(o.max).args[0]
     assert online(graph, kernel)
-    assert len(lower(graph, kernel, CPU).passes) == passes + 2
+    loops = lower(graph, kernel, CPU)
+    assert len(loops.passes) == passes + 1
+    (shift,) = [s for ps in loops.passes for s in ps.before if isinstance(s, Shift)]
+    assert shift.known == (o.max, o.shift[0]) and not shift.nan_flag
     assert len(lower(graph, kernel, CPU, online=True).passes) == passes
+    assert len(lower(graph, kernel, CUDA).passes) == passes + 2
