@@ -10,7 +10,7 @@ from gradc.ir.verify import verify
 from gradc.passes import run
 from gradc.passes.cse import eliminate_common_subexpressions
 from gradc.passes.dce import eliminate_dead_code
-from gradc.passes.fuse import Kernel, LibraryCall, plan_kernels
+from gradc.passes.fuse import Kernel
 from gradc.passes.simplify import simplify
 from gradc.pipeline import build_op
 
