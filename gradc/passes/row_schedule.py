@@ -188,7 +188,8 @@ class OnlineSum:
 def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
     """The row sums, means and logsumexps of ``kernel`` that are :class:`OnlineSum` s."""
     lv = dict(kernel.levels)
-    maxima = _row_maxima(graph, kernel)
+    maxima = {value_args(graph, n)[0]: n for n in kernel.nodes
+              if lv[n] == ROW and graph.node(n).op == "max" and reads_element(graph, kernel, n)}
     found: dict[int, OnlineSum] = {}
     for n in kernel.nodes:
         if lv[n] == ROW and graph.node(n).op == "logsumexp" and reads_element(graph, kernel, n):
@@ -205,13 +206,6 @@ def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
             x, m, h = shifted
             found[n] = OnlineSum(n, kind, m, (x, m), h)
     return found
-
-
-def _row_maxima(graph: Graph, kernel: ReduceKernel) -> dict[int, int]:
-    """The kernel's row maxima of element values, by the value they reduce."""
-    lv = dict(kernel.levels)
-    return {value_args(graph, n)[0]: n for n in kernel.nodes
-            if lv[n] == ROW and graph.node(n).op == "max" and reads_element(graph, kernel, n)}
 
 
 def _shifted(graph: Graph, kernel: ReduceKernel, d: int,
@@ -245,19 +239,13 @@ def _shifted(graph: Graph, kernel: ReduceKernel, d: int,
 def known_maxima(graph: Graph, kernel: ReduceKernel) -> dict[int, tuple[int, int]]:
     """``{n: (m, h)}``: the ``logsumexp`` s of ``kernel`` of ``x - h`` (the built-in
     ``log_softmax``'s), ``h`` a row value of the row's max ``m`` of ``x`` that is -inf
-    only where ``m`` is (:func:`_shifted`).  Their max, of ``x - h``, is ``m - h``, the
-    same bits (``gradc.passes.simplify._shifted_max``): taken from it, they need no
-    pass for their max, only the one for their sum (CPU, the other form than the
-    online one, which takes them in the pass of ``m``)."""
-    lv = dict(kernel.levels)
-    maxima = _row_maxima(graph, kernel)
-    found = {}
-    for n in kernel.nodes:
-        if lv[n] == ROW and graph.node(n).op == "logsumexp" and reads_element(graph, kernel, n):
-            shifted = _shifted(graph, kernel, value_args(graph, n)[0], maxima)
-            if shifted and len(shifted[2]) == 1:
-                found[n] = (shifted[1], shifted[2][0])
-    return found
+    only where ``m`` is: the logsumexps of :func:`online_sums` with one shift.  Their
+    max, of ``x - h``, is ``m - h``, the same bits
+    (``gradc.passes.simplify._shifted_max``): taken from it, they need no pass for
+    their max, only the one for their sum (CPU, the other form than the online one,
+    which takes them in the pass of ``m``)."""
+    return {n: (o.max, o.shift[0]) for n, o in online_sums(graph, kernel).items()
+            if o.kind == "logsumexp" and o.shift is not None and len(o.shift) == 1}
 
 
 def _shift_of(graph: Graph, kernel: ReduceKernel, h: int, m: int) -> bool:
