@@ -137,4 +137,11 @@ op twoprec(x) -> (a, b, c) {
     b = sum(exp((x - m) - m * 1e-16), axis=-1)
     c = logsumexp((x - m) - m, axis=-1)
 }
+op jlsm(x) -> y {
+    s = x - stop_gradient(max(x, axis=-1, keepdims=true))
+    y = s - logsumexp(s, axis=-1, keepdims=true)
+}
+op lkd(x) -> y {
+    y = logsumexp(x - max(x, axis=-1, keepdims=true), axis=-1)
+}
 """

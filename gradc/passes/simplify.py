@@ -224,19 +224,39 @@ def _shifted_max(graph: Graph, node: Node) -> int | None:
     shift, and one pass over the row fewer.  The same bits: rounding is monotone, so
     the max of ``fl(x_i - h)`` is ``fl(max(x) - h)``, NaN where an ``x_i`` or ``h`` is
     NaN, or where ``h`` is +inf and so is an ``x_i``; not where ``h`` is -inf (an
-    ``x_i`` of -inf less -inf is NaN, the max is not): :func:`minus_inf_only_with`."""
+    ``x_i`` of -inf less -inf is NaN, the max is not): :func:`minus_inf_only_with`.
+    Also where ``h`` is the max of the same ``x`` along the same axes without
+    ``initial`` (JAX's ``x - stop_gradient(max(x))``), which is -inf only for a row of
+    -inf, NaN in both forms, and raises for an empty row (where ``max(x - h,
+    initial=-inf)`` would be -inf and ``h - h`` NaN): then the max is ``h`` itself."""
     if node.op != "max" or not node.attr("keepdims") or node.attr("initial") not in (None, -np.inf):
         return None
     d = graph.node(node.args[0])
-    if d.op != "sub" or graph.node(d.args[0]).shape != d.shape:
+    x = d.args[0] if d.op == "sub" else None
+    if x is None or graph.node(x).shape != d.shape:
         return None
     h, b = d.args[1], graph.node(d.args[1])
     if b.op == "broadcast_in" and b.attr("keepdims") and b.attr("axis") == node.attr("axis"):
         h = b.args[0]
-    if not _same_shape(graph, h, node) or not minus_inf_only_with(graph, h):
+    if not _same_shape(graph, h, node):
         return None
     out = Builder(graph, node.span)
-    return out.apply("sub", (out.apply("max", (d.args[0],), dict(node.attrs)), h))
+    m = _stripped(graph, h)
+    if not (graph.node(m).op == "max" and graph.node(m).args[0] == x and
+            graph.node(m).attr("axis") == node.attr("axis") and
+            graph.node(m).attr("initial") is None):
+        if not minus_inf_only_with(graph, h):
+            return None
+        m = out.apply("max", (x,), dict(node.attrs))
+    return out.apply("sub", (m, h))
+
+
+def _stripped(graph: Graph, v: int) -> int:
+    """``v`` without the ``identity``, ``stop_gradient`` and ``broadcast_in`` around it
+    (the same values, where a row value is concerned)."""
+    while graph.node(v).op in ("identity", "stop_gradient", "broadcast_in"):
+        v = graph.node(v).args[0]
+    return v
 
 
 # The largest constant finite in every float dtype (float16's largest): one added to a
@@ -259,10 +279,8 @@ def minus_inf_only_with(graph: Graph, nid: int, m: int | None = None) -> bool:
         return c is not None and abs(c) <= _FINITE_EVERYWHERE
 
     def ok(v: int) -> bool:
+        v = _stripped(graph, v)
         node = graph.node(v)
-        while node.op in ("identity", "stop_gradient", "broadcast_in"):
-            v = node.args[0]
-            node = graph.node(v)
         if v == m or small(v):
             return True
         args = node.args

@@ -73,13 +73,15 @@ def _call(m, op, method, x, rng):
 
 # the methods with an online form (loop_ir.online; logsumexp's own max and sum online:
 # lsmax's and xent's forward; a logsumexp of x less a shift of its max with the max's:
-# lsmb's, the built-in log_softmax, lseh's, lsefloor's, lsecap's; two shifts: lsmb's
-# fwd_bwd, twoshift's)
+# lsmb's, the built-in log_softmax, lseh's, lsefloor's, lsecap's, and of x less the max
+# itself: lkd's, jlsm's (JAX's log_softmax); two shifts: lsmb's and jlsm's fwd_bwd,
+# twoshift's)
 CASES = [("smax", "fwd_bwd"), ("smax", "jvp"), ("lsmax", "fwd_bwd"), ("lsmax", "forward"),
          ("xent", "fwd_bwd"), ("xent", "forward"),
          ("lsm2", "forward"), ("lsm2", "fwd_bwd"), ("mexp", "forward"), ("wfloor", "forward"),
          ("wcap", "forward"), ("lsmb", "forward"), ("lsmb", "fwd_bwd"), ("lseh", "forward"),
-         ("lsefloor", "forward"), ("lsecap", "forward"), ("twoshift", "forward")]
+         ("lsefloor", "forward"), ("lsecap", "forward"), ("twoshift", "forward"),
+         ("jlsm", "forward"), ("jlsm", "fwd_bwd"), ("lkd", "forward")]
 SPECIAL = ["-inf first", "all -inf", "+inf", "nan", "largest", "rising"]
 
 
@@ -126,7 +128,8 @@ def test_float32_online_form_keeps_float32_accuracy(m, monkeypatch, op, method):
             assert err <= max(2 * float(np.max(np.abs(o - w))) / scale, 2e-6), (case, err)
 
 
-@pytest.mark.parametrize("op", ["lsmax", "lsm2", "mexp", "lsmb", "lseh", "twoshift"])
+@pytest.mark.parametrize("op", ["lsmax", "lsm2", "mexp", "lsmb", "lseh", "twoshift", "jlsm",
+                                "lkd"])
 def test_online_vjp_against_finite_differences(m, monkeypatch, op):
     """The online form's vjp against central differences of its own forward, in float64,
     along random directions (rows of 700: three blocks, the shift rescaled)."""
@@ -168,6 +171,44 @@ def test_builtin_log_softmax_against_numpy(m, monkeypatch, kernel_calls, online,
                 want = s - np.log(np.exp(s).sum(-1, keepdims=True))
             np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=case)
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14, err_msg=case)
+    assert bool(calls) == split
+
+
+@pytest.mark.parametrize("online, split", [(0, False), (NEVER, False), (NEVER, True)])
+def test_logsumexp_of_x_less_its_max_against_numpy(m, monkeypatch, kernel_calls, online,
+                                                  split):
+    """``x - max(x)`` written out, as JAX's log_softmax (``stop_gradient``: jlsm) or
+    with the max's gradient (lkd: ``lse(x) - max(x)``, whose gradient is softmax less
+    the max's ties shared): its logsumexp's max is the max less itself (0, NaN for a
+    row of -inf or +inf), which takes no pass; forward and vjp in every form against
+    NumPy's float64 at random and special rows, ties too."""
+    monkeypatch.setattr(m, "_G_ONLINE", online)
+    calls = kernel_calls(m, "_0_split")
+    if split:
+        monkeypatch.setattr(m, "_G_SPLIT", (8, 64, 16))
+    for shape in [(3, 1), (4, 256), (3, 257), (2, 700)]:
+        for case in ["random", "ties"] + SPECIAL:
+            x = _rows(shape, np.float64, "random" if case == "ties" else case,
+                      np.random.default_rng(11))
+            if case == "ties":
+                x[:, ::7] = x.max()
+            dy = np.random.default_rng(12).standard_normal(shape)
+            with np.errstate(all="ignore"):
+                mx = x.max(-1, keepdims=True)
+                s = x - mx
+                lse = np.log(np.exp(s).sum(-1, keepdims=True))
+                p = np.exp(s - lse)
+                ties = (x == mx) / (x == mx).sum(-1, keepdims=True)
+                want = {"jlsm": (s - lse, dy - p * dy.sum(-1, keepdims=True)),
+                        "lkd": (lse[:, 0], dy[:, :1] * (p - ties))}
+                for op, (value, grad) in want.items():
+                    got = getattr(m, op)(x)
+                    (got_grad,) = getattr(m, op).vjp(x, dy[:, 0] if op == "lkd" else dy)
+                    for a, b in [(got, value), (got_grad, grad)]:
+                        np.testing.assert_array_equal(np.isnan(a), np.isnan(b),
+                                                      err_msg=f"{op} {shape} {case}")
+                        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14,
+                                                   err_msg=f"{op} {shape} {case}")
     assert bool(calls) == split
 
 

@@ -256,7 +256,14 @@ def test_logsumexp_is_expanded_in_the_differentiated_graphs_only():
     ("where(m - m == 0, m, 0)", lambda x, m: np.where(m - m == 0, m, 0), True),
     # -inf for a row of -inf, or in a row that is not all -inf (-inf less -inf is NaN)
     ("where(m > -inf, m, -inf)", lambda x, m: np.where(m > -np.inf, m, -np.inf), False),
-    ("m", lambda x, m: m, False),
+    # the row's max itself (JAX's x - stop_gradient(max(x))): -inf for a row of -inf,
+    # where both forms are NaN; an empty row raises in it
+    ("m", lambda x, m: m, True),
+    ("stop_gradient(m)", lambda x, m: m, True),
+    ("max(x + 0.5, axis=1, keepdims=true)", lambda x, m: (x + 0.5).max(1, keepdims=True),
+     False),
+    ("max(x, axis=0, keepdims=true)", lambda x, m: x.max(0, keepdims=True), False),
+    ("max(x, axis=(0, 1), keepdims=true)", lambda x, m: x.max(keepdims=True), False),
     ("where(m < 0, m, 0)", lambda x, m: np.where(m < 0, m, 0), False),
     ("min(x, axis=1, keepdims=true)", lambda x, m: x.min(1, keepdims=True), False),
     # -inf in float32 (found by helper 44), or where m is +inf
@@ -281,3 +288,26 @@ def test_max_of_x_less_a_shift_is_the_max_less_the_shift_where_it_is_never_minus
         want = (x - numpy(x, x.max(1, keepdims=True))).max(1, keepdims=True)
         got = interpret(g, [x])[0]
     np.testing.assert_array_equal(got, want, err_msg=shift)
+
+
+@pytest.mark.parametrize("initial", [None, -np.inf])
+def test_max_of_x_less_its_max_with_an_initial_is_not_rewritten(initial):
+    """max(x - max(x)) -> max(x) - max(x) only where the inner max has no initial, so
+    that an empty row raises in it: with initial=-inf, max(x - h, initial=-inf) of an
+    empty row is -inf and h - h NaN."""
+    from gradc.ir.builder import Builder
+    from gradc.ir.graph import FLOAT, Graph
+    from gradc.ir.shapes import Shape
+    g = Graph()
+    b = Builder(g)
+    x = b.param("x", Shape(("b", "n")), FLOAT, None)
+    kw = {"axis": (1,), "keepdims": True}
+    h = b.apply("max", (x,), {**kw, "initial": initial} if initial else kw)
+    g.params.append(x)
+    g.set_output(b.apply("max", (b.apply("sub", (x, h)),), {**kw, "initial": -np.inf}))
+    out = simplify(g)
+    assert (out.node(out.outputs[0]).op == "sub") == (initial is None), _ops(out)
+    x = np.array([[1.0, -np.inf, 3], [-np.inf, -np.inf, -np.inf], [np.nan, 0, 1]])
+    with np.errstate(all="ignore"):
+        want = (x - x.max(1, keepdims=True)).max(1, keepdims=True)
+        np.testing.assert_array_equal(interpret(out, [x])[0], want)
