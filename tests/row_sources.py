@@ -114,9 +114,6 @@ op wfloor(x) -> y {
 op wcap(x) -> y {
     y = mean(exp(x - min(max(x, axis=-1, keepdims=true), 1000)), axis=-1)
 }
-op lsmb(x) -> y {
-    y = log_softmax(x, axis=-1)
-}
 op lseh(x) -> y {
     y = logsumexp(x - (max(x, axis=-1, keepdims=true) + 2), axis=-1)
 }
@@ -137,6 +134,15 @@ op twoprec(x) -> (a, b, c) {
     b = sum(exp((x - m) - m * 1e-16), axis=-1)
     c = logsumexp((x - m) - m, axis=-1)
 }
+"""
+
+# logsumexps whose max is the row's less the shift (row_schedule.known_maxima): the
+# built-in log_softmax, JAX's log_softmax written out, lse(x - max(x)) with the max's
+# gradient
+KNOWN_MAX_OPS = """
+op lsmb(x) -> y {
+    y = log_softmax(x, axis=-1)
+}
 op jlsm(x) -> y {
     s = x - stop_gradient(max(x, axis=-1, keepdims=true))
     y = s - logsumexp(s, axis=-1, keepdims=true)
@@ -145,3 +151,4 @@ op lkd(x) -> y {
     y = logsumexp(x - max(x, axis=-1, keepdims=true), axis=-1)
 }
 """
+ONLINE_OPS += KNOWN_MAX_OPS

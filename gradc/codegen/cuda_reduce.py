@@ -395,7 +395,11 @@ class _CudaLoops(LoopPrinter):
 
     def print_shift(self, s: Shift) -> list[str]:
         i = self.pos[s.node]
-        return [shift_line(s.kind, i, "math.inf"), f"_s{i} = numba.float64(0.0)"]
+        known = []
+        if s.known:                         # the max of x - h: max(x) - h
+            m, h = (self.names[v] for v in s.known)
+            known = [f"_m{i} = numba.float64(_T({m} - {h}))"]
+        return known + [shift_line(s.kind, i, "math.inf"), f"_s{i} = numba.float64(0.0)"]
 
     def print_finish(self, s: Finish) -> list[str]:
         self.names[s.node] = f"u{self.pos[s.node]}"

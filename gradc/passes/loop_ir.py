@@ -422,7 +422,7 @@ class _Lowering:
         self.graph, self.kernel, self.target = graph, kernel, target
         self.cpu = target == CPU
         self.sch = schedule(graph, kernel, scratch=self.cpu, centred=self.cpu,
-                            online=online and self.cpu, known=self.cpu)
+                            online=online and self.cpu)
         self.cen = self.sch.centred
         self.onl = self.sch.online
         self.known = self.sch.known
@@ -564,21 +564,23 @@ class _Lowering:
             kind = self.kind(n)
             if self.sch.avail[n] == before:
                 group.append((Acc("s", n), "sum" if ROW_PASSES[kind] == 2 else kind))
-            elif ROW_PASSES[kind] == 2 and self.sch.avail[n] - 1 == before:
+            elif ROW_PASSES[kind] == 2 and n not in self.known and \
+                    self.sch.avail[n] - 1 == before:
                 group.append((Acc("m", n), "max"))
         return group
 
     def row_steps(self, before: int) -> list:
         """The row steps before pass ``before``: on CUDA the trees of the reductions that
-        finish there (and the shifts of the two-pass ones whose first pass ends there);
+        finish there (and the shifts of the two-pass ones whose first pass ends there:
+        not a logsumexp whose max is known, which has no first pass, nor tree);
         the reductions finished there and the row values available."""
         steps: list = []
         if not self.cpu:
             group = self.tree_group(before)
             if group:
                 steps.append(Tree(tuple(group)))
-            steps += [Shift(acc.node, self.kind(acc.node)) for acc, _ in group
-                      if ROW_PASSES[self.kind(acc.node)] == 2
+            steps += [Shift(acc.node, self.kind(acc.node)) for acc, kind in group
+                      if kind == "max" and ROW_PASSES[self.kind(acc.node)] == 2
                       and self.first_pass(acc.node) + 1 == before]
         for n in rows_ready(self.kernel, self.sch, before, self.done):
             if n in self.cen:
@@ -597,7 +599,7 @@ class _Lowering:
 
     def starts(self, p: int) -> list:
         """The row reductions starting in pass ``p`` (on the CPU, the shifts of those in
-        their second pass)."""
+        their second pass; on both targets, those of logsumexps whose max is known)."""
         steps: list = []
         for n in self.row_reds:
             k, kind = self.stage(n, p), self.kind(n)
@@ -607,10 +609,10 @@ class _Lowering:
             if n in self.cen or n in self.onl:
                 if k == 0:
                     steps.append(Start(n, "centred" if n in self.cen else "online", Acc("s", n)))
-            elif k == 0:
+            elif k == 0 and n not in self.known:
                 flag = self.cpu and (two or kind in ("max", "min"))
                 steps.append(Start(n, "max" if two else kind, Acc("m" if two else "s", n), flag))
-            elif k == 1 and two and self.cpu:         # a known max: no NaN flag
+            elif k == 1 and two and (self.cpu or n in self.known):  # known: no NaN flag
                 steps.append(Shift(n, kind, n not in self.known, self.known.get(n)))
         return steps
 

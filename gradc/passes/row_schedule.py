@@ -242,8 +242,8 @@ def known_maxima(graph: Graph, kernel: ReduceKernel) -> dict[int, tuple[int, int
     only where ``m`` is: the logsumexps of :func:`online_sums` with one shift.  Their
     max, of ``x - h``, is ``m - h``, the same bits
     (``gradc.passes.simplify._shifted_max``): taken from it, they need no pass for
-    their max, only the one for their sum (CPU, the other form than the online one,
-    which takes them in the pass of ``m``)."""
+    their max, only the one for their sum (CUDA, and the CPU's other form than the
+    online one, which takes them in the pass of ``m``)."""
     return {n: (o.max, o.shift[0]) for n, o in online_sums(graph, kernel).items()
             if o.kind == "logsumexp" and o.shift is not None and len(o.shift) == 1}
 
@@ -299,7 +299,7 @@ def row_passes(graph: Graph, sch: Schedule, n: int) -> int:
 
 
 def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
-             centred: bool = True, online: bool = False, known: bool = True) -> Schedule:
+             centred: bool = True, online: bool = False) -> Schedule:
     """Passes over a row: an element node runs in the pass after every row
     reduction it depends on has finished; a row reduction of an element value
     of pass ``p`` accumulates in passes ``p .. p + ROW_PASSES - 1`` and its value
@@ -313,13 +313,13 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
     accumulates in the pass its element values are computed in (``phase``), not
     after the mean it is centred by, and is available after it and its factors.  With
     ``online`` (the CPU's form for long rows), an :class:`OnlineSum` accumulates in the
-    pass of its max, and is available after it and its shift.  With ``known`` (the
-    CPU's), a logsumexp of :func:`known_maxima` takes one pass, its sum."""
+    pass of its max, and is available after it and its shift.  A logsumexp of
+    :func:`known_maxima` (not online) takes one pass, its sum."""
     lv = dict(kernel.levels)
     inside = set(kernel.nodes)
     cen = centred_sums(graph, kernel) if centred else {}
     onl = online_sums(graph, kernel) if online else {}
-    kno = {n: v for n, v in known_maxima(graph, kernel).items() if n not in onl} if known else {}
+    kno = {n: v for n, v in known_maxima(graph, kernel).items() if n not in onl}
     live = set(kernel.outputs) | set(kernel.partials)
     for n in reversed(kernel.nodes):
         if n in live:

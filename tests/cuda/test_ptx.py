@@ -281,6 +281,25 @@ def test_reduce_kernels_compile_to_ptx(spec, cuda_toolchain, import_module_text)
         assert "fma.rn.f64" not in body and "add.f64" in body and "ex2.approx" in body
 
 
+def test_known_maxima_compile_to_ptx(cuda_toolchain, import_module_text) -> None:
+    """The forward and fwd_bwd reduce kernels of logsumexps whose max is the row's less
+    the shift (``loop_ir.Shift.known``: no pass and no tree of their own; the built-in
+    log_softmax, JAX's written out, lse(x - max(x))), whole rows and split, float32,
+    sm_90."""
+    from row_sources import KNOWN_MAX_OPS
+    text = gradc.compile_source(KNOWN_MAX_OPS, file="known.grad", target="cuda")
+    assert text.count(" = numba.float64(_T(u") >= 6        # each method's known max
+    module = import_module_text(text, "ptx_known_max")
+    kernels = {n: k for n, k in _reduce_kernels(module, split=True).items()
+               if "_forward_" in n or "_fwd_bwd_" in n}
+    assert any(n.endswith("_seg1") for n in kernels)
+    ptx = module_ptx(SimpleNamespace(CUDA_KERNELS=kernels), (9, 0), dtypes=("float32",),
+                     runtime=False)
+    assert len(ptx) == len(kernels)
+    for name, body in ptx.items():
+        assert ptx_target(body) == "sm_90" and ptx_isa(body) <= MAX_PTX_ISA["13.0"], name
+
+
 def test_softmax_fwd_bwd_is_one_reduce_kernel_on_cuda() -> None:
     """Softmax's forward and backward on CUDA: one kernel, three passes over each row,
     no reduction of the run time's (the row plan's wrapper, which the op's fused

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from row_sources import SPLIT_OPS
+from gradc.ir.interpret import interpret
+
+from row_sources import KNOWN_MAX_OPS, SPLIT_OPS
 from simulated import every_method, load
 
 WHOLE = (0, 16, 4, 16)            # no call splits
@@ -144,3 +146,41 @@ def test_which_calls_split(ops, monkeypatch):
         assert grid(shape)[4] == 0, shape
     assert grid((1, 1 << 14), flat=True)[4] == 0
     assert grid((1, 1 << 14), split=None)[4] == 0
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory):
+    return load(KNOWN_MAX_OPS, tmp_path_factory.mktemp("known"), "sim_known_max")
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.parametrize("op", ["lsmb", "jlsm", "lkd"])
+def test_known_maxima_whole_and_split(known, monkeypatch, op):
+    """A logsumexp of x less its max (the built-in log_softmax, JAX's form written out,
+    lse(x - max(x))): its max is the row's less the shift (``loop_ir.Shift.known``), no
+    pass and no tree of its own; every method against the interpreter in whole and
+    split rows, and rows of -inf, +inf, NaN and around 1000 alike in both."""
+    rng = np.random.default_rng(6)
+    for split in (known.module._GC_SPLIT, WHOLE):
+        monkeypatch.setattr(known.module, "_GC_SPLIT", split)
+        for shape in [(3, 20), (2, 37)]:
+            x = rng.standard_normal(shape) * 3
+            y = known.OPS[op].cuda(cuda.to_device(x)).copy_to_host()
+            every_method(known, op, [x], [rng.standard_normal(y.shape)], np.float64,
+                         methods=("forward", "vjp", "fwd_bwd"), unfused=False)
+    x = rng.standard_normal((5, 40))
+    x[0] = -np.inf
+    x[1, 7] = np.inf
+    x[2, 30] = np.nan
+    x[3, ::5] = -np.inf
+    x[4] += 1000                    # exp(x - max) shifted by the max again is 0
+    got = []
+    for split in (known.module._GC_SPLIT, WHOLE):
+        monkeypatch.setattr(known.module, "_GC_SPLIT", split)
+        got.append(known.OPS[op].cuda(cuda.to_device(x)).copy_to_host())
+    with np.errstate(all="ignore"):
+        want = interpret(known.compiled[op].methods["forward"].graph, [x])[0]
+    for g in got:
+        np.testing.assert_array_equal(np.isnan(g), np.isnan(want))
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-15)
