@@ -244,7 +244,7 @@ def _shifted_max(graph: Graph, node: Node) -> int | None:
     m = _stripped(graph, h)
     if not (graph.node(m).op == "max" and graph.node(m).args[0] == x and
             graph.node(m).attr("axis") == node.attr("axis") and
-            graph.node(m).attr("initial") is None):
+            graph.node(m).attr("initial") is None and graph.node(m).shape == node.shape):
         if not minus_inf_only_with(graph, h):
             return None
         m = out.apply("max", (x,), dict(node.attrs))
