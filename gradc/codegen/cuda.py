@@ -25,44 +25,45 @@ from gradc.ir.graph import Graph
 from gradc.passes.fuse import Kernel, MatmulEpilogue
 
 # Templates that differ from the CPU's (gradc.ir.primitives): libdevice through
-# ``math``, and NumPy functions CUDA kernels cannot call.
+# ``math`` (``_gcm``: the simulator's runs on inf and NaN as CUDA does), and NumPy
+# functions CUDA kernels cannot call.
 TEMPLATES = {
-    "pow": "math.pow({x}, {y})",
-    "atan2": "math.atan2({y}, {x})",
+    "pow": "_gcm.pow({x}, {y})",
+    "atan2": "_gcm.atan2({y}, {x})",
     "sign": "(_T(1) if {x} > _T(0) else (_T(-1) if {x} < _T(0) else ({x} if {x} != {x} else _T(0))))",
-    "floor": "math.floor({x})",
-    "ceil": "math.ceil({x})",
+    "floor": "_gcm.floor({x})",
+    "ceil": "_gcm.ceil({x})",
     # NumPy's rint (half to even), sign of zero kept: x - floor(x) is exact, so is the
     # tie test. Written out: a kernel calling a device function cannot be compiled to
     # PTX without a GPU (numba-cuda asks the current device for its compute capability).
-    "round": ("math.copysign((math.floor({x}) + _T(1)) if ({x} - math.floor({x}) > _T(0.5) or "
-              "({x} - math.floor({x}) == _T(0.5) and math.fmod(math.floor({x}), _T(2)) != "
-              "_T(0))) else math.floor({x}), {x})"),
-    "sqrt": "math.sqrt({x})",
-    "rsqrt": "(_T(1) / math.sqrt({x}))",
-    "exp": "math.exp({x})",
-    "exp2": "math.exp2({x})",
-    "expm1": "math.expm1({x})",
-    "log": "math.log({x})",
-    "log2": "math.log2({x})",
-    "log10": "math.log10({x})",
-    "log1p": "math.log1p({x})",
-    "sin": "math.sin({x})",
-    "cos": "math.cos({x})",
-    "tan": "math.tan({x})",
-    "asin": "math.asin({x})",
-    "acos": "math.acos({x})",
-    "atan": "math.atan({x})",
-    "sinh": "math.sinh({x})",
-    "cosh": "math.cosh({x})",
-    "tanh": "math.tanh({x})",
+    "round": ("_gcm.copysign((_gcm.floor({x}) + _T(1)) if ({x} - _gcm.floor({x}) > _T(0.5) or "
+              "({x} - _gcm.floor({x}) == _T(0.5) and _gcm.fmod(_gcm.floor({x}), _T(2)) != "
+              "_T(0))) else _gcm.floor({x}), {x})"),
+    "sqrt": "_gcm.sqrt({x})",
+    "rsqrt": "(_T(1) / _gcm.sqrt({x}))",
+    "exp": "_gcm.exp({x})",
+    "exp2": "_gcm.exp2({x})",
+    "expm1": "_gcm.expm1({x})",
+    "log": "_gcm.log({x})",
+    "log2": "_gcm.log2({x})",
+    "log10": "_gcm.log10({x})",
+    "log1p": "_gcm.log1p({x})",
+    "sin": "_gcm.sin({x})",
+    "cos": "_gcm.cos({x})",
+    "tan": "_gcm.tan({x})",
+    "asin": "_gcm.asin({x})",
+    "acos": "_gcm.acos({x})",
+    "atan": "_gcm.atan({x})",
+    "sinh": "_gcm.sinh({x})",
+    "cosh": "_gcm.cosh({x})",
+    "tanh": "_gcm.tanh({x})",
     # exp of -|x| only: 1/(1 + exp(-x)) would overflow exp for x < -88.7 (float32)
     # and return 0 where sigmoid is still a normal or subnormal number.
-    "sigmoid": ("((_T(1) / (_T(1) + math.exp(-{x}))) if {x} >= _T(0) else "
-                "(math.exp({x}) / (_T(1) + math.exp({x}))))"),
-    "softplus": "(max({x}, _T(0)) + math.log1p(math.exp(-abs({x}))))",
-    "erf": "math.erf({x})",
-    "erfc": "math.erfc({x})",
+    "sigmoid": ("((_T(1) / (_T(1) + _gcm.exp(-{x}))) if {x} >= _T(0) else "
+                "(_gcm.exp({x}) / (_T(1) + _gcm.exp({x}))))"),
+    "softplus": "(max({x}, _T(0)) + _gcm.log1p(_gcm.exp(-abs({x}))))",
+    "erf": "_gcm.erf({x})",
+    "erfc": "_gcm.erfc({x})",
 }
 # Calls CUDA kernels cannot make: NumPy functions and the CPU math library (NumPy's
 # scalar types as casts and its constants are fine).

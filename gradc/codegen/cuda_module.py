@@ -143,6 +143,8 @@ def runtime_source() -> str:
     helpers = runtime_objects(rt, ("_gc_",))
     helpers += dict.fromkeys(fn for p in PRIMITIVES.values() for fn in p.cuda_helpers)
     parts += [source_of(fn) for fn in helpers]
+    parts.append("# The kernels' math: libdevice through Numba's math; Python's with CUDA's "
+                 "results in the simulator\n_gcm = _gc_sim_math() if _GC_SIM else math")
     return "\n\n\n".join(parts) + "\n"
 
 

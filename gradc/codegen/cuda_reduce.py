@@ -413,7 +413,9 @@ def _update(s: Update, acc: str, i: int, v: str) -> str:
     """Update ``s`` of the reduction at position ``i`` with the value ``v`` into ``acc``
     (float64)."""
     if s.kind == "logsumexp":
-        return accumulate_line(acc, v, "max", _SELECT) if s.stage == 0 else f"{acc} += math.exp({v} - _h{i})"
+        if s.stage == 0:
+            return accumulate_line(acc, v, "max", _SELECT)
+        return f"{acc} += _gcm.exp({v} - _h{i})"
     if s.kind == "norm":
         if s.stage == 0:
             return f"_a{i} = abs({v}); " + accumulate_line(acc, f"_a{i}", "max", _SELECT)
@@ -457,9 +459,8 @@ def _finish(s: Finish, i: int) -> str:
     """Row reduction ``s.node``'s value from its block's accumulator (in every thread)."""
     if s.kind == "mean":            # NumPy's mean of nothing is NaN
         return f"u{i} = _T(_s{i} / _N) if _N > 0 else _T(math.nan)"
-    if s.kind == "logsumexp":     # log(0) is -inf (Python's math.log raises in the simulator)
-        return (f"u{i} = _T(math.log(_s{i}) if _s{i} > 0.0 else (-math.inf if _s{i} == 0.0 "
-                f"else math.nan)) + _h{i}")
+    if s.kind == "logsumexp":     # log(0) is -inf: a row of -inf, or of nothing
+        return f"u{i} = _T(_gcm.log(_s{i})) + _h{i}"
     if s.kind == "norm":
-        return f"u{i} = _T(_m{i}) if _m{i} == math.inf else _T(math.sqrt(_s{i})) * _h{i}"
+        return f"u{i} = _T(_m{i}) if _m{i} == math.inf else _T(_gcm.sqrt(_s{i})) * _h{i}"
     return f"u{i} = _T(_s{i})"

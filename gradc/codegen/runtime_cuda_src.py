@@ -44,6 +44,7 @@ except ImportError:                   # pragma: no cover - gradc itself needs no
     cuda = numba = None
 
 _GC_SIM = False
+_gcm = math                           # modules: _gc_sim_math() in the simulator
 _GC_BLOCK = 256
 _GC_RBLOCK = 256
 _GC_GRID_Y = 65535
@@ -54,6 +55,32 @@ _GC_CLANES = 8
 _GC_SCRATCH = 32
 _GC_WARP = 32
 _GC_WARP_ROW = 1024
+
+def _gc_sim_math():
+    """The kernels' math (``_gcm``) in Numba's CUDA simulator, which runs them as
+    Python: Python's ``math``, but where it raises (``exp(1000)``, ``log(0)``,
+    ``sqrt(-1)``, ``floor(inf)``) NumPy's IEEE result, which is CUDA's (inf, -inf,
+    NaN), so that the simulator runs kernels on the values a GPU takes; and floats
+    where Python's gives ints (``floor(1e308)`` is a float on a GPU)."""
+    numpy_names = {"asin": "arcsin", "acos": "arccos", "atan": "arctan", "atan2": "arctan2",
+                   "pow": "power", "asinh": "arcsinh", "acosh": "arccosh", "atanh": "arctanh"}
+
+    class SimMath:
+        def __getattr__(self, name):
+            f = getattr(math, name)
+            if not callable(f):
+                return f
+
+            def call(*args):
+                try:
+                    r = f(*args)
+                    return float(r) if isinstance(r, int) else r    # floor, ceil: floats
+                except (OverflowError, ValueError):
+                    with np.errstate(all="ignore"):
+                        return float(getattr(np, numpy_names.get(name, name))(*args))
+            return call
+    return SimMath()
+
 
 # Modes of _gc_rows: how an element is mapped and combined.
 _GC_SUM, _GC_PROD, _GC_MAX, _GC_MIN, _GC_SUMEXP, _GC_SUMSQ, _GC_MAXABS = range(7)
@@ -139,7 +166,7 @@ def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
         for i in range(lo + t, hi, cuda.blockDim.x):
             v = numba.float64(x[r * inner + i])
             if mode == _GC_SUMEXP:
-                v = math.exp(v - s)
+                v = _gcm.exp(v - s)
             elif mode == _GC_SUMSQ:
                 v = v / s
                 v = v * v
@@ -158,10 +185,10 @@ def _gck_rows(out, x, shift, rows, inner, chunk, nch, mode, final, scale):
             a = acc_s[0]
             if nch == 1 and final == _GC_FIN_LSE:
                 m = numba.float64(shift[r])
-                a = math.log(a) + (m if m - m == 0.0 else 0.0)
+                a = _gcm.log(a) + (m if m - m == 0.0 else 0.0)
             elif nch == 1 and final == _GC_FIN_NORM:
                 m = numba.float64(shift[r])
-                a = m if math.isinf(m) else math.sqrt(a) * (
+                a = m if math.isinf(m) else _gcm.sqrt(a) * (
                     m if (m > 0.0 and m - m == 0.0) else 1.0)
             out[r * nch + c] = a * scale
         cuda.syncthreads()

@@ -2,7 +2,9 @@
 
 Collected only with NUMBA_ENABLE_CUDASIM=1 (``tests/cuda/test_simulator.py``
 starts such a process).  The simulator runs kernels as Python threads: sizes
-are small, and Python's math raises on overflow, so values are moderate.
+are small.  Python's math raises on overflow and outside a function's domain; the
+kernels' math in the simulator (``_gcm``, ``_gc_sim_math``) gives CUDA's inf and NaN
+there instead, so special values run too.
 What it proves is the host side (argument checks, buffers, launches, the
 library routines' index arithmetic) and the kernels' logic; PTX compilation
 (test_ptx.py) proves they compile for a GPU.
@@ -636,3 +638,41 @@ def test_rowwise_edges_nan_inf_and_empty_rows(rowwise) -> None:
     empty = rowwise.OPS["layer_norm"].cuda.vjp(*(cuda.to_device(np.zeros(s)) for s in (
         (2, 0), (0,), (0,), (2, 0))))
     assert [e.shape for e in empty] == [(2, 0), (0,), (0,)]
+
+
+MATH = """
+op special(x) -> (e, l, r, s, t, p) {
+    e = exp(x) + expm1(x) + exp2(x)
+    l = log(x) + log1p(x) + log2(x) + log10(x)
+    r = sqrt(x) + rsqrt(x)
+    s = softplus(x) + sigmoid(x) + tanh(x) + sinh(x) + cosh(x)
+    t = floor(x) + ceil(x) + asin(x) + acos(x)
+    p = x ^ 0.5 + x ^ -1.5
+}
+op lsm0(x) -> y {
+    y = log_softmax(x, axis=0)
+}
+"""
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:divide by zero encountered:RuntimeWarning")
+def test_math_at_special_values_is_cudas(tmp_path) -> None:
+    """Overflow, 0, negatives, infinities and NaN through the math functions and a
+    logsumexp along the first axis (whose columns of -inf took log(0)): inf, -inf and
+    NaN where NumPy (the IR interpreter) has them, as a GPU gives, where Python's math
+    raised in the simulator (helper 46)."""
+    ops = load(MATH, tmp_path, "simmath")
+    x = np.array([[1000.0, -1000.0, 0.0, -0.0, -1.5, np.inf, -np.inf, np.nan, 1e-310, 2.5],
+                  [-np.inf, 3.0, -2.0, 710.0, 0.5, -np.inf, 1.0, -1e308, 1e308, np.nan]])
+    for name in ("special", "lsm0"):
+        with np.errstate(all="ignore"):
+            want = interpret(ops.compiled[name].methods["forward"].graph, [x])
+        got = ops.OPS[name].cuda(cuda.to_device(x))
+        got = got if isinstance(got, tuple) else (got,)
+        assert len(got) == len(want)
+        for w, g in zip(want, got):
+            g = g.copy_to_host()
+            np.testing.assert_array_equal(np.isnan(g), np.isnan(w), err_msg=name)
+            np.testing.assert_allclose(g, w, rtol=1e-12, atol=0, err_msg=name)
