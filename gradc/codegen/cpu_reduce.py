@@ -298,17 +298,18 @@ class _CpuLoops(LoopPrinter):
         if not centred:
             return
         n = "(_e - _b)" if blocks else "_N"
-        values: dict[str, str] = {}         # a block sum -> its value's stage row
+        values: dict[str, str] = {}         # a block sum -> its value at the element
         for c in centred:
-            for z, (_, f) in zip(c.buffers * 2, c.sums * 2):
-                values.setdefault(self.acc(f), self.stage_row(z))
+            for z, j, (_, f) in zip(c.buffers * 2, c.slots * 2, c.sums * 2):
+                values.setdefault(self.acc(f), f"{self.stage_row(z)}[_c]" if j is None
+                                  or not blocks else self.slot_at(j))
         for f in values:
             buf.line(f"_m{f} = _T({f} / {n})" + (f"; _d{f} = _T(0.0)" if blocks else ""))
         for c in centred:
             buf.line(f"_f{self.pos[c.node]} = _T(0.0)")
         buf.line(f"for _c in range({n}):")
         for f, z in values.items():
-            buf.line(f"    _c{f} = {z}[_c] - _m{f}")
+            buf.line(f"    _c{f} = {z} - _m{f}")
         for c in centred:
             i = self.pos[c.node]
             fa, fb = [self.acc(f) for _, f in c.sums * 2][:2]
@@ -533,9 +534,10 @@ class _CpuLoops(LoopPrinter):
 
     def pass_stages(self, ps: Pass) -> set:
         """The stage rows pass ``ps`` uses."""
-        used = {Buffer("stage", s.node, s.arg) for s in ps.body if isinstance(s, Stage)}
-        used |= {b for _, b in ps.staged} | {b for c in ps.centred for b in c.buffers}
-        return used
+        used = {Buffer("stage", s.node, s.arg) for s in ps.body
+                if isinstance(s, Stage) and s.blocks}       # a segment's loop: in blocks
+        used |= {b for _, b in ps.staged}
+        return used | {b for c in ps.centred for b, j in zip(c.buffers, c.slots) if j is None}
 
     def combine(self, buf: IndentedBuffer, p: int, ps: Pass) -> None:
         """The row's accumulators of pass ``p`` from its segments', in segment order (the
@@ -587,6 +589,8 @@ class _CpuLoops(LoopPrinter):
         return f"_z{self.pos[b.node]}" + (f"_{b.arg}" if b.arg else "")
 
     def print_stage(self, s: Stage) -> list[str]:
+        if not s.blocks and self.sliced is not None:
+            return []
         row = self.stage_row(Buffer("stage", s.node, s.arg))
         return [f"{row}[{self.stage_at}] = {self.kn.reduced(s.node, s.arg)}"]
 
@@ -605,9 +609,11 @@ class _CpuLoops(LoopPrinter):
     def print_load(self, s: Load) -> list[str]:
         if self.loops.flat:
             return [f"a{s.slot} = _i{s.slot}[_j]"]
-        if s.access == PER_ELEMENT:
-            return [f"a{s.slot} = {self.at(f'_i{s.slot}r')}"]
-        return [f"c{s.slot} = {self.at(f'_i{s.slot}')}"]
+        return [f"{'a' if s.access == PER_ELEMENT else 'c'}{s.slot} = {self.slot_at(s.slot)}"]
+
+    def slot_at(self, j: int) -> str:
+        """Input slot ``j`` at the element: its row's, or its column's (a row of weights)."""
+        return self.at(f"_i{j}r" if self.loops.slots[j][1] == PER_ELEMENT else f"_i{j}")
 
     def print_loadback(self, s: LoadBack) -> list[str]:
         self.names[s.node] = f"v{self.pos[s.node]}"

@@ -91,6 +91,13 @@ def test_cpu_layer_norm_fwd_bwd_takes_its_centred_sums_in_the_statistics_pass(la
     assert len([s for s in first.body if isinstance(s, Stage)]) == 2
     var = next(c for c in first.centred if not cen[c.node].factors)
     assert var.buffers == (var.buffers[0],) and var.sums[0] in first.block_sums
+    # in blocks, x is read again from its input row (the pass stores no output), not
+    # staged; g = dy * w, computed, is staged in blocks too
+    (x_slot,) = [j for j, (x, _) in enumerate(loops.slots) if dict(graph.node(x).attrs) == {
+        "name": "x"}]
+    moment = next(c for c in first.centred if cen[c.node].factors)
+    assert var.slots == (x_slot,) and set(moment.slots) == {None, x_slot}
+    assert sorted(s.blocks for s in first.body if isinstance(s, Stage)) == [False, True]
     # the statistics pass prefetches the next row: its centred loop reads only the block
     assert first.prefetch is not None and last.prefetch is None
     finishes = [s for s in first.before + last.before if isinstance(s, Finish) and s.centred]
@@ -99,6 +106,19 @@ def test_cpu_layer_norm_fwd_bwd_takes_its_centred_sums_in_the_statistics_pass(la
     cuda = lower(graph, kernel, CUDA)
     assert len(cuda.passes) == 4 and not cuda.centred
     assert not any(isinstance(s, (Stage, Centre)) for ps in cuda.passes for s in ps.body)
+
+
+def test_a_centred_pass_that_stores_outputs_stages_its_inputs_in_blocks_too():
+    # dz = 2 z dy is stored in the variance's pass: written in place of x, x's row would
+    # hold it by the centred loop, so x is read from its stage row there
+    graph, kernel = fwd_bwd_kernel("""
+op vz(x: f32[n, k], z: f32[n, k]) -> y {
+    y = mean((x - mean(x, axis=-1, keepdims=true))^2, axis=-1) + sum(z * z, axis=-1)
+}""", "vz")
+    first = lower(graph, kernel, CPU).passes[0]
+    assert any(isinstance(s, Store) for s in first.body)
+    assert [c.slots for c in first.centred] == [(None,)]
+    assert all(s.blocks for s in first.body if isinstance(s, Stage))
 
 
 def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(softmax):
