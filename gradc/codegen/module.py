@@ -20,7 +20,7 @@ from gradc.codegen.runtime import runtime_objects, source_of
 from gradc.codegen.wrappers import Kernels, WrapperPrinter
 from gradc.frontend.limits import out_of_stack
 from gradc.ir.primitives import PRIMITIVES
-from gradc.passes.loop_ir import ONLINE_ROWS, SPLIT
+from gradc.passes.loop_ir import ONLINE_ROWS, SPLIT, SPLIT_COLS
 from gradc.pipeline import METHODS, CompiledOp, build_program, issue_warnings
 from gradc.version import __version__
 
@@ -201,6 +201,8 @@ _PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads co
                  "# Calls of fewer rows than [0], of [1] elements or more, split each row into\n"
                  "# segments of [2] or more, run in parallel (_g_rows).\n"
                  f"_G_SPLIT = {SPLIT!r}\n"
+                 "# A kernel with sums across rows splits up to this many times [0] rows.\n"
+                 f"_G_SPLIT_COLS = {SPLIT_COLS!r}\n"
                  "# Rows of this many bytes or more run a kernel's online form where it has\n"
                  "# one (its sums of exp(x - max(x)) in the pass of the max: a pass fewer).\n"
                  f"_G_ONLINE = {ONLINE_ROWS!r}\n"

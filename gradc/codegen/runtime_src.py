@@ -645,7 +645,7 @@ class _GradcOp:
         return f"<gradc op {self.__name__}{self.signature}>"
 
 
-def _g_rows(op, shape, k, empty, cols=False, split=None):
+def _g_rows(op, shape, k, empty, cols=False, split=None, cols_split=1):
     """Rows ``R`` (dims before ``k``), row length ``N``, chunks ``C`` and segments ``S``
     of a reduce kernel's loop ``shape``; ``empty``: None, or the NumPy name
     (``maximum``) of a reduction of the kernel that has no identity, NumPy's ValueError
@@ -656,7 +656,8 @@ def _g_rows(op, shape, k, empty, cols=False, split=None):
     chunks: at most 2^19 partial elements (4 MB), at least 2 chunks (16 rows of 262144:
     2 chunks, where 16 would write and read 32 MB).  ``split`` (a kernel that splits
     rows: ``_G_SPLIT``, fewer rows than, row length from, segment length from): few
-    long rows run split, one chunk, ``S`` segments a row (else ``S`` is 0)."""
+    long rows run split, one chunk, ``S`` segments a row (else ``S`` is 0); with
+    ``cols``, up to ``cols_split`` times ``split[0]`` rows (``_G_SPLIT_COLS``)."""
     r = n = 1
     for d in shape[:k]:
         r *= d
@@ -665,7 +666,8 @@ def _g_rows(op, shape, k, empty, cols=False, split=None):
     if empty and n == 0 and r:
         raise ValueError(f"{op}: zero-size array to reduction operation {empty} "
                          f"which has no identity")
-    if split is not None and 0 < r < split[0] and n >= split[1]:
+    if split is not None and 0 < r <= (cols_split * split[0] if cols else split[0] - 1) \
+            and n >= split[1]:
         return r, n, 1, n // split[2]
     c = max(1, min(r, 64, (r * n) >> 12))
     return r, n, min(c, max(2, (1 << 19) // max(n, 1))) if cols else c, 0

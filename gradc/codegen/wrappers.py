@@ -414,8 +414,7 @@ class WrapperPrinter:
         empty = next((_NUMPY_NAME[g.node(n).op] for n in step.nodes
                       if lv[n] == ROW and _no_identity(g.node(n))), None)
         kinds = dict(step.chunk_kind)
-        cols = any(kinds[n] == "cols" for n in step.partials)
-        b.line(f"{self.grid_names} = {self._rows_call(step, empty, cols)}")
+        b.line(f"{self.grid_names} = {self._rows_call(step, empty, step.cols)}")
         args = self._output_arrays(step, lambda nid: self.shape_expr(g.node(nid).shape)
                                    if lv[nid] == ROW else "_s")
         held = {}                       # partial -> the result buffer it gathers in
@@ -452,8 +451,10 @@ class WrapperPrinter:
         """The call giving a reduce kernel's ``_R, _N, _C, _SG`` from its loop's shape
         ``_s``; ``empty``: the NumPy name of a reduction that refuses empty rows, or
         None; a kernel that splits rows gets segments ``_SG`` for few long rows."""
+        split = splits(self.graph, step)
         return (f"_g_rows(_n, _s, {step.split}, {empty!r}{', cols=True' if cols else ''}"
-                f"{', split=_G_SPLIT' if splits(self.graph, step) else ''})")
+                f"{', split=_G_SPLIT' if split else ''}"
+                f"{', cols_split=_G_SPLIT_COLS' if split and cols else ''})")
 
     def _partials(self, shape: str, nid: int, gathered: bool, into: str | None = None) -> str:
         """A new float64 array of ``shape`` for the partials of reduction ``nid``; of

@@ -73,6 +73,11 @@ class ReduceKernel(Kernel):
     def level(self, nid: int) -> str:
         return dict(self.levels)[nid]
 
+    @property
+    def cols(self) -> bool:
+        """Whether a partial is a row per chunk (a sum across rows, ``dw``)."""
+        return any(k == "cols" for n, k in self.chunk_kind if n in self.partials)
+
 
 def row_forms(shape: Shape, k: int) -> tuple[tuple, tuple]:
     """The static shapes of a row value of loop ``shape`` split at ``k``: the

@@ -75,6 +75,14 @@ APART = 1024
 # the shape alone (``_g_rows``), so a row's bits do not depend on the thread count.
 SPLIT = (8, 1 << 17, 1 << 14)
 
+# A kernel with sums across rows (``dw``: a partial row per chunk of whole rows) splits
+# up to this many times ``SPLIT[0]`` rows: each segment gathers its own columns of the
+# sum, where each chunk of whole rows gathered a whole row of its own (rows of 2^18 and
+# more do not stay in L2 with it).  Layer and RMS norm's fwd_bwd split ran 1.0-1.25x at
+# 16 rows of 262144 float32, 1.12-1.45x at 8 of 524288, 0.93-1.02x at 24 and 32 rows
+# (two threads, session 31); softmax's and the others' 0.94-1.05x at 8 rows.
+SPLIT_COLS = 2
+
 # Online sums (CPU, :attr:`ReduceLoops.online`): a kernel whose schedule with its
 # :class:`~gradc.passes.row_schedule.OnlineSum` s in the pass of their max has fewer
 # passes (softmax's fused fwd_bwd: 3, not 4; log-softmax's and cross-entropy's: 2, not

@@ -16,7 +16,7 @@ from gradc.ir.shapes import Shape
 from gradc.passes.fuse import (Kernel, KernelPlan, reading_steps, value_args, value_used,
                                why_stored)
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, is_reduction
-from gradc.passes.loop_ir import ONLINE_ROWS, SPLIT, online, splits
+from gradc.passes.loop_ir import ONLINE_ROWS, SPLIT, SPLIT_COLS, online, splits
 from gradc.passes.row_schedule import input_slots, schedule
 from gradc.pipeline import build_op
 
@@ -282,7 +282,8 @@ def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals,
     lines = [f"  [{k}] kernel over {shape} {layout}: fuses {len(step.nodes)} primitive(s) ({fused})"]
     if splits(g, step):
         rows, least, segment = SPLIT
-        lines.append(f"      fewer than {rows} rows of {least} elements or more: each pass over "
+        few = f"at most {SPLIT_COLS * rows}" if step.cols else f"fewer than {rows}"
+        lines.append(f"      {few} rows of {least} elements or more: each pass over "
                      f"segments of a row ({segment} or more) in parallel (split rows)")
     if online(g, step):
         passes = schedule(g, step, online=True).passes

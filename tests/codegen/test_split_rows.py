@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import gradc
-from gradc.passes.loop_ir import SPLIT
+from gradc.passes.loop_ir import SPLIT, SPLIT_COLS
 from row_sources import SPLIT_OPS
 
 
@@ -70,10 +70,11 @@ CASES = [(op, "fwd_bwd") for op in ("smax", "lsmax", "lnorm", "rms", "xent")] + 
 def test_split_rows_agree_with_whole_rows(m, monkeypatch, kernel_calls, op, method):
     """Softmax, log-softmax, layer norm, RMS norm and cross-entropy in float64: split
     rows (of 1, 3 and 7 rows, segments of 16 to 41 elements, the last one longer; 2 x 3
-    rows where a row plan serves the method at rank 3) give what whole rows give, to
-    the order of their sums."""
+    rows where a row plan serves the method at rank 3; 12 rows where sums across rows,
+    dw and db, split up to 16) give what whole rows give, to the order of their sums."""
     calls = kernel_calls(m, "_split")
-    for shape in [(1, 300), (3, 257), (7, 100), (2, 3, 70)]:
+    cols = [(12, 90)] if op in ("lnorm", "rms") and method == "fwd_bwd" else []
+    for shape in [(1, 300), (3, 257), (7, 100), (2, 3, 70)] + cols:
         rows = (int(np.prod(shape[:-1])), shape[-1])
         args = _inputs(op, rows, np.float64, np.random.default_rng(1))
         args = [a.reshape(shape) if a.shape == rows else a for a in args]
@@ -198,6 +199,13 @@ def test_which_calls_split(m, monkeypatch, kernel_calls):
     for shape in [(rows, least), (1, least - 1), (0, least), (3, 0)]:
         assert m._g_rows("f", shape, 1, None, split=SPLIT)[3] == 0
     assert m._g_rows("f", (1, least), 1, None)[3] == 0
+    # a kernel with sums across rows (dw: cols) splits up to SPLIT_COLS times as many rows
+    for shape, split in [((rows, least), True), ((2 * rows, least), True),
+                         ((2 * rows + 1, least), False), ((1, least - 1), False)]:
+        got = m._g_rows("f", shape, 1, None, cols=True, split=SPLIT, cols_split=SPLIT_COLS)
+        assert (got[3] > 0) == split, shape
+    assert m._G_SPLIT_COLS == SPLIT_COLS == 2
+    assert m._g_rows("f", (1, least), 1, None, cols=True, split=WHOLE, cols_split=2)[3] == 0
     monkeypatch.setattr(m, "_G_SPLIT", SMALL)
     calls = kernel_calls(m, "_split")
     m.smax(np.ones((8, 100)))
