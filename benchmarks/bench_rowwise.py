@@ -19,7 +19,8 @@ cross-entropy over the last axis), float32, at (4096, 1024), (65536, 64) and
 Before timing, every variant's outputs and gradients are compared with a float64
 NumPy reference at a small shape and again at each timed shape; a variant that
 disagrees (or fails) is not timed and is listed with the reason. Each case times
-a Numba 2-read/2-write copy over as many elements (``gradc.tools.bench.copy_kernel``)
+a Numba 2-read/2-write copy over the op's own arrays (its inputs ``x`` and ``dy``
+into its ``out=`` buffers ``y`` and ``dx``: ``gradc.tools.bench.copy_kernel``)
 and a *2-pass floor*, RMS norm without a weight written by hand as two passes per row
 over the same arrays (``gradc.tools.bench.two_pass_kernel``: the copy's reads and
 writes, each input read twice, the second time from the cache where a row fits in it;
@@ -108,25 +109,29 @@ def jax_runner(op: str, params: list, ups: list) -> Callable[[], list]:
     return lambda: jax.block_until_ready(fwd_bwd(ja, ju))
 
 
-def gradc_runner(fn, variant: str, params: list, ups: list) -> Callable[[], object]:
-    """gradc's ``fwd_bwd``: fused into ``out=`` buffers of its own, fused with fresh
-    outputs, or unfused into ``out=`` buffers."""
+def gradc_runner(fn, variant: str, params: list, ups: list,
+                 outs: tuple | None = None) -> Callable[[], object]:
+    """gradc's ``fwd_bwd``: fused into ``out=`` buffers (``outs``, else its own), fused
+    with fresh outputs, or unfused into ``out=`` buffers."""
     if variant == "fused":
         return lambda: fn.fwd_bwd(*params, *ups)
-    outs = tuple(np.empty_like(np.asarray(r)) for r in fn.fwd_bwd(*params, *ups))
+    if outs is None:
+        outs = tuple(np.empty_like(np.asarray(r)) for r in fn.fwd_bwd(*params, *ups))
     call = fn.fwd_bwd if variant == "fused+out" else fn.unfused.fwd_bwd
     return lambda: call(*params, *ups, out=outs)
 
 
-def build_variants(module, op: str, names: Sequence[str], params: list,
-                   ups: list) -> tuple[dict[str, Callable[[], object]], dict[str, str]]:
-    """A zero-argument ``fwd_bwd`` call per variant, and why any could not be built."""
+def build_variants(module, op: str, names: Sequence[str], params: list, ups: list,
+                   outs: tuple | None = None
+                   ) -> tuple[dict[str, Callable[[], object]], dict[str, str]]:
+    """A zero-argument ``fwd_bwd`` call per variant, and why any could not be built;
+    ``outs``: the ``out=`` buffers of gradc's fused+out and unfused."""
     fn = getattr(module, op)
     runs, why = {}, {}
     for v in names:
         try:
             if v in GRADC:
-                runs[v] = gradc_runner(fn, v, params, ups)
+                runs[v] = gradc_runner(fn, v, params, ups, outs)
             elif v not in available_variants():
                 why[v] = f"{'jax' if v == 'jax.jit' else 'torch'} is not installed"
             elif v == "jax.jit":
@@ -169,6 +174,20 @@ def check_variants(runs: dict[str, Callable[[], object]], want: Sequence[np.ndar
 # -- one case ----------------------------------------------------------------------------
 
 
+def copy_arrays(inputs: Sequence, outs: Sequence, shape: tuple[int, int]) -> list:
+    """The copy's and the floor's arrays, flat: the op's first two inputs and first two
+    outputs of the case's shape (x and dy, y and dx; cross-entropy's one output of that
+    shape and an array of its own), so that they move through the very memory the op's
+    kernels do: on a virtual machine the same work ran 0.80-1.31 ms over one set of
+    4 x 16 MB and another, allocated one after the other (session 31)."""
+    n = int(np.prod(shape))
+    like = lambda arrays: [np.asarray(a).reshape(-1) for a in arrays
+                           if np.shape(a) == tuple(shape) and np.asarray(a).dtype == np.float32]
+    reads, writes = like(inputs)[:2], like(outs)[:2]
+    own = lambda k: [np.ones(n, np.float32) for _ in range(k)]
+    return reads + own(2 - len(reads)) + writes + own(2 - len(writes))
+
+
 def bench_case(module, op: str, shape: tuple[int, int], names: Sequence[str], repeat: int,
                settle: float, warmup: int = 2) -> dict:
     """Medians of every variant that agrees with the float64 reference, and the copy's."""
@@ -176,12 +195,13 @@ def bench_case(module, op: str, shape: tuple[int, int], names: Sequence[str], re
         import torch._dynamo
         torch._dynamo.reset()           # one op and shape's guards at a time
     params, ups = make_inputs(op, shape)
-    runs, not_timed = build_variants(module, op, names, params, ups)
+    outs = tuple(np.empty_like(np.asarray(r))
+                 for r in getattr(module, op).fwd_bwd(*params, *ups))
+    runs, not_timed = build_variants(module, op, names, params, ups, outs)
     errs, wrong = check_variants(runs, reference(op, params, ups), TOL_TIMED)
     not_timed.update(wrong)
     timed = {v: runs[v] for v in names if v in errs}
-    n = int(np.prod(shape))
-    arrays = [np.ones(n, np.float32) for _ in range(4)]
+    arrays = copy_arrays(params + ups, outs, shape)
     kernel, floor = copy_kernel(), two_pass_kernel()
     timed["copy"] = lambda: kernel(*arrays)
     timed[FLOOR] = lambda: floor(*arrays, shape[-1])
@@ -316,9 +336,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(r["fastest_peer"] for r in results):
         print("\nfastest peer's time over each variant's (> 1: faster than every peer of "
               f"{', '.join(v for v in PEERS if v in names)})", *ratio, sep="\n")
-    print(f"\ncopy: a Numba 2-read/2-write loop over as many elements; {FLOOR}: RMS norm "
-          "without a weight by hand in Numba, two passes per row (what two passes allow "
-          "here at each shape); results agree with "
+    print(f"\ncopy: a Numba 2-read/2-write loop over the op's own arrays (x, dy into the "
+          f"out= buffers y, dx); {FLOOR}: RMS norm without a weight by hand in Numba, two "
+          "passes per row over the same arrays (what two passes allow here at each "
+          "shape); results agree with "
           f"float64 NumPy to {TOL_CHECK:g} at {_shape(CHECK_SHAPE)}, {TOL_TIMED:g} at the "
           f"timed shapes; load average after {load_after[0]:.2f} {load_after[1]:.2f} "
           f"{load_after[2]:.2f}")

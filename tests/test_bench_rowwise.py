@@ -185,3 +185,22 @@ def test_bench_ab_runs_two_modules_side_by_side(tmp_path, capsys):
     assert float(row[-1]) > 0
     with pytest.raises(SystemExit):        # one name for both: Numba's caches would clash
         ab.main([str(tmp_path / "rowwise_before.py")] * 2)
+
+
+def test_the_copy_moves_through_the_ops_own_arrays(bench):
+    """The copy and the floor read the op's x and dy (logits and targets) and write its
+    out= buffers y and dx (cross-entropy: dlogits and an array of its own), so that
+    they see the memory the op's kernels see."""
+    shape = (4, 6)
+    x, dy, y, dx = (np.zeros(shape, np.float32) for _ in range(4))
+    w = np.ones(6, np.float32)
+    arrays = bench.copy_arrays([x, w, np.float32(1e-5)], (y, dx), shape)
+    assert len(arrays) == 4 and all(a.shape == (24,) for a in arrays)
+    assert np.shares_memory(arrays[0], x) and np.shares_memory(arrays[2], y)
+    assert np.shares_memory(arrays[3], dx) and not np.shares_memory(arrays[1], w)
+    arrays = bench.copy_arrays([x, dy, w], [y, dx], shape)
+    assert [np.shares_memory(a, b) for a, b in zip(arrays, [x, dy, y, dx])] == [True] * 4
+    loss = np.float32(0.5)                           # cross-entropy: a scalar and dlogits
+    arrays = bench.copy_arrays([x, dy], (loss, dx), shape)
+    assert np.shares_memory(arrays[2], dx) and arrays[3].shape == (24,)
+    assert not any(np.shares_memory(arrays[3], a) for a in (x, dy, dx))
