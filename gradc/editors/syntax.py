@@ -34,7 +34,7 @@ def grammar_keywords(grammar: str) -> tuple[str, ...]:
 KEYWORDS = grammar_keywords(grammar_path().read_text(encoding="utf-8"))
 BUILTINS = tuple(sorted(_BUILTINS))
 CONSTANTS = tuple(dict.fromkeys((*sorted(_CONSTANTS), *KEEPDIMS_NAMES)))
-KWARGS = tuple(sorted({k for b in _BUILTINS.values() for k in b.kwargs}))
+KWARGS = tuple(sorted({k for b in _BUILTINS.values() for k in (*b.kwargs, *b.attrs)}))
 NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 NUMBER = r"(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?"     # the grammar's NUMBER
 OPERATORS = r"->|\.\.\.|\.T|<=|>=|==|!=|\*\*|[-+*/@^<>=]"

@@ -28,6 +28,9 @@ class Builtin:
     # The kinds of the trailing positional arguments that are constants (attributes):
     # "axis", "shape" (a tuple of ints and dims) or "int".
     arg_kinds: tuple[str, ...] = ()
+    # Their names: each may be given by keyword instead, as NumPy's are
+    # (``expand_dims(x, axis=-1)``, ``swapaxes(x, 0, axis2=1)``).
+    attrs: tuple[str, ...] = ()
 
     def position(self, key: str) -> int | None:
         """The position of keyword ``key`` when it is an optional operand, else None."""
@@ -50,7 +53,7 @@ def _derived(p) -> list[Builtin]:
     kinds += tuple((k, "value") for k, _ in p.optional)
     arg_kinds = tuple({k: kind for k, kind, _ in p.keywords}[a] for a in p.attr_params)
     return [Builtin(name, n - len(p.optional), n, tuple(k for k, _ in kinds), p.kind, kinds,
-                    arg_kinds)
+                    arg_kinds, p.attr_params)
             for name in (p.name, *p.aliases)]
 
 

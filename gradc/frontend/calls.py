@@ -94,33 +94,37 @@ class CallChecker:
     def _builtin_call(self, c: ast.Call, scope: Scope, later: Mapping[str, Span]) -> None:
         b = BUILTINS[c.func]
         n = len(c.args)
-        if not b.min_args <= n <= b.max_args:
+        first = b.min_args - len(b.attrs)           # the position of the first attribute
+        keyed = [k for k, _ in c.kwargs if k in b.attrs and first + b.attrs.index(k) >= n]
+        count = n + len(keyed)                      # with the attributes given by keyword
+        if not b.min_args <= count <= b.max_args:
             takes = (f"{b.min_args}" if b.min_args == b.max_args else
                      f"{b.min_args} or {b.max_args}" if b.max_args == b.min_args + 1 else
                      f"at least {b.min_args}" if b.max_args >= MAX_JOINED else
                      f"{b.min_args} to {b.max_args}")
             notes = [f"pass the axis as {c.func}(x, axis=...)"] if b.kwargs and n == 2 else []
             self._error(TypeError_, f"'{c.func}' takes {takes} argument"
-                        f"{'' if b.max_args == 1 else 's'}, got {n}", c.span, "E303", notes)
-        kinds = (None,) * (n - len(b.arg_kinds)) + b.arg_kinds if n >= len(b.arg_kinds) else ()
-        for arg, kind in zip(c.args, kinds or (None,) * n):
-            if kind == "axis":
-                self._axis(arg)
-            elif kind == "shape":
-                self._shape(arg)
-            elif kind == "int":
-                self._int(c.func, arg)
-            else:
+                        f"{'' if b.max_args == 1 else 's'}, got {count}", c.span, "E303",
+                        notes)
+        for i, arg in enumerate(c.args):            # operands, then attributes
+            kind = b.arg_kinds[i - first] if first <= i < first + len(b.arg_kinds) else None
+            if kind is None:
                 self.expr(arg, scope, later)
+            else:
+                self._attribute(c.func, kind, arg)
         seen = {k for k, _ in b.kwarg_kinds                   # optional operands given
                 if b.position(k) is not None and b.position(k) < n}   # positionally
+        seen |= {a for a in b.attrs if a not in keyed}       # attributes given positionally
         for k, (key, value) in enumerate(c.kwargs):
             named = _keyword_span(c, k)
             if key in seen:
                 self._error(TypeError_, f"keyword argument '{key}' is given twice",
                             named, "E303")
+            elif key in b.attrs:
+                self._attribute(c.func, dict(zip(b.attrs, b.arg_kinds))[key], value)
             elif key not in b.kwargs:
-                takes = (f"only {' and '.join(k + '=' for k in b.kwargs)}" if b.kwargs
+                names = b.attrs + b.kwargs
+                takes = (f"only {' and '.join(k + '=' for k in names)}" if names
                          else "no keyword arguments")
                 self._error(NameResolutionError, f"'{c.func}' has no keyword argument '{key}'",
                             named, "E201", [f"'{c.func}' takes {takes}"])
@@ -134,6 +138,15 @@ class CallChecker:
             else:
                 self._bool(key, value)
             seen.add(key)
+
+    def _attribute(self, func: str, kind: str, value: ast.Expr) -> None:
+        """A constant argument of ``func`` of ``kind`` (``Builtin.arg_kinds``)."""
+        if kind == "axis":
+            self._axis(value)
+        elif kind == "shape":
+            self._shape(value)
+        else:
+            self._int(func, value)
 
     def _axis(self, value: ast.Expr) -> None:
         """An integer, a const (whose value must be one: checked as it is lowered) or

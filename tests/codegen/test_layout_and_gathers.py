@@ -26,6 +26,14 @@ op layout(x: [n, k]) -> (r, e, s, p, w, q) {
     w = swapaxes(x, 0, -1)
     q = broadcast_to(x, (2, n, k)) + transpose(x, (1, 0)).T
 }
+op layout_kw(x: [n, k]) -> (r, e, s, p, w, q) {     # the constants by keyword, as NumPy's
+    r = reshape(x, shape=(k, -1))
+    e = expand_dims(x, axis=(0, 2))
+    s = squeeze(expand_dims(x, axis=1), axis=1)
+    p = permute_dims(expand_dims(x, 0), axes=(2, 0, 1))
+    w = swapaxes(x, 0, axis2=-1)
+    q = broadcast_to(x, shape=(2, n, k)) + transpose(x, axes=(1, 0)).T
+}
 """
 
 
@@ -90,7 +98,7 @@ def test_layout_values_and_gradients(ops) -> None:
     grad = (ups[0].reshape(2, 3) + ups[1].reshape(2, 3) + ups[2]
             + np.transpose(ups[3], (1, 2, 0)).reshape(2, 3) + ups[4].T
             + ups[5].sum(axis=0) * 2)
-    for op in (ops.layout, ops.layout.unfused):
+    for op in (ops.layout, ops.layout.unfused, ops.layout_kw):
         for got, w in zip(op(x), want):
             np.testing.assert_array_equal(got, w)
         np.testing.assert_array_equal(op.vjp(x, *ups)[0], grad)

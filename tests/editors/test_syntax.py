@@ -59,8 +59,9 @@ def test_word_lists_are_gradcs_tables():
     assert words_of(repo["builtin"]["match"]) == set(BUILTINS)
     assert words_of(repo["dtype"]["match"]) == set(DTYPES)
     assert words_of(repo["constant"]["match"]) == set(CONSTANTS) | set(KEEPDIMS_NAMES)
-    assert words_of(repo["kwarg"]["match"]) == {k for b in BUILTINS.values() for k in b.kwargs}
-    assert {"axis", "keepdims", "reverse"} <= words_of(repo["kwarg"]["match"])
+    assert words_of(repo["kwarg"]["match"]) == {k for b in BUILTINS.values()
+                                                for k in (*b.kwargs, *b.attrs)}
+    assert {"axis", "keepdims", "reverse", "shape", "axis2"} <= words_of(repo["kwarg"]["match"])
 
 
 def scopes(text: str) -> list[tuple[str, str]]:

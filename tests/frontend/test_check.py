@@ -390,6 +390,14 @@ def test_several_errors_are_reported_together() -> None:
     ("y = swapaxes(x, 0.5, 1)", "'swapaxes' takes an integer here (an integer, a dim or a const)"),
     ("y = one_hot(x, 2.5)", "'one_hot' takes an integer here (an integer, a dim or a const)"),
     ("y = topk(x, x)", "'topk' takes an integer here (an integer, a dim or a const)"),
+    ("y = swapaxes(x, 0, axis2=0.5)",
+     "'swapaxes' takes an integer here (an integer, a dim or a const)"),
+    ("y = expand_dims(x, axis=x)", "axis= must be an integer, a const or a tuple of them"),
+    ("y = expand_dims(x, -1, axis=0)", "keyword argument 'axis' is given twice"),
+    ("y = swapaxes(x, 1, axis1=0)", "keyword argument 'axis1' is given twice"),
+    ("y = expand_dims(x, axes=0)", "'expand_dims' has no keyword argument 'axes'"),
+    ("y = reshape(x, shape=x)",
+     "a shape must be an integer, a dim of the signature or a tuple of them"),
     ("y = x + (1, 2)", "a tuple can only be an axis= value"),
     ("y = grad(x, 2 * x)", "the second argument of grad() must be a parameter or an assigned name"),
     ("y = grad(x, pi)", "the second argument of grad() must be a parameter or an assigned name"),
@@ -409,6 +417,16 @@ def test_call_and_name_errors(body: str, message: str) -> None:
             "op lin(x, w, scale: nograd = 1) -> y {\n    y = x * w * scale\n}\n"
             f"op f(x) -> y {{\n    {body}\n}}\n")
     assert message in messages(text)
+
+
+def test_constant_arguments_by_keyword_as_numpy_takes_them() -> None:
+    """expand_dims(x, axis=-1), swapaxes(x, 0, axis2=1), reshape(x, shape=...): a
+    constant argument may be given by its name; a missing one is only an arity error."""
+    text = ("op f(x: f32[a, b]) -> y {\n    y = reshape(swapaxes(expand_dims(x, axis=0), 0,"
+            " axis2=2), shape=(-1,)) + sum(one_hot(argmax(x, axis=1), depth=b))\n}\n")
+    check_source(text, "ok.grad")
+    assert messages("op f(x) -> y {\n    y = expand_dims(x)\n}\n") == [
+        "'expand_dims' takes 2 arguments, got 1"]
 
 
 @pytest.mark.parametrize("body, name", [
