@@ -16,7 +16,7 @@ from gradc.autodiff.core import is_zero
 from gradc.ir.builder import Builder
 from gradc.ir.expr import lower_decomposition, operand_scope
 from gradc.ir.graph import Graph, Node, remap_region
-from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES
+from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, REDUCTION
 from gradc.passes.dce import eliminate_dead_code
 
 
@@ -251,6 +251,26 @@ def _shifted_max(graph: Graph, node: Node) -> int | None:
     return out.apply("sub", (m, h))
 
 
+def _kept_dims(graph: Graph, node: Node) -> int | None:
+    """``expand_dims(r, axis)`` of a reduction ``r`` without keepdims along the same axes,
+    every use of ``r`` such a one -> ``r`` with keepdims (JAX's ``x -
+    expand_dims(max(x, -1), -1)``): the same values, and a row value a reduce kernel
+    fuses, where ``expand_dims`` is a library call between kernels."""
+    if node.op != "expand_dims" or PRIMITIVES[graph.node(node.args[0]).op].kind != REDUCTION:
+        return None
+    r = graph.node(node.args[0])
+    rank = node.shape.rank
+    if r.attr("keepdims") or rank is None or graph.node(r.args[0]).shape.rank != rank \
+            or r.id in graph.outputs:
+        return None
+    axes = lambda a: frozenset(range(rank)) if a is None else frozenset(
+        int(i) % rank for i in (a if isinstance(a, tuple) else (a,)))
+    if any(graph.node(u).op != "expand_dims" or axes(graph.node(u).attr("axis")) !=
+           axes(r.attr("axis")) for u in graph.users(r.id)):
+        return None
+    return Builder(graph, node.span).apply(r.op, r.args, {**dict(r.attrs), "keepdims": True})
+
+
 def _stripped(graph: Graph, v: int) -> int:
     """``v`` without the ``identity``, ``stop_gradient`` and ``broadcast_in`` around it
     (the same values, where a row value is concerned)."""
@@ -380,7 +400,7 @@ def _stable_forms(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset
     return None
 
 
-RULES = (_fold, _identities, _negations, _stable_forms, _strength, _shifted_max)
+RULES = (_fold, _identities, _negations, _stable_forms, _strength, _shifted_max, _kept_dims)
 
 
 def _remap_regions(graph: Graph, moved: dict[int, int]) -> None:

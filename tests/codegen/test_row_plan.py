@@ -16,6 +16,12 @@ from gradc.pipeline import build_program
 from row_sources import ROW_OPS
 
 SOURCE = ROW_OPS + """
+op smexp(x) -> y {      # smax with expand_dims (JAX's form), not keepdims
+    e = exp(x - expand_dims(max(x, axis=-1), axis=-1))
+    y = e / expand_dims(sum(e, axis=-1), -1)
+} grad(dy) -> dx {
+    dx = y * (dy - expand_dims(sum(y * dy, axis=-1), axis=-1))
+}
 op ext(x) -> (hi, lo, n) {
     hi = max(x, axis=-1)
     lo = min(x, axis=-1, keepdims=true)
@@ -64,6 +70,20 @@ def test_the_plans():
     assert ln.forms == ("f", "c", "c", "-")
     assert ln.ranks == {"forward": row_plan.ANY_RANK, "vjp": row_plan.RANK_2_UP,
                         "fwd_bwd": row_plan.RANK_2_UP, "jvp": row_plan.RANK_2}
+
+
+def test_expand_dims_of_row_reductions_runs_as_keepdims(m):
+    """``x - expand_dims(max(x, -1), -1)`` is ``x - max(x, -1, keepdims=true)``: the
+    forward, vjp and fwd_bwd of smexp are one reduce kernel over rows each, as smax's,
+    with smax's values.  (Not yet its jvp, where the max has other uses.)"""
+    from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
+    (variant,) = build_program(check_source(SOURCE, "rows.grad"))["smexp"].rows
+    for name in ("forward", "vjp", "fwd_bwd"):
+        (step,) = cpu_plan(variant.cop.methods[name].fused).steps
+        assert isinstance(step, ReduceKernel) and not step.flat
+    x = np.random.default_rng(0).standard_normal((6, 33)) * 5
+    dy = np.random.default_rng(1).standard_normal((6, 33))
+    _same(m.smexp.fwd_bwd(x, dy), m.smax.fwd_bwd(x, dy))
 
 
 @pytest.mark.parametrize("shape", [(3, 5), (2, 3, 4), (7,), (0, 4), (3, 0)])

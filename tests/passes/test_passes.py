@@ -311,3 +311,24 @@ def test_max_of_x_less_its_max_with_an_initial_is_not_rewritten(initial):
     with np.errstate(all="ignore"):
         want = (x - x.max(1, keepdims=True)).max(1, keepdims=True)
         np.testing.assert_array_equal(interpret(out, [x])[0], want)
+
+
+@pytest.mark.parametrize("axes, kept", [("-1", True), ("1", True), ("(1,)", True),
+                                        ("0", False)])
+def test_expand_dims_of_a_reduction_is_the_reduction_with_keepdims(axes, kept):
+    """expand_dims(max(x, 1), 1) -> max(x, 1, keepdims=true) (a row value a reduce kernel
+    fuses, where expand_dims is a library call), along the same axes only (axis 0: a
+    new leading axis), and only where every use of the reduction is such a one."""
+    src = (f"op f(x: f32[n, n]) -> y {{\n    e = exp(x - expand_dims(max(x, axis=1), {axes}))\n"
+           f"    y = e / expand_dims(sum(e, axis=1), axis={axes})\n}}\n"
+           "op g(x: f32[b, n]) -> (y, m) {\n    m = max(x, axis=1)\n"
+           "    y = x - expand_dims(m, -1)\n}\n")
+    g = _op(src, "f").methods["forward"].graph
+    assert ("expand_dims" not in _ops(g)) == kept, _ops(g)
+    assert all(n.attr("keepdims") == kept for n in g if n.op in ("max", "sum"))
+    x = np.array([[1.0, -2, 3, 0], [5, 5, -np.inf, 1], [0, 0, 0, 0], [2, 1e300, -1e300, 3]])
+    shape = (-1, 1) if kept else (1, -1)
+    e = np.exp(x - x.max(1).reshape(shape))
+    np.testing.assert_allclose(interpret(g, [x])[0], e / e.sum(1).reshape(shape), rtol=1e-15)
+    shared = _op(src, "g").methods["forward"].graph     # m is an output too: kept as is
+    assert "expand_dims" in _ops(shared)
