@@ -260,6 +260,21 @@ class Graph:
             self.update(u, args=tuple(new if a == old else a for a in node.args))
         self.outputs = [new if o == old else o for o in self.outputs]
 
+    def substitute_shapes(self, mapping: Mapping[int, int]) -> None:
+        """Every shape class (of a node or an output) that refers to the run-time shape
+        of a node ``old`` of ``mapping`` refers to its ``new``'s instead: for ``new``
+        values replacing ``old`` ones (the same values, so the same shape), such that a
+        shape class keeps no replaced node alive."""
+        if not mapping:
+            return
+        mapping = dict(mapping)
+        for nid in list(self.dg.nodes):
+            node = self.node(nid)
+            shape = node.shape.substitute(mapping)
+            if shape != node.shape:
+                self.update(nid, shape=shape)
+        self.output_shapes = [s.substitute(mapping) for s in self.output_shapes]
+
     def remove(self, nids: Iterable[int]) -> None:
         self.dg.remove_nodes_from(list(nids))
 

@@ -19,11 +19,5 @@ def eliminate_common_subexpressions(graph: Graph) -> Graph:
         if first != nid:
             out.replace_uses(nid, first)
             mapping[nid] = first
-    if mapping:
-        for nid in out.topo_order():
-            node = out.node(nid)
-            shape = node.shape.substitute(mapping)
-            if shape != node.shape:
-                out.update(nid, shape=shape)
-        out.output_shapes = [s.substitute(mapping) for s in out.output_shapes]
+    out.substitute_shapes(mapping)
     return out

@@ -1,10 +1,14 @@
 """Algebraic simplification: small rewrite rules keyed by op, run to a fixed point.
 
-Every rewrite keeps the node's shape class and dtype (a rewrite that would
-shrink a broadcast result is not applied), and none changes IEEE results for
+Every rewrite keeps the node's shape and dtype (a rewrite that would shrink a
+broadcast result is not applied); where the new node's shape class is another
+one, equal at run time (``_kept_dims``'s), the drivers make every class refer to
+it (:meth:`Graph.substitute_shapes`).  None changes IEEE results for
 finite inputs except ``x * 0`` is never rewritten (it is NaN for x = inf).
-Rules run only after autodiff: ``stop_gradient`` and ``identity`` are no-ops
-by then.
+RULES run only after autodiff: ``stop_gradient`` and ``identity`` are no-ops
+by then.  :func:`stabilize` runs two of them before it, on the primal graph
+(:func:`_stable_forms`, :func:`_kept_dims`), so the derivative is the rewritten
+form's.
 """
 from __future__ import annotations
 
@@ -251,24 +255,52 @@ def _shifted_max(graph: Graph, node: Node) -> int | None:
     return out.apply("sub", (m, h))
 
 
-def _kept_dims(graph: Graph, node: Node) -> int | None:
-    """``expand_dims(r, axis)`` of a reduction ``r`` without keepdims along the same axes,
-    every use of ``r`` such a one -> ``r`` with keepdims (JAX's ``x -
-    expand_dims(max(x, -1), -1)``): the same values, and a row value a reduce kernel
-    fuses, where ``expand_dims`` is a library call between kernels."""
-    if node.op != "expand_dims" or PRIMITIVES[graph.node(node.args[0]).op].kind != REDUCTION:
+def _kept_dims(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset()
+               ) -> int | None:
+    """``expand_dims(r, axis)`` of a reduction ``r`` without keepdims along the same axes
+    -> ``r`` with keepdims (JAX's ``x - expand_dims(max(x, -1), -1)``), where every use
+    of ``r`` is such an ``expand_dims``, directly or through ``stop_gradient`` or
+    ``identity`` (``expand_dims(stop_gradient(max(x, -1)), -1)``, which keep their place:
+    ``stop_gradient(max(x, -1, keepdims=true))``), and no node on the way is an output
+    or in ``avoid``: the same values, and a row value a reduce kernel fuses, where
+    ``expand_dims`` is a library call between kernels.  :func:`stabilize` applies it
+    before differentiation, so the derivative is the keepdims reduction's."""
+    if node.op != "expand_dims":
         return None
-    r = graph.node(node.args[0])
-    rank = node.shape.rank
-    if r.attr("keepdims") or rank is None or graph.node(r.args[0]).shape.rank != rank \
-            or r.id in graph.outputs:
+    chain = [node.args[0]]                    # r, then the wrappers up to node's operand
+    while graph.node(chain[0]).op in ("stop_gradient", "identity"):
+        chain.insert(0, graph.node(chain[0]).args[0])
+    r = graph.node(chain[0])
+    if PRIMITIVES[r.op].kind != REDUCTION or r.attr("keepdims") \
+            or any(v in graph.outputs or v in avoid for v in chain):
         return None
-    axes = lambda a: frozenset(range(rank)) if a is None else frozenset(
-        int(i) % rank for i in (a if isinstance(a, tuple) else (a,)))
-    if any(graph.node(u).op != "expand_dims" or axes(graph.node(u).attr("axis")) !=
-           axes(r.attr("axis")) for u in graph.users(r.id)):
+    rank = graph.node(r.args[0]).shape.rank   # both axes count in it: r's operand's rank
+    if rank is None and r.attr("axis") is None:
         return None
-    return Builder(graph, node.span).apply(r.op, r.args, {**dict(r.attrs), "keepdims": True})
+
+    def axes(a) -> frozenset[int]:
+        """The axes ``a``, each in ``range(rank)``; as written where the rank is not
+        known (then a different spelling of the same axes is not seen as the same)."""
+        if a is None:
+            return frozenset(range(rank))
+        a = a if isinstance(a, tuple) else (a,)
+        return frozenset(int(i) if rank is None else int(i) % rank for i in a)
+
+    def expanded_only(v: int, wrappers: list[int]) -> bool:
+        return all(
+            (u == wrappers[0] and expanded_only(u, wrappers[1:])) if wrappers and
+            graph.node(u).op in ("stop_gradient", "identity") else
+            graph.node(u).op == "expand_dims" and
+            axes(graph.node(u).attr("axis")) == axes(r.attr("axis"))
+            for u in graph.users(v))
+
+    if not expanded_only(r.id, chain[1:]):
+        return None
+    build = Builder(graph, node.span)
+    out = build.apply(r.op, r.args, {**dict(r.attrs), "keepdims": True})
+    for v in chain[1:]:
+        out = build.apply(graph.node(v).op, (out,), dict(graph.node(v).attrs))
+    return out
 
 
 def _stripped(graph: Graph, v: int) -> int:
@@ -411,7 +443,8 @@ def _remap_regions(graph: Graph, moved: dict[int, int]) -> None:
 
 
 def stabilize(graph: Graph) -> Graph:
-    """Rewrite naive spellings to stable primitives (:func:`_stable_forms`) before
+    """Rewrite naive spellings to stable primitives (:func:`_stable_forms`), and
+    ``expand_dims`` of reductions to keepdims reductions (:func:`_kept_dims`), before
     differentiation; nodes of custom-gradient regions are left as written."""
     avoid = frozenset().union(*(r.nodes for r in graph.regions))
     out = graph.copy()
@@ -420,9 +453,12 @@ def stabilize(graph: Graph) -> Graph:
         if nid in avoid or out.node(nid).op in ("param", "const"):
             continue
         new = _stable_forms(out, out.node(nid), avoid=avoid)
+        if new is None:
+            new = _kept_dims(out, out.node(nid), avoid=avoid)
         if new is not None and new != nid:
             out.replace_uses(nid, new)
             moved[nid] = new
+    out.substitute_shapes(moved)
     _remap_regions(out, moved)
     return out      # no DCE: a custom region's residuals may have no user yet
 
@@ -453,7 +489,7 @@ def simplify(graph: Graph) -> Graph:
     out = eliminate_dead_code(graph)
     changed = True
     while changed:
-        changed = False
+        moved: dict[int, int] = {}
         for nid in out.topo_order():
             if out.node(nid).op in ("param", "const") or not (
                     out.users(nid) or nid in out.outputs):
@@ -462,7 +498,9 @@ def simplify(graph: Graph) -> Graph:
                 new = rule(out, out.node(nid))
                 if new is not None and new != nid:
                     out.replace_uses(nid, new)
-                    changed = True
+                    moved[nid] = new
                     break
+        changed = bool(moved)
+        out.substitute_shapes(moved)
         out = eliminate_dead_code(out)
     return out

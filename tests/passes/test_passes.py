@@ -332,3 +332,29 @@ def test_expand_dims_of_a_reduction_is_the_reduction_with_keepdims(axes, kept):
     np.testing.assert_allclose(interpret(g, [x])[0], e / e.sum(1).reshape(shape), rtol=1e-15)
     shared = _op(src, "g").methods["forward"].graph     # m is an output too: kept as is
     assert "expand_dims" in _ops(shared)
+
+
+@pytest.mark.parametrize("red, axes, kept", [("-1", "-1", True), ("(0, -1)", "(0, -1)", True),
+                                             ("1", "1", True), ("1", "-1", False)])
+def test_expand_dims_of_a_reduction_before_differentiation(red, axes, kept):
+    """The same before differentiation, at a rank known only at run time (an axis
+    spelled the same way is the same axis of x in both), and through stop_gradient
+    (JAX's softmax and log-softmax with expand_dims): every method's graph has the
+    keepdims reduction, so its derivative is the keepdims one's, and no expand_dims
+    or shape class refers to the old nodes.  At this rank 1 and -1 are not seen to be
+    the same axis: kept as written."""
+    src = (f"op f(x) -> y {{\n    m = expand_dims(stop_gradient(max(x, axis={red})), "
+           f"axis={axes})\n    e = exp(x - m)\n"
+           f"    y = e / expand_dims(sum(e, axis={red}), axis={axes})\n}}\n")
+    cop = _op(src, "f")
+    x = np.random.default_rng(0).standard_normal((3, 5)) * 4
+    for name, method in cop.methods.items():
+        g = method.graph
+        assert ("expand_dims" not in _ops(g)) == kept, (name, _ops(g))
+        if kept:
+            assert all(n.attr("keepdims") for n in g if n.op in ("max", "sum")), name
+            assert {d for n in g for d in n.shape.dyn} <= {n.id for n in g}, name
+    axis = eval(red)
+    e = np.exp(x - x.max(axis, keepdims=True))
+    np.testing.assert_allclose(interpret(cop.methods["forward"].graph, [x])[0],
+                               e / e.sum(axis, keepdims=True), rtol=1e-15)
