@@ -260,14 +260,30 @@ class Graph:
             self.update(u, args=tuple(new if a == old else a for a in node.args))
         self.outputs = [new if o == old else o for o in self.outputs]
 
-    def substitute_shapes(self, mapping: Mapping[int, int]) -> None:
-        """Every shape class (of a node or an output) that refers to the run-time shape
-        of a node ``old`` of ``mapping`` refers to its ``new``'s instead: for ``new``
-        values replacing ``old`` ones (the same values, so the same shape), such that a
-        shape class keeps no replaced node alive."""
+    def substitute_shapes(self, moved: Mapping[int, int]) -> None:
+        """After nodes ``old`` of ``moved`` were replaced by ``new`` ones (the same values,
+        so the same run-time shapes): where old's shape class is one node's run-time
+        shape, ``shape(%a)``, and new's another one's, ``shape(%b)``, every shape class
+        (of a node or an output) that refers to ``a`` refers to ``b`` instead, so that no
+        class keeps a replaced node alive (``a`` is old itself for a node whose shape
+        only its value tells, an expand_dims of a reduction; its operand for an
+        elementwise node, ``sqrt`` of a ``sum``); where old's class is its own shape
+        with others', ``shape(%old)`` is ``shape(%new)``."""
+        mapping: dict[int, int] = {}
+        for old, new in moved.items():
+            a, b = self.node(old).shape, self.node(new).shape
+            if not a.static and not b.static and len(a.dyn) == len(b.dyn) == 1 \
+                    and a.dyn != b.dyn:
+                mapping[next(iter(a.dyn))] = next(iter(b.dyn))
+            elif old in a.dyn:                  # old's shape among others': new's
+                mapping.setdefault(old, new)
+        for a in list(mapping):                 # a chain of replacements: its last
+            seen = {a}
+            while mapping[a] in mapping and mapping[a] not in seen:
+                seen.add(mapping[a])
+                mapping[a] = mapping[mapping[a]]
         if not mapping:
             return
-        mapping = dict(mapping)
         for nid in list(self.dg.nodes):
             node = self.node(nid)
             shape = node.shape.substitute(mapping)

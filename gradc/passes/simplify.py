@@ -278,20 +278,23 @@ def _kept_dims(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset()
     if rank is None and r.attr("axis") is None:
         return None
 
-    def axes(a) -> frozenset[int]:
+    def axes(a) -> frozenset[int] | None:
         """The axes ``a``, each in ``range(rank)``; as written where the rank is not
-        known (then a different spelling of the same axes is not seen as the same)."""
+        known (then a different spelling of the same axes is not seen as the same);
+        None where two name one axis (``expand_dims(s, (-1, 1))`` of a rank-1 ``s``
+        adds two axes, not the one its reduction took)."""
         if a is None:
             return frozenset(range(rank))
         a = a if isinstance(a, tuple) else (a,)
-        return frozenset(int(i) if rank is None else int(i) % rank for i in a)
+        out = frozenset(int(i) if rank is None else int(i) % rank for i in a)
+        return out if len(out) == len(a) else None
 
     def expanded_only(v: int, wrappers: list[int]) -> bool:
         return all(
             (u == wrappers[0] and expanded_only(u, wrappers[1:])) if wrappers and
             graph.node(u).op in ("stop_gradient", "identity") else
             graph.node(u).op == "expand_dims" and
-            axes(graph.node(u).attr("axis")) == axes(r.attr("axis"))
+            axes(graph.node(u).attr("axis")) == axes(r.attr("axis")) is not None
             for u in graph.users(v))
 
     if not expanded_only(r.id, chain[1:]):

@@ -358,3 +358,40 @@ def test_expand_dims_of_a_reduction_before_differentiation(red, axes, kept):
     e = np.exp(x - x.max(axis, keepdims=True))
     np.testing.assert_allclose(interpret(cop.methods["forward"].graph, [x])[0],
                                e / e.sum(axis, keepdims=True), rtol=1e-15)
+
+
+def test_expand_dims_naming_one_axis_twice_is_not_the_reduction_with_keepdims():
+    """expand_dims(sum(x, -1), (-1, 1)) of a rank-2 x adds two axes (found by helper
+    49: the two name one axis modulo the rank, which is not the one the reduction
+    took): kept as written, with NumPy's shapes and values."""
+    src = ("op c(x: f32[n, k]) -> y {\n    y = x * expand_dims(sum(x, axis=-1), axis=(-1, 1))\n}\n"
+           "op t(x: f32[n, k]) -> y {\n    y = expand_dims(max(x, axis=0), axis=(0, -2))\n}\n")
+    x = np.arange(6.0).reshape(2, 3)
+    for name, want in (("c", x * np.expand_dims(x.sum(-1), (-1, 1))),
+                       ("t", np.expand_dims(x.max(0), (0, -2)))):
+        g = _op(src, name).methods["forward"].graph
+        assert "expand_dims" in _ops(g), name
+        got = interpret(g, [x])[0]
+        assert got.shape == want.shape and np.array_equal(got, want), name
+
+
+def test_shape_classes_follow_the_rewritten_nodes(import_module_text):
+    """At a rank known only at run time the rewritten node's shape class is the one
+    the classes use (helper 49): x - expand_dims(stop_gradient(max(x)), -1), whose vjp
+    needs the max only for its shape, compiles (it made a kernel with no outputs), and
+    so do x / sqrt(sum(x * x, -1)) with keepdims or expand_dims, whose sum became a
+    norm (a class kept the sum: a cycle in the kernel plan)."""
+    import gradc
+    src = ("op f(x) -> y {\n    y = x - expand_dims(stop_gradient(max(x, axis=-1)), -1)\n}\n"
+           "op g(x) -> y {\n    y = x / sqrt(expand_dims(sum(x * x, axis=-1), axis=-1))\n}\n"
+           "op h(x) -> y {\n    y = x / sqrt(sum(x * x, axis=-1, keepdims=true))\n}\n")
+    m = import_module_text(gradc.compile_source(src, file="t.grad"), "shape_classes_ops")
+    rng = np.random.default_rng(0)
+    x, dy = rng.standard_normal((5, 7)), rng.standard_normal((5, 7))
+    np.testing.assert_array_equal(m.f.vjp(x, dy)[0], dy)
+    np.testing.assert_allclose(m.f(x), x - x.max(-1, keepdims=True), rtol=1e-15)
+    n = np.sqrt((x * x).sum(-1, keepdims=True))
+    want = dy / n - x * (x * dy).sum(-1, keepdims=True) / n ** 3
+    for op in (m.g, m.h):
+        np.testing.assert_allclose(op(x), x / n, rtol=1e-14)
+        np.testing.assert_allclose(op.vjp(x, dy)[0], want, rtol=1e-12)
