@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from gradc.autodiff.higher import expand_gradients, grad_node
+from gradc.autodiff.higher import GRAD, expand_gradients, grad_node
 from gradc.errors import GradcError, GradientError, NameResolutionError, ShapeError
 from gradc.frontend import ast
 from gradc.frontend.limits import GraphSize
@@ -218,6 +218,12 @@ def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
                 for o in outs]
         graph.regions.append(custom_region(graph, op, tuple(graph.params), outs, scope,
                                            start, ops, consts, op.span))
+    if any(n.op == GRAD for n in graph):
+        # grad() differentiates the stable forms, as the op's methods do: the gradient
+        # of log(1 + exp(x)) is sigmoid(x), not exp(x) / (1 + exp(x)), NaN for large x
+        from gradc.passes.simplify import stabilize_in_place
+        moved = stabilize_in_place(graph)
+        outs = [moved.get(o, o) for o in outs]
     replaced = expand_gradients(graph, size=size)
     outs = [replaced.get(o, o) for o in outs]
     for name, o in zip(op.outputs, outs):

@@ -271,7 +271,7 @@ def _kept_dims(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset()
     while graph.node(chain[0]).op in ("stop_gradient", "identity"):
         chain.insert(0, graph.node(chain[0]).args[0])
     r = graph.node(chain[0])
-    if PRIMITIVES[r.op].kind != REDUCTION or r.attr("keepdims") \
+    if r.op not in PRIMITIVES or PRIMITIVES[r.op].kind != REDUCTION or r.attr("keepdims") \
             or any(v in graph.outputs or v in avoid for v in chain):
         return None
     rank = graph.node(r.args[0]).shape.rank   # both axes count in it: r's operand's rank
@@ -449,21 +449,30 @@ def stabilize(graph: Graph) -> Graph:
     """Rewrite naive spellings to stable primitives (:func:`_stable_forms`), and
     ``expand_dims`` of reductions to keepdims reductions (:func:`_kept_dims`), before
     differentiation; nodes of custom-gradient regions are left as written."""
-    avoid = frozenset().union(*(r.nodes for r in graph.regions))
     out = graph.copy()
-    moved: dict[int, int] = {}
-    for nid in out.topo_order():
-        if nid in avoid or out.node(nid).op in ("param", "const"):
-            continue
-        new = _stable_forms(out, out.node(nid), avoid=avoid)
-        if new is None:
-            new = _kept_dims(out, out.node(nid), avoid=avoid)
-        if new is not None and new != nid:
-            out.replace_uses(nid, new)
-            moved[nid] = new
-    out.substitute_shapes(moved)
-    _remap_regions(out, moved)
+    stabilize_in_place(out)
     return out      # no DCE: a custom region's residuals may have no user yet
+
+
+def stabilize_in_place(graph: Graph) -> dict[int, int]:
+    """:func:`stabilize` on ``graph`` itself; returns each rewritten node's replacement
+    (the lowering's outputs not yet set: ``gradc.ir.lower.lower_op``, before it expands
+    ``grad()``)."""
+    avoid = frozenset().union(*(r.nodes for r in graph.regions))
+    moved: dict[int, int] = {}
+    for nid in graph.topo_order():
+        if nid in avoid or graph.node(nid).op not in PRIMITIVES or \
+                graph.node(nid).op in ("param", "const"):
+            continue
+        new = _stable_forms(graph, graph.node(nid), avoid=avoid)
+        if new is None:
+            new = _kept_dims(graph, graph.node(nid), avoid=avoid)
+        if new is not None and new != nid:
+            graph.replace_uses(nid, new)
+            moved[nid] = new
+    graph.substitute_shapes(moved)
+    _remap_regions(graph, moved)
+    return moved
 
 
 def expand_decompositions(graph: Graph) -> Graph:
