@@ -171,12 +171,25 @@ def lower_rule(graph: Graph, op: ast.OpDef, scope: Scope, outputs: Sequence[int]
                                                    {**scope, **dict(zip(block.upstreams, ups))})
         _check_gradient_count(op)
         grads = [inner[g] for g in block.outputs]
+        if any(scratch.node(n).op == GRAD for n in scratch.ancestors(grads)):
+            moved = _stabilize(scratch)             # as lower_op's grad(): see there
+            grads = [moved.get(g, g) for g in grads]
         replaced = expand_gradients(scratch, scratch.ancestors(grads))
     except GradcError as exc:
         return replace(rule, error=exc)
     grads = [replaced.get(g, g) for g in grads]
     return replace(rule, backward=Template.extract(scratch, since, ups, grads,
                                                     scratch.regions[known:]))
+
+
+def _stabilize(graph: Graph) -> dict[int, int]:
+    """Before grad() is expanded: the naive spellings rewritten to stable primitives
+    (:func:`gradc.passes.simplify.stabilize_in_place`), so that grad() differentiates
+    the forms the op's methods differentiate: the gradient of ``log(1 + exp(x))`` is
+    ``sigmoid(x)``, not ``exp(x) / (1 + exp(x))``, inf / inf for large ``x``.  Returns
+    each rewritten node's replacement."""
+    from gradc.passes.simplify import stabilize_in_place
+    return stabilize_in_place(graph)
 
 
 def _check_gradient_count(op: ast.OpDef) -> None:
@@ -219,10 +232,7 @@ def lower_op(op: ast.OpDef, ops: Mapping[str, ast.OpDef], consts: Mapping[str, f
         graph.regions.append(custom_region(graph, op, tuple(graph.params), outs, scope,
                                            start, ops, consts, op.span))
     if any(n.op == GRAD for n in graph):
-        # grad() differentiates the stable forms, as the op's methods do: the gradient
-        # of log(1 + exp(x)) is sigmoid(x), not exp(x) / (1 + exp(x)), NaN for large x
-        from gradc.passes.simplify import stabilize_in_place
-        moved = stabilize_in_place(graph)
+        moved = _stabilize(graph)
         outs = [moved.get(o, o) for o in outs]
     replaced = expand_gradients(graph, size=size)
     outs = [replaced.get(o, o) for o in outs]

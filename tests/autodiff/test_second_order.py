@@ -384,14 +384,19 @@ op jt(x: f64[n], t: f64[n]) -> y_t {
 
 
 def test_grad_differentiates_the_stable_forms(import_module_text) -> None:
-    """grad() differentiates what the op's own methods differentiate: the stable
-    primitive a naive spelling is rewritten to, and the keepdims form of JAX's
-    expand_dims spelling.  The gradient of log(1 + exp(x)) is sigmoid(x), 1 at x = 100
+    """grad() differentiates what the op's own methods differentiate, in a body and in
+    a grad block: the stable primitive a naive spelling is rewritten to, and the
+    keepdims form of JAX's expand_dims spelling.  The gradient of log(1 + exp(x)) is sigmoid(x), 1 at x = 100
     and 1000 in float32, where exp(x) / (1 + exp(x)) is inf / inf (it gave 0 there);
     a softmax spelled with expand_dims gives the keepdims spelling's bits."""
     src = """
 op softplus_grad(x: f32[n]) -> g {
     g = grad(sum(log(1 + exp(x))), x)
+}
+op softplus_rule(x: f32[n]) -> y {      # the same grad() in a grad block
+    y = x
+} grad(dy) -> dx {
+    dx = dy * grad(sum(log(1 + exp(x))), x)
 }
 op sm_expand(x: f64[b, k], w: f64[b, k]) -> g {
     e = exp(x - expand_dims(stop_gradient(max(x, axis=-1)), axis=-1))
@@ -407,6 +412,8 @@ op sm_keep(x: f64[b, k], w: f64[b, k]) -> g {
     with np.errstate(over="ignore"):
         want = (1 / (1 + np.exp(-x.astype(np.float64)))).astype(np.float32)
     np.testing.assert_allclose(mod.softplus_grad(x), want, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(mod.softplus_rule.vjp(x, np.ones_like(x))[0], want,
+                               rtol=1e-6, atol=0)
     rng = np.random.default_rng(0)
     x, w = rng.standard_normal((4, 9)) * 3, rng.standard_normal((4, 9))
     np.testing.assert_array_equal(mod.sm_expand(x, w), mod.sm_keep(x, w))
