@@ -386,9 +386,10 @@ op jt(x: f64[n], t: f64[n]) -> y_t {
 def test_grad_differentiates_the_stable_forms(import_module_text) -> None:
     """grad() differentiates what the op's own methods differentiate, in a body and in
     a grad block: the stable primitive a naive spelling is rewritten to, and the
-    keepdims form of JAX's expand_dims spelling.  The gradient of log(1 + exp(x)) is sigmoid(x), 1 at x = 100
-    and 1000 in float32, where exp(x) / (1 + exp(x)) is inf / inf (it gave 0 there);
-    a softmax spelled with expand_dims gives the keepdims spelling's bits."""
+    keepdims form of JAX's expand_dims spelling.  The gradient of log(1 + exp(x)) is
+    sigmoid(x), 1 at x = 100 and 1000 in float32, where exp(x) / (1 + exp(x)) is
+    inf / inf (it gave 0 there); a softmax spelled with expand_dims gives the keepdims
+    spelling's bits."""
     src = """
 op softplus_grad(x: f32[n]) -> g {
     g = grad(sum(log(1 + exp(x))), x)
