@@ -1488,11 +1488,28 @@ def _take_signatures(types, t):
 
 
 def _take_static(shapes, attrs):
+    """The gather's shape where both operands' are static, with named dims too
+    (``x[labels]`` of ``x: [n, k]``, ``labels: i64[n]`` is ``(n, k)``, which then does
+    not broadcast against an ``(n,)`` at compile time: at ``n == k`` it would, silently;
+    found by helper 50); not over a flattened array of named dims (its size is their
+    product)."""
     s, i = shapes
-    _one_axis("take and take_along_axis", s, attrs["axis"])
-    if s.dyn or i.dyn or not all(isinstance(d, int) for d in s.static + i.static):
+    axis, along = attrs["axis"], attrs["along"]
+    _one_axis("take and take_along_axis", s, axis)
+    if s.dyn or i.dyn:
         return None
-    return Shape(_statically(_g_take_shape, s.static, i.static, attrs["axis"], attrs["along"]))
+    if all(isinstance(d, int) for d in s.static + i.static):
+        return Shape(_statically(_g_take_shape, s.static, i.static, axis, along))
+    if axis is None:
+        return None
+    ax = _statically(_g_axes, len(s.static), axis, "take")[0]
+    if not along:
+        return Shape(s.static[:ax] + i.static + s.static[ax + 1:])
+    if len(i.static) != len(s.static):
+        raise BroadcastError(f"take_along_axis: indices of dimension {len(i.static)} for "
+                             f"an array of dimension {len(s.static)} (they must be equal)")
+    return Shape(tuple(n if k == ax else broadcast_static((m,), (n,))[0]
+                       for k, (m, n) in enumerate(zip(s.static, i.static))))
 
 
 def _gathers(name, along) -> tuple[Primitive, Primitive]:

@@ -155,6 +155,28 @@ def test_static_errors_name_the_place(body, code, message, col) -> None:
     assert f"f.grad:2:{col}:" in str(err.value), str(err.value)
 
 
+def test_gathers_of_named_dims_have_static_shapes() -> None:
+    """x[labels] of x: [n, k] and labels: i64[n] is (n, k) at compile time, so
+    PyTorch's habit logsumexp(x, -1) - x[labels] is E301 where the dims are named (it
+    ran, and at n == k gave the mean of an (n, n) array, silently: helper 50);
+    take_along_axis's result is known too."""
+    src = ("op f(x: f64[n, k], labels: i64[n]) -> loss {\n"
+           "    loss = mean(logsumexp(x, axis=-1) - x[labels])\n}\n")
+    with pytest.raises(GradcError) as err:
+        gradc.compile_source(src, file="f.grad")
+    assert err.value.code == "E301" and "dims 'n' and 'k' do not broadcast" in str(err.value)
+    assert "f.grad:2:39:" in str(err.value), str(err.value)        # the '-'
+    from gradc.frontend.check import check_source
+    from gradc.pipeline import build_program
+    src = ("op g(x: f64[n, k], labels: i64[n], m: i64[b, 2]) -> (a, b2, c) {\n"
+           "    a = x[labels]\n    b2 = take_along_axis(x, expand_dims(labels, -1), axis=-1)\n"
+           "    c = take(x, m, axis=1)\n}\n")
+    graph = build_program(check_source(src, "g.grad"))["g"].methods["forward"].graph
+    shapes = [graph.node(o).shape for o in graph.outputs]
+    assert [s.static for s in shapes] == [("n", "k"), ("n", 1), ("n", "b", 2)]
+    assert not any(s.dyn for s in shapes)
+
+
 def test_run_time_errors_of_generic_arrays(tmp_path) -> None:
     """Where the rank or the sizes are known only at call time: NumPy's IndexError and
     ValueError before any read; apart index arrays need the rank (E309)."""
