@@ -18,7 +18,7 @@ import networkx as nx
 from gradc.errors import GradcError, GradientError, NameResolutionError, Span, TypeError_
 from gradc.frontend import ast
 from gradc.frontend.builtins import BUILTINS, CONSTANTS, MAX_JOINED
-from gradc.frontend.consts import did_you_mean, undefined_name
+from gradc.frontend.consts import PYTHON_NAMES, did_you_mean, undefined_name
 from gradc.frontend.to_ast import leftmost_span
 
 # name -> (kind, where it is defined); kind is parameter, assignment, upstream or forward.
@@ -69,8 +69,11 @@ class CallChecker:
             self._error(NameResolutionError, f"'{n.id}' is a function: call it as {n.id}(...)",
                         n.span, "E201")
         else:
-            self.errors.append(undefined_name(n.id, n.span,
-                                              [*scope, *self.dims, *self.consts, *CONSTANTS]))
+            self._undefined(n, scope)
+
+    def _undefined(self, n: ast.Name, scope: Scope) -> None:
+        self.errors.append(undefined_name(n.id, n.span,
+                                          [*scope, *self.dims, *self.consts, *CONSTANTS]))
 
     def _error(self, cls: type[GradcError], message: str, span: Span, code: str,
                notes: list[str] | tuple[str, ...] = ()) -> None:
@@ -111,7 +114,7 @@ class CallChecker:
             if kind is None:
                 self.expr(arg, scope, later)
             else:
-                self._attribute(c.func, kind, arg)
+                self._attribute(c.func, kind, arg, scope)
         seen = {k for k, _ in b.kwarg_kinds                   # optional operands given
                 if b.position(k) is not None and b.position(k) < n}   # positionally
         seen |= {a for a in b.attrs if a not in keyed}       # attributes given positionally
@@ -121,7 +124,7 @@ class CallChecker:
                 self._error(TypeError_, f"keyword argument '{key}' is given twice",
                             named, "E303")
             elif key in b.attrs:
-                self._attribute(c.func, dict(zip(b.attrs, b.arg_kinds))[key], value)
+                self._attribute(c.func, dict(zip(b.attrs, b.arg_kinds))[key], value, scope)
             elif key not in b.kwargs:
                 names = b.attrs + b.kwargs
                 takes = (f"only {' and '.join(k + '=' for k in names)}" if names
@@ -139,8 +142,15 @@ class CallChecker:
                 self._bool(key, value)
             seen.add(key)
 
-    def _attribute(self, func: str, kind: str, value: ast.Expr) -> None:
-        """A constant argument of ``func`` of ``kind`` (``Builtin.arg_kinds``)."""
+    def _attribute(self, func: str, kind: str, value: ast.Expr, scope: Scope) -> None:
+        """A constant argument of ``func`` of ``kind`` (``Builtin.arg_kinds``); a name
+        defined nowhere is that error (E201), not one of the argument's kind."""
+        name = value.operand if isinstance(value, ast.Neg) else value
+        if isinstance(name, ast.Name) and not (
+                name.id in scope or name.id in self.dims or name.id in self.consts
+                or name.id in CONSTANTS or name.id in self.ops or name.id in BUILTINS):
+            self._undefined(name, scope)
+            return
         if kind == "axis":
             self._axis(value)
         elif kind == "shape":
@@ -204,8 +214,9 @@ class CallChecker:
         ok = (isinstance(value, ast.Num) and value.is_int and value.value in (0, 1)) or (
             isinstance(value, ast.Name) and value.id in KEEPDIMS_NAMES)
         if not ok:
+            python = isinstance(value, ast.Name) and value.id in PYTHON_NAMES
             self._error(TypeError_, f"{key}= must be 0, 1, true or false",
-                        leftmost_span(value), "E304")
+                        leftmost_span(value), "E304", [PYTHON_NAMES[value.id]] if python else [])
 
     def _grad_call(self, c: ast.Call, scope: Scope, later: Mapping[str, Span]) -> None:
         if len(c.args) != 2 or c.kwargs:

@@ -198,7 +198,16 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> list[str]:
     return [f"did you mean '{near[0][1]}'?"] if near and near[0][0] <= limit else []
 
 
+# Python's names a user of NumPy writes, and what gradc spells instead.
+PYTHON_NAMES = {
+    "None": "gradc has no None: add an axis with expand_dims (x[:, None] is "
+            "expand_dims(x, axis=1)); leave out an argument for its default",
+    "True": "write true (lowercase)",
+    "False": "write false (lowercase)",
+}
+
+
 def undefined_name(name: str, span: Span, candidates: Iterable[str]) -> NameResolutionError:
     """The error for a name that is defined nowhere."""
-    return NameResolutionError(f"undefined name '{name}'", span, "E201",
-                               did_you_mean(name, candidates))
+    notes = [PYTHON_NAMES[name]] if name in PYTHON_NAMES else did_you_mean(name, candidates)
+    return NameResolutionError(f"undefined name '{name}'", span, "E201", notes)

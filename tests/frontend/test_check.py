@@ -224,6 +224,34 @@ def test_undefined_name() -> None:
         "    = note: did you mean 'weight'?")
 
 
+def test_python_names_say_how_gradc_spells_them() -> None:
+    """x[:, None], keepdims=True, and an undefined name as a constant argument (found
+    by helper 50: E201 with a note, not E304 'takes an integer here')."""
+    assert rendered('''
+        op f(x) -> y {
+            y = x[:, None]
+        }
+    ''') == (
+        "bad.grad:2:14: error[E201]: undefined name 'None'\n"
+        "    2 |     y = x[:, None]\n"
+        "      |              ^^^^\n"
+        "    = note: gradc has no None: add an axis with expand_dims (x[:, None] is "
+        "expand_dims(x, axis=1)); leave out an argument for its default")
+    assert rendered('''
+        op f(x) -> y {
+            y = sum(x, axis=-1, keepdims=True)
+        }
+    ''').endswith("error[E304]: keepdims= must be 0, 1, true or false\n"
+                   "    2 |     y = sum(x, axis=-1, keepdims=True)\n"
+                   "      |                                  ^^^^\n"
+                   "    = note: write true (lowercase)")
+    assert rendered('''
+        op f(t: i64[n]) -> y {
+            y = one_hot(t, depth)
+        }
+    ''').startswith("bad.grad:2:20: error[E201]: undefined name 'depth'\n")
+
+
 def test_name_used_before_it_is_assigned() -> None:
     assert rendered('''
         op f(x) -> y {
