@@ -25,7 +25,7 @@ from gradc.errors import TypeError_
 from gradc.frontend import ast
 from gradc.frontend.to_ast import leftmost_span
 from gradc.ir.graph import FLOAT
-from gradc.ir.shapes import DimExpr, DimRef
+from gradc.ir.shapes import BroadcastError, DimExpr, DimRef, broadcast
 
 # ``lw`` below is the gradc.ir.expr.ExprLowerer lowering the expression (which imports
 # this module), ``scope`` its names: node ids, or a rule's attributes (expr.Attr).
@@ -127,6 +127,12 @@ def lower_index(lw, e: ast.Index, scope: dict) -> int:
         perm = where + [a for a in range(rank) if a not in where]
         x = b.apply("permute_dims", (x,), {"axes": tuple(perm)}, span=e.span)
         where = list(range(len(where)))
+    shapes = [b.graph.node(idx).shape for _, idx in adv]
+    try:
+        broadcast(shapes)
+    except BroadcastError:
+        raise _error("shape mismatch: indexing arrays could not be broadcast together with "
+                     f"shapes {' '.join(map(str, shapes))}", e.span) from None
     flat = None
     for ax, (shown, idx) in zip(where, adv):
         attrs = {"axis": (ax,), "shown": None if shown == ax else shown}

@@ -143,6 +143,8 @@ def test_creation_and_joining(ops) -> None:
     ("y = x[:, 3]", "E309", "index 3 is out of bounds for axis 1 with size 3", 14),
     ("y = x[:t[0]]", "E309", "a slice bound must be an integer constant or a dim", 12),
     ("y = x[..., n / 2]", "E309", "'/' divides into a float", 18),
+    ("y = x[arange(2), arange(3)]", "E309", "shape mismatch: indexing arrays could not be "
+     "broadcast together with shapes (2,) (3,)", 10),
     ("y = concat(x, t, axis=0)", "E301", "same number of dimensions", 9),
     ("y = arange(x)", "E304", "'arange' takes numbers, consts and dims", 16),
     ("y = concat(axis=0)", "E303", "'concat' takes at least 1 argument", 9),
