@@ -154,9 +154,11 @@ def custom_cotangent(b: Builder, region: CustomRegion, gname: str, ct: int, pnam
     got, want = graph.node(ct).shape, graph.node(arg).shape
     if graph.node(ct).op == "const" or _broadcasts_to(want, got):
         return ct           # a constant broadcasts; otherwise true for every run-time shape
-    message = (f"gradient '{gname}' of op '{region.rule.op}' has shape {{got}}, but parameter "
-               f"'{pname}' has shape {{want}}: a custom gradient must have its parameter's "
-               "shape, or a shape the parameter was broadcast to (it is summed back)")
+    at = region.rule.gradient_spans.get(gname, region.rule.span)
+    message = (f"gradient '{gname}' of op '{region.rule.op}' ({at}) has shape {{got}}, but "
+               f"parameter '{pname}' has shape {{want}}: a custom gradient must have its "
+               "parameter's shape, or a shape the parameter was broadcast to (it is summed "
+               "back)")
     return b.apply("shape_check", (ct, arg), {"message": message},
                    span=graph.node(ct).span or region.rule.span)
 
