@@ -287,8 +287,22 @@ def _parse_error(e: UnexpectedInput, text: str, file: str,
         if tok.type == "CMP" and "CMP" not in accepts and after_operand:
             return ParseError("comparisons do not chain: add parentheses", span, "E101")
         return ParseError(f"expected {describe_expected(accepts)}, found {_found(tok)}",
-                          span, "E101")
+                          span, "E101", _left_open(text, tok, accepts, file, line0))
     return _eof_error(accepts, text, file, following, line0)
+
+
+def _left_open(text: str, tok: Token, accepts: set[str], file: str, line0: int) -> list[str]:
+    """A note on the bracket left open before ``tok`` where its closer was expected and
+    ``tok`` closes another bracket or is on a later line (``dx = dy * (1 - y`` then
+    ``}``: the '(' is the mistake, not the '}')."""
+    unclosed = _unclosed(text[:tok.start_pos])
+    if not unclosed:
+        return []
+    c, line, col = unclosed[-1]
+    closer = {"(": "RPAR", "[": "RSQB", "{": "RBRACE"}[c]
+    if closer not in accepts or not (tok.type in ("RPAR", "RSQB", "RBRACE") or tok.line > line):
+        return []
+    return [f"this '{c}' at {file}:{line + line0}:{col} is not closed"]
 
 
 def _expecting(accepts: set[str], prefix: str) -> str:

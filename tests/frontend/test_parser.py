@@ -247,7 +247,8 @@ def test_missing_closing_parenthesis() -> None:
     ''') == (
         "bad.grad:3:1: error[E101]: expected ')', ',' or an operator, found '}'\n"
         "    3 | }\n"
-        "      | ^")
+        "      | ^\n"
+        "    = note: this '(' at bad.grad:2:13 is not closed")
 
 
 def test_missing_closing_brace_at_end_of_file() -> None:
@@ -274,6 +275,22 @@ def test_missing_closing_brace_before_next_op() -> None:
         "    4 | op g(x) -> y {\n"
         "      | ^^\n"
         "    = note: this '{' at bad.grad:1:14 is not closed")
+
+
+def test_a_parenthesis_left_open_is_named() -> None:
+    """The '}' after ``dy * (1 - y`` is where the parser stops; the note names the '('
+    (helper 50: the caret on the '}' alone pointed away from the mistake)."""
+    assert render('''
+        op f(x) -> y {
+            y = x
+        } grad(dy) -> dx {
+            dx = dy * (1 - y
+        }
+    ''') == (
+        "bad.grad:5:1: error[E101]: expected ')' or ',', found '}'\n"
+        "    5 | }\n"
+        "      | ^\n"
+        "    = note: this '(' at bad.grad:4:15 is not closed")
 
 
 def test_expected_an_expression() -> None:
@@ -355,6 +372,7 @@ def test_several_syntax_errors_are_reported_together() -> None:
         "bad.grad:11:1: error[E101]: expected ')' or ',', found '}'\n"
         "    11 | }\n"
         "       | ^\n"
+        "    = note: this '(' at bad.grad:10:10 is not closed\n"
         "\n"
         "3 errors")
     assert [e.span.line for e in info.value.errors] == [2, 5, 11]
