@@ -19,12 +19,13 @@ _INT_RANK = {"bool": 0, "i32": 1, "i64": 2}
 _ORDINAL = ("first", "second", "third")
 
 
-def misfit(op: str, shapes: Sequence[Shape], why: str, span: Span | None) -> ShapeError:
+def misfit(op: str, shapes: Sequence[Shape], why: str, span: Span | None,
+           notes: Sequence[str] = ()) -> ShapeError:
     """The error of operands of ``shapes`` that do not fit ``op`` (as spelled in the
     source) for the reason ``why``, kept as the error's ``why`` (a builtin whose steps
     fail names itself with it: :class:`gradc.ir.expr.ExprLowerer`)."""
     desc = " and ".join(_shown(s) for s in shapes)
-    err = ShapeError(f"shapes {desc} do not fit '{op}': {why}", span)
+    err = ShapeError(f"shapes {desc} do not fit '{op}': {why}", span, notes=notes)
     err.why = why
     return err
 
@@ -134,5 +135,10 @@ class Builder:
                 return Shape(prim.np_shape(*(s.static for s in shapes), **kw))
         except BroadcastError as exc:
             spelled = {v: k for k, v in BINARY_OPS.items()}.get(op, op)
-            raise misfit(spelled, shapes, str(exc), span) from None
+            reversed_ = op == "matmul" and any(
+                self.graph.node(a).op == "transpose" and (s.rank or 0) >= 3
+                for a, s in zip(args, shapes))
+            notes = ["'.T' reverses every axis, as NumPy's does: to swap the last two, "
+                     "write swapaxes(x, -1, -2)"] if reversed_ else []
+            raise misfit(spelled, shapes, str(exc), span, notes) from None
         raise AssertionError(f"no shape rule for {op} ({prim.kind})")

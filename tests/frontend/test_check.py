@@ -252,6 +252,25 @@ def test_python_names_say_how_gradc_spells_them() -> None:
     ''').startswith("bad.grad:2:20: error[E201]: undefined name 'depth'\n")
 
 
+def test_matmul_with_a_reversed_batch_says_what_t_does() -> None:
+    """x @ x.T of a rank-3 x: .T reverses every axis (NumPy's), so the note says how
+    to swap the last two (helper 50); other misfits of '@' have no such note."""
+    import gradc
+
+    def error(body: str, sig: str) -> str:
+        with pytest.raises(GradcError) as info:
+            gradc.compile_source(f"op f({sig}) -> y {{\n    y = {body}\n}}\n", file="t.grad")
+        return str(info.value)
+    assert error("x @ x.T", "x: f32[b, n, d]").endswith(
+        "contracted dims 'd' and 'n' differ\n"
+        "    2 |     y = x @ x.T\n"
+        "      |           ^\n"
+        "    = note: '.T' reverses every axis, as NumPy's does: to swap the last two, "
+        "write swapaxes(x, -1, -2)")
+    assert error("x @ w", "x: f32[n, 3], w: f32[4, m]").endswith(
+        "contracted dims 3 and 4 differ\n    2 |     y = x @ w\n      |           ^")
+
+
 def test_name_used_before_it_is_assigned() -> None:
     assert rendered('''
         op f(x) -> y {
