@@ -40,6 +40,7 @@ def grammar_path() -> Path:
 
 _OPENERS = {"LPAR": "RPAR", "LSQB": "RSQB", "LBRACE": "RBRACE"}
 _CLOSERS = set(_OPENERS.values())
+_CLOSER = {"(": "RPAR", "[": "RSQB", "{": "RBRACE"}     # a bracket's closing terminal
 
 
 class _LimitHit(Exception):
@@ -299,7 +300,7 @@ def _left_open(text: str, tok: Token, accepts: set[str], file: str, line0: int) 
     if not unclosed:
         return []
     c, line, col = unclosed[-1]
-    closer = {"(": "RPAR", "[": "RSQB", "{": "RBRACE"}[c]
+    closer = _CLOSER[c]
     if closer not in accepts or not (tok.type in ("RPAR", "RSQB", "RBRACE") or tok.line > line):
         return []
     return [f"this '{c}' at {file}:{line + line0}:{col} is not closed"]
@@ -316,7 +317,7 @@ def _eof_error(accepts: set[str], text: str, file: str,
     unclosed = _unclosed(text)
     notes = [f"this '{c}' at {file}:{line + line0}:{col} is not closed"
              for c, line, col in unclosed[-1:]]
-    closer = {"(": "RPAR", "[": "RSQB", "{": "RBRACE"}[unclosed[-1][0]] if unclosed else None
+    closer = _CLOSER[unclosed[-1][0]] if unclosed else None
     expected = describe_expected({closer} if closer in accepts else accepts)
     if following is not None:
         line, col, word = following
