@@ -46,6 +46,7 @@ class CheckResult:
     jvp_error: float | None = None      # adjoint identity, relative; None: no jvp
     jvp_missing: str = ""               # why the op has no jvp (E405's first line)
     second_error: float = 0.0           # d/dt vjp by forward mode vs differences
+    stopped: tuple[str, ...] = ()       # outputs written as stop_gradient(...), not checked
     audit: object = None                # gradc.audit.custom_rules.AuditResult of the op's own grad block
 
     @property
@@ -79,6 +80,9 @@ class CheckResult:
                 text += (f"; custom gradient differs from the true derivative "
                          f"(relative difference {self.custom_rel_diff:.3g})")
         text += f" [{self.note}]" if self.note else ""
+        if self.stopped:
+            text += (f" (not differentiated, left out: {', '.join(self.stopped)}, written "
+                     f"as stop_gradient)")
         audit = "".join(f"\n       {line}" for line in self.audit.lines()) if self.audit else ""
         if self.error != self.error:           # NaN: nothing was computed
             return text + audit
@@ -255,6 +259,15 @@ def _stop_gradient_note(true: CompiledOp) -> str:
             "as a grad block marked surrogate to have it audited instead")
 
 
+def stopped_outputs(true: CompiledOp) -> list[int]:
+    """The outputs whose value is ``stop_gradient(...)`` as a whole (a batch norm's running
+    statistics): not differentiable by declaration, as PyTorch's
+    ``ctx.mark_non_differentiable``; their derivative is zero where finite differences
+    see the value move, so the check gives them a zero cotangent."""
+    primal = true.primal
+    return [i for i, o in enumerate(primal.outputs) if primal.node(o).op == "stop_gradient"]
+
+
 def _vjp_dot(cop: CompiledOp, xs: list, vs: list, us: list) -> float:
     grads = interpret(cop.methods["vjp"].graph, xs + vs)
     return float(sum(np.vdot(g, u) for g, u in zip(grads, us)))
@@ -293,6 +306,9 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
     diff = [i for i, p in enumerate(true.params) if p.differentiable]
     us = [rng.standard_normal(np.shape(xs[i])) for i in diff]
     vs = [rng.standard_normal(np.shape(y)) for y in ys]
+    stopped = stopped_outputs(true)
+    for i in stopped:
+        vs[i] = np.zeros(np.shape(ys[i]))
 
     def f(sign: float) -> list:
         moved = list(xs)
@@ -303,7 +319,8 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
     fd = sum(float(np.vdot(v, (a - b) / (2 * EPS))) for v, a, b in zip(vs, f(1.0), f(-1.0)))
     ad = _vjp_dot(true, xs, vs, us)
     err = abs(fd - ad) / max(abs(fd), abs(ad), 1e-8)
-    result = CheckResult(op.name, bool(err < TOL), err, custom)
+    result = CheckResult(op.name, bool(err < TOL), err, custom,
+                         stopped=tuple(true.primal.output_names[i] for i in stopped))
     if custom:
         result.custom_rel_diff = custom_difference(cop, true, xs, vs)
     if not np.isfinite(fd):

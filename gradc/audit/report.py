@@ -21,7 +21,8 @@ the reason in ``"skipped"``) and ``second_order`` (forward mode over the VJP
 against differences of the VJP).  ``custom`` says whether the op's gradient
 uses a grad block; ``custom_rel_diff`` (custom ops only) is
 ``|custom - true| / |true|`` over random cotangents, information rather than a
-check.  ``audit`` (ops with a grad block of their own) is the custom-gradient
+check.  ``not_differentiated`` (where there are any) names the outputs written as
+``stop_gradient(...)`` as a whole, left out of the checks (a zero cotangent).  ``audit`` (ops with a grad block of their own) is the custom-gradient
 audit (``gradc.audit.custom_rules.AuditResult.to_dict``: ``kind`` exact/scaled/clipped/surrogate,
 ``summary``, ``surrogate`` as declared, and per gradient the evidence; see
 docs/audit.md).  ``passed`` is true when every check that ran passed.
@@ -60,6 +61,8 @@ def result_dict(r: CheckResult) -> dict:
            "note": r.note, "checks": checks}
     if r.custom:
         out["custom_rel_diff"] = _num(r.custom_rel_diff)
+    if r.stopped:
+        out["not_differentiated"] = list(r.stopped)
     audit = getattr(r, "audit", None)
     if audit is not None:
         out["audit"] = json.loads(json.dumps(audit.to_dict(), default=_num_or_str))

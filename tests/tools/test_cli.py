@@ -1,6 +1,7 @@
 """The command line: exit statuses, messages and files written."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -423,6 +424,30 @@ def test_check_says_why_a_straight_through_estimator_fails(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "the forward uses stop_gradient (line 3, column 42)" in out
     assert "grad block marked surrogate" in out
+
+
+def test_check_leaves_out_an_output_written_as_stop_gradient(tmp_path, capsys):
+    """A batch norm's running mean, ``stop_gradient(...)`` as a whole, is not
+    differentiable by declaration (PyTorch's ``mark_non_differentiable``): the check
+    gives it a zero cotangent and says so (it failed on the value's finite differences);
+    the same output without stop_gradient is checked and passes."""
+    body = ("op bn(x, w, rm: nograd, momentum: nograd = 0.1) -> (y, rm_new) {{\n"
+            "    mu = mean(x, axis=0, keepdims=true)\n"
+            "    y = (x - mu) * rsqrt(mean((x - mu)^2, axis=0, keepdims=true) + 1e-5) * w\n"
+            "    rm_new = {}((1 - momentum) * rm + momentum * mean(x, axis=0))\n}}\n")
+    path = tmp_path / "bn.grad"
+    path.write_text(body.format("stop_gradient"))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+    assert "left out: rm_new, written as stop_gradient" in capsys.readouterr().out
+    assert main(["check", str(path), "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["ops"][0]["not_differentiated"] == ["rm_new"]
+    path.write_text(body.format(""))
+    assert main(["check", str(path)]) == 0, capsys.readouterr().out
+    assert "left out" not in capsys.readouterr().out
+    # stop_gradient inside an output is still a surrogate that the check fails
+    path.write_text(body.format("").replace("* rm +", "* stop_gradient(rm * x[0]) +"))
+    assert main(["check", str(path)]) == 1
+    assert "the forward uses stop_gradient" in capsys.readouterr().out
 
 
 def test_unknown_op_names_are_errors_with_a_near_miss(capsys) -> None:
