@@ -106,7 +106,8 @@ def render_diagnostic(severity: str, code: str, message: str, span: Span | None,
 
 
 class GradcWarning(UserWarning):
-    """A suspicious but compilable construct (``W4xx``: custom gradients).
+    """A suspicious but compilable construct (``W301``: an elementwise max or min of an
+    integer, read as an axis elsewhere; ``W4xx``: custom gradients).
 
     Raised through :func:`warnings.warn` by the Python API; ``gradc compile``
     and ``gradc check`` print it to stderr in the layout of errors and exit 0.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Mapping, Sequence
 
-from gradc.errors import NameResolutionError, ShapeError, Span
+from gradc.errors import GradcWarning, NameResolutionError, ShapeError, Span
 from gradc.frontend import ast
 from gradc.frontend.builtins import CONSTANTS
 from gradc.ir.builder import Builder, misfit
@@ -188,6 +188,8 @@ class ExprLowerer:
                      self.b.const(optional[p], FLOAT, e.span)
                      for p in PRIMITIVES[name].params[len(args):]]
         if name in ("max", "min") and len(args) == 2:
+            if not self.rules:
+                self._axis_like(e)
             name = _RENAMED[name]
         elif name in ("ones_like", "zeros_like"):
             args.append(self.b.const(1.0 if name == "ones_like" else 0.0, FLOAT, e.span))
@@ -211,6 +213,26 @@ class ExprLowerer:
                 shapes = [self.graph.node(a).shape for a in args]
                 raise misfit(e.func, shapes, exc.why, exc.span) from None
         return self.b.apply(name, args, kw or None, span=e.span)
+
+    def _axis_like(self, e: ast.Call) -> None:
+        """Warn (W301) at ``max(x, -1)``: elementwise (NumPy's ``maximum``) here, but the
+        largest along axis -1 in NumPy, JAX and PyTorch (``jnp.max(x, -1)``), a silent
+        wrong answer for their users.  An integer literal other than 0 (``max(x, 0)`` is
+        relu) written without a point; ``-1.0`` says the number is meant."""
+        lit = e.args[1].operand if isinstance(e.args[1], ast.Neg) else e.args[1]
+        if not (isinstance(lit, ast.Num) and lit.is_int and lit.value != 0):
+            return
+        axis = ("-" if isinstance(e.args[1], ast.Neg) else "") + lit.text
+        number = axis + ".0"
+        warning = GradcWarning(
+            f"'{e.func}' of two arguments is elementwise: this is the {e.func}imum of its "
+            f"first argument and the number {axis}, not the "
+            f"{'largest' if e.func == 'max' else 'smallest'} element along axis {axis}, as "
+            f"NumPy, JAX and PyTorch read {e.func}(x, {axis})", e.span, "W301",
+            [f"along an axis, write {e.func}(x, axis={axis}); for the number, write "
+             f"{e.func}(x, {number}) to say so"])
+        if warning.key() not in {w.key() for w in self.graph.diagnostics}:
+            self.graph.diagnostics.append(warning)
 
     def _attr(self, key: str, v: ast.Expr, scope: Scope) -> Any:
         if isinstance(v, ast.Name) and isinstance(scope.get(v.id), Attr):

@@ -258,9 +258,9 @@ def _shifted_max(graph: Graph, node: Node) -> int | None:
 def _kept_dims(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset()
                ) -> int | None:
     """``expand_dims(r, axis)`` of a reduction ``r`` without keepdims along the same axes
-    -> ``r`` with keepdims (JAX's ``x - expand_dims(max(x, -1), -1)``), where every use
+    -> ``r`` with keepdims (JAX's ``x - expand_dims(max(x, axis=-1), -1)``), where every use
     of ``r`` is such an ``expand_dims``, directly or through ``stop_gradient`` or
-    ``identity`` (``expand_dims(stop_gradient(max(x, -1)), -1)``, which keep their place:
+    ``identity`` (``expand_dims(stop_gradient(max(x, axis=-1)), -1)``, which keep their place:
     ``stop_gradient(max(x, -1, keepdims=true))``), and no node on the way is an output
     or in ``avoid``: the same values, and a row value a reduce kernel fuses, where
     ``expand_dims`` is a library call between kernels.  :func:`stabilize` applies it

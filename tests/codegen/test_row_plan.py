@@ -81,7 +81,7 @@ def test_the_plans():
 
 
 def test_expand_dims_of_row_reductions_runs_as_keepdims(m):
-    """``x - expand_dims(max(x, -1), -1)`` is ``x - max(x, -1, keepdims=true)``: every
+    """``x - expand_dims(max(x, axis=-1), -1)`` is ``x - max(x, axis=-1, keepdims=true)``: every
     method of smjax (JAX's softmax, the gradient derived, the max under stop_gradient)
     is one reduce kernel over rows, as smkeep's, and so are the forward, vjp and
     fwd_bwd of smexp (a custom gradient), as smax's, with their values to the bit.

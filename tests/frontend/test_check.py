@@ -691,3 +691,27 @@ def test_missing_main_file(tmp_path: Path) -> None:
         load_program(tmp_path / "none.grad")
     assert info.value.message.startswith("cannot read ")
     assert info.value.span is None
+
+
+@pytest.mark.parametrize("call, warned", [("max(x, -1)", True), ("min(x, 1)", True),
+                                          ("max(x - 1, -2)", True), ("max(x, 0)", False),
+                                          ("max(x, -1.0)", False), ("max(x, axis=-1, keepdims=true)", False),
+                                          ("clip(x, -1, 1)", False)])
+def test_max_of_an_integer_warns_that_it_is_elementwise(call, warned):
+    """``max(x, -1)`` is the largest along axis -1 in NumPy, JAX and PyTorch, the
+    elementwise maximum with -1 here: W301 at the call, in a grad block too, saying how
+    to write either; not for relu's ``max(x, 0)``, a float, an axis= or clip's bounds."""
+    import warnings
+
+    import gradc
+    text = (f"op f(x: f32[n, k]) -> y {{\n    y = x + {call}\n}} grad(dy) -> dx {{\n"
+            f"    dx = dy * {call}\n}}\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gradc.compile_source(text, file="w.grad")
+    found = sorted({(w.message.span.line, w.message.span.column) for w in caught
+                    if issubclass(w.category, gradc.GradcWarning) and w.message.code == "W301"})
+    assert found == ([(2, 13), (4, 15)] if warned else []), [str(w.message) for w in caught]
+    if warned:
+        message = next(str(w.message) for w in caught if w.message.code == "W301")
+        assert "of two arguments is elementwise" in message and ".0) to say so" in message

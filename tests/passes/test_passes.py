@@ -316,7 +316,7 @@ def test_max_of_x_less_its_max_with_an_initial_is_not_rewritten(initial):
 @pytest.mark.parametrize("axes, kept", [("-1", True), ("1", True), ("(1,)", True),
                                         ("0", False)])
 def test_expand_dims_of_a_reduction_is_the_reduction_with_keepdims(axes, kept):
-    """expand_dims(max(x, 1), 1) -> max(x, 1, keepdims=true) (a row value a reduce kernel
+    """expand_dims(max(x, axis=1), 1) -> max(x, axis=1, keepdims=true) (a row value a reduce kernel
     fuses, where expand_dims is a library call), along the same axes only (axis 0: a
     new leading axis), and only where every use of the reduction is such a one."""
     src = (f"op f(x: f32[n, n]) -> y {{\n    e = exp(x - expand_dims(max(x, axis=1), {axes}))\n"
