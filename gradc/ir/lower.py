@@ -173,7 +173,9 @@ def lower_rule(graph: Graph, op: ast.OpDef, scope: Scope, outputs: Sequence[int]
         grads = [inner[g] for g in block.outputs]
         if any(scratch.node(n).op == GRAD for n in scratch.ancestors(grads)):
             moved = _stabilize(scratch)             # as lower_op's grad(): see there
-            grads = [moved.get(g, g) for g in grads]
+        else:
+            moved = _kept_dims(scratch, since)
+        grads = [moved.get(g, g) for g in grads]
         replaced = expand_gradients(scratch, scratch.ancestors(grads))
     except GradcError as exc:
         return replace(rule, error=exc)
@@ -190,6 +192,14 @@ def _stabilize(graph: Graph) -> dict[int, int]:
     each rewritten node's replacement."""
     from gradc.passes.simplify import stabilize_in_place
     return stabilize_in_place(graph)
+
+
+def _kept_dims(graph: Graph, since: int) -> dict[int, int]:
+    """A grad block's ``expand_dims`` of its reductions as keepdims reductions
+    (:func:`gradc.passes.simplify.kept_dims_in_place`, on the nodes from ``since`` on);
+    each rewritten node's replacement."""
+    from gradc.passes.simplify import kept_dims_in_place
+    return kept_dims_in_place(graph, since)
 
 
 def _check_gradient_count(op: ast.OpDef) -> None:

@@ -448,7 +448,8 @@ def _remap_regions(graph: Graph, moved: dict[int, int]) -> None:
 def stabilize(graph: Graph) -> Graph:
     """Rewrite naive spellings to stable primitives (:func:`_stable_forms`), and
     ``expand_dims`` of reductions to keepdims reductions (:func:`_kept_dims`), before
-    differentiation; nodes of custom-gradient regions are left as written."""
+    differentiation; nodes of custom-gradient regions are left as written (a grad
+    block's own: :func:`kept_dims_in_place`)."""
     out = graph.copy()
     stabilize_in_place(out)
     return out      # no DCE: a custom region's residuals may have no user yet
@@ -459,14 +460,30 @@ def stabilize_in_place(graph: Graph) -> dict[int, int]:
     (the lowering's outputs not yet set: ``gradc.ir.lower.lower_op``, before it expands
     ``grad()``)."""
     avoid = frozenset().union(*(r.nodes for r in graph.regions))
+    return _rewrite_in_place(graph, avoid, (_stable_forms, _kept_dims))
+
+
+def kept_dims_in_place(graph: Graph, since: int) -> dict[int, int]:
+    """:func:`_kept_dims` on the nodes of ``graph`` from id ``since`` on (a grad block's,
+    lowered in a scratch copy of the op's graph: ``gradc.ir.lower.lower_rule``), their
+    reductions among them; returns each rewritten node's replacement.  A grad block
+    written with ``expand_dims`` (``y * (dy - expand_dims(sum(y * dy, axis=-1), -1))``)
+    then transposes, in the op's jvp, to a row value a reduce kernel fuses, not to
+    library calls between kernels."""
+    avoid = frozenset(range(since)).union(*(r.nodes for r in graph.regions))
+    return _rewrite_in_place(graph, avoid, (_kept_dims,))
+
+
+def _rewrite_in_place(graph: Graph, avoid: frozenset[int], rules: tuple) -> dict[int, int]:
+    """Each node of ``graph`` not in ``avoid``, in topological order, replaced by the
+    first of ``rules`` that rewrites it; returns each rewritten node's replacement."""
     moved: dict[int, int] = {}
     for nid in graph.topo_order():
         if nid in avoid or graph.node(nid).op not in PRIMITIVES or \
                 graph.node(nid).op in ("param", "const"):
             continue
-        new = _stable_forms(graph, graph.node(nid), avoid=avoid)
-        if new is None:
-            new = _kept_dims(graph, graph.node(nid), avoid=avoid)
+        new = next((n for n in (rule(graph, graph.node(nid), avoid=avoid) for rule in rules)
+                    if n is not None), None)
         if new is not None and new != nid:
             graph.replace_uses(nid, new)
             moved[nid] = new
