@@ -16,7 +16,7 @@ from gradc.errors import CodegenError
 from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.fuse import Kernel, MatmulEpilogue, attach_epilogues, recompute_residuals
 from gradc.passes.fuse_reduce import ReduceKernel, fuse_reductions
-from gradc.passes.loop_ir import splits
+from gradc.passes.loop_ir import CUDA, lower, splits
 
 
 class CudaWrapperPrinter(WrapperPrinter):
@@ -28,6 +28,9 @@ class CudaWrapperPrinter(WrapperPrinter):
 
     def _empty(self, dtype: str, shape: str = "_s") -> str:
         return f"_gc_empty({shape}, {dtype}, stream)"
+
+    def loop_forms(self, step: ReduceKernel) -> list:
+        return [lower(self.graph, step, CUDA)]
 
     @staticmethod
     def lower_plan(plan):

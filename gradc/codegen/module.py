@@ -65,6 +65,7 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
     # the row plans' wrappers (gradc.passes.row_plan), which the fused CPU and CUDA
     # ones call
     rows = [(kernels, WrapperPrinter, "r"), (cuda_kernels, CudaWrapperPrinter, "cr")]
+    in_place = {}       # wrapper name -> the (out, input) pairs it allows in place
     for i, variant in enumerate(cop.rows if kernels or cuda_kernels else ()):
         out.insert(-1, f"_SIG_gr{i}_{name} = {_signature(variant.cop)!r}\n")
         for kset, printer, tag in rows:
@@ -73,6 +74,7 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
                             kset, f"_g{tag}{i}_{name}_{m}", f"_g{tag}k{i}_{name}_{m}")
                 w.sig = f"_SIG_gr{i}_{name}"
                 out.insert(-1, w.render())
+                in_place[w.fn_name] = w.inplace_pairs
     for kset, printer, ns, depth, variants in targets:
         if ns:
             out.append(f"    class {ns}:\n")
@@ -88,7 +90,8 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
                 w.label += ".unfused" if variant == "unfused" else ""   # in its errors
                 if ns != "dask" and variant == "fused":
                     tag = "cr" if ns == "cuda" else "r"
-                    w.rows = [(v, f"_g{tag}{i}_{name}_{m}") for i, v in enumerate(cop.rows)]
+                    w.rows = [(v, f"_g{tag}{i}_{name}_{m}", in_place[f"_g{tag}{i}_{name}_{m}"])
+                              for i, v in enumerate(cop.rows)]
                 out.append("".join(pad + line if line else line
                                    for line in w.render().splitlines(keepends=True)))
     methods = lambda ns: "{" + ", ".join(f"{m!r}: {ns}.{m}" for m in METHODS

@@ -25,7 +25,8 @@ from gradc.ir.shapes import Shape
 from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, MatmulEpilogue, value_used
 from gradc.passes import row_plan
 from gradc.passes.fuse_reduce import ROW, ReduceKernel, cpu_plan
-from gradc.passes.loop_ir import GATHER_ROWS, gathered, online, splits
+from gradc.passes.loop_ir import (CPU, GATHER_ROWS, gathered, lower, online, splits,
+                                  stores_after_reads)
 from gradc.passes.row_schedule import PER_COL, PER_ROW, SCALAR, input_slots
 from gradc.pipeline import CompiledOp, Method
 
@@ -109,8 +110,10 @@ class WrapperPrinter:
         self.after_blas = False       # a matmul step has been printed
         self.fresh: set[int] = set()  # results stored by a kernel in a buffer of their shape
         self.sig = f"_SIG_{py_name(cop.op.name)}"     # the signature's variable
-        # Row plans to try first, (RowVariant, wrapper name) (gradc.passes.row_plan)
+        # Row plans to try first, (RowVariant, wrapper name, the (out, input) pairs its
+        # wrapper allows in place) (gradc.passes.row_plan)
         self.rows: list = []
+        self.inplace_pairs: tuple = ()      # this wrapper's, once rendered
 
     def render(self) -> str:
         g, cop, b = self.graph, self.cop, self.buf
@@ -141,7 +144,7 @@ class WrapperPrinter:
         early = [self.shape_expr(s, early=True) for s in g.output_shapes]
         kinds = "".join("f" if g.node(o).dtype == FLOAT else "-" for o in g.outputs)
         labels = tuple(g.node(p).attr("name") for p in params + ups)
-        inplace = self._inplace_pairs(params + ups)
+        inplace = self.inplace_pairs = self._inplace_pairs(params + ups)
         self.in_place = {k for k, _ in inplace}       # the outs that may be inputs
         self.arguments = inputs                         # the arrays out= may be
         b.line(f"_S = ({', '.join(early)}{',' if len(early) == 1 else ''})")
@@ -150,8 +153,9 @@ class WrapperPrinter:
         self._check_upstreams(ups, {e: f"_S[{k}]" for k, e in reversed(list(enumerate(early)))})
         b.line("_out = " + self.helper("out_tuple", f"_n, out, _S, {kinds!r}, {inputs}, {labels!r}"
                                       + (f", {inplace!r}" if inplace else "")))
-        for variant, fn in self.rows:
-            self._row_dispatch(variant, fn, names, ups, inplace, single=(
+        for variant, fn, pairs in self.rows:
+            refused = tuple(pair for pair in inplace if pair not in pairs)
+            self._row_dispatch(variant, fn, names, ups, refused, single=(
                 self.method.name == "forward" and len(g.outputs) == 1))
         for k, step in enumerate(self.plan.steps):
             if isinstance(step, ReduceKernel):
@@ -173,13 +177,14 @@ class WrapperPrinter:
         b.line("return _r[0]" if single else "return _r")
         return b.getvalue()
 
-    def _row_dispatch(self, variant, fn: str, names: list[str], ups: list[int], inplace,
+    def _row_dispatch(self, variant, fn: str, names: list[str], ups: list[int], refused,
                       single: bool) -> None:
         """Run the row plan ``variant`` (wrapper ``fn``) when the arguments fit it: the
         full ones of one shape of a rank it serves, the columns of its last dim, the
-        result dtype the compute dtype, and no out[k] an input itself (the row plan may
-        not allow it in place).  Arguments and out= buffers go as C-contiguous views
-        with the leading dims collapsed; the results come back reshaped."""
+        result dtype the compute dtype, and no out[k] input j itself for the pairs
+        ``(k, j)`` of ``refused`` (this method allows them in place, the row plan does
+        not).  Arguments and out= buffers go as C-contiguous views with the leading dims
+        collapsed; the results come back reshaped."""
         b, spec = self.buf, variant.cop.methods[self.method.name].graph
         dims = {row_plan.ROWS: "_R", row_plan.ROW: "_K"}
 
@@ -192,8 +197,8 @@ class WrapperPrinter:
         b.line(f"_v = _g_row_shape(({', '.join(names)},), {forms!r}, "
                f"{variant.ranks[self.method.name]}{least})")
         every = ", ".join(names + [self.vars[u] for u in ups]) + ","
-        free = (" and " + self.helper("rows_apart", f"_out, ({every}), {inplace!r}")
-                if inplace else "")
+        free = (" and " + self.helper("rows_apart", f"_out, ({every}), {refused!r}")
+                if refused else "")
         b.line(f"if _v is not None and _T is _RT.type{free}:")
         b.indent()
         b.line("_R, _K = _v")
@@ -283,35 +288,36 @@ class WrapperPrinter:
 
         A kernel out[k] is written by step s: every read of input j (or of a library
         result that may be a view of it) must come before s, or be s's own
-        element-by-element read of input j itself, and no result may be such a view.
+        element-by-element read of input j itself before it writes that element (a
+        reduce kernel's passes over a row: :func:`~gradc.passes.loop_ir.stores_after_reads`
+        in every form of its loops the backend runs), and no result may be such a view.
         A reduce kernel's combined partial is written after its step s: every read
         must be at s or before.  An out[k] filled by ``_g_finish`` after all steps:
         no later result may be one.
         """
         g, steps = self.graph, self.plan.steps
-        written = {}                 # slot -> (step, written after the step's reads)
+        written = {}         # slot -> (step, written after the step's reads, the value)
         for s, step in enumerate(steps):
             if isinstance(step, Kernel):
                 for after, values in ((False, step.outputs),
                                       (True, getattr(step, "partials", ()))):
                     for nid in values:
                         if (slot := self.slots.get(nid)) is not None:
-                            written[slot] = (s, after)
+                            written[slot] = (s, after, nid)
         pairs = []
         for j, p in enumerate(inputs):
-            views, reads = {p}, []            # reads: (step, only p itself, elementwise)
+            views, reads = {p}, []     # reads: (step, p itself read elementwise: its kernel)
             for s, step in enumerate(steps):
                 if isinstance(step, Kernel):
                     hit = views.intersection(step.inputs)
-                    if hit:     # a reduce kernel may read a row again after writing it
-                        own = hit == {p} and getattr(step, "flat", True)
-                        reads.append((s, own))
+                    if hit:
+                        reads.append((s, step if hit == {p} else None))
                     continue
                 node = g.node(step.node)
                 prim = PRIMITIVES[node.op]
                 read = {a for i, a in enumerate(node.args) if i not in prim.shape_only}
                 if value_used(g, step.node) and views & read:
-                    reads.append((s, False))
+                    reads.append((s, None))
                     if node.op != "matmul" and prim.kind != "reduction":
                         views.add(step.node)          # a view of p, perhaps
             later = [k for k, o in enumerate(g.outputs) if o in views]
@@ -319,12 +325,32 @@ class WrapperPrinter:
                 if k not in written:
                     ok = all(pos <= k for pos in later)
                 else:
-                    s, after = written[k]
-                    ok = not later and all(r < s or (r == s and (own or after))
-                                           for r, own in reads)
+                    s, after, nid = written[k]
+                    ok = not later and all(
+                        r < s or (r == s and (after or own is not None and
+                                              self._stores_after_reads(own, p, nid)))
+                        for r, own in reads)
                 if ok:
                     pairs.append((k, j))
         return tuple(pairs)
+
+    def _stores_after_reads(self, step: Kernel, p: int, nid: int) -> bool:
+        """Whether kernel ``step`` reads input ``p`` element by element before it stores
+        its value ``nid`` there: an elementwise kernel does; a reduce kernel's passes
+        over rows where :func:`~gradc.passes.loop_ir.stores_after_reads` says so, in
+        every form of its loops this backend runs (:meth:`loop_forms`)."""
+        if not isinstance(step, ReduceKernel) or step.flat:
+            return True
+        slots = {i for i, (x, _) in enumerate(input_slots(self.graph, step)) if x == p}
+        return all(stores_after_reads(loops, slots, nid) for loops in self.loop_forms(step))
+
+    def loop_forms(self, step: ReduceKernel) -> list:
+        """The loop IRs of reduce kernel ``step`` this backend runs: on the CPU, its
+        loops, and its online form where it has one (long rows)."""
+        forms = [lower(self.graph, step, CPU)]
+        if online(self.graph, step):
+            forms.append(lower(self.graph, step, CPU, online=True))
+        return forms
 
     def _check_upstreams(self, ups: list[int], known: dict[str, str]) -> None:
         """Cotangents (``vjp``, ``fwd_bwd``) or tangents (``jvp``) converted and

@@ -378,6 +378,46 @@ class ReduceLoops:
     online: bool = False
 
 
+def stores_after_reads(loops: ReduceLoops, slots: set[int], output: int) -> bool:
+    """Whether the kernel of ``loops`` may store its element output ``output`` over the
+    very array its input slots ``slots`` read (called in place, ``f(x, out=x)``): every
+    read of those slots is in a pass before the first that stores the output, or in that
+    pass's loop over the row, where each element is read before it is stored (a
+    statement list reads, then stores); none comes later (a later pass, a centred or
+    online loop over a block of that pass, which runs after its stores, a fallback loop
+    over the row, a row step after the passes).  A row's passes run in order on every
+    target (split rows: a pass over every segment before the next), so this holds for
+    each element of each row."""
+    if loops.flat:
+        return True
+    out = Buffer("output", output)
+    first = next((i for i, ps in enumerate(loops.passes)
+                  if any(isinstance(st, Store) and st.buffer == out for st in ps.body)), None)
+    if first is None:
+        return False
+    for i, ps in enumerate(loops.passes[first:], first):
+        if _reads(ps.centred, slots) or _reads(ps.online, slots):
+            return False
+        if i > first and (_reads(ps.before, slots) or _reads(ps.body, slots)):
+            return False
+    body = loops.passes[first].body
+    stored = next(k for k, st in enumerate(body) if isinstance(st, Store) and st.buffer == out)
+    return not _reads(body[stored:], slots) and not _reads(loops.after, slots) \
+        and not _reads(loops.row_end, slots)
+
+
+def _reads(statements, slots: set[int]) -> bool:
+    """Whether any of ``statements`` reads one of the input ``slots`` (a load, a fallback
+    loop's, a centre's or an online sum's read of its input row)."""
+    for st in statements:
+        if isinstance(st, Load) and st.slot in slots or \
+                isinstance(st, Finish) and _reads(st.fallback, slots) or \
+                isinstance(st, Centre) and slots.intersection(st.slots) or \
+                isinstance(st, Online) and st.slot in slots:
+            return True
+    return False
+
+
 def splits(graph: Graph, kernel: ReduceKernel) -> bool:
     """Whether a reduce kernel also runs as split rows (the CPU's :data:`SPLIT`, CUDA's
     ``_GC_SPLIT``): every kernel
