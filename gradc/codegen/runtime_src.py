@@ -325,7 +325,9 @@ def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
     """Check the ``out=`` argument before any work: None, an array (one result) or a
     tuple of ``len(shapes)`` arrays, each C-contiguous, writeable, of its result's
     shape, floating-point where ``kinds[k]`` is ``"f"``, and overlapping neither
-    another out nor an input.
+    another out nor an input.  A subclass of ``np.ndarray`` (``np.matrix``, whose
+    reshape stays 2-d; ``np.memmap``) is written through a plain view of its memory,
+    which is returned; a masked array is a TypeError (its mask would not be honoured).
 
     ``inputs`` are the arguments (``names`` theirs); ``inplace`` lists the
     ``(k, j)`` pairs for which out[k] may be the very array of input j: the
@@ -343,9 +345,15 @@ def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
                else type(out).__name__)
         raise TypeError(f"{op}: out= must be {'an array or ' if n == 1 else ''}"
                         f"a tuple of {n} array{'s' if n != 1 else ''}, got {got}")
+    outs = list(outs)
     for k, o in enumerate(outs):
         if not isinstance(o, np.ndarray):
             raise TypeError(f"{op}: out[{k}] must be a numpy.ndarray, got {type(o).__name__}")
+        if isinstance(o, np.ma.MaskedArray):
+            raise TypeError(f"{op}: out[{k}] is a masked array; the kernels would write "
+                            "through its mask (pass its .data)")
+        if type(o) is not np.ndarray:       # np.matrix reshapes to 2-d: a plain view
+            outs[k] = o = o.view(np.ndarray)
         if o.shape != shapes[k]:
             raise ValueError(f"{op}: out[{k}] must have shape {shapes[k]}, got {o.shape}")
         if kinds[k] == "f" and o.dtype.kind != "f":

@@ -260,3 +260,24 @@ def test_column_sums_over_many_rows(m):
     got = m.lnorm.fwd_bwd(*(a.astype(np.float32) for a in (x, w, b, dy)))
     for a, c in zip(got, want):
         np.testing.assert_allclose(a, c, rtol=1e-5, atol=1e-5)
+
+
+def test_outs_of_ndarray_subclasses(m):
+    """np.matrix as out= (its reshape stays 2-d: the kernels wrote out of bounds, a
+    segfault; found by helper 51) is written through a plain view of its memory, in the
+    row plan, the generic plan and unfused alike; a masked array is a TypeError, as a
+    masked input is (its mask would not be honoured), nothing written."""
+    rng = np.random.default_rng(5)
+    x, dy = rng.standard_normal((6, 33)), rng.standard_normal((6, 33))
+    want = m.smax.unfused.fwd_bwd(x, dy)
+    for fn in (m.smax, m.smax.unfused):
+        out = np.asmatrix(np.full(x.shape, np.nan))
+        assert np.shares_memory(fn(x, out=out), out)
+        _same(np.asarray(out), want[0])
+        outs = (np.asmatrix(np.full(x.shape, np.nan)), np.asmatrix(np.full(x.shape, np.nan)))
+        fn.fwd_bwd(x, dy, out=outs)
+        _same(tuple(np.asarray(o) for o in outs), want)
+    masked = np.ma.masked_array(np.zeros(x.shape), mask=np.eye(*x.shape, dtype=bool))
+    with pytest.raises(TypeError, match=r"out\[0\] is a masked array"):
+        m.smax(x, out=masked)
+    assert not masked.data.any()
