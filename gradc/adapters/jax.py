@@ -340,7 +340,10 @@ class _Fn:
                     return (None,) * len(args)
                 values, seed = self.split(args)     # the forward's seed: the same numbers
                 grads = iter(self.derivative("vjp").rev()(*values, *cts, *seed))
-                return tuple(next(grads) if d else None for d in self.diff) + (None,) * len(seed)
+                # each gradient in its primal's dtype (the VJP computes in the op's
+                # compute dtype: a float16 x beside float32 weights gets float32 there)
+                return tuple(_like(next(grads), a) if d else None
+                             for a, d in zip(args, self.diff)) + (None,) * len(seed)
 
             f.defvjp(fwd, bwd)
             self._made["rev"] = f
@@ -367,6 +370,11 @@ class _Fn:
             f.defjvp(rule)
             self._made["fwd"] = f
         return self._made["fwd"]
+
+
+def _like(g, a):
+    """Gradient ``g`` in the dtype of its primal ``a``, as JAX gives it."""
+    return g if g.dtype == a.dtype else g.astype(a.dtype)
 
 
 def _host(run: Callable, ranks: tuple, specs: tuple, draws: bool, *arrays) -> tuple:

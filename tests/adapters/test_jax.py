@@ -398,6 +398,24 @@ def test_float16_and_float64_dtypes(act, x64, lowering):
                                    rtol=1e-3 if dt == jnp.float16 else 1e-6)
 
 
+def test_each_gradient_in_its_primal_dtype(tmp_path, x64, lowering):
+    """Mixed dtypes: the op computes in the widest (float32 for a float16 x beside a
+    float32 b), and each gradient comes back in its own primal's dtype, as JAX's are
+    (the XLA lowering gave x's in float32; found by helper 51)."""
+    path = tmp_path / "bias.grad"
+    path.write_text("op add_bias(x, b) -> y {\n    y = x + b\n}\n")
+    f = as_jax(gradc.load(path).add_bias, lowering=lowering)
+    for dx_t, db_t in ((jnp.float16, jnp.float32), (jnp.float32, jnp.float64)):
+        x, b = jnp.asarray([[-1.0, 0.5, 2.0]], dx_t), jnp.asarray([0.25, 0.0, -1.0], db_t)
+        loss = lambda x, b: (f(x, b) ** 2).sum()                        # noqa: E731
+        for grad in (jax.grad(loss, argnums=(0, 1)), jax.jit(jax.grad(loss, argnums=(0, 1)))):
+            dx, db = grad(x, b)
+            assert (dx.dtype, db.dtype) == (dx_t, db_t)
+            want = 2 * (np.asarray(x, np.float64) + np.asarray(b, np.float64))
+            np.testing.assert_allclose(dx, want, rtol=2e-3)
+            np.testing.assert_allclose(db, want.sum(0), rtol=2e-3)
+
+
 def test_vmap_elementwise_aligns_ranks_and_keeps_gradients_per_example(tmp_path, lowering):
     """An elementwise op runs once for the batch; a gradient of an unbatched input
     stays per example (not summed over the batch); an (n,) input meets an (m, n)
