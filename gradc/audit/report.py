@@ -22,8 +22,9 @@ against differences of the VJP).  ``custom`` says whether the op's gradient
 uses a grad block; ``custom_rel_diff`` (custom ops only) is
 ``|custom - true| / |true|`` over random cotangents, information rather than a
 check.  ``not_differentiated`` (where there are any) names the outputs written as
-``stop_gradient(...)`` as a whole, left out of the checks (a zero cotangent).  ``audit`` (ops with a grad block of their own) is the custom-gradient
-audit (``gradc.audit.custom_rules.AuditResult.to_dict``: ``kind`` exact/scaled/clipped/surrogate,
+``stop_gradient(...)`` as a whole, left out of the checks (a zero cotangent).
+``audit`` (ops with a grad block of their own) is the custom-gradient audit
+(``gradc.audit.custom_rules.AuditResult.to_dict``: ``kind`` exact/scaled/clipped/surrogate,
 ``summary``, ``surrogate`` as declared, and per gradient the evidence; see
 docs/audit.md).  ``passed`` is true when every check that ran passed.
 """
