@@ -249,3 +249,33 @@ def test_rows_of_one_element(mods, monkeypatch):
                                   [np.nan, np.nan, np.nan, 1, 1, 1])
     np.testing.assert_array_equal(got["log_softmax_rows"]["forward"][0][:, 0],
                                   [np.nan, np.nan, np.nan, 0, 0, 0])
+
+
+@pytest.mark.parametrize("split", [WHOLE, SPLIT], ids=["whole", "split"])
+def test_in_place_row_plans(mods, monkeypatch, splits, split):
+    """out= an input itself on the device: the forwards into x and the vjps' dx into dy
+    where the row plan's loops read each element before they store over it
+    (loop_ir.stores_after_reads on CUDA's loops), the values of the call out of place;
+    log-softmax's vjp reads dy again after it stores dx: refused, dy untouched."""
+    ops = mods[0]
+    monkeypatch.setattr(ops.module, "_GC_SPLIT", split)
+    rng = np.random.default_rng(11)
+    x, dy = rng.standard_normal((4, 20)), rng.standard_normal((4, 20))
+    for name in OPS[:4]:
+        args = _args(name, x, rng)
+        f = getattr(ops, name).cuda
+        want = _host(f(*[cuda.to_device(a) for a in args]))
+        dev = [cuda.to_device(a) for a in args]
+        f(*dev, out=dev[0])
+        np.testing.assert_array_equal(dev[0].copy_to_host(), want[0], err_msg=name)
+        want = _host(f.vjp(*[cuda.to_device(a) for a in args], cuda.to_device(dy)))
+        dev, ddy = [cuda.to_device(a) for a in args], cuda.to_device(dy)
+        outs = (ddy,) + tuple(cuda.to_device(np.empty_like(w)) for w in want[1:])
+        if name == "log_softmax_rows":
+            with pytest.raises(ValueError, match=r"out\[0\] overlaps input 'dy'"):
+                f.vjp(*dev, ddy, out=outs)
+            np.testing.assert_array_equal(ddy.copy_to_host(), dy)
+            continue
+        f.vjp(*dev, ddy, out=outs)
+        np.testing.assert_array_equal(ddy.copy_to_host(), want[0], err_msg=name)
+    assert bool(splits) == (split == SPLIT)
