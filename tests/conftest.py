@@ -23,16 +23,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # on short files instead of one idling while the other runs a long one: _LONGEST, the
 # groups that took longest alone (seconds of one file's run on one core, 2026-12-04
 # after branch suite5's trims: adapters 279, primitives 166, PTX 152, reduce kernels
-# 125, testgen 120, safe gradients ~100, docs 83, hostile arrays 80, simulator ~50,
-# kernel examples 51; test_bench where the earlier measure put it; split rows 68,
-# 2026-12-05), then the other
+# 125, testgen 120, safe gradients ~100, docs 83, hostile arrays 80, kernel examples
+# 51; test_bench where the earlier measure put it; split rows 68, 2026-12-05; the
+# simulator, ~50 then, 158 on 2026-12-05 in session 33 (its suite 138 s in one
+# subprocess, gpu_check's run 20), then the other
 # files with ``slow`` tests, then the rest in their order.
 _SHARED_WORKER = {"tests/adapters/": "adapters"}
-_LONGEST = ("adapters", "tests/ir/test_primitives.py", "tests/cuda/test_ptx.py",
+_LONGEST = ("adapters", "tests/ir/test_primitives.py", "tests/cuda/test_simulator.py",
+            "tests/cuda/test_ptx.py",
             "tests/codegen/test_reduce_kernels.py", "tests/tools/test_testgen.py",
             "tests/numerics/test_safe_gradients.py", "tests/test_docs.py",
             "tests/codegen/test_hostile_arrays.py", "tests/codegen/test_split_rows.py",
-            "tests/cuda/test_simulator.py",
             "tests/test_kernel_examples.py", "tests/tools/test_bench.py")
 
 
