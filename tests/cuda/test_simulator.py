@@ -36,6 +36,7 @@ def test_simulator_suite(tmp_path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("gpu_check in the simulator")   # beside the suite, not after it
 def test_gpu_check_runs_end_to_end_in_the_simulator(tmp_path) -> None:
     """Every op of the examples through every CUDA method against the IR
     interpreter (no CPU kernel is compiled), the bandwidth table, the math table
