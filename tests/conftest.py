@@ -25,16 +25,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # after branch suite5's trims: adapters 279, primitives 166, PTX 152, reduce kernels
 # 125, testgen 120, safe gradients ~100, docs 83, hostile arrays 80, kernel examples
 # 51; test_bench where the earlier measure put it; split rows 68, 2026-12-05; the
-# simulator, ~50 then, 158 on 2026-12-05 in session 33 (its suite 138 s in one
-# subprocess, gpu_check's run 20), then the other
-# files with ``slow`` tests, then the rest in their order.
+# simulator's files, each in a process and a group of its own, 40, 35 and 28 s alone
+# (session 33: 138 s together in one worker's process, 2026-12-05), gpu_check in the
+# simulator 20), then the other files with ``slow`` tests, then the rest in their order.
 _SHARED_WORKER = {"tests/adapters/": "adapters"}
-_LONGEST = ("adapters", "tests/ir/test_primitives.py", "tests/cuda/test_simulator.py",
-            "tests/cuda/test_ptx.py",
+_LONGEST = ("adapters", "tests/ir/test_primitives.py", "tests/cuda/test_ptx.py",
             "tests/codegen/test_reduce_kernels.py", "tests/tools/test_testgen.py",
             "tests/numerics/test_safe_gradients.py", "tests/test_docs.py",
             "tests/codegen/test_hostile_arrays.py", "tests/codegen/test_split_rows.py",
-            "tests/test_kernel_examples.py", "tests/tools/test_bench.py")
+            "simulator test_sim_ops.py", "tests/test_kernel_examples.py",
+            "simulator test_sim_split_rows.py", "simulator test_sim_rowwise_special.py",
+            "tests/cuda/test_simulator.py", "tests/tools/test_bench.py")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -25,18 +25,27 @@ def _simulator_env(tmp_path: Path) -> dict:
     return env
 
 
+# The simulator's test files, each run in a process of its own and a group of its own
+# (tests/conftest.py ranks them): the two workers share them, where one process
+# running all three took 138 s of one worker.
+SIM_FILES = ("test_sim_ops.py", "test_sim_split_rows.py", "test_sim_rowwise_special.py")
+
+
 @pytest.mark.slow
-def test_simulator_suite(tmp_path) -> None:
+@pytest.mark.parametrize("name", [pytest.param(f, marks=pytest.mark.xdist_group(f"simulator {f}"))
+                                  for f in SIM_FILES])
+def test_simulator_suite(tmp_path, name) -> None:
+    assert sorted(SIM_FILES) == sorted(p.name for p in (ROOT / "tests" / "cuda" / "sim").glob(
+        "test_*.py")), "a new file in tests/cuda/sim belongs in SIM_FILES"
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-         str(ROOT / "tests" / "cuda" / "sim")],
+         str(ROOT / "tests" / "cuda" / "sim" / name)],
         cwd=ROOT, env=_simulator_env(tmp_path), capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("gpu_check in the simulator")   # beside the suite, not after it
 def test_gpu_check_runs_end_to_end_in_the_simulator(tmp_path) -> None:
     """Every op of the examples through every CUDA method against the IR
     interpreter (no CPU kernel is compiled), the bandwidth table, the math table
