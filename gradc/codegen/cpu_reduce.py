@@ -181,7 +181,7 @@ class _CpuLoops(LoopPrinter):
             buf.line(f"_k{pos[n]} = {_own('empty', '_N')}")
         if loops.prefetch_rows is not None:
             lo, hi = loops.prefetch_rows
-            buf.line(f"_pf = {lo} <= _N and _N * _w.itemsize <= {hi}")
+            buf.line(f"_pf = {lo} < _N * _w.itemsize <= {hi}")
         buf.line("for _r in range(_r0, _r1):")
         buf.indent()
         buf.line("_lo = _r * _N")

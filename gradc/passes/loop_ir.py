@@ -53,10 +53,13 @@ CPU, CUDA = "cpu", "cuda"
 # the blocks are added in float64.
 BLOCK = 256
 
-# The rows whose next row a reduce kernel prefetches: at least this many elements
-# (shorter rows follow each other within a page, where the hardware's prefetchers
-# work), of at most this many bytes (a longer row's own passes fill the caches).
-PREFETCH_ROWS = (512, 1 << 17)
+# The rows whose next row a reduce kernel prefetches: of more than the first many bytes
+# (a page: shorter rows follow each other within a page, where the hardware's
+# prefetchers work; rows of one page ran faster without the hints, softmax's fwd_bwd
+# 1.2-1.4x and log-softmax's 1.2x at rows of 1024 float32, one thread; layer and RMS
+# norm's and cross-entropy's 0.92-1.1x, two threads; rows of 2048 still gain from
+# them, session 34), and at most the second (a longer row's own passes fill the caches).
+PREFETCH_ROWS = (4096, 1 << 17)
 
 # Rows a sum across rows gathers in the compute dtype before its float64 partial.
 GATHER_ROWS = 16
@@ -557,6 +560,10 @@ class _Lowering:
                 if p == prefetch_pass and streamed:
                     ps.prefetch = Prefetch(tuple(streamed), tuple(self.elem_outputs()))
             ps.body = self.body(p, dict(ps.block_sums))
+            loops.passes.append(ps)
+        if self.cpu:
+            deferred(sch, loops.passes)
+        for p, ps in enumerate(loops.passes):
             if self.cpu:
                 ps.body, ps.staged = staged(graph, sch, ps.body)
                 if ps.staged and not ps.block:
@@ -568,7 +575,6 @@ class _Lowering:
                     if b.kind == "stage" and b not in loops.stages:
                         loops.stages.append(b)
             ps.segment_starts, ps.first_cols = self.segment_starts(p, ps.before)
-            loops.passes.append(ps)
         loops.after = self.row_steps(sch.passes)
         loops.row_end = [Store(n, Buffer("output", n)) for n in kernel.outputs
                          if self.lv[n] == ROW]
@@ -786,10 +792,11 @@ class _Lowering:
         every pass in blocks reads the row first, one with centred sums, whose second
         loop over each block reads only the block, in cache (layer norm's fwd_bwd of
         two passes, its statistics pass: 1.09x at rows of 1024, two threads; RMS
-        norm's first pass, a sum of squares, ran 0.89x with them).  The next row's element outputs are prefetched for writing (one thread, rows of
-        1024: softmax's fused fwd_bwd 1.26x, layer norm's 1.20x).  A pass without sums
-        is not run in blocks for the hints (RMS norm's last pass: 0.75-0.88x in
-        blocks)."""
+        norm's first pass, a sum of squares, ran 0.89x with them).  The next row's
+        element outputs are prefetched for writing (one thread, rows of 1024: softmax's
+        fused fwd_bwd 1.26x, layer norm's 1.20x, session 18; since session 34 rows of
+        1024 float32 take no hints, :data:`PREFETCH_ROWS`).  A pass without sums is not
+        run in blocks for the hints (RMS norm's last pass: 0.75-0.88x in blocks)."""
         sch = self.sch
         streamed_slots = [self.slots[j] for j in streamed]
         seen: set[tuple[int, str]] = set()
@@ -870,6 +877,52 @@ def staged(graph: Graph, sch: Schedule, body: list) -> tuple[list, list[tuple[Up
             rest.append(Stage(s.node, s.arg))
             there.add(b)
     return rest, moved
+
+
+def deferred(sch: Schedule, passes: list[Pass]) -> None:
+    """CPU: move an element output's store out of a pass with sums that LLVM adds in
+    its own order (which :func:`staged` would run in a second loop) into the later pass
+    that reads the output back, where that pass has no such sums: the pass keeps the
+    value in a scratch row instead, one whose own value it reads for the last time (at
+    the same element, before the store), and the later passes read it from there.
+
+    No row more: softmax's ``fwd_bwd`` keeps ``exp(x - max)`` in scratch for its third
+    pass, which computes ``y``, sums ``y * dy`` and stored ``y`` for the fourth, which
+    reads it back for ``dx``; now the third stores ``y`` over the ``exp`` and the fourth
+    stores ``y`` and ``dx``. The third pass's sum runs in its loop, not in a second one
+    over a stage row, and the row's working set stays five rows (four of the arrays,
+    the scratch row). Rows of 1024 float32, two threads: 1.2-1.35x (a new scratch row
+    for ``y`` instead: 1.0x, the sixth row crowds the L1 cache)."""
+    def summing(body: list) -> bool:
+        return any(isinstance(s, Update) and not s.acc.column and s.reassoc for s in body)
+
+    def uses(body: list, buffer: Buffer) -> bool:
+        return any(isinstance(s, (LoadBack, Store)) and s.buffer == buffer for s in body)
+
+    taken: set[int] = set()
+    for p, ps in enumerate(passes):
+        if not summing(ps.body):
+            continue
+        for k, s in enumerate(ps.body):
+            if not (isinstance(s, Store) and s.buffer.kind == "output"):
+                continue
+            back = LoadBack(s.node, s.buffer)
+            later = [q for q in range(p + 1, len(passes)) if back in passes[q].body]
+            if not later or summing(passes[later[0]].body):
+                continue
+            free = [m for m in sch.scratch if m not in taken
+                    and LoadBack(m, Buffer("scratch", m)) in ps.body
+                    and not any(uses(passes[q].body, Buffer("scratch", m))
+                                for q in range(p + 1, len(passes)))]
+            if not free:
+                continue
+            taken.add(free[0])
+            row = Buffer("scratch", free[0])
+            ps.body[k] = Store(s.node, row)
+            for q in later:
+                passes[q].body = [LoadBack(s.node, row) if t == back else t
+                                  for t in passes[q].body]
+            passes[later[0]].body.append(s)
 
 
 def _blocked(kind: str, k: int) -> bool:

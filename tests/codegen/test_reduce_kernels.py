@@ -399,11 +399,16 @@ def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() ->
         "    for _ch in numba.prange(_C):",
         "        _gk_softmax_fwd_bwd_0_chunks(_o0, _o1, _i0, _i1, _R, _N, _C, _ch, _ch + 1, _w)"]
     assert "_gk_softmax_fwd_bwd_0_chunks(_v" in text and "_fwd_bwd_0_serial" not in text
-    # four passes; the two with sums in blocks, or as one loop where rows are short; the
-    # one that stores y sums y * dy in a second loop (loop_ir.staged; the exp pass
-    # stores only to its scratch row)
-    assert body.count("for _c in range(_N)") == 5 and body.count("for _c in range(_e - _b)") == 3
+    # four passes; the two with sums in blocks, or as one loop where rows are short,
+    # each summing in its own loop: the exp pass stores only to its scratch row, the
+    # third keeps y there too, over the exp it read (loop_ir.deferred), and the fourth
+    # stores y to its output with dx
+    assert body.count("for _c in range(_N)") == 4 and body.count("for _c in range(_e - _b)") == 2
     assert body.count("if _N <= 256:") == 2
+    assert body.count("_k2b[_c] = v4") == 1 and body.count("_k2[_c] = v4") == 1
+    fourth = body[body.rindex("for _c in range(_N)"):]
+    assert "v4 = _k2[_c]" in fourth and "_o0r[_c] = v4" in fourth and "_o0r" not in \
+        body[:body.rindex("for _c in range(_N)")].replace("_o0r = _g_view", "")
     lines = [line.strip() for line in body.splitlines()]
     hints = [i for i, line in enumerate(lines) if line.startswith("_g_prefetch")]
     assert [lines[i] for i in hints] == ["_g_prefetch(_i0, _lo + _N + _b, _lo + _N + _e)",
@@ -413,7 +418,7 @@ def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() ->
     max_done = next(i for i, line in enumerate(lines) if line.startswith("u0 = "))
     sum_done = next(i for i, line in enumerate(lines) if line.startswith("u3 = "))
     assert max_done < hints[0] < hints[-1] < sum_done
-    assert "_pf = 512 <= _N" in body
+    assert "_pf = 4096 < _N * _w.itemsize <= 131072" in body     # rows of more than a page
     # one pass that streams the row, one that computes y: nothing to overlap
     assert "_g_prefetch" not in kernel_text(text, "_gk_scale_forward_0_chunks")
 

@@ -8,9 +8,9 @@ import pytest
 from gradc.frontend.check import check_source
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
 from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_ROWS, Acc, Buffer, Centre, Finish,
-                                  LoadBack, Online, Prefetch, Shift, Stage, Store, Tree, Update,
-                                  lower, online)
-from gradc.passes.row_schedule import centred_sums, online_sums
+                                  LoadBack, Online, Pass, Prefetch, Shift, Stage, Store, Tree,
+                                  Update, deferred, lower, online)
+from gradc.passes.row_schedule import Schedule, centred_sums, online_sums
 from gradc.pipeline import build_op
 from row_sources import LAYER_NORM_ROWS, SOFTMAX_ROWS
 
@@ -54,13 +54,51 @@ def test_cpu_softmax_fwd_bwd_runs_the_exp_pass_in_blocks_with_the_next_rows_hint
     # exp is kept in a row of scratch and stored by the exp pass
     assert [graph.node(n).op for n in loops.scratch] == ["exp"]
     assert Store(loops.scratch[0], Buffer("scratch", loops.scratch[0])) in exp_pass.body
-    # the last pass reads y back from its output's row, and stores dx
-    last = loops.passes[-1].body
-    assert LoadBack(y, Buffer("output", y)) in last
-    assert last[-1] == Store(dx, Buffer("output", dx))
+    # the third pass sums y * dy in its own loop: it keeps y in the exp's scratch row,
+    # over the exp it has read (deferred); the last reads y from there and stores y and
+    # dx, so that no pass with a sum stores to an output (nothing staged)
+    k = Buffer("scratch", loops.scratch[0])
+    third, last = loops.passes[2].body, loops.passes[-1].body
+    assert LoadBack(loops.scratch[0], k) in third and third[-1] == Store(y, k)
+    assert not any(isinstance(s, Store) and s.buffer.kind == "output" for s in third)
+    assert LoadBack(y, k) in last and LoadBack(y, Buffer("output", y)) not in last
+    assert last[-2:] == [Store(dx, Buffer("output", dx)), Store(y, Buffer("output", y))]
+    assert not any(ps.staged for ps in loops.passes) and loops.stages == []
     # the row max keeps its NaN in a flag (the compute dtype, vectorised)
     (first,) = [s for s in loops.passes[0].body if isinstance(s, Update)]
     assert first.kind == "max" and first.nan_flag
+
+
+def test_an_output_stored_by_a_pass_with_sums_is_deferred_only_into_a_free_scratch_row():
+    # passes by hand: value 1 in scratch, read back by pass 1, which computes output 5
+    # and sums it (reassoc); pass 2 reads 5 back
+    k, y = Buffer("scratch", 1), Buffer("output", 5)
+    total = Update(9, "sum", 0, Acc("s", 9))
+
+    def passes(third: list) -> list[Pass]:
+        return [Pass(body=[Store(1, k)]),
+                Pass(body=[LoadBack(1, k), total, Store(5, y)]),
+                Pass(body=third)]
+
+    ps = passes([LoadBack(5, y), Store(7, Buffer("output", 7))])
+    deferred(Schedule(passes=3, scratch=[1]), ps)
+    assert ps[1].body == [LoadBack(1, k), total, Store(5, k)]
+    assert ps[2].body == [LoadBack(5, k), Store(7, Buffer("output", 7)), Store(5, y)]
+    kept = [[LoadBack(5, y)],
+            [LoadBack(5, y), LoadBack(1, k)],           # the scratch row's value read later
+            [LoadBack(5, y), Update(8, "sum", 0, Acc("s", 8))],     # the later pass sums
+            [Store(7, Buffer("output", 7))]]            # nothing reads 5 back
+    schedules = [Schedule(passes=3), Schedule(passes=3, scratch=[1]),
+                 Schedule(passes=3, scratch=[1]), Schedule(passes=3, scratch=[1])]
+    for third, sch in zip(kept, schedules):
+        ps = passes(list(third))
+        deferred(sch, ps)
+        assert ps[1].body[-1] == Store(5, y) and ps[2].body == third
+    # a max (a NaN flag, not reassociated) is no sum that would be staged
+    ps = passes([LoadBack(5, y)])
+    ps[1].body[1] = Update(9, "max", 0, Acc("s", 9), nan_flag=True)
+    deferred(Schedule(passes=3, scratch=[1]), ps)
+    assert ps[1].body[-1] == Store(5, y)
 
 
 def test_cuda_softmax_fwd_bwd_has_no_scratch_blocks_or_hints_and_finishes_in_trees(softmax):
