@@ -1,6 +1,8 @@
 """Inputs a fresh user tried that once misbehaved: each now gets a clear answer."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -105,3 +107,26 @@ def test_vjp_of_a_reduction_does_not_compute_it(import_module_text):
                                   [[1, 1, 1], [2, 2, 2]])
     with pytest.raises(ValueError, match=r"upstream 'dr' must have the output's shape \(2,\)"):
         m.f.vjp(np.ones((2, 3)), np.ones(3))
+
+
+def test_the_mean_of_an_empty_batch_is_nan_without_a_warning(import_module_text):
+    # PyTorch's and JAX's means of an empty batch warn of nothing; NumPy's printed "Mean
+    # of empty slice" (twice per call of a loss) from inside the generated module
+    text = gradc.compile_source("""
+op loss(logits, target: nograd) -> l {
+    l = mean(logsumexp(logits, axis=-1) - sum(logits * target, axis=-1))
+}
+op centre(x) -> y { y = x - mean(x, axis=0, keepdims=true) }
+""", file="empty_mean.grad")
+    m = import_module_text(text, "gradc_test_empty_mean")
+    empty = np.zeros((0, 5), np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for f in (m.loss, m.loss.unfused):
+            assert np.isnan(f(empty, empty)) and f(empty, empty).dtype == np.float32
+            loss, dlogits = f.fwd_bwd(empty, empty, np.float32(1))
+            assert np.isnan(loss) and dlogits.shape == (0, 5)
+        assert m.centre(empty).shape == (0, 5)
+        assert m.centre.vjp(empty, empty)[0].shape == (0, 5)
+    x = np.arange(6.0).reshape(2, 3)        # and the mean of a batch is NumPy's
+    np.testing.assert_array_equal(m.centre(x), x - x.mean(axis=0))

@@ -93,6 +93,18 @@ def _g_logsumexp(x, axis, keepdims):
     return s if keepdims else np.squeeze(s, axis=axis) if axis is not None else s.reshape(())
 
 
+def _g_mean(x, axis, keepdims):
+    """``np.mean(x, axis=axis, keepdims=keepdims)``; a mean over no elements is NaN
+    without NumPy's "Mean of empty slice" RuntimeWarning (PyTorch's and JAX's means of
+    an empty batch warn of nothing either)."""
+    x = np.asarray(x)
+    n = x.size if axis is None else int(np.prod([x.shape[a] for a in axis]))
+    if n:
+        return np.mean(x, axis=axis, keepdims=keepdims)
+    with np.errstate(invalid="ignore"):
+        return np.true_divide(np.sum(x, axis=axis, keepdims=keepdims), 0)
+
+
 def _g_norm(x, axis, keepdims):
     """Euclidean (Frobenius) norm over ``axis``, scaled so squares do not overflow."""
     x = np.asarray(x)
@@ -116,4 +128,5 @@ shape_check = _g_shape_check
 broadcast_in = _g_broadcast_in
 transpose = _g_transpose
 logsumexp = _g_logsumexp
+mean = _g_mean
 norm = _g_norm
