@@ -93,6 +93,7 @@ class _CpuLoops(LoopPrinter):
         self.shifted: list[str] = []            # the centred sums' values started
         self.stage_at = "_c"                    # the element's index in a stage row
         self.segment = False                    # printing a pass over a segment of a row
+        self.skip_hosted = False                # printing the loop of calls whose outputs host
 
     def params(self, *chunks: str) -> str:
         """The kernel's parameters (``chunks``: the first and the last chunk, the body's)."""
@@ -178,7 +179,9 @@ class _CpuLoops(LoopPrinter):
         """The loop over the chunk's rows: the passes, the row steps between them."""
         loops, pos = self.loops, self.pos
         for n in loops.scratch:           # one row of scratch per chunk of rows
-            buf.line(f"_k{pos[n]} = {_own('empty', '_N')}")
+            buf.line(f"_k{pos[n]}{'s' if n in loops.hosts else ''} = {_own('empty', '_N')}")
+        if loops.hosts:                   # or an output's row where the call allows it
+            buf.line(f"_ho = {self.hosts_apart()}")
         if loops.prefetch_rows is not None:
             lo, hi = loops.prefetch_rows
             buf.line(f"_pf = {lo} < _N * _w.itemsize <= {hi}")
@@ -193,6 +196,8 @@ class _CpuLoops(LoopPrinter):
         for n in loops.outputs:
             if self.kn.level[n] == ELEMENT:
                 buf.line(f"{self.outs[n]}r = _g_view({self.outs[n]}, _lo, _lo + _N)")
+        for n, h in loops.hosts.items():        # (both views: no reference counts)
+            buf.line(f"_k{pos[n]} = {self.outs[h]}r if _ho else _g_view(_k{pos[n]}s, 0, _N)")
         for ps in loops.passes:
             self.shifted = []
             self.statements(buf, ps.before)
@@ -210,10 +215,40 @@ class _CpuLoops(LoopPrinter):
                 buf.line(f"    _g_gather_flush(_q{pos[n]}, _g{pos[n]}, _gs)")
         buf.dedent()
 
-    def one_pass(self, buf: IndentedBuffer, ps) -> None:
+    def hosts_apart(self) -> str:
+        """Whether the outputs that host scratch rows (:attr:`ReduceLoops.hosts`) lie
+        :data:`~gradc.passes.loop_ir.APART` from every other array of the call, so that
+        no vector loop's run-time alias check of them fails: a row array (an element
+        input or output) by its rows, any other by its memory."""
+        loops = self.loops
+        rows = [self.outs[n] for n in loops.outputs if self.kn.level[n] == ELEMENT]
+        rows += [f"_i{j}" for j, (x, a) in enumerate(loops.slots) if a == PER_ELEMENT]
+        others = [self.outs[n] for n in loops.outputs if self.kn.level[n] != ELEMENT]
+        others += [f"_i{j}" for j, (x, a) in enumerate(loops.slots) if a != PER_ELEMENT]
+        others += list(self.parts.values())
+        tests = []
+        for h in loops.hosts.values():
+            o = self.outs[h]
+            tests += [f"_g_rows_far({o}, {a}, {APART})" for a in rows if a != o]
+            tests += [f"_g_apart({o}, {a}, {APART})" for a in others]
+        return " and ".join(tests) or "True"
+
+    def one_pass(self, buf: IndentedBuffer, ps, hosting: bool = True) -> None:
         """A loop over the row's elements (in blocks: two, where a short row's runs as
         one plain loop; a segment's always in blocks, which leave its centred sums'
-        means to combine)."""
+        means to combine).  A pass with hosted stores (a pass without sums:
+        :func:`~gradc.passes.loop_ir.hosted`) is two loops, one without them for the
+        calls whose outputs host scratch rows: a store under a branch in the loop
+        kept LLVM from vectorising it (cross-entropy's fwd_bwd ran 0.54x)."""
+        if hosting and any(isinstance(s, Store) and s.hosted for s in ps.body) \
+                and not self.segment:
+            for test, skip in (("if _ho:", True), ("else:", False)):
+                buf.line(test)
+                self.skip_hosted = skip
+                self.one_pass(buf.indent(), ps, False)
+                buf.dedent()
+            self.skip_hosted = False
+            return
         if ps.block and ps.whole and not self.segment:
             buf.line(f"if _N <= {ps.block}:")
             buf.indent()
@@ -625,6 +660,10 @@ class _CpuLoops(LoopPrinter):
             return [f"{self.outs[s.node]}[_j] = {v}"]
         if self.kn.level[s.node] == ROW:
             return [f"{self.outs[s.node]}[_r] = {v}"]
+        # a hosted store: the output's row holds the value already where the call lets
+        # it host the scratch row (one_pass; a split row's segments keep theirs: stored)
+        if s.hosted and self.skip_hosted and not self.segment:
+            return []
         return [f"{self.at(self.row_of(s.buffer))} = {v}"]
 
     def print_update(self, s: Update) -> list[str]:

@@ -864,6 +864,24 @@ def _g_reshaped(a, shape):
 
 
 @numba.njit(cache=True)
+def _g_rows_far(a, b, gap):
+    """Whether the rows of ``a`` and ``b``, flat arrays of rows of one length that a
+    reduce kernel reads and writes at the same offsets, lie ``gap`` bytes or more from
+    each other: their starts do.  Where they do not (an output written in place of an
+    input, small arrays side by side), LLVM's run-time check of a vector loop that
+    stores to one and reads the other fails (:func:`_g_apart` for arrays of other
+    shapes)."""
+    return abs(np.int64(a.ctypes.data) - np.int64(b.ctypes.data)) >= gap
+
+
+@numba.njit(cache=True)
+def _g_apart(a, b, gap):
+    """Whether the memory of arrays ``a`` and ``b`` lies ``gap`` bytes or more apart."""
+    pa, pb = np.int64(a.ctypes.data), np.int64(b.ctypes.data)
+    return pa >= pb + b.nbytes + gap or pb >= pa + a.nbytes + gap
+
+
+@numba.njit(cache=True)
 def _g_gathers_straight(rows, chunks, k):
     """Whether a reduce kernel gathers its sums across rows (``dw``, ``db``) straight
     into their partials: no chunk of ``rows`` in ``chunks`` has more rows than it

@@ -20,7 +20,8 @@ IR's nodes to text and decide nothing; a node's value is printed by
 :class:`~gradc.passes.row_schedule.KernelNames`.
 
 The targets differ as data: the CPU (``CPU``) keeps costly element values a
-later pass needs in scratch rows, runs sums in blocks of :data:`BLOCK`
+later pass needs in scratch rows (an output's row where the call allows it:
+:func:`hosted`), runs sums in blocks of :data:`BLOCK`
 elements in the compute dtype, prefetches the next row in one pass, keeps
 max/min accumulators in the compute dtype with a NaN flag apart (LLVM
 vectorises both), gathers sums across rows (dw, db) over
@@ -144,9 +145,12 @@ class Compute:
 
 @dataclass(frozen=True)
 class Store:
-    """Store value ``node`` into ``buffer`` at the loop's element (or row)."""
+    """Store value ``node`` into ``buffer`` at the loop's element (or row); ``hosted``: a
+    store to an output that the call skips where that output's row holds the scratch row
+    the value is in already (:attr:`ReduceLoops.hosts`)."""
     node: int
     buffer: Buffer
+    hosted: bool = False
 
 
 @dataclass(frozen=True)
@@ -353,7 +357,9 @@ class ReduceLoops:
     then ``kept`` and ``kept_chunk``, what a segment keeps for the next kernels, and
     ``split_end``, a last kernel after the passes (:meth:`_Lowering.segments_kept`).
     ``online``: the online form (:data:`ONLINE_ROWS`; its split rows too: segments
-    leave their online sums and shifts, combined by rescaling)."""
+    leave their online sums and shifts, combined by rescaling); ``hosts``: the scratch
+    rows that an output's row holds where the call's outputs lie apart from its other
+    arrays (:func:`hosted`; CPU, rows not split)."""
     target: str
     outputs: list[int]
     partials: list[int]
@@ -379,6 +385,7 @@ class ReduceLoops:
     kept_chunk: list[Acc] = field(default_factory=list)
     split_end: bool = False
     online: bool = False
+    hosts: dict[int, int] = field(default_factory=dict)
 
 
 def stores_after_reads(loops: ReduceLoops, slots: set[int], output: int) -> bool:
@@ -563,6 +570,7 @@ class _Lowering:
             loops.passes.append(ps)
         if self.cpu:
             deferred(sch, loops.passes)
+            loops.hosts = hosted(loops.scratch, self.elem_outputs(), loops.passes)
         for p, ps in enumerate(loops.passes):
             if self.cpu:
                 ps.body, ps.staged = staged(graph, sch, ps.body)
@@ -923,6 +931,55 @@ def deferred(sch: Schedule, passes: list[Pass]) -> None:
                 passes[q].body = [LoadBack(s.node, row) if t == back else t
                                   for t in passes[q].body]
             passes[later[0]].body.append(s)
+
+
+def hosted(scratch: list[int], outputs: list[int], passes: list[Pass]) -> dict[int, int]:
+    """CPU: the scratch rows that a call whose outputs lie apart from every other array
+    keeps in an output's row instead (scratch node -> output node), and the passes
+    rewritten for it: a row the kernel allocates for itself is a row more in the cache
+    per row (softmax's and log-softmax's ``exp``, cross-entropy's).
+
+    An output ``h`` hosts scratch row ``m`` where no pass before the last that uses the
+    row stores or reads ``h``'s output, and that last pass, if it stores ``h``, has no
+    sums left to LLVM's order: there ``h`` is stored through the scratch row too (unless
+    the row holds it already, a :func:`deferred` value), and its store to the output
+    is ``hosted``, skipped where the row is the output's. The kernel decides per call
+    (the wrapper's ``out=`` may be an input, or small arrays lie side by side): the
+    passes read and write the scratch row through one name, either row, so that a pass
+    is one loop whatever the call, and its sums' bits do not depend on it; a row that
+    lay within a vector's reach of another array that a loop reads would make LLVM run
+    the scalar loop (:func:`staged`)."""
+    def uses(body: list, buffer: Buffer) -> bool:
+        return any(isinstance(s, (LoadBack, Store)) and s.buffer == buffer for s in body)
+
+    hosts: dict[int, int] = {}
+    for m in scratch:
+        row = Buffer("scratch", m)
+        last = max((p for p, ps in enumerate(passes) if uses(ps.body, row)), default=None)
+        if last is None:
+            continue
+        body = passes[last].body
+        # an output the row holds already (deferred there) first: no store more
+        for h in sorted(outputs, key=lambda h: LoadBack(h, row) not in body):
+            out = Buffer("output", h)
+            if h in hosts.values() or any(uses(ps.body, out) for ps in passes[:last]):
+                continue
+            stores = [s for s in body if isinstance(s, Store) and s.buffer == out]
+            if stores and any(isinstance(s, Update) and not s.acc.column and s.reassoc
+                              for s in body) or LoadBack(h, out) in body:
+                continue
+            kept = LoadBack(h, row) in body
+            rewritten: list = []
+            for s in body:
+                if s in stores:
+                    rewritten += [] if kept else [Store(h, row)]
+                    rewritten.append(Store(h, out, hosted=True))
+                else:
+                    rewritten.append(s)
+            passes[last].body = rewritten
+            hosts[m] = h
+            break
+    return hosts
 
 
 def _blocked(kind: str, k: int) -> bool:

@@ -9,7 +9,7 @@ from gradc.frontend.check import check_source
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
 from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_ROWS, Acc, Buffer, Centre, Finish,
                                   LoadBack, Online, Pass, Prefetch, Shift, Stage, Store, Tree,
-                                  Update, deferred, lower, online)
+                                  Update, deferred, hosted, lower, online)
 from gradc.passes.row_schedule import Schedule, centred_sums, online_sums
 from gradc.pipeline import build_op
 from row_sources import LAYER_NORM_ROWS, SOFTMAX_ROWS
@@ -62,7 +62,11 @@ def test_cpu_softmax_fwd_bwd_runs_the_exp_pass_in_blocks_with_the_next_rows_hint
     assert LoadBack(loops.scratch[0], k) in third and third[-1] == Store(y, k)
     assert not any(isinstance(s, Store) and s.buffer.kind == "output" for s in third)
     assert LoadBack(y, k) in last and LoadBack(y, Buffer("output", y)) not in last
-    assert last[-2:] == [Store(dx, Buffer("output", dx)), Store(y, Buffer("output", y))]
+    # y's own row hosts the scratch row where the call allows (hosted): the last pass's
+    # store of y is skipped there, the row holds y already
+    assert loops.hosts == {loops.scratch[0]: y}
+    assert last[-2:] == [Store(dx, Buffer("output", dx)),
+                         Store(y, Buffer("output", y), hosted=True)]
     assert not any(ps.staged for ps in loops.passes) and loops.stages == []
     # the row max keeps its NaN in a flag (the compute dtype, vectorised)
     (first,) = [s for s in loops.passes[0].body if isinstance(s, Update)]
@@ -99,6 +103,39 @@ def test_an_output_stored_by_a_pass_with_sums_is_deferred_only_into_a_free_scrat
     ps[1].body[1] = Update(9, "max", 0, Acc("s", 9), nan_flag=True)
     deferred(Schedule(passes=3, scratch=[1]), ps)
     assert ps[1].body[-1] == Store(5, y)
+
+
+def test_an_output_hosts_a_scratch_row_only_where_no_earlier_pass_uses_it():
+    # value 1 in scratch row k from pass 0, read by pass 1 and pass 2; outputs 5 and 7
+    k, y, z = Buffer("scratch", 1), Buffer("output", 5), Buffer("output", 7)
+
+    def passes(second: list, third: list) -> list[Pass]:
+        return [Pass(body=[Store(1, k)]), Pass(body=[LoadBack(1, k), *second]),
+                Pass(body=[LoadBack(1, k), *third])]
+
+    # 5 is stored by the last pass that uses k: it hosts k, stored through k there (after
+    # the row's value is read) and to its output unless the call lets it host
+    ps = passes([], [Store(5, y)])
+    assert hosted([1], [5, 7], ps) == {1: 5}
+    assert ps[2].body == [LoadBack(1, k), Store(5, k), Store(5, y, hosted=True)]
+    # stored before k's last use (the row would be overwritten): not 5, but 7
+    ps = passes([Store(5, y)], [Store(7, z)])
+    assert hosted([1], [5, 7], ps) == {1: 7}
+    assert ps[1].body == [LoadBack(1, k), Store(5, y)]
+    # a value k holds already (deferred there) is not stored through it again
+    ps = passes([Store(5, k)], [LoadBack(5, k), Store(5, y)])
+    assert hosted([1], [7, 5], ps) == {1: 5}
+    assert ps[2].body == [LoadBack(1, k), LoadBack(5, k), Store(5, y, hosted=True)]
+    # a last pass with a sum in LLVM's order keeps its stores: a skipped store would
+    # make it two loops, whose sums might differ; nor does a row read back early host
+    total = Update(9, "sum", 0, Acc("s", 9))
+    for second, third in (([], [total, Store(5, y)]), ([LoadBack(5, y)], [Store(5, y)])):
+        ps = passes(list(second), list(third))
+        assert hosted([1], [5], ps) == {} and ps[2].body == [LoadBack(1, k), *third]
+    # an output written only after the row's last use hosts it as it is
+    ps = passes([], [])
+    ps.append(Pass(body=[Store(5, y)]))
+    assert hosted([1], [5], ps) == {1: 5} and ps[3].body == [Store(5, y)]
 
 
 def test_cuda_softmax_fwd_bwd_has_no_scratch_blocks_or_hints_and_finishes_in_trees(softmax):
