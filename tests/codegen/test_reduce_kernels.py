@@ -91,10 +91,10 @@ ARGS = {
 SHAPES = {"serial": dict(a=3, b=5, c=4, n=7), "parallel": dict(a=40, b=600, c=9, n=300),
           "one-row": dict(a=1, b=1, c=1, n=33), "one-column": dict(a=2, b=70, c=1, n=1),
           # rows long enough that the kernels prefetch the next row (cpu_reduce: rows of
-          # more than 4 KB), serial and in parallel: the last row's prefetch points past
-          # the arrays
+          # more than 4 KB; in parallel float64's only), serial and in parallel: the last
+          # row's prefetch points past the arrays
           "long-rows": dict(a=2, b=5, c=2, n=1100),
-          "long-rows-parallel": dict(a=2, b=200, c=2, n=1100)}
+          "long-rows-parallel": dict(a=2, b=200, c=2, n=700)}
 
 
 def source(dtype: str) -> str:
