@@ -901,26 +901,20 @@ def deferred(sch: Schedule, passes: list[Pass]) -> None:
     over a stage row, and the row's working set stays five rows (four of the arrays,
     the scratch row). Rows of 1024 float32, two threads: 1.2-1.35x (a new scratch row
     for ``y`` instead: 1.0x, the sixth row crowds the L1 cache)."""
-    def summing(body: list) -> bool:
-        return any(isinstance(s, Update) and not s.acc.column and s.reassoc for s in body)
-
-    def uses(body: list, buffer: Buffer) -> bool:
-        return any(isinstance(s, (LoadBack, Store)) and s.buffer == buffer for s in body)
-
     taken: set[int] = set()
     for p, ps in enumerate(passes):
-        if not summing(ps.body):
+        if not _summing(ps.body):
             continue
         for k, s in enumerate(ps.body):
             if not (isinstance(s, Store) and s.buffer.kind == "output"):
                 continue
             back = LoadBack(s.node, s.buffer)
             later = [q for q in range(p + 1, len(passes)) if back in passes[q].body]
-            if not later or summing(passes[later[0]].body):
+            if not later or _summing(passes[later[0]].body):
                 continue
             free = [m for m in sch.scratch if m not in taken
                     and LoadBack(m, Buffer("scratch", m)) in ps.body
-                    and not any(uses(passes[q].body, Buffer("scratch", m))
+                    and not any(_uses(passes[q].body, Buffer("scratch", m))
                                 for q in range(p + 1, len(passes)))]
             if not free:
                 continue
@@ -949,24 +943,20 @@ def hosted(scratch: list[int], outputs: list[int], passes: list[Pass]) -> dict[i
     is one loop whatever the call, and its sums' bits do not depend on it; a row that
     lay within a vector's reach of another array that a loop reads would make LLVM run
     the scalar loop (:func:`staged`)."""
-    def uses(body: list, buffer: Buffer) -> bool:
-        return any(isinstance(s, (LoadBack, Store)) and s.buffer == buffer for s in body)
-
     hosts: dict[int, int] = {}
     for m in scratch:
         row = Buffer("scratch", m)
-        last = max((p for p, ps in enumerate(passes) if uses(ps.body, row)), default=None)
+        last = max((p for p, ps in enumerate(passes) if _uses(ps.body, row)), default=None)
         if last is None:
             continue
         body = passes[last].body
         # an output the row holds already (deferred there) first: no store more
         for h in sorted(outputs, key=lambda h: LoadBack(h, row) not in body):
             out = Buffer("output", h)
-            if h in hosts.values() or any(uses(ps.body, out) for ps in passes[:last]):
+            if h in hosts.values() or any(_uses(ps.body, out) for ps in passes[:last]):
                 continue
             stores = [s for s in body if isinstance(s, Store) and s.buffer == out]
-            if stores and any(isinstance(s, Update) and not s.acc.column and s.reassoc
-                              for s in body) or LoadBack(h, out) in body:
+            if stores and _summing(body) or LoadBack(h, out) in body:
                 continue
             kept = LoadBack(h, row) in body
             rewritten: list = []
@@ -980,6 +970,17 @@ def hosted(scratch: list[int], outputs: list[int], passes: list[Pass]) -> dict[i
             hosts[m] = h
             break
     return hosts
+
+
+def _summing(body: list) -> bool:
+    """Whether a pass's statements update a sum in LLVM's order (:attr:`Update.reassoc`;
+    a column's sum across rows is not one: each element its own)."""
+    return any(isinstance(s, Update) and not s.acc.column and s.reassoc for s in body)
+
+
+def _uses(body: list, buffer: Buffer) -> bool:
+    """Whether a pass's statements read or write ``buffer``."""
+    return any(isinstance(s, (LoadBack, Store)) and s.buffer == buffer for s in body)
 
 
 def _blocked(kind: str, k: int) -> bool:
