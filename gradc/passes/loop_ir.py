@@ -54,13 +54,19 @@ CPU, CUDA = "cpu", "cuda"
 # the blocks are added in float64.
 BLOCK = 256
 
-# The rows whose next row a reduce kernel prefetches: of more than the first many bytes
-# (a page: shorter rows follow each other within a page, where the hardware's
-# prefetchers work; rows of one page ran faster without the hints, softmax's fwd_bwd
-# 1.2-1.4x and log-softmax's 1.2x at rows of 1024 float32, one thread; layer and RMS
-# norm's and cross-entropy's 0.92-1.1x, two threads; rows of 2048 still gain from
-# them, session 34), and at most the second (a longer row's own passes fill the caches).
+# The rows whose next row a reduce kernel prefetches from a pass that reads nothing from
+# memory itself: of more than the first many bytes (a page: shorter rows follow each
+# other within a page, where the hardware's prefetchers work; rows of one page ran
+# faster without the hints, softmax's fwd_bwd 1.2-1.4x and log-softmax's 1.2x at rows of
+# 1024 float32, one thread; rows of 2048 still gain from them, session 34), and at most
+# the second (a longer row's own passes fill the caches).
 PREFETCH_ROWS = (4096, 1 << 17)
+
+# The same for a pass that streams its own row (layer norm's statistics pass): from
+# rows of more than a kilobyte, which every row in blocks is, and for reading only.
+# Layer norm's fwd_bwd with them (rows of 512 to 4096 float32, two threads): 1.06-1.27x,
+# the next rows' outputs prefetched for writing too 0.96-1.07x (session 35).
+STREAMING_PREFETCH_ROWS = (1024, 1 << 17)
 
 # Rows a sum across rows gathers in the compute dtype before its float64 partial.
 GATHER_ROWS = 16
@@ -556,16 +562,17 @@ class _Lowering:
         loops.scratch = list(sch.scratch)
         loops.split = splits(graph, kernel)
         streamed = [j for j, (x, a) in enumerate(self.slots) if a == PER_ELEMENT]
-        prefetch_pass = self.prefetch_pass(streamed) if self.cpu else None
+        prefetch_pass, streams = self.prefetch_pass(streamed) if self.cpu else (None, False)
         if prefetch_pass is not None and streamed:
-            loops.prefetch_rows = PREFETCH_ROWS
+            loops.prefetch_rows = STREAMING_PREFETCH_ROWS if streams else PREFETCH_ROWS
         for p in range(sch.passes):
             ps = Pass(before=self.row_steps(p) + self.starts(p))
             if self.cpu and (self.blocked_sums(p) or self.online_in(p)):
                 ps.block, ps.block_sums = BLOCK, self.blocked_sums(p)
                 ps.whole = True
                 if p == prefetch_pass and streamed:
-                    ps.prefetch = Prefetch(tuple(streamed), tuple(self.elem_outputs()))
+                    ps.prefetch = Prefetch(tuple(streamed),
+                                           () if streams else tuple(self.elem_outputs()))
             ps.body = self.body(p, dict(ps.block_sums))
             loops.passes.append(ps)
         if self.cpu:
@@ -789,22 +796,22 @@ class _Lowering:
         return used | {(x, access(graph, kernel, r, x)) for n in reds
                        for x, r in reduced_values(graph, self.sch, n) if x not in self.lv}
 
-    def prefetch_pass(self, streamed: list[int]) -> int | None:
+    def prefetch_pass(self, streamed: list[int]) -> tuple[int | None, bool]:
         """CPU: the pass that prefetches the next row's elements, a block at a time, so
         memory delivers them while this row computes (rows of a page or more start
-        cold: the hardware's prefetchers stop at page boundaries): of the passes in
-        blocks that read nothing from memory themselves (no first read of the row: a
-        pass streaming its row gains nothing from streaming the next one too), the one
-        with the most arithmetic to hide the hints' loop in (layer norm's variance
-        pass, a subtraction and a square per element, ran 5-10 % slower with it); where
-        every pass in blocks reads the row first, one with centred sums, whose second
-        loop over each block reads only the block, in cache (layer norm's fwd_bwd of
-        two passes, its statistics pass: 1.09x at rows of 1024, two threads; RMS
-        norm's first pass, a sum of squares, ran 0.89x with them).  The next row's
-        element outputs are prefetched for writing (one thread, rows of 1024: softmax's
-        fused fwd_bwd 1.26x, layer norm's 1.20x, session 18; since session 34 rows of
-        1024 float32 take no hints, :data:`PREFETCH_ROWS`).  A pass without sums is not
-        run in blocks for the hints (RMS norm's last pass: 0.75-0.88x in blocks)."""
+        cold: the hardware's prefetchers stop at page boundaries), and whether it
+        streams its own row.  Of the passes in blocks that read nothing from memory
+        themselves, the one with the most arithmetic to hide the hints' loop in (layer
+        norm's variance pass, a subtraction and a square per element, ran 5-10 % slower
+        with it); it prefetches the next row's inputs, and its element outputs for
+        writing (one thread, rows of 1024: softmax's fused fwd_bwd 1.26x, session 18;
+        :data:`PREFETCH_ROWS`).  Where every pass in blocks reads the row first, one
+        with centred sums, whose second loop over each block reads only the block, in
+        cache: it reads the next row ahead of the hardware's prefetchers while it
+        streams this one (layer norm's statistics pass; RMS norm's first pass, a sum of
+        squares, ran 0.89x with them), and prefetches only inputs
+        (:data:`STREAMING_PREFETCH_ROWS`).  A pass without sums is not run in blocks
+        for the hints (RMS norm's last pass: 0.75-0.88x in blocks)."""
         sch = self.sch
         streamed_slots = [self.slots[j] for j in streamed]
         seen: set[tuple[int, str]] = set()
@@ -814,8 +821,11 @@ class _Lowering:
             fresh.append(sum(1 for s in streamed_slots if s in used and s not in seen))
             seen |= used
         blocked = [p for p in range(sch.passes) if self.blocked_sums(p)]
-        quiet = [p for p in blocked if not fresh[p]] or [p for p in blocked if self.centred_in(p)]
-        return max(quiet, key=lambda p: (_arithmetic(self.graph, sch.work[p]), -p), default=None)
+        quiet = [p for p in blocked if not fresh[p]]
+        candidates = quiet or [p for p in blocked if self.centred_in(p)]
+        best = max(candidates, key=lambda p: (_arithmetic(self.graph, sch.work[p]), -p),
+                   default=None)
+        return best, not quiet
 
     def body(self, p: int, block: dict[Acc, Acc]) -> list:
         """The statements of pass ``p`` per element, in order: input loads, loads back,
