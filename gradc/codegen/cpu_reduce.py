@@ -126,6 +126,14 @@ class _CpuLoops(LoopPrinter):
             if a == SCALAR and scalars:
                 buf.line(f"s{j} = _i{j}[0]")
 
+    @staticmethod
+    def ahead(buf: IndentedBuffer, passes: list[Pass]) -> None:
+        """``_pa``: how many elements ahead of its block a pass streaming its row
+        prefetches its inputs (``Prefetch.ahead``, bytes), where one of ``passes`` does."""
+        ahead = {ps.prefetch.ahead for ps in passes if ps.prefetch and ps.prefetch.ahead}
+        for a in ahead:
+            buf.line(f"_pa = {a} // _w.itemsize")
+
     def kernel(self, buf: IndentedBuffer, name: str, fm: str) -> None:
         """The body: the rows of chunks ``_c0`` to ``_c1`` (exclusive)."""
         loops, pos, parts = self.loops, self.pos, self.parts
@@ -135,6 +143,7 @@ class _CpuLoops(LoopPrinter):
             buf.line(f"_ap = {APART} // _w.itemsize")
         if loops.gather:
             buf.line(f"_gs = _g_gathers_straight(_R, _C, {loops.gather_rows})")
+        self.ahead(buf, loops.passes)
         for b in loops.stages:
             buf.line(f"{self.stage_row(b)} = {_own('empty', str(BLOCK))}")
         if loops.tiny_normal:                   # the smallest normal number
@@ -276,7 +285,10 @@ class _CpuLoops(LoopPrinter):
             buf.line(f"for _b in range(0, _N, {ps.block}):")
             buf.indent()
             buf.line(f"_e = min(_b + {ps.block}, _N)")
-            if ps.prefetch is not None and not self.segment:
+            if ps.prefetch is not None and ps.prefetch.ahead:
+                for j in ps.prefetch.reads:
+                    buf.line(f"_g_prefetch(_i{j}, _lo + _b + _pa, _lo + _e + _pa)")
+            elif ps.prefetch is not None and not self.segment:
                 buf.line("if _pf:")
                 for j in ps.prefetch.reads:
                     buf.line(f"    _g_prefetch(_i{j}, _lo + _N + _b, _lo + _N + _e)")
@@ -535,6 +547,7 @@ class _CpuLoops(LoopPrinter):
             buf.line(_TINY_NORMAL)
         for b in stages:
             buf.line(f"{self.stage_row(b)} = {_own('empty', str(BLOCK))}")
+        self.ahead(buf, [ps])
         buf.line("_b0 = _sg * _N // _S")
         buf.line("_b1 = (_sg + 1) * _N // _S")
         slots = {f"_i{j}": a for j, (x, a) in enumerate(loops.slots)}

@@ -62,11 +62,15 @@ BLOCK = 256
 # the second (a longer row's own passes fill the caches).
 PREFETCH_ROWS = (4096, 1 << 17)
 
-# The same for a pass that streams its own row (layer norm's statistics pass): from
-# rows of more than a kilobyte, which every row in blocks is, and for reading only.
-# Layer norm's fwd_bwd with them (rows of 512 to 4096 float32, two threads): 1.06-1.27x,
-# the next rows' outputs prefetched for writing too 0.96-1.07x (session 35).
-STREAMING_PREFETCH_ROWS = (1024, 1 << 17)
+# Bytes ahead of its elements that a pass streaming its own row (layer norm's statistics
+# pass) prefetches its inputs, past the row's end into the next rows', in every row in
+# blocks and in a split row's segments: the hardware's prefetchers stop at page
+# boundaries, and the pass's second loop over each block, in cache, leaves memory idle.
+# Layer norm's fwd_bwd at rows of 512 to 4096 float32, two threads, with the next row's
+# inputs prefetched so: 1.03-1.29x, their outputs for writing too 0.96-1.07x; 2048 or
+# 8192 bytes ahead of the element in place of the next row 1.2x at rows of 1024, and over
+# the segments of 16 rows of 262144 1.08-1.23x (session 35).
+PREFETCH_AHEAD = 8192
 
 # Rows a sum across rows gathers in the compute dtype before its float64 partial.
 GATHER_ROWS = 16
@@ -311,9 +315,12 @@ class PartialWrite:
 class Prefetch:
     """Hints that fetch the next row's elements, a block at a time: of the input slots
     ``reads``, and of the element outputs ``writes`` (owned lines: their stores need
-    no read for ownership)."""
+    no read for ownership); or, ``ahead`` > 0, the elements of the inputs ``reads``
+    (those the pass reads) that many bytes ahead of the block in their flat arrays (in
+    every row, and in a split row's segments)."""
     reads: tuple[int, ...]
     writes: tuple[int, ...]
+    ahead: int = 0
 
 
 @dataclass
@@ -564,15 +571,16 @@ class _Lowering:
         streamed = [j for j, (x, a) in enumerate(self.slots) if a == PER_ELEMENT]
         prefetch_pass, streams = self.prefetch_pass(streamed) if self.cpu else (None, False)
         if prefetch_pass is not None and streamed:
-            loops.prefetch_rows = STREAMING_PREFETCH_ROWS if streams else PREFETCH_ROWS
+            loops.prefetch_rows = None if streams else PREFETCH_ROWS
         for p in range(sch.passes):
             ps = Pass(before=self.row_steps(p) + self.starts(p))
             if self.cpu and (self.blocked_sums(p) or self.online_in(p)):
                 ps.block, ps.block_sums = BLOCK, self.blocked_sums(p)
                 ps.whole = True
                 if p == prefetch_pass and streamed:
-                    ps.prefetch = Prefetch(tuple(streamed),
-                                           () if streams else tuple(self.elem_outputs()))
+                    read = tuple(j for j in streamed if self.slots[j] in self.slots_used(p))
+                    ps.prefetch = Prefetch(read, (), PREFETCH_AHEAD) if streams \
+                        else Prefetch(tuple(streamed), tuple(self.elem_outputs()))
             ps.body = self.body(p, dict(ps.block_sums))
             loops.passes.append(ps)
         if self.cpu:
@@ -807,11 +815,11 @@ class _Lowering:
         writing (one thread, rows of 1024: softmax's fused fwd_bwd 1.26x, session 18;
         :data:`PREFETCH_ROWS`).  Where every pass in blocks reads the row first, one
         with centred sums, whose second loop over each block reads only the block, in
-        cache: it reads the next row ahead of the hardware's prefetchers while it
-        streams this one (layer norm's statistics pass; RMS norm's first pass, a sum of
-        squares, ran 0.89x with them), and prefetches only inputs
-        (:data:`STREAMING_PREFETCH_ROWS`).  A pass without sums is not run in blocks
-        for the hints (RMS norm's last pass: 0.75-0.88x in blocks)."""
+        cache: it reads its inputs ahead of the hardware's prefetchers while it streams
+        them (layer norm's statistics pass; RMS norm's first pass, a sum of squares,
+        ran 0.89x with the next row's hints), :data:`PREFETCH_AHEAD`.  A pass without
+        sums is not run in blocks for the hints (RMS norm's last pass: 0.75-0.88x in
+        blocks)."""
         sch = self.sch
         streamed_slots = [self.slots[j] for j in streamed]
         seen: set[tuple[int, str]] = set()

@@ -7,10 +7,9 @@ import pytest
 
 from gradc.frontend.check import check_source
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
-from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_ROWS, STREAMING_PREFETCH_ROWS, Acc,
-                                  Buffer, Centre, Finish, LoadBack, Online, Pass, Prefetch,
-                                  Shift, Stage, Store, Tree, Update, deferred, hosted, lower,
-                                  online)
+from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_AHEAD, PREFETCH_ROWS, Acc, Buffer,
+                                  Centre, Finish, LoadBack, Online, Pass, Prefetch, Shift, Stage,
+                                  Store, Tree, Update, deferred, hosted, lower, online)
 from gradc.passes.row_schedule import Schedule, centred_sums, online_sums
 from gradc.pipeline import build_op
 from row_sources import LAYER_NORM_ROWS, SOFTMAX_ROWS
@@ -174,11 +173,11 @@ def test_cpu_layer_norm_fwd_bwd_takes_its_centred_sums_in_the_statistics_pass(la
     moment = next(c for c in first.centred if cen[c.node].factors)
     assert var.slots == (x_slot,) and set(moment.slots) == {None, x_slot}
     assert sorted(s.blocks for s in first.body if isinstance(s, Stage)) == [False, True]
-    # the statistics pass prefetches the next row: its centred loop reads only the block;
-    # it streams its own row, so it reads ahead only, from shorter rows than a quiet pass
+    # the statistics pass prefetches: its centred loop reads only the block; it streams
+    # its own row, so it reads its inputs a distance ahead, in every row
     assert first.prefetch is not None and last.prefetch is None
-    assert first.prefetch.writes == () and len(first.prefetch.reads) == 2
-    assert loops.prefetch_rows == STREAMING_PREFETCH_ROWS
+    assert first.prefetch == Prefetch(first.prefetch.reads, (), PREFETCH_AHEAD)
+    assert len(first.prefetch.reads) == 2 and loops.prefetch_rows is None
     finishes = [s for s in first.before + last.before if isinstance(s, Finish) and s.centred]
     assert {f.node for f in finishes} == set(cen)
     # CUDA keeps the variance after the mean, and mean(g * xhat) after both: four passes
