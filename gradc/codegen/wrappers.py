@@ -288,7 +288,8 @@ class WrapperPrinter:
 
         A kernel out[k] is written by step s: every read of input j (or of a library
         result that may be a view of it) must come before s, or be s's own
-        element-by-element read of input j itself before it writes that element (a
+        element-by-element read of input j itself (or of a result that is j's array
+        where out[k] may be, ``Primitive.passes_operand``) before it writes that element (a
         reduce kernel's passes over a row: :func:`~gradc.passes.loop_ir.stores_after_reads`
         in every form of its loops the backend runs), and no result may be such a view.
         A reduce kernel's combined partial is written after its step s: every read
@@ -307,11 +308,12 @@ class WrapperPrinter:
         pairs = []
         for j, p in enumerate(inputs):
             views, reads = {p}, []     # reads: (step, p itself read elementwise: its kernel)
+            itself = {p}               # p's very array where out[k] may be (or a new one)
             for s, step in enumerate(steps):
                 if isinstance(step, Kernel):
                     hit = views.intersection(step.inputs)
                     if hit:
-                        reads.append((s, step if hit == {p} else None))
+                        reads.append((s, step if hit <= itself else None))
                     continue
                 node = g.node(step.node)
                 prim = PRIMITIVES[node.op]
@@ -320,6 +322,9 @@ class WrapperPrinter:
                     reads.append((s, None))
                     if node.op != "matmul" and prim.kind != "reduction":
                         views.add(step.node)          # a view of p, perhaps
+                    if prim.passes_operand is not None and \
+                            node.args[prim.passes_operand] in itself:
+                        itself.add(step.node)
             later = [k for k, o in enumerate(g.outputs) if o in views]
             for k in range(len(g.outputs)):
                 if k not in written:

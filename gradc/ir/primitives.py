@@ -127,6 +127,11 @@ class Primitive:
     # to, a shape ratio, a cast, a transpose: a result computed before them may go
     # straight into ``out=`` (codegen.wrappers).
     may_refuse: bool = True
+    # A library primitive whose result is operand ``passes_operand``'s very array where
+    # their shapes match, else a new array (never a view that moves elements): a kernel
+    # reading the result element by element reads that operand's, so out= may be the
+    # operand's array where it may be the operand's own (codegen.wrappers).
+    passes_operand: int | None = None
     # Lowerings of a library primitive, beside ``lib`` (the CPU host call):
     helpers: tuple[Callable, ...] = ()   # run-time functions ``lib`` and ``dask`` call (copied)
     cuda: str | None = None              # the call on device arrays (``stream`` in scope)
@@ -2896,7 +2901,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               lib="_g_sum_to({x}, {like}.shape)",
               float_only=False, dtype="same", shape_only=(1,), linear=(0,), shape_like=1,
               value_operands=(0,), helpers=(P.sum_to, _gd_array), may_refuse=False,
-              cuda="_gc_sum_to({x}, {like}.shape, stream)", dask=_gd_sum_to,
+              passes_operand=0, cuda="_gc_sum_to({x}, {like}.shape, stream)", dask=_gd_sum_to,
               jax=_jax_sum_to, torch=_torch_sum_to),
     # shape_check(g, like): g, once like's shape is known to broadcast to g's (a
     # custom gradient against its parameter, where shapes are known at run time only;

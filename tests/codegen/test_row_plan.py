@@ -166,6 +166,33 @@ def test_in_place_runs_the_row_plan_where_its_passes_allow(m, monkeypatch, impor
     _same(got, (y, z))
 
 
+def test_a_derived_gradient_may_overwrite_its_cotangent(monkeypatch, import_module_text):
+    """log-softmax's derived gradient reads ``dy`` through ``sum_to(dy, x)``, which is
+    ``dy``'s very array wherever out= may be ``dy`` (``Primitive.passes_operand``): its
+    vjp, fwd_bwd and unfused forms run with out= ``dy``, in the generic plan (small
+    calls) and the row plan, with the bits of the call out of place."""
+    module = import_module_text(gradc.compile_source(
+        "op lsm(x) -> y {\n    y = x - logsumexp(x, axis=-1, keepdims=true)\n}\n",
+        file="lsm.grad"), "row_plan_lsm_in_place")
+    calls = _count(module, monkeypatch, "_gr0_lsm_vjp")
+    rng = np.random.default_rng(3)
+    for shape, rows in (((3, 5), False), ((64, 300), True)):
+        x, dy = rng.standard_normal(shape), rng.standard_normal(shape)
+        for method in (module.lsm.vjp, module.lsm.unfused.vjp):
+            want = method(x, dy)
+            d = dy.copy()
+            assert method(x, d, out=d)[0] is d
+            np.testing.assert_array_equal(d, want[0])
+        want = module.lsm.fwd_bwd(x, dy)
+        d = dy.copy()
+        got = module.lsm.fwd_bwd(x, d, out=(np.empty(shape), d))
+        assert got[1] is d
+        for a, b in zip(got, want):
+            np.testing.assert_array_equal(a, b)
+        assert bool(calls) == rows
+    assert module.lsm.vjp(x, dy)[0] is not dy
+
+
 def test_out_is_checked_once_and_the_row_plan_trusts_only_that(m, monkeypatch):
     """The op's wrapper checks out= and hands the row plan's wrapper the reshaped
     buffers marked as checked (it does not check them again); a plain tuple given to
