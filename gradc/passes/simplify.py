@@ -222,59 +222,37 @@ def _strength(graph: Graph, node: Node) -> int | None:
 
 def _shifted_max(graph: Graph, node: Node) -> int | None:
     """``max(x - h, axis)`` -> ``max(x, axis) - h`` for a row value ``h`` (the max's
-    shape; broadcast or ``broadcast_in`` along the same axes) that is never -inf:
-    logsumexp's decomposition of the built-in ``log_softmax``'s ``x - max(x)`` takes the
-    max of the shifted row, which is then the max already taken, less the shift, and
-    one pass over the row fewer.  The same bits: rounding is monotone, so the max of
-    ``fl(x_i - h)`` is ``fl(max(x) - h)``, NaN where an ``x_i`` or ``h`` is NaN, or where
-    ``h`` is +inf and so is an ``x_i``; not where ``h`` is -inf (an ``x_i`` of -inf less
-    -inf is NaN, the max is not): :func:`minus_inf_only_with`.  Also where ``h`` is the
-    max of the same ``x`` along the same axes without ``initial`` (JAX's ``x -
-    stop_gradient(max(x))``), which is -inf only for a row of -inf, NaN in both forms,
-    and raises for an empty row (where ``max(x - h, initial=-inf)`` would be -inf and
-    ``h - h`` NaN): then the max is ``h`` itself, or, where ``h`` keeps the reduced axes
-    and the max does not (``logsumexp(x - max(x, keepdims=true))`` without keepdims),
-    the max of ``x`` without them less itself (through ``stop_gradient`` where ``h`` is),
-    taken in the same pass as ``h``."""
-    if node.op != "max" or node.attr("initial") not in (None, -np.inf):
+    shape, keepdims; broadcast or ``broadcast_in`` along the same axes) that is never
+    -inf: logsumexp's decomposition of the built-in ``log_softmax``'s ``x - max(x)``
+    takes the max of the shifted row, which is then the max already taken, less the
+    shift, and one pass over the row fewer.  The same bits: rounding is monotone, so
+    the max of ``fl(x_i - h)`` is ``fl(max(x) - h)``, NaN where an ``x_i`` or ``h`` is
+    NaN, or where ``h`` is +inf and so is an ``x_i``; not where ``h`` is -inf (an
+    ``x_i`` of -inf less -inf is NaN, the max is not): :func:`minus_inf_only_with`.
+    Also where ``h`` is the max of the same ``x`` along the same axes without
+    ``initial`` (JAX's ``x - stop_gradient(max(x))``), which is -inf only for a row of
+    -inf, NaN in both forms, and raises for an empty row (where ``max(x - h,
+    initial=-inf)`` would be -inf and ``h - h`` NaN): then the max is ``h`` itself."""
+    if node.op != "max" or not node.attr("keepdims") or node.attr("initial") not in (None, -np.inf):
         return None
     d = graph.node(node.args[0])
     x = d.args[0] if d.op == "sub" else None
     if x is None or graph.node(x).shape != d.shape:
         return None
     h, b = d.args[1], graph.node(d.args[1])
-    if b.op == "broadcast_in" and b.attr("keepdims") == node.attr("keepdims") \
-            and b.attr("axis") == node.attr("axis"):
+    if b.op == "broadcast_in" and b.attr("keepdims") and b.attr("axis") == node.attr("axis"):
         h = b.args[0]
-    m = _stripped(graph, h)
-    same_max = (graph.node(m).op == "max" and graph.node(m).args[0] == x and
-                graph.node(m).attr("axis") == node.attr("axis") and
-                graph.node(m).attr("initial") is None)
-    out = Builder(graph, node.span)
     if not _same_shape(graph, h, node):
-        if not (same_max and graph.node(m).attr("keepdims") and not node.attr("keepdims")):
-            return None
-        m = out.apply("max", (x,), {**dict(node.attrs), "initial": None})
-        if _through_stop_gradient(graph, h):
-            return out.apply("sub", (m, out.apply("stop_gradient", (m,))))
-        return out.apply("sub", (m, m))
-    if not node.attr("keepdims") and b.op != "broadcast_in":
         return None
-    if not (same_max and graph.node(m).shape == node.shape):
+    out = Builder(graph, node.span)
+    m = _stripped(graph, h)
+    if not (graph.node(m).op == "max" and graph.node(m).args[0] == x and
+            graph.node(m).attr("axis") == node.attr("axis") and
+            graph.node(m).attr("initial") is None and graph.node(m).shape == node.shape):
         if not minus_inf_only_with(graph, h):
             return None
         m = out.apply("max", (x,), dict(node.attrs))
     return out.apply("sub", (m, h))
-
-
-def _through_stop_gradient(graph: Graph, v: int) -> bool:
-    """Whether ``v`` is a ``stop_gradient`` of a value, through the wrappers
-    :func:`_stripped` looks through."""
-    while graph.node(v).op in ("identity", "stop_gradient", "broadcast_in"):
-        if graph.node(v).op == "stop_gradient":
-            return True
-        v = graph.node(v).args[0]
-    return False
 
 
 def _kept_dims(graph: Graph, node: Node, *, avoid: frozenset[int] = frozenset()

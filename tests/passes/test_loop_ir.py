@@ -289,15 +289,3 @@ def test_a_logsumexp_of_x_less_a_shift_of_its_max_runs_online_in_the_pass_of_the
     assert [s.known for s in steps if isinstance(s, Shift)] == [shift.known]
     assert not any(a.node == o.node and a.role == "m" for s in steps if isinstance(s, Tree)
                    for a, _ in s.accs)
-
-
-@pytest.mark.parametrize("keepdims", ["true", "false"])
-def test_logsumexp_of_x_less_its_max_takes_no_pass_for_its_own_max(keepdims):
-    """logsumexp(x - max(x, keepdims=true)), with or without keepdims: its own max is the
-    max less itself (simplify._shifted_max), taken in the pass of the max, so the
-    fwd_bwd makes the same 4 passes either way (5 without keepdims before)."""
-    text = ("op lkd(x: f32[b, n]) -> y {\n"
-            "    y = logsumexp(x - max(x, axis=-1, keepdims=true), axis=-1, "
-            f"keepdims={keepdims})\n}}\n")
-    graph, kernel = fwd_bwd_kernel(text, "lkd")
-    assert len(lower(graph, kernel, CPU).passes) == 4
