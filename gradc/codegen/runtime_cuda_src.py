@@ -726,13 +726,16 @@ def _gc_again(a):
     return a[()] if isinstance(a, np.ndarray) else a
 
 
-def _gc_rows_apart(outs, inputs, inplace, stream=0):
-    """:func:`_g_rows_apart` for device arrays: no out[k] that may be input j itself
-    (``inplace``) is."""
+def _gc_rows_own(outs, inputs, inplace, stream=0):
+    """:func:`_g_rows_own` for device arrays: each input j that out[k] meets for a pair
+    ``(k, j)`` of ``inplace`` copied on ``stream`` (an out that meets an input is that
+    input itself: ``_gc_out_tuple`` refused any other overlap)."""
     if outs is None:
-        return True
+        return inputs
     so, si = [_gc_extent(o) for o in outs], [_gc_extent(a) for a in inputs]
-    return not any(_gc_meet(so[k], si[j]) for k, j in inplace)
+    own = {j for k, j in inplace if _gc_meet(so[k], si[j])}
+    return tuple(_gc_copy(a, a.dtype, stream) if j in own else a
+                 for j, a in enumerate(inputs))
 
 
 def _gc_matmul_operands(a, b, stream):

@@ -395,8 +395,8 @@ def _g_same_array(o, a):
 class _GradcChecked(tuple):
     """``out=`` buffers that a wrapper has checked (:func:`_g_out_tuple`,
     ``_gc_out_tuple``), reshaped for the row plan's wrapper it calls: that wrapper's
-    check returns them as they are (no out[k] is an argument's memory:
-    :func:`_g_rows_apart`)."""
+    check returns them as they are (an out[k] that is an argument's memory is one the
+    row plan allows there, or the argument was copied: :func:`_g_rows_own`)."""
 
 
 def _g_buffer(op, outs, k, shape, t, rt):
@@ -841,10 +841,17 @@ def _g_row_shape(arrays, forms, rank, least=None):
     return (r, k) if r * k >= (_G_ROWS_MIN if least is None else least) else None
 
 
-def _g_rows_apart(outs, inputs, inplace):
-    """Whether no out[k] that may be input j itself (``inplace``) is: a row plan may not
-    allow it in place."""
-    return outs is None or not any(_g_same_array(outs[k], inputs[j]) for k, j in inplace)
+def _g_rows_own(outs, inputs, inplace):
+    """A row plan's ``inputs``, each input j that out[k] is for a pair ``(k, j)`` of
+    ``inplace`` (a pair the method allows in place and its row plan does not: a pass
+    reads the input after another has stored over it) copied first: the row plan then
+    reads the copy as it writes out[k] over the input, with the bits of the call out of
+    place (the generic plan in place would sum in its own order, and take several
+    kernels)."""
+    if outs is None:
+        return inputs
+    own = {j for k, j in inplace if _g_same_array(outs[k], inputs[j])}
+    return tuple(a.copy() if j in own else a for j, a in enumerate(inputs))
 
 
 def _g_rows_back(results, shapes, outs, single):

@@ -181,10 +181,10 @@ class WrapperPrinter:
                       single: bool) -> None:
         """Run the row plan ``variant`` (wrapper ``fn``) when the arguments fit it: the
         full ones of one shape of a rank it serves, the columns of its last dim, the
-        result dtype the compute dtype, and no out[k] input j itself for the pairs
-        ``(k, j)`` of ``refused`` (this method allows them in place, the row plan does
-        not).  Arguments and out= buffers go as C-contiguous views with the leading dims
-        collapsed; the results come back reshaped."""
+        result dtype the compute dtype; an input j that out[k] is for a pair ``(k, j)``
+        of ``refused`` (this method allows it in place, the row plan does not) is
+        copied first (``rows_own``).  Arguments and out= buffers go as C-contiguous
+        views with the leading dims collapsed; the results come back reshaped."""
         b, spec = self.buf, variant.cop.methods[self.method.name].graph
         dims = {row_plan.ROWS: "_R", row_plan.ROW: "_K"}
 
@@ -196,11 +196,12 @@ class WrapperPrinter:
         least = "" if self.rows_min is None else f", {self.rows_min}"
         b.line(f"_v = _g_row_shape(({', '.join(names)},), {forms!r}, "
                f"{variant.ranks[self.method.name]}{least})")
-        every = ", ".join(names + [self.vars[u] for u in ups]) + ","
-        free = (" and " + self.helper("rows_apart", f"_out, ({every}), {refused!r}")
-                if refused else "")
-        b.line(f"if _v is not None and _T is _RT.type{free}:")
+        b.line("if _v is not None and _T is _RT.type:")
         b.indent()
+        if refused:
+            every = ", ".join(names + [self.vars[u] for u in ups])
+            lhs = every + ("," if len(names) + len(ups) == 1 else "")
+            b.line(f"{lhs} = " + self.helper("rows_own", f"_out, ({every},), {refused!r}"))
         b.line("_R, _K = _v")
         args = []
         for k, (name, form) in enumerate(zip(names, variant.forms)):
