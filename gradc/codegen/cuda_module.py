@@ -59,9 +59,6 @@ class CudaWrapperPrinter(WrapperPrinter):
             return tuple(i for i in step.epilogue.inputs if i != step.matmul)
         return step.inputs
 
-    def _declared_arg(self, name: str) -> str:
-        return f"_gc_again({name})"        # a host scalar's 0-d array as a scalar again
-
     grid_names = "_R, _N, _C, _Y, _NS"
 
     def _rows_call(self, step: ReduceKernel, empty: str | None, cols: bool) -> str:

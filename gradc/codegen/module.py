@@ -72,7 +72,7 @@ def render_op(cop: CompiledOp, kernels: Kernels | None, cuda_kernels: Kernels | 
             for m in (m for m in METHODS if m in cop.methods and kset is not None):
                 w = printer(variant.cop, variant.cop.methods[m], variant.cop.methods[m].fused,
                             kset, f"_g{tag}{i}_{name}_{m}", f"_g{tag}k{i}_{name}_{m}")
-                w.sig = f"_SIG_gr{i}_{name}"
+                w.sig, w.row_plan = f"_SIG_gr{i}_{name}", True
                 out.insert(-1, w.render())
                 in_place[w.fn_name] = w.inplace_pairs
     for kset, printer, ns, depth, variants in targets:

@@ -719,13 +719,6 @@ def _gc_combine(op, kind, partials, count, shape, t, empty_ok=False, into=None, 
     return out
 
 
-def _gc_again(a):
-    """An argument as :func:`_gc_inputs` returned it, as a ``.cuda`` method takes it
-    (the row plans' wrappers are called with them): a host scalar's 0-d array as its
-    NumPy scalar, a device array as it is."""
-    return a[()] if isinstance(a, np.ndarray) else a
-
-
 def _gc_rows_own(outs, inputs, inplace, stream=0):
     """:func:`_g_rows_own` for device arrays: each input j that out[k] meets for a pair
     ``(k, j)`` of ``inplace`` copied on ``stream`` (an out that meets an input is that

@@ -98,6 +98,9 @@ class WrapperPrinter:
     host_fast_paths = True
     # The least elements a call runs a row plan for (None: _G_ROWS_MIN, see _g_row_shape)
     rows_min: int | None = None
+    # A row plan's wrapper, which the op's own wrapper calls with its arguments checked
+    # and converted already: ``_checked=(T, RT, dims)`` skips checking them again
+    row_plan = False
 
     def __init__(self, cop: CompiledOp, method: Method, plan: KernelPlan, kernels: Kernels,
                  fn_name: str, kernel_base: str) -> None:
@@ -127,14 +130,21 @@ class WrapperPrinter:
         kw = [f"{py_name(i.name)}={py_literal(i.default)}" for i in cop.params if i.has_default]
         kw += ["seed=None"] if cop.draws else []
         args = ", ".join(pos + (["/"] if pos else []) + ["*"] + kw + ["out=None"]
-                         + [f"{k}={v}" for k, v in self.extra_kw])
+                         + [f"{k}={v}" for k, v in self.extra_kw]
+                         + (["_checked=None"] if self.row_plan else []))
         b.line(f"def {self.fn_name}({args}):")
         b.indent()
         names = [self.vars[p] for p in params]
         tup = ", ".join(names) + ("," if len(names) == 1 else "")
         b.line(f"_n = {cop.op.name + self.label + '.' + self.method.name!r}")
-        b.line(f"({tup}), _T, _RT, _d = "
-               + self.helper("inputs", f"_n, {self.sig}, ({tup})"))
+        check = f"({tup}), _T, _RT, _d = " + self.helper("inputs", f"_n, {self.sig}, ({tup})")
+        if self.row_plan:
+            b.line("if _checked is None:")
+            b.line("    " + check)
+            b.line("else:")
+            b.line("    _T, _RT, _d = _checked")
+        else:
+            b.line(check)
         if cop.draws:
             b.line("_seed = _g_seed(_n, seed)")
         self._bind_sources()
@@ -150,7 +160,12 @@ class WrapperPrinter:
         b.line(f"_S = ({', '.join(early)}{',' if len(early) == 1 else ''})")
         # Upstreams converted first: out= is checked against the arrays the kernels read
         # (an object's __array__ may give other memory at a second call).
+        if self.row_plan and ups:
+            b.line("if _checked is None:")
+            b.indent()
         self._check_upstreams(ups, {e: f"_S[{k}]" for k, e in reversed(list(enumerate(early)))})
+        if self.row_plan and ups:
+            b.dedent()
         b.line("_out = " + self.helper("out_tuple", f"_n, out, _S, {kinds!r}, {inputs}, {labels!r}"
                                       + (f", {inplace!r}" if inplace else "")))
         for variant, fn, pairs in self.rows:
@@ -205,12 +220,10 @@ class WrapperPrinter:
         b.line("_R, _K = _v")
         args = []
         for k, (name, form) in enumerate(zip(names, variant.forms)):
-            args.append(f"_g_reshaped({name}, (_R, _K))" if form == row_plan.FULL else
-                        self._declared_arg(name) if form == row_plan.DECLARED else name)
+            args.append(f"_g_reshaped({name}, (_R, _K))" if form == row_plan.FULL else name)
         ups_spec = spec.params[len(names):]
         for u, us in zip(ups, ups_spec):
-            args.append(self._declared_arg(
-                f"_g_reshaped({self.vars[u]}, {shape(spec.node(us).shape)})"))
+            args.append(f"_g_reshaped({self.vars[u]}, {shape(spec.node(us).shape)})")
         n_pos = sum(1 for p in self.cop.params if not p.has_default)
         kw = [f"{py_name(p.name)}={a}" for p, a in zip(self.cop.params, args[:len(names)])
               if p.has_default]
@@ -220,15 +233,12 @@ class WrapperPrinter:
                          enumerate(spec.output_shapes)) + ("," if len(spec.output_shapes) == 1
                                                            else "")
         outs = f"_GradcChecked(({outs}))"     # checked above: the row plan's check passes them
+        # the arguments checked and converted above: the row plan's wrapper takes them so
+        checked = "_checked=(_T, _RT, {**_d, " + f"{row_plan.ROWS!r}: _R, {row_plan.ROW!r}: _K}})"
         call = ", ".join(args + kw + [f"out=None if _out is None else {outs}"]
-                         + [f"{k}={k}" for k, _ in self.extra_kw])
+                         + [f"{k}={k}" for k, _ in self.extra_kw] + [checked])
         b.line(f"return _g_rows_back({fn}({call}), _S, _out, {single!r})")
         b.dedent()
-
-    def _declared_arg(self, name: str) -> str:
-        """An argument of declared shape or a cotangent, as ``_g_inputs`` or
-        ``_g_upstream`` returned it, passed on to a row plan's wrapper."""
-        return name
 
     def _bind_sources(self) -> None:
         """The values of the source nodes of a draw: the call's seed, and the offset of

@@ -310,3 +310,19 @@ def test_outs_of_ndarray_subclasses(m):
     with pytest.raises(TypeError, match=r"out\[0\] is a masked array"):
         m.smax(x, out=masked)
     assert not masked.data.any()
+
+
+def test_the_row_plan_takes_the_arguments_as_checked(m, monkeypatch):
+    """The op's wrapper checks and converts the arguments once (``_g_inputs``,
+    ``_g_upstream``), and its row plan's wrapper takes them as they are
+    (``_checked=``): a call checks them once, with the results of the row plan; the
+    row plan's wrapper called on its own checks them itself."""
+    inputs, ups = _count(m, monkeypatch, "_g_inputs"), _count(m, monkeypatch, "_g_upstream")
+    rows = _count(m, monkeypatch, "_gr0_smax_vjp")
+    x = np.random.default_rng(4).standard_normal((3, 4, 50)).astype(np.float32)
+    dy = np.random.default_rng(5).standard_normal((3, 4, 50)).astype(np.float32)
+    (got,) = m.smax.vjp(x, dy)
+    assert (len(inputs), len(ups), len(rows)) == (1, 1, 1)
+    (want,) = m._gr0_smax_vjp(x.reshape(12, 50), dy.reshape(12, 50))
+    assert (len(inputs), len(ups)) == (2, 2)
+    np.testing.assert_array_equal(got.reshape(12, 50), want)
