@@ -364,6 +364,8 @@ class _CpuLoops(LoopPrinter):
         if not blocks:          # one block: centred on the row's mean, as two passes are
             for c in centred:
                 buf.line(f"_s{self.pos[c.node]} += _f{self.pos[c.node]}")
+            for f in values:    # the row's mean (print_finish)
+                buf.line(f"_K{f} = np.float64(_m{f}); _R{f} = 0.0")
             return
         for f in values:
             buf.line(f"    _d{f} = _g_radd(_d{f}, _c{f})")
@@ -614,6 +616,8 @@ class _CpuLoops(LoopPrinter):
                 for f in values:
                     buf.line(f"    _M{f} += _e{f} * _nb / (_na + _nb)")
                 buf.line("    _na += _nb")
+                for j, f in enumerate(values):      # the row's means (print_finish)
+                    buf.line(f"_K{f} = _x{p}[0, {k + 1 + 2 * j}]; _R{f} = _M{f}")
             elif s.kind == "online":
                 m = self.acc(next(o.acc for o in ps.online if o.node == s.node))
                 buf.line(f"_h{i} = {m} if ({m} - {m}) == 0.0 else _T(0.0)")
@@ -710,7 +714,18 @@ class _CpuLoops(LoopPrinter):
             return self.centred_finish(s)
         if s.shift is not None:             # an online sum, scaled from _h to the shift
             return self.online_finish(s)
-        return [_finish(s, self.pos[s.node])]
+        i = self.pos[s.node]
+        if s.kind == "mean" and any(f.node == s.node for c in self.centres.values()
+                                    for _, f in c.sums):
+            # the mean of a centred sum's value: Chan's, the row's exact mean rounded
+            # once (_K + _R; a constant row's own value), where its sum rounds on the way
+            # (a row of 4096 times -1e30: the mean off by an ulp, 1.4e14, which x -
+            # mean(x) keeps where the centred sum's variance is 0; found by helper 53);
+            # the sum's where that is not finite (an inf in the row)
+            f = self.acc(Acc("f", s.node))
+            return [f"u{i} = _T(_K{f} + _R{f})",
+                    f"if not (u{i} - u{i} == 0.0):", f"    u{i} = _T(_s{i} / _N)"]
+        return [_finish(s, i)]
 
     def online_finish(self, s: Finish) -> list[str]:
         """An online sum's value: scaled by ``exp(_hd)`` from its shift ``_h`` to the

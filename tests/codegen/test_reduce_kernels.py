@@ -868,3 +868,49 @@ def test_partials_across_rows_combine_in_one_parallel_pass(modules, op) -> None:
     want = getattr(m, op).unfused.fwd_bwd(*args, *ups)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a, b, **close(np.float32, b))
+
+
+CONSTANT_ROWS = """
+op parts(x) -> (mu, var, xc) {
+    mu = mean(x, axis=-1, keepdims=true)
+    xc = x - mu
+    var = mean(xc^2, axis=-1, keepdims=true)
+}
+op lnorm(x, eps: nograd = 1e-5) -> y {
+    xc = x - mean(x, axis=-1, keepdims=true)
+    y = xc * rsqrt(mean(xc^2, axis=-1, keepdims=true) + eps)
+}
+"""
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_centred_values_mean_is_the_rows_exact_mean(import_module_text, split):
+    """The mean of a centred sum's value is the row's exact mean (Chan's, rounded once),
+    where its sum rounds on the way: a constant row of -1e30 (4096 of them: the sum's
+    mean is an ulp, 1.4e14, off) has its value as its mean, so x - mean(x) is 0 as its
+    variance is, and layer norm's output 0, not 4.5e16 (helper 53 found 110 of 300
+    constant float64 rows so); rows in blocks, and split rows; and every row's variance
+    is the mean of x - mean(x) squared as computed to the mean's rounding, at most a
+    quarter of its spacing squared (a row of one block is centred on its sum's mean,
+    as two passes centre it: to the last bits)."""
+    m = import_module_text(gradc.compile_source(CONSTANT_ROWS, file="constant.grad"),
+                           "constant_rows")
+    m._G_ROWS_MIN = 0
+    if split:
+        m._G_SPLIT = (8, 64, 16)
+    rng = np.random.default_rng(53)
+    for n in (100, 4096, 5000):
+        c = np.concatenate([[-1e30, 6.443401982788268e+20, 1e-300, 3.0],
+                            rng.choice([-1, 1], 8) * 10 ** rng.uniform(-3, 30, 8)])
+        x = np.repeat(c[:, None], n, axis=1)
+        for noise in (0.0, 1e-15):
+            x = x + rng.standard_normal(x.shape) * np.abs(c[:, None]) * noise
+            mu, var, xc = m.parts(x)
+            gap = (xc ** 2).mean(-1) - var[:, 0]
+            assert np.all(np.abs(gap) <= np.spacing(mu[:, 0]) ** 2 / 4 + 1e-9 * var[:, 0]), n
+            assert np.abs(m.lnorm(x)).max() <= 2 * np.sqrt(n), n
+            if noise == 0.0 and n > 256:            # in blocks: the exact mean
+                np.testing.assert_array_equal(mu[:, 0], c)
+                np.testing.assert_array_equal(xc, 0 * x)
+                np.testing.assert_array_equal(var, 0 * mu)
+                np.testing.assert_array_equal(m.lnorm(x), 0 * x)
