@@ -395,8 +395,10 @@ def _gc_out_tuple(op, out, shapes, kinds, inputs, names, inplace=(), stream=0):
     n = len(shapes)
     outs = (out,) if not isinstance(out, (tuple, list)) else out
     if len(outs) != n:
+        got = ("one array" if not isinstance(out, (tuple, list)) else
+               f"a {type(out).__name__} of {len(outs)}")
         raise TypeError(f"{op}: out= must be {'a device array or ' if n == 1 else ''}"
-                        f"a tuple of {n} device arrays, got {len(outs)}")
+                        f"a tuple of {n} device arrays, got {got}")
     views, spans = [], []
     extents = [_gc_extent(a) for a in inputs]      # each array's once, not per pair
     for k, o in enumerate(outs):

@@ -341,7 +341,8 @@ def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
     n = len(shapes)
     outs = (out,) if isinstance(out, np.ndarray) else out
     if not isinstance(outs, (tuple, list)) or len(outs) != n:
-        got = (f"a {type(outs).__name__} of {len(outs)}" if isinstance(outs, (tuple, list))
+        got = ("one array" if isinstance(out, np.ndarray) else
+               f"a {type(outs).__name__} of {len(outs)}" if isinstance(outs, (tuple, list))
                else type(out).__name__)
         raise TypeError(f"{op}: out= must be {'an array or ' if n == 1 else ''}"
                         f"a tuple of {n} array{'s' if n != 1 else ''}, got {got}")
@@ -577,14 +578,17 @@ class _GradcOp:
         return exc.with_traceback(None) if str(exc).startswith(self.__name__) else exc
 
     def _relabel(self, method, exc):
-        """Raise NumPy's own ValueErrors (AxisError...) and the IndexErrors of an index
-        out of range (a label of a gather, NumPy's or gradc's message) again, of the same
-        type, with the method's name (``op.unfused.vjp`` for an unfused one); return if
+        """Raise NumPy's own ValueErrors (an AxisError as one: a ValueError and an
+        IndexError, whichever step raised it) and the IndexErrors of an index out of
+        range (a label of a gather, NumPy's or gradc's message) again, of the same type,
+        with the method's name (``op.unfused.vjp`` for an unfused one); return if
         ``exc`` has it (ours do)."""
         if not str(exc).startswith(f"{self.__name__}."):
             fn = self._methods.get(method)
             name = getattr(fn, "__qualname__", f"{self.__name__}.{method}")
-            kind = IndexError if isinstance(exc, IndexError) else ValueError
+            axis_error = getattr(np, "exceptions", np).AxisError     # np.AxisError < 1.25
+            kind = (axis_error if isinstance(exc, axis_error)
+                    else IndexError if isinstance(exc, IndexError) else ValueError)
             raise kind(f"{name}: {exc}") from exc
 
     def _rename(self, method, kwargs):

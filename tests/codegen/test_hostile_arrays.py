@@ -584,7 +584,7 @@ BAD_OUTS = {
                 lambda s: True),
     "too-many": (lambda c, a, s: (*nans(c, s), _nan(3)), TypeError, "out= must be",
                  lambda s: True),
-    "bare-array": (lambda c, a, s: nans(c, s)[0], TypeError, "out= must be a tuple",
+    "bare-array": (lambda c, a, s: nans(c, s)[0], TypeError, "arrays, got one array",
                    lambda s: len(s) > 1),
     "list-element": (lambda c, a, s: (_nan(s[0]).tolist(), *nans(c, s[1:])), TypeError,
                      "out[0] must be a numpy.ndarray", lambda s: True),

@@ -326,3 +326,15 @@ def test_the_row_plan_takes_the_arguments_as_checked(m, monkeypatch):
     (want,) = m._gr0_smax_vjp(x.reshape(12, 50), dy.reshape(12, 50))
     assert (len(inputs), len(ups)) == (2, 2)
     np.testing.assert_array_equal(got.reshape(12, 50), want)
+
+
+def test_an_axis_out_of_bounds_is_a_value_error_for_every_op(import_module_text):
+    """A 0-d argument to an op along axis -1: NumPy's AxisError (a ValueError and an
+    IndexError) where a NumPy step raises it, a ValueError where gradc's checks do, each
+    with the method's name (softmax's was an IndexError alone, found by helper 53)."""
+    module = import_module_text(gradc.compile_source(
+        "op sm(x) -> y {\n    y = softmax(x, axis=-1)\n}\n"
+        "op lse(x) -> y {\n    y = logsumexp(x, axis=-1)\n}\n", file="zero_d.grad"), "zero_d")
+    for name in ("sm", "lse"):
+        with pytest.raises(ValueError, match=f"^{name}.forward: axis -1 is out of bounds"):
+            getattr(module, name)(np.float64(2.0))
