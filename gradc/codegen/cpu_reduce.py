@@ -108,11 +108,13 @@ class _CpuLoops(LoopPrinter):
         into a function of its own, after its parfor passes), the same loops were
         1.2-1.6x slower on one thread for log-softmax and cross-entropy (a row's max
         left scalar). A serial twin calling the body would be compiled as much again
-        (LLVM optimises the callee once more inside each caller)."""
+        (LLVM optimises the callee once more inside each caller). The chunk index is
+        passed signed, as serial calls pass theirs: prange's unsigned one compiled the
+        body a second time (1-3 s)."""
         buf.line("@numba.njit(parallel=True, cache=True)")
         buf.line(f"def {name}({self.params()}):")
         buf.line("    for _ch in numba.prange(_C):")
-        buf.line(f"        {name}_chunks({self.params('_ch', '_ch + 1')})")
+        buf.line(f"        {name}_chunks({self.params('np.int64(_ch)', 'np.int64(_ch) + 1')})")
 
     def function(self, buf: IndentedBuffer, name: str, params: str, fm: str,
                  scalars: bool = True) -> None:

@@ -229,6 +229,15 @@ def test_fused_unfused_and_numpy_agree(modules, op, dt, shape) -> None:
             got = getattr(m, op)(*args)
         np.testing.assert_allclose(got, want, **(close(dtype) if dtype == np.float64
                                                  else dict(rtol=1e-4, atol=1e-4)))
+    if parallel:
+        # the body of the parallel kernel takes the types serial calls give it (a
+        # signed chunk index, not prange's unsigned one): compiled once for both, not
+        # twice (1-3 s of compiling each)
+        for name in dir(m):
+            if name.endswith("_chunks") and hasattr(getattr(m, name), "signatures"):
+                sigs = getattr(m, name).signatures
+                assert not any(isinstance(t, numba.types.Integer) and not t.signed
+                               for sig in sigs for t in sig), (name, sigs)
 
 
 SPECIAL_ROWS = [[np.inf, 1.0, 2.0], [-np.inf, -np.inf, -np.inf], [np.nan, 0.0, 1.0],
@@ -437,7 +446,8 @@ def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() ->
     # the parallel kernel only hands chunks of rows to that body; serial calls run it
     assert text[text.index("def _gk_softmax_fwd_bwd_0("):].splitlines()[1:3] == [
         "    for _ch in numba.prange(_C):",
-        "        _gk_softmax_fwd_bwd_0_chunks(_o0, _o1, _i0, _i1, _R, _N, _C, _ch, _ch + 1, _w)"]
+        "        _gk_softmax_fwd_bwd_0_chunks(_o0, _o1, _i0, _i1, _R, _N, _C, np.int64(_ch), "
+        "np.int64(_ch) + 1, _w)"]
     assert "_gk_softmax_fwd_bwd_0_chunks(_v" in text and "_fwd_bwd_0_serial" not in text
     # four passes; the two with sums in blocks, or as one loop where rows are short,
     # each summing in its own loop: the exp pass stores only to its scratch row, the
