@@ -44,13 +44,17 @@ _INIT = {"sum": "0.0", "mean": "0.0", "prod": "1.0", "max": "-np.inf", "min": "n
 
 
 def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
-                         fast_math: bool = False, comments: tuple[str, ...] = ()) -> str:
+                         fast_math: bool = False, comments: tuple[str, ...] = (),
+                         segments: dict[str, str] | None = None) -> str:
     """Source of the Numba kernels ``name`` (parallel over chunks of rows) and
     ``name_chunks`` (its body: the chunks ``_c0`` to ``_c1``) computing ``kernel``;
     arguments: the stored values (flat
     arrays of their own sizes), the partials (float64 arrays ``(_C,)`` or
     ``(_C, _N)``), the :func:`~gradc.passes.row_schedule.input_slots` (flat), then ``_R``, ``_N``, ``_C``
-    and the dtype witness ``_w`` (as :func:`gradc.codegen.cpu.render_kernel`)."""
+    and the dtype witness ``_w`` (as :func:`gradc.codegen.cpu.render_kernel`).
+    ``segments``: the module's segment functions of split rows so far, by their text
+    (:meth:`_CpuLoops.split`), which this kernel's identical ones name instead of
+    printing them again."""
     loops = lower(graph, kernel, CPU)
     buf = IndentedBuffer()
     for c in comments:
@@ -63,7 +67,7 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
     # rounded log_softmax of float32 logits near 1e4 to 5e-4 (1e-6 without).
     flags = [f for f in FAST_MATH_FLAGS if f != "nsz"] if fast_math else []
     fm = ", fastmath={" + ", ".join(f'"{f}"' for f in flags) + "}" if flags else ""
-    printer = _CpuLoops(graph, kernel, loops)
+    printer = _CpuLoops(graph, kernel, loops, segments)
     printer.kernel(buf, f"{name}_chunks", fm)
     buf.line()
     printer.entries(buf, name)
@@ -72,7 +76,7 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
         printer.split(buf, name, fm)
     if online(graph, kernel):               # long rows: name_online, a pass fewer
         loops = lower(graph, kernel, CPU, online=True)
-        printer = _CpuLoops(graph, kernel, loops)
+        printer = _CpuLoops(graph, kernel, loops, segments)
         buf.line()
         printer.kernel(buf, f"{name}_online_chunks", fm)
         buf.line()
@@ -86,8 +90,10 @@ def render_reduce_kernel(graph: Graph, kernel: ReduceKernel, name: str, *,
 class _CpuLoops(LoopPrinter):
     """Prints a :class:`~gradc.passes.loop_ir.ReduceLoops` as one Numba kernel."""
 
-    def __init__(self, graph: Graph, kernel: ReduceKernel, loops: ReduceLoops) -> None:
+    def __init__(self, graph: Graph, kernel: ReduceKernel, loops: ReduceLoops,
+                 segments: dict[str, str] | None = None) -> None:
         super().__init__(graph, kernel, loops, CpuPrinter)
+        self.segments = segments                # render_reduce_kernel's
         self.sliced: list[str] | None = None    # a pass in blocks: the arrays it slices
         self.centres = {c.node: c for ps in loops.passes for c in ps.centred}
         self.shifted: list[str] = []            # the centred sums' values started
@@ -410,19 +416,36 @@ class _CpuLoops(LoopPrinter):
         accumulators left in a float64 row of ``_x{p}`` each and combined in segment
         order before the next pass's row steps.  The segments of a pass are what its
         loop over a whole row is (blocks, block sums, staged sums, centred co-moments),
-        over a part of the row."""
+        over a part of the row.  A segment function the module has already (another
+        method's pass over the same loop: softmax's max in each of its methods) is
+        named, not printed and compiled again: ``name_seg{p} = <the first>``."""
         driver = IndentedBuffer()
         calls = self.driver(driver, name, fm)
         for p, (ps, arrays, values) in enumerate(calls):
-            self.segment_kernel(buf, name, p, ps, arrays, values, fm)
-            buf.line()
-            buf.line("@numba.njit(parallel=True, cache=True)")
-            buf.line(f"def {name}_seg{p}_par({self.segment_call(p, ps, arrays, values)}):")
-            buf.line("    for _sg in numba.prange(_S):")   # its index unsigned: the segment's
-            buf.line(f"        {name}_seg{p}"
-                     f"({self.segment_call(p, ps, arrays, values, 'np.int64(_sg)')})")
-            buf.line()
+            fn = f"{name}_seg{p}"
+            if self.segments is not None:
+                key = IndentedBuffer()
+                self.segment_functions(key, "_S", p, ps, arrays, values, fm)
+                first = self.segments.setdefault(key.getvalue(), fn)
+                if first != fn:
+                    buf.line(f"{fn} = {first}")
+                    buf.line(f"{fn}_par = {first}_par")
+                    buf.line()
+                    continue
+            self.segment_functions(buf, fn, p, ps, arrays, values, fm)
         buf.lines += driver.lines
+
+    def segment_functions(self, buf: IndentedBuffer, fn: str, p: int, ps: Pass,
+                          arrays: list[str], values: list[str], fm: str) -> None:
+        """Function ``fn``, pass ``p`` over a segment (:meth:`segment_kernel`), and
+        ``fn_par``, over every segment in parallel."""
+        self.segment_kernel(buf, fn, p, ps, arrays, values, fm)
+        buf.line()
+        buf.line("@numba.njit(parallel=True, cache=True)")
+        buf.line(f"def {fn}_par({self.segment_call(p, ps, arrays, values)}):")
+        buf.line("    for _sg in numba.prange(_S):")   # its index unsigned: the segment's
+        buf.line(f"        {fn}({self.segment_call(p, ps, arrays, values, 'np.int64(_sg)')})")
+        buf.line()
 
     def segment_call(self, p: int, ps: Pass, arrays: list[str], values: list[str],
                      segment: str | None = None) -> str:
@@ -536,14 +559,14 @@ class _CpuLoops(LoopPrinter):
         return (list(dict.fromkeys(arrays)),
                 [v for v in dict.fromkeys(values) if v.isidentifier()])
 
-    def segment_kernel(self, buf: IndentedBuffer, name: str, p: int, ps: Pass,
+    def segment_kernel(self, buf: IndentedBuffer, fn: str, p: int, ps: Pass,
                        arrays: list[str], values: list[str], fm: str) -> None:
-        """``name_seg{p}``: pass ``p`` over segment ``_sg`` of ``_S`` of row ``_r``
+        """``fn`` (``name_seg{p}``): pass ``p`` over segment ``_sg`` of ``_S`` of row ``_r``
         (from ``_lo``: its views of the arrays, then ``_lo`` and ``_N`` the segment's),
         leaving its accumulators in row ``_sg`` of ``_x{p}``."""
         loops = self.loops
-        self.function(buf, f"{name}_seg{p}", self.segment_call(p, ps, arrays, values, "_sg"),
-                      fm, scalars=False)
+        self.function(buf, fn, self.segment_call(p, ps, arrays, values, "_sg"), fm,
+                      scalars=False)
         stages = [b for b in loops.stages if b in self.pass_stages(ps)]
         if stages:
             buf.line(f"_ap = {APART} // _w.itemsize")

@@ -50,6 +50,9 @@ class Kernels:
         # The kernels a reduce kernel's split rows launch (CUDA: listed in CUDA_KERNELS)
         self.split = split_kernels if backend == "cuda" else lambda graph, kernel, name: []
         self.by_body: dict[str, str] = {}
+        # The segment functions of split rows by their text (CPU reduce kernels: one
+        # function for the same pass of several methods, render_reduce_kernel)
+        self.segments: dict[str, str] | None = {} if backend == "cpu" else None
         self.sources: list[str] = []
         self.arg_dtypes: dict[str, tuple[str, ...]] = {}   # kernel -> dtypes of its arrays
 
@@ -77,8 +80,10 @@ class Kernels:
                                           for n in (*kernel.outputs, *kernel.inputs)) + (
                 ("i64", "i64", "n", "n", "n") if isinstance(kernel, MatmulEpilogue)
                 else ())                          # the batches' offsets; m, n, k
+        shared = {"segments": self.segments} if (
+            isinstance(kernel, ReduceKernel) and self.segments is not None) else {}
         self.sources.append(render(graph, kernel, name, fast_math=self.fast_math,
-                                   comments=comments))
+                                   comments=comments, **shared))
         return name
 
 

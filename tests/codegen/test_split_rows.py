@@ -261,3 +261,14 @@ def test_sums_across_rows_in_place_of_an_input(m, monkeypatch):
     assert got[2] is w and got[3] is b
     for a, e in zip(got, want):
         np.testing.assert_array_equal(a, e)
+
+
+def test_a_pass_that_several_methods_share_is_one_function(m) -> None:
+    """Softmax's first pass over a segment (its max) is the same loop in each of its
+    methods: one function, which the other methods name (compiled once, not four
+    times); its other functions stay apart where their loops differ."""
+    seg0 = {k: getattr(m, f"_grk0_smax_{k}_0_seg0") for k in ("forward", "vjp", "fwd_bwd")}
+    assert len({id(f) for f in seg0.values()}) == 1
+    assert seg0["vjp"].py_func.__name__ == "_grk0_smax_forward_0_seg0"
+    assert m._grk0_smax_vjp_0_seg0_par is m._grk0_smax_forward_0_seg0_par
+    assert m._grk0_smax_fwd_bwd_0_seg2 is not m._grk0_smax_vjp_0_seg2
