@@ -276,8 +276,9 @@ def _g_reduce_shape(x, axis=None, keepdims=False):
     NumPy's for an axis out of bounds."""
     nd = len(x)
     for ax in axis or ():
-        if not -nd <= ax < nd:          # NumPy's AxisError message
-            raise ValueError(f"axis {ax} is out of bounds for array of dimension {nd}")
+        if not -nd <= ax < nd:          # NumPy's AxisError (a ValueError, an IndexError)
+            raise getattr(np, "exceptions", np).AxisError(
+                f"axis {ax} is out of bounds for array of dimension {nd}")
     axes = range(nd) if axis is None else [ax % nd for ax in axis]
     if keepdims:
         return tuple(1 if i in axes else d for i, d in enumerate(x))
@@ -644,7 +645,8 @@ def _g_scan_axis(ndim, axis):
                              "array may leave it out)")
         return 0
     if not -ndim <= axis[0] < ndim:
-        raise ValueError(f"axis {axis[0]} is out of bounds for array of dimension {ndim}")
+        raise getattr(np, "exceptions", np).AxisError(
+            f"axis {axis[0]} is out of bounds for array of dimension {ndim}")
     return axis[0] % ndim
 
 

@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+import numpy as np
+
 Dim = int | str
 
 
@@ -184,8 +186,9 @@ def _g_axes(ndim, axes, op):
     ValueError as NumPy's for one out of bounds or repeated."""
     out = []
     for a in axes:
-        if not -ndim <= a < ndim:
-            raise ValueError(f"{op}: axis {a} is out of bounds for array of dimension {ndim}")
+        if not -ndim <= a < ndim:       # NumPy's AxisError (a ValueError, an IndexError)
+            raise getattr(np, "exceptions", np).AxisError(
+                f"{op}: axis {a} is out of bounds for array of dimension {ndim}")
         out.append(a % ndim)
     if len(set(out)) != len(out):
         raise ValueError(f"{op}: repeated axis in {tuple(axes)}")

@@ -328,13 +328,23 @@ def test_the_row_plan_takes_the_arguments_as_checked(m, monkeypatch):
     np.testing.assert_array_equal(got.reshape(12, 50), want)
 
 
-def test_an_axis_out_of_bounds_is_a_value_error_for_every_op(import_module_text):
-    """A 0-d argument to an op along axis -1: NumPy's AxisError (a ValueError and an
-    IndexError) where a NumPy step raises it, a ValueError where gradc's checks do, each
-    with the method's name (softmax's was an IndexError alone, found by helper 53)."""
+def test_an_axis_out_of_bounds_is_numpys_axis_error_for_every_op(import_module_text):
+    """An argument of too few dimensions for an op's axis: NumPy's AxisError (a
+    ValueError and an IndexError), whether a NumPy step or gradc's own checks find it,
+    with the method's name (softmax's was an IndexError alone, found by helper 53; the
+    others a plain ValueError, found by helper 54)."""
+    axis_error = getattr(np, "exceptions", np).AxisError
     module = import_module_text(gradc.compile_source(
         "op sm(x) -> y {\n    y = softmax(x, axis=-1)\n}\n"
-        "op lse(x) -> y {\n    y = logsumexp(x, axis=-1)\n}\n", file="zero_d.grad"), "zero_d")
-    for name in ("sm", "lse"):
-        with pytest.raises(ValueError, match=f"^{name}.forward: axis -1 is out of bounds"):
-            getattr(module, name)(np.float64(2.0))
+        "op lse(x) -> y {\n    y = logsumexp(x, axis=-1)\n}\n"
+        "op lse2(x) -> y {\n    y = logsumexp(x, axis=2, keepdims=true)\n}\n"
+        "op sq(x) -> y {\n    y = squeeze(x, axis=3)\n}\n"
+        "op cs(x) -> y {\n    y = cumsum(x, axis=4)\n}\n", file="zero_d.grad"), "zero_d")
+    for name, x, axis in [("sm", np.float64(2.0), -1), ("lse", np.float64(2.0), -1),
+                          ("lse2", np.ones((3, 5)), 2), ("sq", np.ones((3, 1)), 3),
+                          ("cs", np.ones((3, 5)), 4)]:
+        for fn, method in [(getattr(module, name), "forward"),
+                           (getattr(module, name).unfused, "unfused.forward")]:
+            with pytest.raises(axis_error, match=f"^{name}.{method}: .*axis {axis} is out "
+                                                 "of bounds"):
+                fn(x)
