@@ -30,9 +30,9 @@ from gradc.codegen.printer import IndentedBuffer, LoopPrinter
 from gradc.codegen.quote import comment
 from gradc.ir.graph import Graph
 from gradc.passes.fuse_reduce import ELEMENT, ROW, ReduceKernel, value_args
-from gradc.passes.loop_ir import (APART, BLOCK, CPU, Acc, Buffer, Compute, Finish, Load,
-                                  LoadBack, Online, Pass, PartialWrite, ReduceLoops, Shift, Stage,
-                                  Start, Store, Update, lower, online)
+from gradc.passes.loop_ir import (APART, BLOCK, CPU, PIVOT, Acc, Buffer, Compute, Finish,
+                                  Load, LoadBack, Online, Pass, PartialWrite, ReduceLoops, Shift,
+                                  Stage, Start, Store, Update, lower, online)
 from gradc.passes.row_schedule import (PER_COL, PER_ELEMENT, PER_ROW, SCALAR, access,
                                        accumulate_line, shift_line)
 
@@ -100,6 +100,7 @@ class _CpuLoops(LoopPrinter):
         self.stage_at = "_c"                    # the element's index in a stage row
         self.segment = False                    # printing a pass over a segment of a row
         self.skip_hosted = False                # printing the loop of calls whose outputs host
+        self.unstaged: set[int] = set()         # centred sums a pivoted loop does not stage
 
     def params(self, *chunks: str) -> str:
         """The kernel's parameters (``chunks``: the first and the last chunk, the body's)."""
@@ -285,7 +286,13 @@ class _CpuLoops(LoopPrinter):
         self.sliced = [] if blocks else None
         self.index = "(_lo + _b + _c)" if blocks else "(_lo + _c)"
         body = IndentedBuffer()
+        self.unstaged = {c.node for c in ps.centred} if self.pivoting(ps, blocks) else set()
         self.statements(body, ps.body)
+        self.unstaged = set()
+        pivoted = self.pivoted_values(ps, blocks)
+        if pivoted:
+            self.pivots(buf, ps, pivoted)
+            self.deviations(body, ps.centred, pivoted)
         after = IndentedBuffer()
         for o in ps.online:
             self.online(after, o, blocks)
@@ -306,13 +313,19 @@ class _CpuLoops(LoopPrinter):
                 buf.line(f"{arr}b = _g_view({arr}, _b, _e)")
         for _, blk in ps.block_sums:
             buf.line(f"{self.acc(blk)} = _T(0.0)")
+        for a, _ in self.pivot_sums(ps.centred, pivoted):
+            buf.line(f"_{a} = _T(0.0)")
         buf.line("for _c in range(_e - _b):" if blocks else "for _c in range(_N):")
         buf.indent()
         for line in body.getvalue().splitlines():
             buf.line(line)
         buf.dedent()
         self.sums(buf, ps.staged, "_e - _b" if blocks else "_N")
-        self.centre(buf, ps.centred, blocks)
+        if pivoted:
+            for a, row in self.pivot_sums(ps.centred, pivoted):
+                buf.line(f"{row} += _{a}")
+        else:
+            self.centre(buf, ps.centred, blocks)
         for acc, blk in ps.block_sums:
             if acc is not None:
                 buf.line(f"{self.acc(acc)} += {self.acc(blk)}")
@@ -321,6 +334,116 @@ class _CpuLoops(LoopPrinter):
         if blocks:
             buf.dedent()
         self.sliced = None
+        if pivoted:
+            self.pivot_finish(buf, ps, pivoted)
+
+    def pivoting(self, ps: Pass, blocks: bool) -> bool:
+        """Whether the pass's loop takes its centred sums about pivots: in blocks (a row
+        longer than one), over a whole row (a segment's are Chan's blocks, combined)."""
+        return blocks and ps.pivoted and not self.segment
+
+    def pivoted_values(self, ps: Pass, blocks: bool) -> dict[str, str]:
+        """Where the pass takes its centred sums about pivots (:data:`~gradc.passes.
+        loop_ir.PIVOT`; its loop in blocks over a whole row), each value's block sum
+        (``_f..``, the key of its pivot's names) and its name in the loop; else
+        nothing."""
+        if not self.pivoting(ps, blocks):
+            return {}
+        values: dict[str, str] = {}
+        for c in ps.centred:
+            for z, (_, f) in zip(c.buffers * 2, c.sums * 2):
+                values.setdefault(self.acc(f), self.kn.reduced(z.node, z.arg))
+        return values
+
+    def squares(self, centred: list, values: dict[str, str]) -> dict[str, str]:
+        """Per pivoted value, the row's sum of its squared deviations: a variance's own
+        co-moment where the pass takes one (``_s``), else a sum of its own (``_Q``)."""
+        own = {}
+        for c in centred:
+            fa, fb = [self.acc(f) for _, f in c.sums * 2][:2]
+            if fa == fb:
+                own.setdefault(fa, f"_s{self.pos[c.node]}")
+        return {f: own.get(f, f"_Q{f}") for f in values}
+
+    def pivot_sums(self, centred: list, values: dict[str, str]) -> list[tuple[str, str]]:
+        """The block sums of a pivoted pass (their names less the leading ``_``) and the
+        row sums (float64) each is added to: per value its deviations' (``d``) and
+        squares' (``q``, where no variance has them), per centred sum its products'."""
+        if not values:
+            return []
+        squares = self.squares(centred, values)
+        sums = [(f"d{f}", f"_D{f}") for f in values]
+        sums += [(f"q{f}", q) for f, q in squares.items() if q.startswith("_Q")]
+        return sums + [(f"f{self.pos[c.node]}", f"_s{self.pos[c.node]}") for c in centred]
+
+    def pivots(self, buf: IndentedBuffer, ps: Pass, values: dict[str, str]) -> None:
+        """Before the pass's blocks: each value's pivot ``_k`` (the mean of its first
+        :data:`~gradc.passes.loop_ir.PIVOT` elements, summed in float64 so that huge
+        values do not overflow, rounded to the dtype) and its row sums started."""
+        buf.line(f"_np = min(_N, {PIVOT})")
+        for f in values:
+            buf.line(f"_p{f} = 0.0")
+        buf.line("for _c in range(_np):")
+        for line in self.value_lines(ps):
+            buf.line(f"    {line}")
+        for f, v in values.items():
+            buf.line(f"    _p{f} = _g_radd(_p{f}, np.float64({v}))")
+        for f in values:
+            buf.line(f"_k{f} = _T(_p{f} / _np); _D{f} = 0.0")
+        for f, q in self.squares(ps.centred, values).items():
+            if q.startswith("_Q"):
+                buf.line(f"{q} = 0.0")
+
+    def value_lines(self, ps: Pass) -> list[str]:
+        """The loads and element values of pass ``ps`` at the row's element ``_c`` (a
+        pivoted pass's values outside its loop in blocks)."""
+        sliced, index = self.sliced, self.index
+        self.sliced, self.index = None, "(_lo + _c)"
+        lines = IndentedBuffer()
+        self.statements(lines, [s for s in ps.body if isinstance(s, (Load, LoadBack, Compute))])
+        self.sliced, self.index = sliced, index
+        return lines.getvalue().splitlines()
+
+    def deviations(self, body: IndentedBuffer, centred: list,
+                   values: dict[str, str]) -> None:
+        """The element's part of a pivoted pass's sums: each value's deviation from its
+        pivot (``_c``), summed, squared and multiplied into each co-moment."""
+        for f, v in values.items():
+            body.line(f"_c{f} = {v} - _k{f}")
+            body.line(f"_d{f} = _g_radd(_d{f}, _c{f})")
+        for f, q in self.squares(centred, values).items():
+            if q.startswith("_Q"):
+                body.line(f"_q{f} = _g_radd(_q{f}, _c{f} * _c{f})")
+        for c in centred:
+            i = self.pos[c.node]
+            fa, fb = [self.acc(f) for _, f in c.sums * 2][:2]
+            body.line(f"_f{i} = _g_radd(_f{i}, _c{fa} * _c{fb})")
+
+    def pivot_finish(self, buf: IndentedBuffer, ps: Pass, values: dict[str, str]) -> None:
+        """After a pivoted pass: each value's row mean relative to its pivot (``_K``,
+        ``_R``, as Chan's blocks leave them) and each co-moment about the exact means
+        (``P - D_a D_b / n``) where every value's mean lies within its spread of its
+        pivot; else the co-moments again, over the row about those means (float64)."""
+        squares = self.squares(ps.centred, values)
+        for f in values:
+            buf.line(f"_K{f} = np.float64(_k{f}); _R{f} = _D{f} / _N")
+        pairs = [(self.pos[c.node], *[self.acc(f) for _, f in c.sums * 2][:2])
+                 for c in ps.centred]
+        ok = " and ".join(f"2.0 * _D{f} * _R{f} <= {squares[f]}" for f in values)
+        buf.line(f"if {ok}:")
+        for i, fa, fb in pairs:
+            buf.line(f"    _s{i} -= _D{fa} * _R{fb}")
+        buf.line("else:")
+        for f in values:
+            buf.line(f"    _M{f} = _K{f} + _R{f}")
+        for i, _, _ in pairs:
+            buf.line(f"    _s{i} = 0.0")
+        buf.line("    for _c in range(_N):")
+        for line in self.value_lines(ps):
+            buf.line(f"        {line}")
+        for i, fa, fb in pairs:
+            buf.line(f"        _s{i} += (np.float64({values[fa]}) - _M{fa}) * "
+                     f"(np.float64({values[fb]}) - _M{fb})")
 
     def sums(self, buf: IndentedBuffer, staged: list, extent: str) -> None:
         """The second loop of a pass: its ``staged`` sums (update, buffer) over the
@@ -666,7 +789,7 @@ class _CpuLoops(LoopPrinter):
         return f"_z{self.pos[b.node]}" + (f"_{b.arg}" if b.arg else "")
 
     def print_stage(self, s: Stage) -> list[str]:
-        if not s.blocks and self.sliced is not None:
+        if (not s.blocks and self.sliced is not None) or s.node in self.unstaged:
             return []
         row = self.stage_row(Buffer("stage", s.node, s.arg))
         return [f"{row}[{self.stage_at}] = {self.kn.reduced(s.node, s.arg)}"]
