@@ -339,8 +339,9 @@ class _CpuLoops(LoopPrinter):
 
     def pivoting(self, ps: Pass, blocks: bool) -> bool:
         """Whether the pass's loop takes its centred sums about pivots: in blocks (a row
-        longer than one), over a whole row (a segment's are Chan's blocks, combined)."""
-        return blocks and ps.pivoted and not self.segment
+        longer than one, or a segment of a split row: its co-moments and means leave it
+        as Chan's blocks leave them, combined across segments as theirs)."""
+        return blocks and ps.pivoted
 
     def pivoted_values(self, ps: Pass, blocks: bool) -> dict[str, str]:
         """Where the pass takes its centred sums about pivots (:data:`~gradc.passes.

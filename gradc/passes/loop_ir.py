@@ -89,15 +89,16 @@ APART = 1024
 # the shape alone (``_g_rows``), so a row's bits do not depend on the thread count.
 SPLIT = (8, 1 << 17, 1 << 14)
 
-# Centred sums about pivots (CPU, a pass over a row longer than a block that stores no
-# output): each value's pivot is the mean of its first PIVOT elements, rounded to the
-# dtype; one loop sums the values' deviations from their pivots, their products and
-# squares, a block at a time, and the co-moments about the row's exact means follow
-# from those sums (``C = P - D_a D_b / n``), where Chan's blocks take a second loop over
-# every block (layer norm's fwd_bwd at rows of 512-2048: 1.07-1.17x).  The pivot is
-# good where a value's mean lies within its spread of it (``D^2 / n <= M2``, checked
-# per row, losing at most a bit); else (a trend or a step along the row) the row's
-# co-moments are taken again as written, as where they are not finite.
+# Centred sums about pivots (CPU, a pass over a row longer than a block, or over a split
+# row's segment, that stores no output): each value's pivot is the mean of its first
+# PIVOT elements, rounded to the dtype; one loop sums the values' deviations from their
+# pivots, their products and squares, a block at a time, and the co-moments about the
+# row's exact means follow from those sums (``C = P - D_a D_b / n``), where Chan's
+# blocks take a second loop over every block (layer norm's fwd_bwd at rows of
+# 512-2048: 1.06-1.09x; split rows: 1.04-1.13x).  The pivot is good where a value's
+# mean lies within its spread of it (``D^2 / n <= M2``, checked per row, losing at most
+# a bit); else (a trend or a step along the row) the row's co-moments are taken again
+# over the row about its exact means, in float64.
 PIVOT = 16
 
 # A kernel with sums across rows (``dw``: a partial row per chunk of whole rows) splits

@@ -758,15 +758,20 @@ def test_centred_sums_combine_their_blocks_exactly(modules, dt) -> None:
                                rtol=0, atol=1e-3 if dtype == np.float32 else 1e-7)
 
 
+@pytest.mark.parametrize("split", [False, True])
 @pytest.mark.parametrize("dt", ["f32", "f64"])
-def test_centred_sums_whose_pivots_are_far_are_taken_again(modules, dt) -> None:
+def test_centred_sums_whose_pivots_are_far_are_taken_again(modules, monkeypatch, dt,
+                                                          split) -> None:
     """Rows longer than a block take their centred sums about pivots, the means of their
-    first 16 values (loop_ir.PIVOT): good where a value's mean lies within its spread of
-    its pivot.  Rows where it does not (a step after the first 16 values, a ramp, a
-    spike among the first 16) are taken again as written, two passes, and keep their
-    digits (without that, a step of 1e4 in float32 loses about 6 of them); rows where it
-    does agree with the exact sums as well."""
+    first 16 values (loop_ir.PIVOT), and so does each segment of a split row: good where
+    a value's mean lies within its spread of its pivot.  Rows (segments) where it does
+    not (a step after the first 16 values, a ramp, a spike among the first 16) take
+    them again about their exact means, and keep their digits (without that, a step of
+    1e4 in float32 loses about 6 of them); rows where it does agree with the exact sums
+    as well."""
     m, dt = modules(dt)
+    if split:                               # 4 segments of 256 a row
+        monkeypatch.setattr(m, "_G_SPLIT", (8, 64, 256))
     dtype = np.float64 if dt == "f64" else np.float32
     rng = np.random.default_rng(16)
     n = 1024
@@ -782,7 +787,8 @@ def test_centred_sums_whose_pivots_are_far_are_taken_again(modules, dt) -> None:
     wide = [a.astype(np.longdouble) for a in (x, z, h)]
     want = REFERENCE["centred"](*wide)
     got = m.centred(x, z, h)
-    tol = dict(rtol=1e-6) if dtype == np.float32 else dict(rtol=1e-13)
+    # c, a covariance of values of spread 1, can be near 0: its digits are those of 1
+    tol = dict(rtol=1e-6, atol=1e-7) if dtype == np.float32 else dict(rtol=1e-13, atol=1e-15)
     for a, b in zip(got[:2], want[:2]):
         np.testing.assert_allclose(np.asarray(a, np.longdouble), b, **tol)
 
