@@ -97,8 +97,8 @@ SPLIT = (8, 1 << 17, 1 << 14)
 # blocks take a second loop over every block (layer norm's fwd_bwd at rows of
 # 512-2048: 1.06-1.09x; split rows: 1.04-1.13x).  The pivot is good where a value's
 # mean lies within its spread of it (``D^2 / n <= M2``, checked per row, losing at most
-# a bit); else (a trend or a step along the row) the row's co-moments are taken again
-# over the row about its exact means, in float64.
+# a bit); else (a trend or a step along the row) the row's means and co-moments are
+# taken again over the row about its exact means, in float64 (``pivot_finish``).
 PIVOT = 16
 
 # A kernel with sums across rows (``dw``: a partial row per chunk of whole rows) splits

@@ -793,6 +793,24 @@ def test_centred_sums_whose_pivots_are_far_are_taken_again(modules, monkeypatch,
         np.testing.assert_allclose(np.asarray(a, np.longdouble), b, **tol)
 
 
+@pytest.mark.parametrize("split", [False, True])
+def test_a_row_taken_again_keeps_numpys_digits(modules, monkeypatch, split) -> None:
+    """A row whose pivot is far (a value of 1e13 among the first 16 of float64 noise)
+    takes its co-moments again about its exact mean, in blocks added with their
+    rounding kept: layer norm's output keeps NumPy's digits (summed one element at a
+    time, 1.6e-12 off where NumPy is 5e-16; blocks added plainly, 1e-14: helper 55)."""
+    m, _ = modules("f64")
+    if split:
+        monkeypatch.setattr(m, "_G_SPLIT", (8, 64, 8192))
+    rng = np.random.default_rng(55)
+    x = rng.standard_normal((2, 40000))
+    x[:, 3] = 1e13
+    g, h = np.ones(40000), np.zeros(40000)
+    want = REFERENCE["layernorm"](x.astype(np.longdouble), 1.0, 0.0)
+    err = np.abs(np.asarray(m.layernorm(x, g, h), np.longdouble) - want).max() / np.abs(want).max()
+    assert err < 4e-15, err
+
+
 @pytest.mark.parametrize("dt", ["f32", "f64"])
 def test_centred_sums_that_are_not_finite_are_numpys(modules, dt) -> None:
     """Where a centred sum's co-moment is not finite (an infinity in a row, a block's sum
