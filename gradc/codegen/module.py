@@ -20,7 +20,7 @@ from gradc.codegen.runtime import runtime_objects, source_of
 from gradc.codegen.wrappers import Kernels, WrapperPrinter
 from gradc.frontend.limits import out_of_stack
 from gradc.ir.primitives import PRIMITIVES
-from gradc.passes.loop_ir import ONLINE_ROWS, SPLIT, SPLIT_COLS
+from gradc.passes.loop_ir import ONLINE_AGAIN, ONLINE_ROWS, SPLIT, SPLIT_COLS
 from gradc.pipeline import METHODS, CompiledOp, build_program, issue_warnings
 from gradc.version import __version__
 
@@ -206,9 +206,12 @@ _PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads co
                  f"_G_SPLIT = {SPLIT!r}\n"
                  "# A kernel with sums across rows splits up to this many times [0] rows.\n"
                  f"_G_SPLIT_COLS = {SPLIT_COLS!r}\n"
-                 "# Rows of this many bytes or more run a kernel's online form where it has\n"
-                 "# one (its sums of exp(x - max(x)) in the pass of the max: a pass fewer).\n"
-                 f"_G_ONLINE = {ONLINE_ROWS!r}\n"
+                 "# Rows of [0] bytes or more run a kernel's online form where it has one\n"
+                 "# (its sums of exp(x - max(x)) in the pass of the max: a pass fewer); of\n"
+                 "# [1] or more where that form computes an exp again (more where the CPU\n"
+                 "# has no 512-bit vectors, _g_wide_vectors).\n"
+                 f"_G_ONLINE = ({ONLINE_ROWS!r}, {ONLINE_AGAIN[0]!r} "
+                 f"if _g_wide_vectors(numba.config) else {ONLINE_AGAIN[1]!r})\n"
                  "# Numba's TBB threading layer unless the user chose one (_g_numba_threads):\n"
                  "# OpenMP's spinning workers would slow PyTorch, JAX and BLAS after each loop.\n"
                  "_G_THREADING = _g_numba_threads(os.environ, numba.config)\n")

@@ -86,6 +86,21 @@ def _g_numba_threads(environ, config):
     return "numba's default (no tbb package)"
 
 
+def _g_wide_vectors(config):
+    """Whether Numba compiles for a CPU with 512-bit vectors (AVX-512F): the host's
+    features, unless ``NUMBA_CPU_FEATURES`` names others or ``NUMBA_CPU_NAME`` another
+    CPU (then False: a portable build, ``generic``, has none).  ``config``:
+    ``numba.config``.  An exp costs half as much per float there, which decides from
+    which rows an online form that computes it again pays (``_G_ONLINE``)."""
+    features = config.CPU_FEATURES
+    if features is None:
+        if config.CPU_NAME not in (None, "host"):
+            return False
+        import llvmlite.binding
+        features = llvmlite.binding.get_host_cpu_features().flatten()
+    return "+avx512f" in features.split(",")
+
+
 def _g_inputs(op, sig, values):
     """Validate and convert call arguments.
 

@@ -25,8 +25,8 @@ from gradc.ir.shapes import Shape
 from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, MatmulEpilogue, value_used
 from gradc.passes import row_plan
 from gradc.passes.fuse_reduce import ROW, ReduceKernel, cpu_plan
-from gradc.passes.loop_ir import (CPU, GATHER_ROWS, gathered, lower, online, splits,
-                                  stores_after_reads)
+from gradc.passes.loop_ir import (CPU, GATHER_ROWS, gathered, lower, online, online_again,
+                                  splits, stores_after_reads)
 from gradc.passes.row_schedule import PER_COL, PER_ROW, SCALAR, input_slots
 from gradc.pipeline import CompiledOp, Method
 
@@ -537,8 +537,9 @@ class WrapperPrinter:
         """The call of reduce kernel ``name`` of ``step`` on its arrays ``args``: its
         split rows where ``_SG`` segments (:func:`~gradc.passes.loop_ir.splits`), their
         segments in parallel as its other loops are; its online form ``name_online``
-        (whole or split) on rows of ``_G_ONLINE`` bytes or more
-        (:func:`~gradc.passes.loop_ir.online`)."""
+        (whole or split) on rows of ``_G_ONLINE[0]`` bytes or more, ``_G_ONLINE[1]``
+        where that form computes an exp again (:func:`~gradc.passes.loop_ir.online`,
+        :func:`~gradc.passes.loop_ir.online_again`)."""
         call = ", ".join(args + ["_R", "_N", "_C"])
         parallel = "False" if self.after_blas else "_R * _N >= _G_PARALLEL_MIN"
 
@@ -548,7 +549,8 @@ class WrapperPrinter:
                 f"{kernel}({call}, _G_WITNESS[_T]) if _R * _N >= _G_PARALLEL_MIN else {serial}"
         launch, split = rows(name), f"{name}_split"
         if online(self.graph, step):
-            long = "_N * _G_WITNESS[_T].itemsize >= _G_ONLINE"
+            again = int(online_again(self.graph, step))
+            long = f"_N * _G_WITNESS[_T].itemsize >= _G_ONLINE[{again}]"
             launch = f"({rows(name + '_online')}) if {long} else ({launch})"
             split = f"({name}_online_split if {long} else {name}_split)"
         if splits(self.graph, step):

@@ -119,6 +119,15 @@ SPLIT_COLS = 2
 # more (two threads, session 28; the generated kernels: docs/performance.md, "Online
 # sums").  The wrapper decides by the shape and dtype alone.
 ONLINE_ROWS = 1 << 17
+# ... and where its online form computes an exp again (:func:`online_again`), from rows
+# of [0] bytes where Numba compiles for 512-bit vectors (AVX-512: an exp costs half as
+# much per float; measured on a Zen 4, sessions 28-37) and of [1] bytes where not: on a
+# Zen 3 (AVX2) the other form's fused fwd_bwd ran 1.14-1.27x (softmax), 1.18-1.31x
+# (cross-entropy), 0.99-1.10x (log-softmax) on rows of 65536 to 524288 float32, whose
+# passes stay in its 32 MiB L3 cache; on rows of 1M and 4M 0.92-1.13x and 0.81-1.01x
+# (two threads, session 39; docs/performance.md).  The module's ``_G_ONLINE`` is the
+# pair of the two thresholds that hold where it runs.
+ONLINE_AGAIN = (1 << 17, 1 << 22)
 
 
 @dataclass(frozen=True)
@@ -490,6 +499,14 @@ def online(graph: Graph, kernel: ReduceKernel) -> bool:
     outputs = [n for n in kernel.outputs if dict(kernel.levels)[n] == ELEMENT]
     again = {value_args(graph, n)[0] for n, o in sch.online.items() if o.shift is not None}
     return len(streams) + len(outputs) >= 3 and not again & set(sch.scratch)
+
+
+def online_again(graph: Graph, kernel: ReduceKernel) -> bool:
+    """Whether the online form of a kernel that has one (:func:`online`) computes
+    costly primitives (an exp) again that its other form computes once: it runs from
+    rows of :data:`ONLINE_AGAIN` bytes, the others' from :data:`ONLINE_ROWS`."""
+    return _costly(graph, schedule(graph, kernel, online=True)) > \
+        _costly(graph, schedule(graph, kernel))
 
 
 def _costly(graph: Graph, sch: Schedule) -> int:

@@ -16,7 +16,8 @@ from gradc.ir.shapes import Shape
 from gradc.passes.fuse import (Kernel, KernelPlan, reading_steps, value_args, value_used,
                                why_stored)
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, is_reduction
-from gradc.passes.loop_ir import ONLINE_ROWS, SPLIT, SPLIT_COLS, online, splits
+from gradc.passes.loop_ir import (ONLINE_AGAIN, ONLINE_ROWS, SPLIT, SPLIT_COLS, online,
+                                  online_again, splits)
 from gradc.passes.row_schedule import input_slots, schedule
 from gradc.pipeline import build_op
 
@@ -287,8 +288,11 @@ def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals,
                      f"segments of a row ({segment} or more) in parallel (split rows)")
     if online(g, step):
         passes = schedule(g, step, online=True).passes
-        lines.append(f"      rows of {ONLINE_ROWS} bytes or more (unless split): {passes} pass(es) "
-                     f"per row, each sum of exp(x - max(x)) in the pass of the max (online)")
+        wide, narrow = ONLINE_AGAIN
+        rows = (f"rows of {wide} bytes or more where the CPU has 512-bit vectors, of {narrow} "
+                f"where not" if online_again(g, step) else f"rows of {ONLINE_ROWS} bytes or more")
+        lines.append(f"      {rows} (unless split): {passes} pass(es) per row, each sum of "
+                     f"exp(x - max(x)) in the pass of the max (online)")
     centred = {} if step.flat else sch.centred
     per_row = [g.node(n).op + (" (centred)" if n in centred else "")
                for n in step.nodes if lv[n] == "R" and is_reduction(g, n)]

@@ -133,13 +133,15 @@ def test_module_never_imports_gradc(text: str) -> None:
     Only the Dask helpers import more (dask.array, operator), inside themselves,
     when called with a Dask array (docs/dask.md); the intrinsics' code generators
     import Numba's own code-generation layer (numba.core, numba.np.arrayobj, llvmlite) inside themselves,
-    when Numba types a kernel that calls them."""
+    when Numba types a kernel that calls them, and _g_wide_vectors llvmlite.binding (the
+    host CPU's features) at import."""
     imports = _imports(text, where=ast.iter_child_nodes)      # at import time
     assert imports, "no imports found"
     assert all(n.split(".")[0] in ("numpy", "numba", "ctypes", "inspect", "math", "os", "site",
                                    "sys") for n in imports), imports
     lazy = set(_imports(text)) - set(imports)
-    dask, codegen = {"dask.array", "operator"}, {"llvmlite", "numba.core", "numba.np.arrayobj"}
+    dask, codegen = {"dask.array", "operator"}, {"llvmlite", "llvmlite.binding", "numba.core",
+                                                 "numba.np.arrayobj"}
     assert lazy == dask | codegen, lazy
     for fn in (n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)):
         inside = set(_imports(ast.unparse(fn)))

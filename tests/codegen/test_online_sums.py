@@ -2,8 +2,9 @@
 value of it), or a logsumexp's, taken in the pass of the max, block by block, rescaled
 when the max so far changes (``gradc.passes.row_schedule.OnlineSum``,
 ``gradc.passes.loop_ir.ONLINE_ROWS``).
-The wrapper runs it on rows of ``_G_ONLINE`` bytes or more (a module global); the tests
-set it to 0 (every call online) or out of reach (none) and check the two forms against
+The wrapper runs it on rows of ``_G_ONLINE[0]`` bytes or more (a module global; ``[1]``
+where the online form computes an exp again); the tests set both to 0 (every call
+online) or out of reach (none) and check the two forms against
 each other, against float64 and against finite differences, at the special values the
 rescaling must keep (a row that starts with -inf, all -inf, +inf, NaN, the largest
 numbers, a max that grows in every block), and which calls run it."""
@@ -96,7 +97,7 @@ def test_online_form_agrees_with_the_other_form(m, monkeypatch, kernel_calls, op
             x = _rows(shape, np.float64, case, np.random.default_rng(1))
             results = []
             for online in (0, NEVER):
-                monkeypatch.setattr(m, "_G_ONLINE", online)
+                monkeypatch.setattr(m, "_G_ONLINE", (online, online))
                 before = len(calls)
                 with np.errstate(all="ignore"):
                     results.append(_call(m, op, method, x, np.random.default_rng(2)))
@@ -113,14 +114,14 @@ def test_online_form_agrees_with_the_other_form(m, monkeypatch, kernel_calls, op
 def test_float32_online_form_keeps_float32_accuracy(m, monkeypatch, op, method):
     """Float32 rows around 1e4 and rows whose max rises in every block: the online
     form is as close to float64 as the other form."""
-    monkeypatch.setattr(m, "_G_ONLINE", 0)
+    monkeypatch.setattr(m, "_G_ONLINE", (0, 0))
     for case in ["offset", "rising", "random"]:
         x = _rows((3, 1000), np.float32, case, np.random.default_rng(3))
         got = _call(m, op, method, x, np.random.default_rng(4))
         want = _call(m, op, method, x.astype(np.float64), np.random.default_rng(4))
-        monkeypatch.setattr(m, "_G_ONLINE", NEVER)
+        monkeypatch.setattr(m, "_G_ONLINE", (NEVER, NEVER))
         other = _call(m, op, method, x, np.random.default_rng(4))
-        monkeypatch.setattr(m, "_G_ONLINE", 0)
+        monkeypatch.setattr(m, "_G_ONLINE", (0, 0))
         for g, w, o in zip(got, want, other):
             assert np.asarray(g).dtype == np.float32
             scale = max(float(np.max(np.abs(w))), 1.0)
@@ -133,7 +134,7 @@ def test_float32_online_form_keeps_float32_accuracy(m, monkeypatch, op, method):
 def test_online_vjp_against_finite_differences(m, monkeypatch, op):
     """The online form's vjp against central differences of its own forward, in float64,
     along random directions (rows of 700: three blocks, the shift rescaled)."""
-    monkeypatch.setattr(m, "_G_ONLINE", 0)
+    monkeypatch.setattr(m, "_G_ONLINE", (0, 0))
     rng = np.random.default_rng(5)
     x = rng.standard_normal((2, 700)) * 2
     args = [x] + ([rng.standard_normal(700) * 0.5 + 1] if op == "lsm2" else [])
@@ -157,7 +158,7 @@ def test_builtin_log_softmax_against_numpy(m, monkeypatch, kernel_calls, online,
     pass of the max; the other: its logsumexp's max known, max(x) - h, and one pass for
     its sum), the other on split rows too, against NumPy's float64 at random and special
     rows."""
-    monkeypatch.setattr(m, "_G_ONLINE", online)
+    monkeypatch.setattr(m, "_G_ONLINE", (online, online))
     calls = kernel_calls(m, "_0_split")
     if split:
         monkeypatch.setattr(m, "_G_SPLIT", (8, 64, 16))
@@ -182,7 +183,7 @@ def test_logsumexp_of_x_less_its_max_against_numpy(m, monkeypatch, kernel_calls,
     the max's ties shared): its logsumexp's max is the max less itself (0, NaN for a
     row of -inf or +inf), which takes no pass; forward and vjp in every form against
     NumPy's float64 at random and special rows, ties too."""
-    monkeypatch.setattr(m, "_G_ONLINE", online)
+    monkeypatch.setattr(m, "_G_ONLINE", (online, online))
     calls = kernel_calls(m, "_0_split")
     if split:
         monkeypatch.setattr(m, "_G_SPLIT", (8, 64, 16))
@@ -221,7 +222,7 @@ def test_two_shifts_are_subtracted_in_turn(m, monkeypatch, kernel_calls):
                     (np.array([[1e308, 1.0]]), (None, None, -1e308))]:
         got = []
         for online in (0, NEVER):
-            monkeypatch.setattr(m, "_G_ONLINE", online)
+            monkeypatch.setattr(m, "_G_ONLINE", (online, online))
             before = len(calls)
             got.append(m.twoprec(x))
             assert (len(calls) > before) == (online == 0)
@@ -233,11 +234,16 @@ def test_two_shifts_are_subtracted_in_turn(m, monkeypatch, kernel_calls):
 
 def test_long_rows_run_online(m, monkeypatch, kernel_calls):
     """The rule (_G_ONLINE, the bytes of a row): rows of 32768 float32 or 16384 float64
-    run online, rows of 16384 float32 do not; a call that splits its rows runs its split
-    form instead.  Methods where the online form would compute an exp again with few
-    arrays to save reading (softmax's forward and vjp: loop_ir.online) and ops without
-    such a sum (layer norm) have none."""
-    assert m._G_ONLINE == 1 << 17
+    run online, rows of 16384 float32 do not; where the online form computes an exp
+    again (softmax's fwd_bwd), from rows of 128 KiB where the CPU has 512-bit vectors,
+    4 MiB where not (a logsumexp's forward, which computes none again, from 128 KiB
+    still); a call that splits its rows runs its split form instead.  Methods where the
+    online form would compute an exp again with few arrays to save reading (softmax's
+    forward and vjp: loop_ir.online) and ops without such a sum (layer norm) have
+    none."""
+    wide = m._g_wide_vectors(numba.config)
+    assert m._G_ONLINE == (1 << 17, 1 << 17 if wide else 1 << 22)
+    monkeypatch.setattr(m, "_G_ONLINE", (1 << 17, 1 << 17))       # a CPU with AVX-512's
     calls = kernel_calls(m, "_online", "_online_chunks")
     rng = np.random.default_rng(6)
     for shape, dtype, online in [((2, 32768), np.float32, True), ((2, 16384), np.float32, False),
@@ -252,16 +258,38 @@ def test_long_rows_run_online(m, monkeypatch, kernel_calls):
     m.smax.fwd_bwd(rng.standard_normal((2, 32768)).astype(np.float32),
                    np.ones((2, 32768), np.float32))
     assert len(calls) == before
+    monkeypatch.undo()
+    monkeypatch.setattr(m, "_G_ONLINE", (1 << 17, 1 << 22))       # one without
+    calls = kernel_calls(m, "_online", "_online_chunks", "_online_split")   # 2 rows of 1M: split
+    for method, shape, online in [(m.smax.fwd_bwd, (2, 32768), False), (m.lseh, (2, 32768), True),
+                                  (m.smax.fwd_bwd, (2, 1 << 20), True)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        before = len(calls)
+        method(x) if method is m.lseh else method(x, np.ones_like(x))
+        assert (len(calls) > before) == online, (method, shape)
     online = [n for n in dir(m) if n.endswith("_online")]
     assert "_grk0_smax_fwd_bwd_0_online" in online
     none = ("_grk0_lnorm", "_grk0_smax_forward", "_grk0_smax_vjp")
     assert not [n for n in online if n.startswith(none)]
 
 
+def test_wide_vectors_are_those_numba_compiles_for(m):
+    """_g_wide_vectors: the host's AVX-512F unless Numba was told another CPU."""
+    import llvmlite.binding
+    from types import SimpleNamespace as NS
+
+    host = "+avx512f" in llvmlite.binding.get_host_cpu_features().flatten().split(",")
+    assert m._g_wide_vectors(NS(CPU_FEATURES=None, CPU_NAME=None)) == host
+    assert m._g_wide_vectors(NS(CPU_FEATURES=None, CPU_NAME="host")) == host
+    assert m._g_wide_vectors(NS(CPU_FEATURES="+avx2,+avx512f,+fma", CPU_NAME="x")) is True
+    assert m._g_wide_vectors(NS(CPU_FEATURES="+avx2,-avx512f", CPU_NAME=None)) is False
+    assert m._g_wide_vectors(NS(CPU_FEATURES=None, CPU_NAME="generic")) is False
+
+
 def test_online_bits_do_not_depend_on_threads(m, monkeypatch):
     """An online call's bits are the shape's: the same on one thread and two, and where
     the call is too small to be threaded (GRADC_PARALLEL_MIN)."""
-    monkeypatch.setattr(m, "_G_ONLINE", 0)
+    monkeypatch.setattr(m, "_G_ONLINE", (0, 0))
     monkeypatch.setattr(m, "_G_PARALLEL_MIN", 0)
     rng = np.random.default_rng(7)
     x = rng.standard_normal((40, 333)).astype(np.float32)
@@ -293,13 +321,13 @@ def test_online_split_rows_agree_with_whole_rows(m, monkeypatch, kernel_calls, o
         for case in ["random"] + SPECIAL:
             x = _rows(shape, np.float64, case, np.random.default_rng(8))
             monkeypatch.setattr(m, "_G_SPLIT", split)
-            monkeypatch.setattr(m, "_G_ONLINE", 0)
+            monkeypatch.setattr(m, "_G_ONLINE", (0, 0))
             before = len(calls)
             with np.errstate(all="ignore"):
                 got = _call(m, op, method, x, np.random.default_rng(9))
             assert len(calls) > before, (shape, case)
             monkeypatch.setattr(m, "_G_SPLIT", (0, 64, 16))
-            monkeypatch.setattr(m, "_G_ONLINE", NEVER)
+            monkeypatch.setattr(m, "_G_ONLINE", (NEVER, NEVER))
             with np.errstate(all="ignore"):
                 want = _call(m, op, method, x, np.random.default_rng(9))
             for a, b in zip(got, want):
