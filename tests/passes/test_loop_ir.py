@@ -9,7 +9,8 @@ from gradc.frontend.check import check_source
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
 from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_AHEAD, PREFETCH_ROWS, Acc, Buffer,
                                   Centre, Finish, LoadBack, Online, Pass, Prefetch, Shift, Stage,
-                                  Store, Tree, Update, deferred, hosted, lower, online)
+                                  Store, Tree, Update, deferred, hosted, lower, online,
+                                  online_again)
 from gradc.passes.row_schedule import Schedule, centred_sums, online_sums
 from gradc.pipeline import build_op
 from row_sources import LAYER_NORM_ROWS, SOFTMAX_ROWS
@@ -217,6 +218,17 @@ def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(sof
     # CUDA and the other CPU form keep the max and the sum in passes of their own
     assert len(lower(graph, kernel, CUDA, online=True).passes) == 4
     assert not lower(graph, kernel, CPU).online
+    # it computes the exp again (the other form keeps it in scratch): its own threshold
+    assert online_again(graph, kernel)
+
+
+def test_a_logsumexp_online_computes_no_exp_again() -> None:
+    """A logsumexp's online form sums each exp once, as the other form does: it runs
+    from ONLINE_ROWS on every CPU (loop_ir.online_again, ONLINE_AGAIN)."""
+    graph, kernel = fwd_bwd_kernel("""op lse(x: f32[r, n]) -> y {
+    y = logsumexp(x, axis=1)
+}""", "lse", "forward")
+    assert online(graph, kernel) and not online_again(graph, kernel)
 
 
 @pytest.mark.parametrize("body, found", [
