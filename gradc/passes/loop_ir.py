@@ -493,7 +493,7 @@ def online(graph: Graph, kernel: ReduceKernel) -> bool:
     other, sch = schedule(graph, kernel), schedule(graph, kernel, online=True)
     if sch.passes >= other.passes:
         return False
-    if _costly(graph, sch) <= _costly(graph, other):
+    if not _computes_again(graph, sch, other):
         return True
     streams = [a for x, a in input_slots(graph, kernel) if a == PER_ELEMENT]
     outputs = [n for n in kernel.outputs if dict(kernel.levels)[n] == ELEMENT]
@@ -505,8 +505,13 @@ def online_again(graph: Graph, kernel: ReduceKernel) -> bool:
     """Whether the online form of a kernel that has one (:func:`online`) computes
     costly primitives (an exp) again that its other form computes once: it runs from
     rows of :data:`ONLINE_AGAIN` bytes, the others' from :data:`ONLINE_ROWS`."""
-    return _costly(graph, schedule(graph, kernel, online=True)) > \
-        _costly(graph, schedule(graph, kernel))
+    return _computes_again(graph, schedule(graph, kernel, online=True), schedule(graph, kernel))
+
+
+def _computes_again(graph: Graph, online_form: Schedule, other: Schedule) -> bool:
+    """Whether the online form's schedule computes more costly primitives than the
+    other form's."""
+    return _costly(graph, online_form) > _costly(graph, other)
 
 
 def _costly(graph: Graph, sch: Schedule) -> int:
