@@ -101,6 +101,7 @@ class _CpuLoops(LoopPrinter):
         self.segment = False                    # printing a pass over a segment of a row
         self.skip_hosted = False                # printing the loop of calls whose outputs host
         self.unstaged: set[int] = set()         # centred sums a pivoted loop does not stage
+        self.flag = "_n"                        # a NaN flag's prefix: "_nb" in a block's loop
 
     def params(self, *chunks: str) -> str:
         """The kernel's parameters (``chunks``: the first and the last chunk, the body's)."""
@@ -287,7 +288,14 @@ class _CpuLoops(LoopPrinter):
         self.index = "(_lo + _b + _c)" if blocks else "(_lo + _c)"
         body = IndentedBuffer()
         self.unstaged = {c.node for c in ps.centred} if self.pivoting(ps, blocks) else set()
+        # In blocks, a max's NaN flag is the block's, or-ed into the row's after the
+        # block's loop, as its sums are: a flag carried from block to block through the
+        # loop kept LLVM from vectorising it (scalar, 2x slower: cross-entropy's forward)
+        flags = [self.pos[s.node] for s in ps.body
+                 if blocks and isinstance(s, Update) and _nan_flagged(s)]
+        self.flag = "_nb" if blocks else "_n"
         self.statements(body, ps.body)
+        self.flag = "_n"
         self.unstaged = set()
         pivoted = self.pivoted_values(ps, blocks)
         if pivoted:
@@ -315,6 +323,8 @@ class _CpuLoops(LoopPrinter):
             buf.line(f"{self.acc(blk)} = _T(0.0)")
         for a, _ in self.pivot_sums(ps.centred, pivoted):
             buf.line(f"_{a} = _T(0.0)")
+        for i in flags:
+            buf.line(f"_nb{i} = False")
         buf.line("for _c in range(_e - _b):" if blocks else "for _c in range(_N):")
         buf.indent()
         for line in body.getvalue().splitlines():
@@ -329,6 +339,8 @@ class _CpuLoops(LoopPrinter):
         for acc, blk in ps.block_sums:
             if acc is not None:
                 buf.line(f"{self.acc(acc)} += {self.acc(blk)}")
+        for i in flags:
+            buf.line(f"_n{i} |= _nb{i}")
         for line in after.lines:
             buf.line(line)
         if blocks:
@@ -856,7 +868,8 @@ class _CpuLoops(LoopPrinter):
         return [f"{self.at(self.row_of(s.buffer))} = {v}"]
 
     def print_update(self, s: Update) -> list[str]:
-        return [_update(s, self.acc(s.acc), self.pos[s.node], self.kn.reduced(s.node, s.arg))]
+        i = self.pos[s.node]
+        return [_update(s, self.acc(s.acc), i, self.kn.reduced(s.node, s.arg), f"{self.flag}{i}")]
 
     def print_start(self, s: Start) -> list[str]:
         i, acc = self.pos[s.node], self.acc(s.acc)
@@ -955,11 +968,12 @@ def _own(fill: str, n: str) -> str:
 _SELECT = "{acc} = {v} if (({v} {cmp} {acc}) | ({v} != {v})) else {acc}"
 
 
-def _update(s: Update, acc: str, i: int, v: str) -> str:
+def _update(s: Update, acc: str, i: int, v: str, nan: str = "") -> str:
     """Update ``s`` of reduction at position ``i`` with the element value ``v`` into
     ``acc``: one flagged ``reassoc`` where the IR says so (``Update.reassoc``), else a
-    max or min (a two-pass reduction's first stage, with a NaN flag; a partial's, a
-    select that keeps a NaN)."""
+    max or min (a two-pass reduction's first stage, with a NaN flag, ``nan`` or
+    ``_n{i}``; a partial's, a select that keeps a NaN)."""
+    nan = nan or f"_n{i}"
     if s.reassoc:
         if s.kind == "logsumexp":
             v = f"_g_exp({v} - _h{i})"
@@ -967,10 +981,15 @@ def _update(s: Update, acc: str, i: int, v: str) -> str:
             return f"_t{i} = {v} / _h{i}; {acc} = _g_radd({acc}, _t{i} * _t{i})"
         return f"{acc} = _g_r{'mul' if s.kind == 'prod' else 'add'}({acc}, {v})"
     if s.kind == "norm":
-        return f"_a{i} = abs({v}); " + _max_update(acc, f"_n{i}", f"_a{i}", "max")
+        return f"_a{i} = abs({v}); " + _max_update(acc, nan, f"_a{i}", "max")
     if s.kind == "logsumexp" or s.nan_flag:
-        return _max_update(acc, f"_n{i}", v, "max" if s.kind == "logsumexp" else s.kind)
+        return _max_update(acc, nan, v, "max" if s.kind == "logsumexp" else s.kind)
     return accumulate_line(acc, v, s.kind, _SELECT)
+
+
+def _nan_flagged(s: Update) -> bool:
+    """Whether :func:`_update` prints ``s`` with a NaN flag (a max or min)."""
+    return not s.reassoc and (s.kind in ("logsumexp", "norm") or s.nan_flag)
 
 
 def _max_update(acc: str, nan: str, v: str, kind: str) -> str:
