@@ -14,7 +14,7 @@ the generated module's line, the kernel and LLVM's reason::
 Only the loops over a row's elements are listed (``for _c in ...``: the kernels mean
 LLVM to vectorise those), and not those around calls (prefetch hints), unless
 ``--all``.  Kernels are compiled afresh (a temporary Numba cache, removed at the end)
-with debug line information (and no bounds checks).
+with debug line information, and otherwise as they are.
 """
 from __future__ import annotations
 
@@ -48,10 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--all", action="store_true", help="list the outer loops too")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="gradc-remarks-") as tmp:
-        # before Numba is imported: line numbers in the remarks, compiled afresh
-        os.environ["NUMBA_DEBUGINFO"] = "1"
-        os.environ["NUMBA_BOUNDSCHECK"] = "0"       # debug info would turn them on
-        os.environ["NUMBA_CACHE_DIR"] = tmp
+        os.environ["NUMBA_CACHE_DIR"] = tmp         # before Numba is imported: afresh
         path = Path(args.module) if args.module else _compile(Path(tmp))
         log = Path(tmp, "remarks.txt")
         shapes = [tuple(int(v) for v in x.split("x")) for x in args.shapes]
@@ -81,6 +78,7 @@ def _run_with_remarks(path: Path, ops, methods, shapes, log: Path) -> None:
     import importlib.util
 
     import llvmlite.binding as llvm
+    import numba
     import numpy as np
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -91,7 +89,12 @@ def _run_with_remarks(path: Path, ops, methods, shapes, log: Path) -> None:
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
+    njit = numba.njit
+    numba.njit = _with_lines(njit)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        numba.njit = njit
     module._G_ROWS_MIN = 0
     saved = os.dup(2)
     with open(log, "w") as f:
@@ -109,6 +112,21 @@ def _run_with_remarks(path: Path, ops, methods, shapes, log: Path) -> None:
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
+
+
+def _with_lines(njit):
+    """``numba.njit`` for the module's serial kernels with debug line information (the
+    remarks' lines), without what Numba's debug mode adds that changes the code LLVM
+    sees: variables kept alive to the end of their scope (softmax's segment loops were
+    not vectorised with them) and bounds checks."""
+    def with_lines(*args, **options):
+        if args and callable(args[0]):                 # @numba.njit without arguments
+            return with_lines(**options)(args[0])
+        if not options.get("parallel"):
+            options = {"debug": True, "_dbg_extend_lifetimes": False,
+                       "boundscheck": False, **options}
+        return njit(*args, **options)
+    return with_lines
 
 
 def _call(op, method, params, ups, np) -> None:
