@@ -139,12 +139,13 @@ def _call(op, method, params, ups, np) -> None:
     else:
         # a tangent per differentiable parameter: the nograd ones come last
         tangents = [np.ones_like(p) for p in params]
-        for k in range(len(params), 0, -1):
+        for k in range(len(params), 1, -1):
             try:
                 op.jvp(*params, *tangents[:k])
                 return
-            except TypeError:
+            except TypeError:                           # too many tangents
                 continue
+        op.jvp(*params, tangents[0])
 
 
 def _parse(text: str, path: Path, every: bool) -> list[tuple[int, str, str, str]]:
