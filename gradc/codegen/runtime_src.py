@@ -191,9 +191,7 @@ def _g_float_input(op, what, name, v, want=None):
             return np.asarray(float(v))
         except OverflowError:
             raise OverflowError(f"{op}: {what} '{name}' = {v} does not fit a float") from None
-    if isinstance(v, np.ma.MaskedArray):
-        raise TypeError(f"{op}: {what} '{name}' is a masked array; the kernels would ignore "
-                        "its mask (pass v.filled(fill_value) or v.data)")
+    _g_not_masked(op, what, name, v)
     try:
         lazy = hasattr(v, "__dask_graph__")     # not np.asarray: that would compute it
         a = None if lazy else np.asarray(v)
@@ -211,13 +209,23 @@ def _g_float_input(op, what, name, v, want=None):
     return a
 
 
+def _g_not_masked(op, what, name, v):
+    """A TypeError for a masked array (``np.asarray`` would drop its mask, which
+    NumPy's ufuncs honour)."""
+    if isinstance(v, np.ma.MaskedArray):
+        raise TypeError(f"{op}: {what} '{name}' is a masked array; the kernels would ignore "
+                        "its mask (pass v.filled(fill_value) or v.data)")
+
+
 def _g_int_input(op, name, v, want):
     """An integer or bool argument: exactly ``want`` for arrays; a Python scalar
-    must fit it (no silent wrap-around)."""
+    must fit it (no silent wrap-around).  A masked array is a TypeError, as for
+    float arguments (:func:`_g_float_input`)."""
     if type(v) is (bool if want.kind == "b" else int):
         if want.kind != "b" and not np.iinfo(want).min <= v <= np.iinfo(want).max:
             raise OverflowError(f"{op}: argument '{name}' = {v} does not fit {want.name}")
         return np.asarray(v, dtype=want)
+    _g_not_masked(op, "argument", name, v)
     try:
         lazy = hasattr(v, "__dask_graph__")
         a = None if lazy else np.asarray(v)

@@ -24,6 +24,9 @@ op ew(x, y) -> r {
 op rows(x: f64[n, k], b: f64[k]) -> y {
     y = tanh(x + b)
 }
+op pick(x: f64[n, k], labels: i64[n], keep: bool[n]) -> y {
+    y = where(keep, x[arange(n), labels], 0)
+}
 """
 
 
@@ -137,6 +140,18 @@ def test_masked_arrays_are_refused(m, where):
                                         r"kernels would ignore its mask \(pass "
                                         r"v\.filled\(fill_value\) or v\.data\)"):
         call()
+
+
+@pytest.mark.parametrize("name", ["labels", "keep"])
+def test_masked_integer_and_bool_arrays_are_refused(m, name):
+    """Integer and bool arguments too: the labels' or the mask's mask would be ignored."""
+    args = {"x": np.ones((3, 2)), "labels": np.array([0, 1, 0]), "keep": np.ones(3, bool)}
+    args[name] = np.ma.masked_array(args[name], mask=[0, 1, 0])
+    for call in (lambda: m.pick(*args.values()),
+                 lambda: m.pick.vjp(*args.values(), np.ones(3))):
+        with pytest.raises(TypeError, match=rf"pick\.\w+: argument '{name}' is a masked "
+                                            r"array; the kernels would ignore its mask"):
+            call()
 
 
 def test_array_protocol_errors_name_the_argument(m):
