@@ -205,10 +205,13 @@ class CallChecker:
                 self.expr(sub, scope, later)
 
     def _shape(self, value: ast.Expr) -> None:
+        """A shape: an integer, a dim of the signature or a const (whose value must be
+        an integer: checked as it is lowered), or a tuple of them."""
         items = value.items if isinstance(value, ast.TupleExpr) else (value,)
-        if not all(_is_int(i) or isinstance(i, ast.Name) and i.id in self.dims for i in items):
-            self._error(TypeError_, "a shape must be an integer, a dim of the signature or a "
-                        "tuple of them", leftmost_span(value), "E304")
+        if not all(_is_int(i) or self._is_const(i) or isinstance(i, ast.Name) and
+                   i.id in self.dims for i in items):
+            self._error(TypeError_, "a shape must be an integer, a dim of the signature, a "
+                        "const or a tuple of them", leftmost_span(value), "E304")
 
     def _bool(self, key: str, value: ast.Expr) -> None:
         ok = (isinstance(value, ast.Num) and value.is_int and value.value in (0, 1)) or (

@@ -174,11 +174,14 @@ class ExprLowerer:
         # a rule names primitives (transpose), a .grad file builtins (transpose: permute_dims)
         name = e.func if self.rules and e.func in PRIMITIVES else ALIASES.get(e.func, e.func)
         optional = dict(PRIMITIVES[name].optional) if name in PRIMITIVES else {}
-        kw = {k: self._attr(k, v, scope) for k, v in e.kwargs if k not in optional}
+        kinds = {k: kind for k, kind, _ in PRIMITIVES[name].keywords} \
+            if name in PRIMITIVES else {}
+        kw = {k: self._attr(k, v, scope, kinds.get(k)) for k, v in e.kwargs
+              if k not in optional}
         positional = list(e.args)
         if name in PRIMITIVES and PRIMITIVES[name].attr_params:    # one_hot(idx, depth)
             n = len(PRIMITIVES[name].params)
-            kw.update((k, self._attr(k, v, scope))
+            kw.update((k, self._attr(k, v, scope, kinds.get(k)))
                       for k, v in zip(PRIMITIVES[name].attr_params, positional[n:]))
             positional = positional[:n]
         args = [self.expr(a, scope) for a in positional]
@@ -234,7 +237,9 @@ class ExprLowerer:
         if warning.key() not in {w.key() for w in self.graph.diagnostics}:
             self.graph.diagnostics.append(warning)
 
-    def _attr(self, key: str, v: ast.Expr, scope: Scope) -> Any:
+    def _attr(self, key: str, v: ast.Expr, scope: Scope, kind: str | None = None) -> Any:
+        """The value of constant argument ``key`` (of ``kind``, the primitive's keyword
+        kind): an int, a tuple of axes, a shape, a number, a dim of the signature."""
         if isinstance(v, ast.Name) and isinstance(scope.get(v.id), Attr):
             return scope[v.id].value                 # a rule's attribute: axis=axis
         if isinstance(v, ast.Name) and isinstance(scope.get(v.id), int) and \
@@ -242,9 +247,14 @@ class ExprLowerer:
             return self._dim_attr(scope[v.id], v)    # one_hot(t, k)
         if key == "shape":                  # reshape(x, (n, -1)), reshape(x, -1)
             items = v.items if isinstance(v, ast.TupleExpr) else (v,)
-            return tuple(self._attr("dim", i, scope) for i in items)
+            return tuple(self._attr("a shape's size", i, scope, "int") for i in items)
         attrs = {k: a.value for k, a in scope.items() if isinstance(a, Attr)}
         value = eval_const(v, {**self.consts, **attrs})   # reverse=1 - reverse in a rule
+        if kind == "int" and isinstance(value, float):    # a const: const D = 2
+            if not value.is_integer():
+                raise ShapeError(f"{key} must be an integer, got {value}",
+                                 getattr(v, "span", None))
+            return int(value)
         if key == "axis":
             values = value if isinstance(value, tuple) else (value,)
             bad = next((a for a in values if not float(a).is_integer()), None)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from pathlib import Path
 
@@ -128,6 +129,37 @@ def test_axis_may_be_a_const_of_integer_value() -> None:
     with pytest.raises(GradcError, match="axis= must be an integer, got 0.5") as info:
         build_program(check_source(bad))
     assert (info.value.span.line, info.value.span.column) == (4, 43)   # at HALF
+
+
+def test_integer_arguments_and_shapes_may_be_consts_of_integer_value() -> None:
+    """``one_hot(t, D)``, ``topk(x, D)``, ``swapaxes(x, 0, AX)``, ``reshape(x, (D, -1))``
+    with ``const D = 3``, ``const AX = 1`` are the same ops as with the numbers written
+    out, forward and gradient; a const of another value is refused where it is used."""
+    import numpy as np
+
+    from gradc.ir.interpret import interpret
+    from gradc.pipeline import build_program
+
+    body = ("op f(x: [n, k], t: i64[n]) -> y {\n    y = sum(one_hot(t, D) * topk(x, D), "
+            "axis=1, keepdims=true) + reshape(swapaxes(x, 0, AX), (D, NEG))\n}\n")
+    consts = "const D = 3\nconst AX = 1\nconst NEG = -1\n"
+    literal = body.replace("D", "3").replace("AX", "1").replace("NEG", "-1")
+    ops = [build_program(check_source(consts + text))["f"] for text in (body, literal)]
+    rng = np.random.default_rng(0)
+    x, t = rng.standard_normal((3, 4)), np.array([0, 2, 1])
+    dy = rng.standard_normal((3, 4))
+    for method, args in (("forward", [x, t]), ("vjp", [x, t, dy])):
+        got, want = (interpret(op.methods[method].graph, args) for op in ops)
+        for g, w in zip(got if method == "vjp" else [got], want if method == "vjp" else [want]):
+            np.testing.assert_array_equal(g, w)
+    for call, message in [("one_hot(t, H)", "depth must be an integer, got 2.5"),
+                          ("topk(x, k=H)", "k must be an integer, got 2.5"),
+                          ("swapaxes(x, 0, axis2=H)", "axis2 must be an integer, got 2.5"),
+                          ("reshape(x, (H, -1))", "a shape's size must be an integer, got 2.5")]:
+        text = f"const H = 2.5\nop f(x: [n, k], t: i64[n]) -> y {{\n    y = {call}\n}}\n"
+        with pytest.raises(GradcError, match=re.escape(message)) as info:
+            build_program(check_source(text))
+        assert (info.value.span.line, info.value.span.column) == (3, 9 + call.index("H")), call
 
 
 def test_dims_of_the_signature_are_values() -> None:
@@ -444,7 +476,7 @@ def test_several_errors_are_reported_together() -> None:
     ("y = swapaxes(x, 1, axis1=0)", "keyword argument 'axis1' is given twice"),
     ("y = expand_dims(x, axes=0)", "'expand_dims' has no keyword argument 'axes'"),
     ("y = reshape(x, shape=x)",
-     "a shape must be an integer, a dim of the signature or a tuple of them"),
+     "a shape must be an integer, a dim of the signature, a const or a tuple of them"),
     ("y = x + (1, 2)", "a tuple can only be an axis= value"),
     ("y = grad(x, 2 * x)", "the second argument of grad() must be a parameter or an assigned name"),
     ("y = grad(x, pi)", "the second argument of grad() must be a parameter or an assigned name"),
