@@ -12,6 +12,8 @@ from gradc.tools.cli import main
 SOURCE = """
 op ints(x, n: i32) -> y { y = x * n }
 op nothing() -> y { y = 1 }
+op top(x: [n, k]) -> (i, y) { i = argmax(x, axis=-1)
+    y = x * 2 }
 op s(x) -> y {
     y = x * 2
 } grad(dy) -> dx {
@@ -50,6 +52,19 @@ def test_argument_count_errors_name_the_op_and_method(m):
 def test_out_buffer_of_integer_dtype(m):
     with pytest.raises(TypeError, match=r"out\[0\] must be a floating-point array"):
         m.s(np.ones(3), out=np.empty(3, np.int32))
+
+
+def test_out_buffer_of_an_integer_result_has_its_dtype(m):
+    """argmax's out= is int64, as NumPy's np.argmax(out=) demands (an int32 or float
+    buffer was written with a silent cast)."""
+    x = np.array([[1.0, 3, 2], [5, 4, 6]])
+    i, y = np.empty(2, np.int64), np.empty((2, 3), np.float32)
+    assert m.top(x, out=(i, y))[0] is i
+    np.testing.assert_array_equal(i, [1, 2])
+    for bad in (np.int32, np.float64, np.uint64):
+        with pytest.raises(TypeError, match=r"top\.forward: out\[0\] must be of the result's "
+                                            rf"dtype, int64, got {np.dtype(bad).name}"):
+            m.top(x, out=(np.empty(2, bad), y))
 
 
 def test_custom_gradient_of_the_wrong_static_shape_is_a_compile_error():
@@ -130,3 +145,28 @@ op centre(x) -> y { y = x - mean(x, axis=0, keepdims=true) }
         assert m.centre.vjp(empty, empty)[0].shape == (0, 5)
     x = np.arange(6.0).reshape(2, 3)        # and the mean of a batch is NumPy's
     np.testing.assert_array_equal(m.centre(x), x - x.mean(axis=0))
+
+
+QUIET_SOURCE = """
+op row_sum(x) -> y { y = sum(x, axis=-1) }
+op row_prod(x) -> y { y = prod(x, axis=-1) + cumprod(x, axis=-1)[..., 0] }
+op mm(a: [n, k], b: [k, m]) -> y { y = a @ b }
+"""
+
+
+@pytest.mark.parametrize("n", [4, 8192])
+def test_no_numpy_warnings_at_any_size(import_module_text, n):
+    """Overflow warns in neither the NumPy calls of small arrays and of the unfused
+    plans nor the kernels of large ones (it warned at 4 and not at 8192)."""
+    q = import_module_text(gradc.compile_source(QUIET_SOURCE, file="quiet.grad"),
+                           "gradc_test_quiet")
+    x = np.full((2, n), 1e308)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for op in (q.row_sum, q.row_sum.unfused):
+            np.testing.assert_array_equal(op(x), [np.inf, np.inf])
+            np.testing.assert_array_equal(op.vjp(x, np.ones(2))[0], np.ones_like(x))
+        for op in (q.row_prod, q.row_prod.unfused):
+            assert np.isinf(op(x)).all()
+        a = np.full((2, 3), 1e200)
+        np.testing.assert_array_equal(q.mm(a, a.T.copy()), np.full((2, 2), np.inf))

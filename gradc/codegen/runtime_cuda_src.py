@@ -408,9 +408,7 @@ def _gc_out_tuple(op, out, shapes, kinds, inputs, names, inplace=(), stream=0):
         if o.shape != tuple(shapes[k]):
             raise ValueError(f"{op}: out[{k}] must have shape {tuple(shapes[k])}, got "
                              f"{o.shape}")
-        if kinds[k] == "f" and o.dtype.char not in "fd":
-            raise TypeError(f"{op}: out[{k}] must be a float32 or float64 device array, "
-                            f"got {o.dtype}")
+        _g_out_dtype(op, k, kinds[k], o.dtype, "fd", "a float32 or float64 device array")
         if not _gc_c_contiguous(o):
             raise ValueError(f"{op}: out[{k}] must be a C-contiguous device array")
         so = _gc_extent(o)

@@ -347,10 +347,11 @@ def _g_tangent_broadcast(op, name, got, shape):
 def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
     """Check the ``out=`` argument before any work: None, an array (one result) or a
     tuple of ``len(shapes)`` arrays, each C-contiguous, writeable, of its result's
-    shape, floating-point where ``kinds[k]`` is ``"f"``, and overlapping neither
-    another out nor an input.  A subclass of ``np.ndarray`` (``np.matrix``, whose
-    reshape stays 2-d; ``np.memmap``) is written through a plain view of its memory,
-    which is returned; a masked array is a TypeError (its mask would not be honoured).
+    shape and of a dtype for its kind (``kinds[k]``: :func:`_g_out_dtype`), and
+    overlapping neither another out nor an input.  A subclass of ``np.ndarray``
+    (``np.matrix``, whose reshape stays 2-d; ``np.memmap``) is written through a plain
+    view of its memory, which is returned; a masked array is a TypeError (its mask
+    would not be honoured).
 
     ``inputs`` are the arguments (``names`` theirs); ``inplace`` lists the
     ``(k, j)`` pairs for which out[k] may be the very array of input j: the
@@ -380,8 +381,7 @@ def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
             outs[k] = o = o.view(np.ndarray)
         if o.shape != shapes[k]:
             raise ValueError(f"{op}: out[{k}] must have shape {shapes[k]}, got {o.shape}")
-        if kinds[k] == "f" and o.dtype.kind != "f":
-            raise TypeError(f"{op}: out[{k}] must be a floating-point array, got {o.dtype}")
+        _g_out_dtype(op, k, kinds[k], o.dtype)
         if not o.flags.c_contiguous or not o.flags.writeable:
             raise ValueError(f"{op}: out[{k}] must be a writeable C-contiguous array")
         for j, a in enumerate(inputs):
@@ -398,6 +398,19 @@ def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
             if _g_may_overlap(o, outs[j]):
                 raise ValueError(f"{op}: out[{k}] overlaps out[{j}]")
     return tuple(outs)
+
+
+def _g_out_dtype(op, k, kind, dtype, floats=None, what="a floating-point array"):
+    """A TypeError unless out[k]'s ``dtype`` fits its result's ``kind``: ``"f"``, a
+    float result, any float dtype (of ``floats`` where given), written with a cast; else
+    the result's own dtype (``"i64"``, ``"i32"`` or ``"bool"``: an index, a count), as
+    NumPy's ``argmax(out=)`` demands."""
+    if kind == "f":
+        if dtype.kind != "f" if floats is None else dtype.char not in floats:
+            raise TypeError(f"{op}: out[{k}] must be {what}, got {dtype}")
+    elif dtype.type is not _G_INTS[kind]:
+        raise TypeError(f"{op}: out[{k}] must be of the result's dtype, "
+                        f"{np.dtype(_G_INTS[kind]).name}, got {dtype}")
 
 
 def _g_may_overlap(o, a):

@@ -157,7 +157,7 @@ class WrapperPrinter:
         self.slots = self._buffer_slots()
         # Every argument is checked before any work, so a bad one leaves out= untouched.
         early = [self.shape_expr(s, early=True) for s in g.output_shapes]
-        kinds = "".join("f" if g.node(o).dtype == FLOAT else "-" for o in g.outputs)
+        kinds = tuple("f" if g.node(o).dtype == FLOAT else g.node(o).dtype for o in g.outputs)
         labels = tuple(g.node(p).attr("name") for p in params + ups)
         inplace = self.inplace_pairs = self._inplace_pairs(params + ups)
         self.in_place = {k for k, _ in inplace}       # the outs that may be inputs
@@ -177,6 +177,13 @@ class WrapperPrinter:
             refused = tuple(pair for pair in inplace if pair not in pairs)
             self._row_dispatch(variant, fn, names, ups, refused, single=(
                 self.method.name == "forward" and len(g.outputs) == 1))
+        # NumPy's calls (the library steps: reductions of small arrays, the unfused
+        # plans') warn of overflow and invalid values, where the kernels do not (nor do
+        # JAX and PyTorch): silenced, so that a call warns or not whatever its size
+        quiet = any(isinstance(step, LibraryCall) for step in self.plan.steps)
+        if quiet:
+            b.line('with np.errstate(all="ignore"):')
+            b.indent()
         for k, step in enumerate(self.plan.steps):
             if isinstance(step, ReduceKernel):
                 self._reduce_kernel(step, k)
@@ -184,6 +191,8 @@ class WrapperPrinter:
                 self._kernel(step, k)
             else:
                 self._library(step)
+        if quiet:
+            b.dedent()
         results = ", ".join(self._value(o) for o in g.outputs) + ("," if len(g.outputs) == 1 else "")
         if self._input_free().issuperset(g.outputs):
             inputs = "()"           # no result can be (a view of) an argument: no check
