@@ -193,10 +193,13 @@ def _index_array(lw, item: ast.Expr, scope: dict) -> int:
     if dtype in ("i32", "i64"):
         return nid
     what = "a bool array" if dtype == "bool" else "a float value"
+    mask = dtype == "bool" or isinstance(item, ast.Compare)     # x[x > 0]: floats 0, 1
     raise _error(f"an index array must be an integer array (i32 or i64), got {what}",
                  leftmost_span(item),
                  ["a mask (x[x > 0]) is not supported: its size depends on the data; "
-                  "write where(mask, x, 0)"])
+                  "write where(mask, x, 0)"] if mask else
+                 ["declare the indices' parameter i32 or i64 (labels: i64[n]); a float "
+                  "array of whole numbers is still floats to the compiler"])
 
 
 def _as_index(lw, kind: str, v, item, scope: dict) -> int:

@@ -157,6 +157,21 @@ def test_static_errors_name_the_place(body, code, message, col) -> None:
     assert f"f.grad:2:{col}:" in str(err.value), str(err.value)
 
 
+def test_a_float_index_array_is_told_to_declare_integers() -> None:
+    """A float array of labels is told to declare its parameter an integer array; a
+    comparison (x[x > 0]) that a mask is not supported (it was told so both times)."""
+    notes = {}
+    for body in ("y = x[arange(n), labels]", "y = x[x > 0]"):
+        src = f"op f(x: f64[n, 3], labels: f32[n]) -> y {{\n    {body}\n}}\n"
+        with pytest.raises(GradcError) as err:
+            gradc.compile_source(src, file="f.grad")
+        assert err.value.code == "E309" and "got a float value" in str(err.value)
+        notes[body] = " ".join(err.value.notes)
+    assert "declare the indices' parameter i32 or i64" in notes["y = x[arange(n), labels]"]
+    assert "mask" not in notes["y = x[arange(n), labels]"]
+    assert "a mask (x[x > 0]) is not supported" in notes["y = x[x > 0]"]
+
+
 def test_gathers_of_named_dims_have_static_shapes() -> None:
     """x[labels] of x: [n, k] and labels: i64[n] is (n, k) at compile time, so
     PyTorch's habit logsumexp(x, -1) - x[labels] is E301 where the dims are named (it
