@@ -186,3 +186,15 @@ def test_cross_entropy_at_masked_logits_and_negative_labels(kernels) -> None:
             for call in (lambda: o(x, np.array(bad)), lambda: o.vjp(x, np.array(bad), 1.0)):
                 with pytest.raises(IndexError):
                     call()
+
+
+def test_sparsemax_of_rows_with_masked_entries(kernels) -> None:
+    """-inf entries are outside the support: 0 there, the rest the sparsemax of the
+    finite entries (the row was NaN: 0 * -inf in the support's sum)."""
+    op = kernels["sparsemax"].sparsemax
+    z = np.array([[-np.inf, 0.5, 1.0], [-np.inf, -np.inf, 2.0]])
+    dp = np.array([[1.0, 2.0, 4.0], [1.0, 2.0, 3.0]])
+    for o in (op, op.unfused):
+        np.testing.assert_allclose(o(z), [[0, 0.25, 0.75], [0, 0, 1]], rtol=1e-15)
+        np.testing.assert_allclose(o.vjp(z, dp)[0], [[0, -1, 1], [0, 0, 0]], atol=1e-15)
+        np.testing.assert_allclose(o(z[:, 1:]), _sparsemax(z[:, 1:]), rtol=1e-15)
