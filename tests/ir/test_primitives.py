@@ -943,6 +943,9 @@ def test_elementwise_max_min_split_a_tie(gen, name) -> None:
     ("p_max_a1", [[1, 4, 4, 0], [2, 2, 2, 2], [-1, 0, -5, -1]],
      [[0, 0.5, 0.5, 0], [0.25] * 4, [0, 1, 0, 0]]),
     ("p_max_ak", [[2, 2], [1, 2]], [[1 / 3, 1 / 3], [0, 1 / 3]]),
+    # a NaN in a slice: NaN to its every element (as JAX and torch.amax)
+    ("p_max_a1", [[1, np.nan, 3], [1, 2, 3]], [[np.nan] * 3, [0, 0, 1]]),
+    ("p_min_a0k", [[1, np.nan, 5], [4, 1, 2]], [[1, np.nan, 0], [0, np.nan, 1]]),
 ])
 def test_reduction_max_min_split_evenly_among_ties(gen, name, x, dx) -> None:
     assert_grads(gen, name, [np.asarray(x, dtype=np.float64)], [dx])
