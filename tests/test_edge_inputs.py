@@ -170,3 +170,21 @@ def test_no_numpy_warnings_at_any_size(import_module_text, n):
             assert np.isinf(op(x)).all()
         a = np.full((2, 3), 1e200)
         np.testing.assert_array_equal(q.mm(a, a.T.copy()), np.full((2, 2), np.inf))
+
+
+def test_the_upstream_of_an_integer_output_is_not_read(m):
+    """``top(x) -> (i, y)``: ``i`` (argmax) takes no gradient, so its upstream may be
+    None or anything of its shape (JAX's float0, PyTorch's int64 zeros); it was a
+    TypeError unless float, and the frameworks could not differentiate the op."""
+    x = np.array([[1.0, 3, 2], [5, 4, 6]])
+    dy = np.arange(6.0).reshape(2, 3)
+    want = 2 * dy
+    for op in (m.top, m.top.unfused):
+        for di in (None, np.zeros(2, np.int64), np.ones(2), np.zeros(2, [("float0", "V")])):
+            np.testing.assert_array_equal(op.vjp(x, di, dy)[0], want)
+            i, y, dx = op.fwd_bwd(x, di, dy)
+            np.testing.assert_array_equal(i, [1, 2])
+            np.testing.assert_array_equal(dx, want)
+        with pytest.raises(ValueError, match=r"top\.[\w.]+: upstream 'di' must have the output's "
+                                             r"shape \(2,\) \(or be None"):
+            op.vjp(x, np.zeros(3), dy)

@@ -253,8 +253,10 @@ class _Fn:
         graph, start = self.graph()
         names = [graph.node(p).attr("name") for p in graph.params]
         positional = [n for n in names if n not in self.keywords]
+        # (a float0 is the cotangent of an integer result, which nothing reads)
         floats = [np.dtype(a.dtype) for a, n in zip(args, positional)
-                  if graph.node(graph.params[names.index(n)]).dtype not in _INTS]
+                  if graph.node(graph.params[names.index(n)]).dtype not in _INTS
+                  and np.dtype(a.dtype).kind != "V"]
         rt = _float_dtype(floats)
         if ("xla", rt) not in self._made:
             compute = np.dtype(np.float32) if rt == np.float16 else rt

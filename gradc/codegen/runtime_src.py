@@ -315,6 +315,17 @@ def _g_upstream(op, name, v, shape, t):
     return np.asarray(a, dtype=t, order="C")
 
 
+def _g_unused_upstream(op, name, v, shape):
+    """The cotangent of an integer output (an index, a count), which no gradient reads:
+    None, or anything of the output's shape (JAX's ``float0``, PyTorch's zeros of the
+    index dtype, a float array); 0.0 stands for it."""
+    if v is not None and tuple(np.shape(v)) != tuple(shape):
+        raise ValueError(f"{op}: upstream '{name}' must have the output's shape "
+                         f"{tuple(shape)} (or be None: its output is an integer, which "
+                         f"takes no gradient), got {tuple(np.shape(v))}")
+    return 0.0
+
+
 def _g_tangent(op, name, v, shape, t):
     """A tangent argument of ``jvp``: float (cast to the compute dtype ``t``), of
     its parameter's shape or of one that broadcasts to it (a scalar, say), which

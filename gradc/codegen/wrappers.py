@@ -387,11 +387,19 @@ class WrapperPrinter:
         checked against their output's or parameter's shape (``known``: the
         variables that hold some shape expressions' values already)."""
         kind = "tangent" if self.method.name == "jvp" else "upstream"
-        for u in ups:
+        outputs = self.cop.methods["forward"].graph
+        dtypes = [outputs.node(o).dtype for o in outputs.outputs] if kind == "upstream" else []
+        for k, u in enumerate(ups):
             name, label = self.vars[u], self.graph.node(u).attr("name")
             shape = self.shape_expr(self.graph.node(u).shape, early=True)
             if "(" in shape:                # computed (not an argument's .shape)
                 shape = known.get(shape, shape)
+            if k < len(dtypes) and dtypes[k] != FLOAT and not self.rows and \
+                    not value_used(self.graph, u):
+                # an integer output's (argmax's): nothing reads it, anything of its
+                # shape is taken (JAX's float0, PyTorch's zeros of the index dtype, None)
+                self.buf.line(f"{name} = _g_unused_upstream(_n, {label!r}, {name}, {shape})")
+                continue
             self.buf.line(f"{name} = " + self.helper(
                 kind, f"_n, {label!r}, {name}, {shape}, _T"))
 

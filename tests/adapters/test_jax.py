@@ -710,3 +710,16 @@ def test_generated_module_stays_standalone_without_jax(tmp_path):
     shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                            check=True).stdout
     assert shown.startswith("0.731058")
+
+
+def test_an_op_with_an_argmax_output_is_differentiated(tmp_path, x64, lowering):
+    """The argmax output takes no gradient: jax.grad through the float output works
+    (JAX hands the op a float0 cotangent for it, which the XLA lowering took for a
+    float)."""
+    (tmp_path / "am.grad").write_text("op max_and_index(x: [n, k]) -> (m, i) {\n"
+                                      "    m = max(x, axis=-1)\n    i = argmax(x, axis=-1)\n}\n")
+    f = as_jax(gradc.load(tmp_path / "am.grad").max_and_index, lowering=lowering)
+    x = jnp.array([[1.0, 3.0, 2.0], [5.0, 4.0, 6.0]])
+    np.testing.assert_array_equal(f(x)[1], [1, 2])
+    g = jax.grad(lambda a: f(a)[0].sum())(x)
+    np.testing.assert_array_equal(g, [[0, 1, 0], [0, 0, 1]])

@@ -505,3 +505,19 @@ op my_softmax(x: [n, k]) -> y {
         torch.manual_seed(seed)
         x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
         assert torch.autograd.gradgradcheck(f, (x,), check_batched_grad=False)
+
+
+def test_an_op_with_an_argmax_output_is_differentiated(tmp_path):
+    """The argmax output takes no gradient: backward through the float output works
+    (PyTorch hands the op an int64 zero cotangent for it)."""
+    (tmp_path / "am.grad").write_text(ARGMAX)
+    f = as_torch(_load(tmp_path / "am.grad").max_and_index)
+    x = torch.tensor([[1.0, 3.0, 2.0], [5.0, 4.0, 6.0]], dtype=torch.float64, requires_grad=True)
+    m, i = f(x)
+    torch.testing.assert_close(i, torch.tensor([1, 2]))
+    (g,) = torch.autograd.grad(m.sum(), x)
+    torch.testing.assert_close(g, torch.tensor([[0.0, 1, 0], [0, 0, 1]], dtype=torch.float64))
+
+
+ARGMAX = ("op max_and_index(x: [n, k]) -> (m, i) {\n    m = max(x, axis=-1)\n"
+          "    i = argmax(x, axis=-1)\n}\n")
