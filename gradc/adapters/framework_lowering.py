@@ -146,9 +146,20 @@ def jax_framework() -> Framework:
 
     return Framework("jax", _registry_ops("jax", {"jnp": jnp, "jax": jax}), dtype=np.dtype,
                      asarray=lambda v, dt: np.asarray(v, dtype=dt),
-                     cast=lambda v, dt: v if jnp.result_type(v) == dt else jnp.asarray(v, dt),
+                     cast=partial(_jax_cast, jax, jnp),
                      is_bool=lambda v: jnp.result_type(v) == np.bool_,
                      sum_to=jax_sum_to)
+
+
+def _jax_cast(jax, jnp, v, dt):
+    """``v`` in dtype ``dt``; an integer value stays as it is where ``dt`` is 64-bit and
+    JAX's x64 is off (an index, a count: JAX would make it 32-bit again, and warn)."""
+    if jnp.result_type(v) == dt:
+        return v
+    if np.dtype(dt).kind in "iu" and np.dtype(dt).itemsize == 8 and \
+            not jax.config.jax_enable_x64:
+        return v
+    return jnp.asarray(v, dt)
 
 
 def _registry_ops(name: str, modules: Mapping[str, Any]) -> dict[str, Callable]:

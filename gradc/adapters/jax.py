@@ -275,7 +275,7 @@ class _Fn:
         values = dict(zip(positional, args))
         outs = run(*(self.keywords[n] if n in self.keywords else values[n] for n in names),
                    *seed * n_seeds)
-        return tuple(o if o.dtype == dt else o.astype(dt) for o, dt in zip(outs, dtypes))
+        return tuple(jax_framework().cast(o, dt) for o, dt in zip(outs, dtypes))
 
     def derivative(self, kind: str) -> "_Fn":
         """The function computing this one's VJP (``kind="vjp"``: of the arguments

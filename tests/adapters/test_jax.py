@@ -723,3 +723,25 @@ def test_an_op_with_an_argmax_output_is_differentiated(tmp_path, x64, lowering):
     np.testing.assert_array_equal(f(x)[1], [1, 2])
     g = jax.grad(lambda a: f(a)[0].sum())(x)
     np.testing.assert_array_equal(g, [[0, 1, 0], [0, 0, 1]])
+
+
+def test_no_int64_warnings_without_x64(tmp_path):
+    """Without x64, JAX has no int64: the XLA lowering keeps integer values (sort's and
+    arange's indices, an argmax) 32-bit instead of asking for int64, which JAX truncated
+    with a UserWarning at every cast (four for one sparsemax)."""
+    assert not jax.config.jax_enable_x64
+    (tmp_path / "am.grad").write_text("op max_and_index(x: [n, k]) -> (m, i) {\n"
+                                      "    m = max(x, axis=-1)\n    i = argmax(x, axis=-1)\n}\n")
+    top = as_jax(gradc.load(tmp_path / "am.grad").max_and_index)
+    sparsemax = as_jax(gradc.load(Path(__file__).parents[2] / "examples" / "kernels" /
+                                  "sparsemax.grad").sparsemax)
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 6)), jnp.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = jax.jit(sparsemax)(x)
+        g = jax.grad(lambda a: (sparsemax(a) * jnp.arange(6.0)).sum())(x)
+        m, i = top(x)
+    np.testing.assert_allclose(np.asarray(y).sum(-1), 1, rtol=1e-6)
+    assert np.isfinite(np.asarray(g)).all()
+    assert i.dtype == jnp.int32 and m.dtype == jnp.float32
+    np.testing.assert_array_equal(i, np.asarray(x).argmax(-1))
