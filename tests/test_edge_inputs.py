@@ -14,6 +14,8 @@ op ints(x, n: i32) -> y { y = x * n }
 op nothing() -> y { y = 1 }
 op top(x: [n, k]) -> (i, y) { i = argmax(x, axis=-1)
     y = x * 2 }
+op rowtop(x) -> (m, i) { m = max(x, axis=-1)
+    i = argmax(x, axis=-1) }
 op s(x) -> y {
     y = x * 2
 } grad(dy) -> dx {
@@ -188,3 +190,11 @@ def test_the_upstream_of_an_integer_output_is_not_read(m):
         with pytest.raises(ValueError, match=r"top\.[\w.]+: upstream 'di' must have the output's "
                                              r"shape \(2,\) \(or be None"):
             op.vjp(x, np.zeros(3), dy)
+    # a row plan (no declared shapes, 8192 elements) passes it on unread too
+    x = np.random.default_rng(0).standard_normal((64, 128))
+    want = np.zeros_like(x)
+    want[np.arange(64), x.argmax(-1)] = 1
+    for op in (m.rowtop, m.rowtop.unfused):
+        for di in (None, np.zeros(64, np.int64)):
+            np.testing.assert_array_equal(op.vjp(x, np.ones(64), di)[0], want)
+            np.testing.assert_array_equal(op.fwd_bwd(x, np.ones(64), di)[2], want)

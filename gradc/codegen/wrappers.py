@@ -122,6 +122,7 @@ class WrapperPrinter:
         # wrapper allows in place) (gradc.passes.row_plan)
         self.rows: list = []
         self.inplace_pairs: tuple = ()      # this wrapper's, once rendered
+        self.unused: set = set()            # upstreams of integer outputs, never read
 
     def render(self) -> str:
         g, cop, b = self.graph, self.cop, self.buf
@@ -237,7 +238,8 @@ class WrapperPrinter:
             args.append(f"_g_reshaped({name}, (_R, _K))" if form == row_plan.FULL else name)
         ups_spec = spec.params[len(names):]
         for u, us in zip(ups, ups_spec):
-            args.append(f"_g_reshaped({self.vars[u]}, {shape(spec.node(us).shape)})")
+            args.append(self.vars[u] if u in self.unused else   # 0.0: not read
+                        f"_g_reshaped({self.vars[u]}, {shape(spec.node(us).shape)})")
         n_pos = sum(1 for p in self.cop.params if not p.has_default)
         kw = [f"{py_name(p.name)}={a}" for p, a in zip(self.cop.params, args[:len(names)])
               if p.has_default]
@@ -394,11 +396,11 @@ class WrapperPrinter:
             shape = self.shape_expr(self.graph.node(u).shape, early=True)
             if "(" in shape:                # computed (not an argument's .shape)
                 shape = known.get(shape, shape)
-            if k < len(dtypes) and dtypes[k] != FLOAT and not self.rows and \
-                    not value_used(self.graph, u):
+            if k < len(dtypes) and dtypes[k] != FLOAT and not value_used(self.graph, u):
                 # an integer output's (argmax's): nothing reads it, anything of its
                 # shape is taken (JAX's float0, PyTorch's zeros of the index dtype, None)
                 self.buf.line(f"{name} = _g_unused_upstream(_n, {label!r}, {name}, {shape})")
+                self.unused.add(u)
                 continue
             self.buf.line(f"{name} = " + self.helper(
                 kind, f"_n, {label!r}, {name}, {shape}, _T"))
