@@ -110,10 +110,11 @@ def test_compile_errors_name_the_position() -> None:
                                                r"or false"):
         gradc.compile_source("op f(x) -> y {\n    y = cumsum(x, axis=0, reverse=2)\n}\n")
     # a depth that is no count: a compile error (it was a KeyError or an IndexError
-    # naming depth -3 at call time)
-    for depth, shown in (("-3", "-3"), ("K", "2.5")):
-        with pytest.raises(gradc.GradcError, match=r"f.grad:3:9: error\[E301\].*one_hot: depth "
-                                                   rf"must be a non-negative integer, got {shown}"):
+    # naming depth -3 at call time), at the const where a const is no integer
+    for depth, where, shown in (("-3", "3:9", "one_hot: depth must be a non-negative integer"),
+                                ("K", "3:22", "depth must be an integer")):
+        with pytest.raises(gradc.GradcError, match=rf"f.grad:{where}: error\[E301\].*{shown}, "
+                                                   rf"got {-3 if depth == '-3' else 2.5}"):
             gradc.compile_source("const K = 2.5\nop f(lab: i32[n]) -> y {\n"
                                  f"    y = one_hot(lab, {depth})\n}}\n", file="f.grad")
 
