@@ -414,8 +414,8 @@ def _g_out_tuple(op, out, shapes, kinds, inputs, names, inplace=()):
 def _g_out_dtype(op, k, kind, dtype, floats=None, what="a floating-point array"):
     """A TypeError unless out[k]'s ``dtype`` fits its result's ``kind``: ``"f"``, a
     float result, any float dtype (of ``floats`` where given), written with a cast; else
-    the result's own dtype (``"i64"``, ``"i32"`` or ``"bool"``: an index, a count), as
-    NumPy's ``argmax(out=)`` demands."""
+    the result's own dtype (``"i64"``, ``"i32"`` or ``"bool"``: an index, a count; NumPy
+    2 casts an index into a narrower ``out=``, which could wrap)."""
     if kind == "f":
         if dtype.kind != "f" if floats is None else dtype.char not in floats:
             raise TypeError(f"{op}: out[{k}] must be {what}, got {dtype}")
