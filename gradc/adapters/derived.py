@@ -255,6 +255,14 @@ def arity_error(name: str, positional: list[str], keywords: list[str], got: int)
 INTEGER_DTYPES = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 
 
+def integer_array_fits(have: np.dtype, want: np.dtype) -> bool:
+    """Whether an array of dtype ``have`` may be given for a parameter of integer or
+    bool dtype ``want``, as the generated module takes it: ``want`` itself, or a
+    narrower integer dtype that ``want`` holds exactly (widened; never from bool)."""
+    return have == want or (have.kind in "iu" and want.kind in "iu"
+                            and np.can_cast(have, want, "safe"))
+
+
 def integer_scalar(name: str, param: ParamInfo, value):
     """``value`` as given for ``param``, checked where it is a Python number for an
     ``i32``/``i64``/``bool`` parameter, as the generated module checks it: exactly an

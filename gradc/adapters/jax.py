@@ -536,7 +536,8 @@ def _check_args(name: str, params: list, args: tuple, keywords: list[str]) -> No
             raise TypeError(f"{name}: argument '{p.name}' must be a floating-point array "
                             f"(float16, float32 or float64), got {dt} (convert with "
                             f".astype(jnp.float32))")
-        if want is not None and dt != want:
+        if want is not None and dt != want and not (
+                p.dtype in _INTS and derived.integer_array_fits(dt, np.dtype(want))):
             raise TypeError(f"{name}: argument '{p.name}' must be {np.dtype(want).name}, "
                             f"got {dt} ({_conversion(np.dtype(want))})")
         if p.shape is None:

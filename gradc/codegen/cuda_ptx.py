@@ -29,6 +29,9 @@ def runtime_signatures(types, t):
     for nd in (1, 2, 3):
         tup = types.UniTuple(i64, nd)
         sigs.append(("_gck_gather", (flat, flat, tup, tup)))
+    one = types.UniTuple(i64, 1)            # int32 labels widened for an i64 parameter
+    sigs.append(("_gck_gather", (types.Array(i64, 1, "C"), types.Array(types.int32, 1, "C"),
+                                 one, one)))
     for out, src in ((flat, flat), (f64, flat), (flat, f64)):
         sigs.append(("_gck_rows", (out, src, f64, i64, i64, i64, i64, i64, i64, types.float64)))
     offsets = types.Array(i64, 1, "C")

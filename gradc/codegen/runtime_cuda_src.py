@@ -284,7 +284,8 @@ def _gc_overlap(a, b):
 
 def _gc_device_input(op, what, name, v, want_kind):
     """A device-array argument, checked: C-contiguous, of kind ``want_kind``
-    ("f" or an exact NumPy dtype for integer parameters)."""
+    ("f", or the NumPy dtype of an integer parameter, which a narrower integer
+    dtype it holds exactly also passes: :func:`_gc_inputs` widens it)."""
     if isinstance(v, np.ndarray) or hasattr(v, "__array__") and not _gc_is_device(v):
         raise TypeError(
             f"{op}: {what} '{name}' is a host array ({type(v).__name__}); the .cuda methods "
@@ -301,7 +302,8 @@ def _gc_device_input(op, what, name, v, want_kind):
         if a.dtype.char not in "fd":
             raise TypeError(f"{op}: {what} '{name}' must be a float32 or float64 device "
                             f"array, got {a.dtype}")
-    elif a.dtype != want_kind:
+    elif a.dtype != want_kind and not (a.dtype.kind in "iu" and
+                                       np.can_cast(a.dtype, want_kind, "safe")):
         raise TypeError(f"{op}: {what} '{name}' must be {np.dtype(want_kind).name}, got "
                         f"{a.dtype}")
     if not _gc_c_contiguous(a):
@@ -324,9 +326,10 @@ def _gc_inputs(op, sig, values, stream):
                                   lambda name, dt, v: _gc_argument(op, name, dt, v))
     t = rt.type
     for i, ((name, dt, shape), a) in enumerate(zip(sig, arrays)):
-        if dt not in _G_INTS and a.dtype != t:
-            arrays[i] = (np.asarray(a, dtype=t) if isinstance(a, np.ndarray)
-                         else _gc_copy(a, t, stream))
+        want = np.dtype(_G_INTS[dt]) if dt in _G_INTS else t
+        if a.dtype != want:         # a float cast, or int32 labels for an i64 parameter
+            arrays[i] = (np.asarray(a, dtype=want) if isinstance(a, np.ndarray)
+                         else _gc_copy(a, want, stream))
     return arrays, t, rt, dims
 
 

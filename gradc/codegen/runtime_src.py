@@ -218,9 +218,11 @@ def _g_not_masked(op, what, name, v):
 
 
 def _g_int_input(op, name, v, want):
-    """An integer or bool argument: exactly ``want`` for arrays; a Python scalar
-    must fit it (no silent wrap-around).  A masked array is a TypeError, as for
-    float arguments (:func:`_g_float_input`)."""
+    """An integer or bool argument: an array of ``want``, or of a narrower integer
+    dtype that ``want`` holds exactly (int32 labels for an ``i64`` parameter, as
+    NumPy's ``safe`` casting: widened, a copy; never narrowed, never from bool or a
+    float); a Python scalar must fit it (no silent wrap-around).  A masked array is
+    a TypeError, as for float arguments (:func:`_g_float_input`)."""
     if type(v) is (bool if want.kind == "b" else int):
         if want.kind != "b" and not np.iinfo(want).min <= v <= np.iinfo(want).max:
             raise OverflowError(f"{op}: argument '{name}' = {v} does not fit {want.name}")
@@ -233,7 +235,8 @@ def _g_int_input(op, name, v, want):
         raise TypeError(f"{op}: argument '{name}' is not an array ({exc})") from None
     if lazy:
         raise _GradcDask(op)
-    if a.dtype.type is not want.type:
+    if a.dtype.type is not want.type and not (
+            a.dtype.kind in "iu" and want.kind in "iu" and np.can_cast(a.dtype, want, "safe")):
         if type(v) in (bool, int, float, complex, str) or v is None:   # no .astype
             got, fix = type(v).__name__, "pass True or False" if want.kind == "b" else \
                 "pass an int"

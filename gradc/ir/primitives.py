@@ -2496,8 +2496,10 @@ def _fw_wrap_index(idx, like, axis, shown=None):
         if idx.numel():
             _g_wrap_index(idx.detach().cpu().numpy(), shape, axis, shown)   # its IndexError
         return (idx + n * (idx < 0)).long()
+    import jax
     import jax.numpy as jnp
-    return jnp.clip(jnp.where(idx < 0, idx + n, idx), 0, max(n - 1, 0)).astype(jnp.int64)
+    return jnp.clip(jnp.where(idx < 0, idx + n, idx), 0, max(n - 1, 0)).astype(
+        jax.dtypes.canonicalize_dtype(jnp.int64))       # int32 where x64 is off: no warning
 
 
 def _fw_arange(start=0, stop=None, step=1):

@@ -745,3 +745,24 @@ def test_no_int64_warnings_without_x64(tmp_path):
     assert np.isfinite(np.asarray(g)).all()
     assert i.dtype == jnp.int32 and m.dtype == jnp.float32
     np.testing.assert_array_equal(i, np.asarray(x).argmax(-1))
+
+
+def test_int32_labels_for_an_i64_parameter_without_x64(lowering):
+    """JAX makes int32 arrays by default; an ``i64`` parameter takes them (widened, as
+    NumPy's safe casting), so examples/kernels/cross_entropy.grad runs without x64,
+    with no warning, and a narrowing (float or int64 -> i32) stays a TypeError."""
+    assert not jax.config.jax_enable_x64
+    op = gradc.load(Path(__file__).parents[2] / "examples" / "kernels" /
+                    "cross_entropy.grad").cross_entropy
+    xent = as_jax(op, lowering=lowering)
+    x = np.random.default_rng(0).standard_normal((4, 7)).astype(np.float32)
+    t = jnp.asarray([1, 6, 0, 3])
+    assert t.dtype == jnp.int32
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss, g = jax.jit(jax.value_and_grad(xent))(jnp.asarray(x), t)
+    want, (want_g,) = op(x, np.asarray(t, np.int64)), op.vjp(x, np.asarray(t, np.int64), 1.0)
+    np.testing.assert_allclose(loss, want, rtol=1e-6)
+    np.testing.assert_allclose(g, want_g, rtol=1e-5, atol=1e-7)
+    with pytest.raises(TypeError, match="argument 'labels' must be int64, got float32"):
+        xent(jnp.asarray(x), t.astype(jnp.float32))

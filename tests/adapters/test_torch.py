@@ -521,3 +521,17 @@ def test_an_op_with_an_argmax_output_is_differentiated(tmp_path):
 
 ARGMAX = ("op max_and_index(x: [n, k]) -> (m, i) {\n    m = max(x, axis=-1)\n"
           "    i = argmax(x, axis=-1)\n}\n")
+
+
+def test_int32_labels_for_an_i64_parameter(tmp_path):
+    """Labels of any integer dtype that int64 holds (int32, uint8) are taken for an
+    ``i64`` parameter, widened; the loss and gradient are PyTorch's cross_entropy's."""
+    f = as_torch(_load(EXAMPLES / "kernels" / "cross_entropy.grad").cross_entropy)
+    x = torch.randn(5, 7, dtype=F64, generator=torch.Generator().manual_seed(0),
+                    requires_grad=True)
+    for dtype in (torch.int32, torch.uint8, torch.int64):
+        t = torch.tensor([1, 6, 0, 3, 2], dtype=dtype)
+        (g,) = torch.autograd.grad(f(x, t), x)
+        want = torch.nn.functional.cross_entropy(x, t.long())
+        torch.testing.assert_close(f(x, t), want)
+        torch.testing.assert_close(g, torch.autograd.grad(want, x)[0])

@@ -343,8 +343,10 @@ BAD_VALUES = {           # name -> (make from the good argument, dtypes of param
     "float32": (_like(np.float32), {None, "f32"}),
     "float64": (_like(np.float64), {None, "f64"}),
     "int64": (_like(np.int64), {"i64"}),
-    "int32": (_like(np.int32), {"i32"}),
-    "uint8": (_like(np.uint8), set()),
+    "int32": (_like(np.int32), {"i32", "i64"}),         # widened for i64, as NumPy's "safe"
+    "uint8": (_like(np.uint8), {"i32", "i64"}),
+    "uint32": (_like(np.uint32), {"i64"}),
+    "uint64": (_like(np.uint64), set()),                # int64 does not hold it
     "bool": (_like(np.bool_), {"bool"}),
     "complex": (_like(np.complex128), set()),
     "longdouble": (_like(np.longdouble), set()),
@@ -424,6 +426,13 @@ def test_integer_parameters(m) -> None:
     got = call(m, case, "forward", {**args, "n": np.int32(2), "flag": np.bool_(False)})
     assert_results(got, reference(case, "forward", {**args, "n": 2, "flag": False}),
                    np.float64)
+    with raises(TypeError, case, "forward", "argument 'n'",
+                "must be int32, got int64 (convert with .astype(np.int32))"):   # not narrowed
+        call(m, case, "forward", {**args, "n": np.asarray(args["n"], np.int64)})
+    for narrow in (np.int8, np.uint16, np.int32, np.uint32):     # widened: the same results
+        for method in ("forward", "vjp", "fwd_bwd"):
+            got = call(m, case, method, args, k=np.asarray(case.kwargs["k"], narrow))
+            assert_results(got, reference(case, method, args), np.float64)
 
 
 # ---- shapes -------------------------------------------------------------------------------

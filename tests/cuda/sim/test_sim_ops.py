@@ -538,6 +538,14 @@ def test_indexing_and_concat(tmp_path, dtype) -> None:
     ups = [rng.standard_normal(s).astype(dtype) for s in ((2, 2), (3,), (5,), (3, 7),
                                                            (2, 3, 4))]
     every_method(ops, "ix", [x, t, y], ups, dtype)
+    dev = [cuda.to_device(a) for a in (x, t, y)]
+    want = [r.copy_to_host() for r in ops.ix.cuda(*dev)]
+    for narrow in (np.int32, np.int16):          # widened on the device: the same results
+        got = ops.ix.cuda(dev[0], cuda.to_device(t.astype(narrow)), dev[2])
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.copy_to_host(), w)
+    with pytest.raises(TypeError, match="argument 't' must be int64, got float64"):
+        ops.ix.cuda(dev[0], cuda.to_device(t.astype(np.float64)), dev[2])
     with pytest.raises(IndexError, match="index 3 is out of bounds for axis 0 with size 3"):
         ops.ix.cuda(cuda.to_device(x), cuda.to_device(np.array([3], np.int64)),
                     cuda.to_device(y))
