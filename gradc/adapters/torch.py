@@ -329,13 +329,18 @@ def _make_function(level: _Level):
 
     def setup_context(ctx, inputs, output):
         _save(ctx, inputs, for_forward=True)
+        ctx.indices = {i for i, o in enumerate(_tuple(output)) if not o.is_floating_point()}
 
     def backward(ctx, *grads):
         return level.gradients(_restore(ctx), grads, ctx.needs_input_grad,
                                level.next().function().apply)
 
     def jvp(ctx, *tangents):            # through a Function: torch.func wraps ctx's tensors
-        return level.jvp_function().apply(*_restore(ctx), *tangents[:level.n_pos])
+        ts = level.jvp_function().apply(*_restore(ctx), *tangents[:level.n_pos])
+        if not ctx.indices:
+            return ts
+        ts = tuple(None if i in ctx.indices else t for i, t in enumerate(_tuple(ts)))
+        return ts[0] if n_out == 1 else ts      # an integer output (argmax) has no tangent
 
     return _function_class(f"{level.info.name}_order{level.order}", n_out, forward,
                            setup_context, backward, jvp)

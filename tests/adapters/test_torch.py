@@ -517,6 +517,15 @@ def test_an_op_with_an_argmax_output_is_differentiated(tmp_path):
     torch.testing.assert_close(i, torch.tensor([1, 2]))
     (g,) = torch.autograd.grad(m.sum(), x)
     torch.testing.assert_close(g, torch.tensor([[0.0, 1, 0], [0, 0, 1]], dtype=torch.float64))
+    # forward mode: no tangent for the argmax (PyTorch demands None there)
+    t = torch.tensor([[1.0, 2, 3], [4, 5, 6]], dtype=torch.float64)
+    with torch.autograd.forward_ad.dual_level():
+        dm, di = f(torch.autograd.forward_ad.make_dual(x.detach(), t))
+        torch.testing.assert_close(torch.autograd.forward_ad.unpack_dual(dm).tangent,
+                                   torch.tensor([2.0, 6.0], dtype=torch.float64))
+        assert torch.autograd.forward_ad.unpack_dual(di).tangent is None
+    torch.testing.assert_close(torch.func.jacfwd(lambda a: f(a)[0])(x.detach()),
+                               torch.func.jacrev(lambda a: f(a)[0])(x.detach()))
 
 
 ARGMAX = ("op max_and_index(x: [n, k]) -> (m, i) {\n    m = max(x, axis=-1)\n"
