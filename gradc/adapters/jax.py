@@ -193,9 +193,9 @@ class JaxOp:
             except (TypeError, ValueError) as exc:
                 raise ValueError(f"{self.__name__}: arguments of shapes "
                                  f"{[tuple(a.shape) for a in args]} do not fit: {exc}") from None
-            self._shapes[key] = tuple(
-                jax.ShapeDtypeStruct(o.shape, want_dtype(g.node(nid).dtype, rt))
-                for o, nid in zip(outs, g.outputs))
+            self._shapes[key] = tuple(   # argmax's int64 is int32 where x64 is off, as XLA's
+                jax.ShapeDtypeStruct(o.shape, jax.dtypes.canonicalize_dtype(
+                    want_dtype(g.node(nid).dtype, rt))) for o, nid in zip(outs, g.outputs))
         return self._shapes[key]
 
 

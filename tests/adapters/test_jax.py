@@ -745,6 +745,12 @@ def test_no_int64_warnings_without_x64(tmp_path):
     assert np.isfinite(np.asarray(g)).all()
     assert i.dtype == jnp.int32 and m.dtype == jnp.float32
     np.testing.assert_array_equal(i, np.asarray(x).argmax(-1))
+    kernels = as_jax(gradc.load(tmp_path / "am.grad").max_and_index, lowering="kernels")
+    with warnings.catch_warnings():     # the callback's result is int32 too (JAX refused int64)
+        warnings.simplefilter("error")
+        m, i = jax.jit(kernels)(x)
+    assert i.dtype == jnp.int32 and m.dtype == jnp.float32
+    np.testing.assert_array_equal(i, np.asarray(x).argmax(-1))
 
 
 def test_int32_labels_for_an_i64_parameter_without_x64(lowering):
