@@ -65,7 +65,7 @@ def compile_file(path: str | os.PathLike, out: str | os.PathLike | None = None,
     text = read_source(path)
     module = compile_source(text, file=str(path), **options)
     out = Path(out) if out is not None else path.with_name(f"{path.stem}_gen.py")
-    write_atomic(out, module)       # an existing file is replaced whole or not at all
+    write_atomic(out, module, keep=path)    # replaced whole or not at all; never the .grad
     return out
 
 

@@ -97,7 +97,24 @@ def cache_key(sources: list[str], options: dict) -> str:
     return h.hexdigest()
 
 
-def write_atomic(path: str | os.PathLike, text: str, *, parents: bool = False) -> None:
+def check_output(path: str | os.PathLike, keep: str | os.PathLike | None = None) -> Path:
+    """``path`` as a file that can be written (replaced whole): its folder exists, it
+    is not a folder, and it is not the file ``keep`` (the input it is made from, which
+    ``gradc compile a.grad -o a.grad`` would replace).  Raises OSError saying which."""
+    path = Path(path)
+    if not path.parent.is_dir():            # say so for the path, not the temporary file
+        raise FileNotFoundError(errno.ENOENT, f"no folder {str(path.parent)!r} to write it in",
+                                str(path))
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, "a folder, not a file to write", str(path))
+    if keep is not None and path.exists() and path.samefile(keep):
+        raise FileExistsError(errno.EEXIST, "the input file itself: give the output "
+                              "another name", str(path))
+    return path
+
+
+def write_atomic(path: str | os.PathLike, text: str, *, parents: bool = False,
+                 keep: str | os.PathLike | None = None) -> None:
     """Write ``text`` (UTF-8) to ``path`` through a temporary file beside it and
     ``os.replace``: readers see the old file or the new one, never a part, and a
     failure (an exception, a full disk, a kill) leaves the old file as it was.
@@ -105,14 +122,13 @@ def write_atomic(path: str | os.PathLike, text: str, *, parents: bool = False) -
     The new file gets the permissions a plain ``open(path, "w")`` would give
     (``0o666`` less the umask), not ``mkstemp``'s ``0o600``.  A missing folder is
     FileNotFoundError, as for ``open`` (a mistyped ``-o`` path is not created),
-    unless ``parents`` (the cache's own folders).
+    unless ``parents`` (the cache's own folders); ``path`` must not be a folder nor
+    the file ``keep`` (:func:`check_output`).
     """
     path = Path(path)
     if parents:
         path.parent.mkdir(parents=True, exist_ok=True)
-    elif not path.parent.is_dir():          # say so for the path, not the temporary file
-        raise FileNotFoundError(errno.ENOENT, f"no folder {str(path.parent)!r} to write it in",
-                                str(path))
+    check_output(path, keep)
     while True:
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
         try:

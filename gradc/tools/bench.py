@@ -75,7 +75,8 @@ def select_op(cop, shapes: Mapping[str, tuple] | None = None) -> None:
     """Raise :class:`Skip` unless ``cop`` fits this benchmark (a parameter of rank
     > 2 only where ``shapes`` gives its shape)."""
     if any(n.op == "matmul" for n in cop.methods["fwd_bwd"].graph):
-        raise Skip("uses @ (matmul): see benchmarks/bench_mlp.py")
+        raise Skip("uses @ (matmul), which gradc bench does not time (the repository's "
+                   "benchmarks/bench_mlp.py times an MLP step)")
     given = _given(cop, shapes)
     if any(len(p.shape) > 2 for p in cop.params
            if p.shape is not None and p.name not in given):

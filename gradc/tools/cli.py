@@ -67,7 +67,7 @@ def _emit_torch(args) -> int:
     module = load(args.spec, **options)
     spec = Path(args.spec)
     out = Path(args.output) if args.output else spec.with_name(f"{spec.stem}_torch.py")
-    write_atomic(out, torch_module_text(spec, out, list(module.OPS), options))
+    write_atomic(out, torch_module_text(spec, out, list(module.OPS), options), keep=spec)
     print(f"wrote {out}")
     return 0
 
@@ -185,11 +185,14 @@ def _cmd_testgen(args) -> int:
 
 
 def _output_file(text: str) -> str:
-    """A file to write at the end (``-``: stdout): its folder must exist now, so that a
-    run of minutes does not end in an error about the path."""
+    """A file to write at the end (``-``: stdout): its folder must exist now, and it
+    must not be a folder itself, so that a run of minutes does not end in an error
+    about the path."""
     if text != "-" and not Path(text).parent.is_dir():
         raise argparse.ArgumentTypeError(f"no folder {str(Path(text).parent)!r} to write "
                                          f"{text!r} in")
+    if Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder: give a file name")
     return text
 
 
@@ -254,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile a .grad file to a Python module")
     c.add_argument("spec")
-    c.add_argument("-o", "--output",
+    c.add_argument("-o", "--output", type=_output_file,
                    help="output .py (default: <stem>_gen.py beside it; - for stdout)")
     c.add_argument("--target", choices=("cpu", "cuda", "all"), default="cpu")
     c.add_argument("--no-fuse", action="store_true", help="one kernel per primitive")
@@ -321,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "(DOT; SVG, PNG or PDF through Graphviz)")
     g.add_argument("spec")
     g.add_argument("op")
-    g.add_argument("-o", "--output", required=True, metavar="FILE",
+    g.add_argument("-o", "--output", required=True, metavar="FILE", type=_output_file,
                    help="FILE.dot or .gv (DOT text), .svg, .png or .pdf (needs Graphviz's dot)")
     g.add_argument("--method", action="append", metavar="M",
                    choices=("forward", "vjp", "fwd_bwd", "jvp", "both"),
@@ -331,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("testgen", help="write a pytest file that checks every op (gradients "
                        "against finite differences, fused against unfused, jvp, dtypes)")
     t.add_argument("spec")
-    t.add_argument("-o", "--output", required=True, metavar="TEST.py")
+    t.add_argument("-o", "--output", required=True, metavar="TEST.py", type=_output_file)
     t.set_defaults(fn=_cmd_testgen)
     d = sub.add_parser("demo", help="the main job on the bundled example")
     d.add_argument("--quick", action="store_true", help="fewer elements and epochs")

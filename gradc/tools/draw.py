@@ -292,7 +292,7 @@ def write_graph(dot: str, path: str | os.PathLike) -> Path:
     (through a temporary file beside it) or left as it was.  Raises GraphError for
     an unknown suffix or when ``dot`` fails, GraphvizMissing when it is not on
     ``PATH``, OSError when the file cannot be written."""
-    from gradc.loader.disk_cache import write_atomic
+    from gradc.loader.disk_cache import check_output, write_atomic
     path = Path(path)
     fmt = output_format(path)
     if fmt is None:
@@ -302,6 +302,7 @@ def write_graph(dot: str, path: str | os.PathLike) -> Path:
     if exe is None:
         raise GraphvizMissing(f"writing {path.name} needs Graphviz's 'dot' program, which "
                               f"is not on PATH: {INSTALL_HINT}")
+    check_output(path)                  # before dot, which would name its temporary file
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
     try:
         r = subprocess.run([exe, f"-T{fmt}", "-o", str(tmp)], input=dot.encode(),

@@ -127,10 +127,19 @@ def _probed(plan: OpPlan, cop: CompiledOp, true: CompiledOp, xs: list, ys: list,
         # kinks are found with the derivative: an unmarked wrong rule never matches
         # finite differences, and its test is meant to fail
         probe = true if plan.unmarked else cop
-        plan.seed = next((k for k in range(SEEDS) if _differences_hold(probe, plan, k)), -1)
-        if plan.seed < 0:
-            plan.seed, plan.no_fd = 0, (f"finite differences crossed a kink at all "
-                                        f"{SEEDS} points tried")
+        misses = set()
+        for plan.seed in range(SEEDS):
+            miss = _differences_miss(probe, plan, plan.seed)
+            if not miss:
+                break
+            misses.add(miss)
+        else:
+            drawn = "from [0.5, 2]" if plan.positive else "from a standard normal"
+            plan.seed, plan.no_fd = 0, (
+                f"its values or gradients are NaN or inf at all {SEEDS} points tried (floats "
+                f"drawn {drawn}: outside its domain?), so its tests compare NaNs"
+                if misses == {"nonfinite"} else
+                f"finite differences crossed a kink at all {SEEDS} points tried")
     free = [i for i, p in enumerate(cop.params) if not p.has_default]
     for i in free:
         p = cop.params[i]
@@ -170,10 +179,11 @@ def drawn_inputs(cop: CompiledOp, plan: OpPlan, seed: int) -> list:
 _FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 
 
-def _differences_hold(cop: CompiledOp, plan: OpPlan, seed: int) -> bool:
-    """Whether the generated finite-difference test passes at ``seed`` in the IR
-    interpreter with a tenth of its tolerance: at the file's step no kink (``abs``,
-    ``max``, ``where``) lies between ``x - h u`` and ``x + h u``."""
+def _differences_miss(cop: CompiledOp, plan: OpPlan, seed: int) -> str:
+    """Why the generated finite-difference test would fail at ``seed`` (in the IR
+    interpreter, with a tenth of its tolerance): "nonfinite" where a value or a
+    gradient is NaN or inf there, "kink" where a kink (``abs``, ``max``, ``where``)
+    lies between ``x - h u`` and ``x + h u`` at the file's step; "" where it holds."""
     xs = drawn_inputs(cop, plan, seed)
     kinds = {p[2] for p in plan.params}
     dtype = np.result_type(*[_FLOATS[k] for k in kinds if k in _FLOATS],
@@ -192,9 +202,14 @@ def _differences_hold(cop: CompiledOp, plan: OpPlan, seed: int) -> bool:
             x[i] = xs[i] + sign * step * u
         return interpret(forward, x)
 
-    fd = sum(float(np.vdot(v, (a - b) / (2 * step))) for v, a, b in zip(vs, moved(1), moved(-1)))
-    ad = sum(float(np.vdot(g, u)) for g, u in zip(_grads(cop, xs, vs), us))
-    return bool(abs(fd - ad) <= rtol / 10 * max(abs(fd), abs(ad), 1e-8))
+    with np.errstate(all="ignore"):
+        fd = sum(float(np.vdot(v, (a - b) / (2 * step)))
+                 for v, a, b in zip(vs, moved(1), moved(-1)))
+        ad = sum(float(np.vdot(g, u)) for g, u in zip(_grads(cop, xs, vs), us))
+    if not (np.isfinite(fd) and np.isfinite(ad)
+            and all(np.isfinite(y).all() for y in ys if np.asarray(y).dtype.kind == "f")):
+        return "nonfinite"
+    return "" if abs(fd - ad) <= rtol / 10 * max(abs(fd), abs(ad), 1e-8) else "kink"
 
 
 def _smaller(shape: tuple) -> list[tuple]:
@@ -276,7 +291,7 @@ def plan_program(spec: str | os.PathLike) -> tuple[list[OpPlan], dict[str, str]]
 
 
 def render(plans: list[OpPlan], skipped: dict[str, str], spec_path: str, spec_arg: str,
-           out_name: str) -> str:
+           out_arg: str) -> str:
     """The text of the test file; ``spec_path`` is the .grad file relative to it."""
     import gradc
     methods = [(p.name, m) for p in plans
@@ -311,7 +326,7 @@ def render(plans: list[OpPlan], skipped: dict[str, str], spec_path: str, spec_ar
     # comments: no name can end either or start a line of code.
     return string.Template(text.rstrip("\n") + "\n").substitute(
         spec_name=docstring(Path(spec_arg).name), spec_arg=docstring(spec_arg),
-        out_name=docstring(out_name),
+        out_arg=docstring(out_arg),
         version=gradc.__version__, left_out=left_out or " none", GRAD_PATH=repr(spec_path),
         TOLERANCES=repr(TOLERANCES), **body)
 
@@ -364,12 +379,16 @@ def write_tests(spec: str | os.PathLike, out: str | os.PathLike) -> tuple[Path, 
                 stacklevel=2)
     for name, why in skipped.items():
         warnings.warn(GradcWarning(f"op '{name}' gets no tests: {why}"), stacklevel=2)
+    for p in plans:
+        if p.no_fd:
+            warnings.warn(GradcWarning(f"op '{p.name}' gets no finite-difference test: "
+                                       f"{p.no_fd}"), stacklevel=2)
     try:
         rel = Path(os.path.relpath(spec.resolve(), out.resolve().parent)).as_posix()
     except ValueError:                    # another drive (Windows): no relative path
         rel = spec.resolve().as_posix()
-    text = render(plans, skipped, rel, spec.as_posix(), out.name)
-    write_atomic(out, text)
+    text = render(plans, skipped, rel, spec.as_posix(), out.as_posix())
+    write_atomic(out, text, keep=spec)
     return out, count_tests(plans)
 
 

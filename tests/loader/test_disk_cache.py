@@ -110,8 +110,11 @@ def test_an_output_that_is_a_directory(files, capsys) -> None:
     good, _, out = files
     target = out.parent / "adir"
     (target / "inside").mkdir(parents=True)
-    assert main(["compile", str(good), "-o", str(target)]) == 1
-    assert "error:" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:          # a usage error, before compiling
+        main(["compile", str(good), "-o", str(target)])
+    assert exc.value.code == 2 and "is a folder: give a file name" in capsys.readouterr().err
+    with pytest.raises(IsADirectoryError, match="a folder, not a file to write"):
+        write_atomic(target, "x = 1\n")
     assert (target / "inside").is_dir() and not _leftovers(out.parent)
 
 

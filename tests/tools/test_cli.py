@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import gradc
 from gradc.tools.cli import main
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -43,29 +44,51 @@ def test_compile_dash_o_dash_prints_the_module_and_writes_no_file(tmp_path, monk
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ops.grad"]
 
 
-def test_an_output_in_a_missing_folder_is_an_error_not_a_new_folder(tmp_path, capsys):
+def test_an_output_in_a_missing_folder_is_an_error_not_a_new_folder(tmp_path):
     src = tmp_path / "ops.grad"
     src.write_text("op f(x) -> y { y = x * 2 }\n")
     out = tmp_path / "typo" / "ops_gen.py"
-    assert main(["compile", str(src), "-o", str(out)]) == 1
-    assert f"no folder '{out.parent}' to write it in: '{out}'" in capsys.readouterr().err
-    assert not out.parent.exists()
+    with pytest.raises(FileNotFoundError, match=f"no folder '{out.parent}' to write it in"):
+        gradc.compile_file(src, out)
+    with pytest.raises(IsADirectoryError, match="a folder, not a file to write"):
+        gradc.compile_file(src, tmp_path)
+    assert not out.parent.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["ops.grad"]
 
 
-@pytest.mark.parametrize("argv", [["check", "{src}", "--json", "{out}"],
-                                  ["bench", "{src}", "--json", "{out}"],
-                                  ["bench", "{src}", "--plot", "{out}"]])
-def test_reports_to_a_missing_folder_are_refused_before_any_work(tmp_path, capsys, argv):
-    """--json/--plot in a folder that does not exist: a usage error at once (it was an
-    OSError after every check or measurement had run)."""
+OUTPUTS = [["check", "{src}", "--json", "{out}"], ["bench", "{src}", "--json", "{out}"],
+           ["bench", "{src}", "--plot", "{out}"], ["compile", "{src}", "-o", "{out}"],
+           ["compile", "{src}", "--emit", "torch", "-o", "{out}"],
+           ["testgen", "{src}", "-o", "{out}"], ["graph", "{src}", "f", "-o", "{out}"]]
+
+
+@pytest.mark.parametrize("argv", OUTPUTS)
+def test_outputs_to_a_missing_folder_or_a_folder_are_refused_before_any_work(tmp_path, capsys,
+                                                                              argv):
+    """-o/--json/--plot in a folder that does not exist, or naming a folder: a usage
+    error at once (it was an OSError after every check or measurement had run, or one
+    naming the temporary file), nothing written."""
     src = tmp_path / "ops.grad"
     src.write_text("op f(x) -> y { y = x * 2 }\n")
     out = tmp_path / "typo" / "report.json"
-    with pytest.raises(SystemExit) as exc:
-        main([a.format(src=src, out=out) for a in argv])
-    assert exc.value.code == 2
-    err = capsys.readouterr().err
-    assert f"no folder '{out.parent}' to write '{out}' in" in err and "parsed" not in err
+    for path, said in ((out, f"no folder '{out.parent}' to write '{out}' in"),
+                       (tmp_path, f"'{tmp_path}' is a folder: give a file name")):
+        with pytest.raises(SystemExit) as exc:
+            main([a.format(src=src, out=path) for a in argv])
+        assert exc.value.code == 2
+        err = capsys.readouterr().err
+        assert said in err and "parsed" not in err and ".tmp" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ops.grad"]
+
+
+@pytest.mark.parametrize("argv", [a for a in OUTPUTS if a[0] in ("compile", "testgen")])
+def test_the_input_file_is_never_the_output(tmp_path, capsys, argv):
+    """``gradc compile ops.grad -o ops.grad`` replaced the source with the module."""
+    src = tmp_path / "ops.grad"
+    src.write_text("op f(x) -> y { y = x * 2 }\n")
+    assert main([a.format(src=src, out=src) for a in argv]) == 1
+    assert "the input file itself: give the output another name" in capsys.readouterr().err
+    assert src.read_text() == "op f(x) -> y { y = x * 2 }\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ops.grad"]
 
 
 @pytest.mark.parametrize("argv", [["testgen", "{src}", "-o", "-"],

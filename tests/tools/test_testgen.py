@@ -94,11 +94,13 @@ def test_the_file_is_deterministic(tmp_path) -> None:
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     a, _ = write_tests(EXAMPLES / "activations.grad", tmp_path / "a" / "test_a.py")
     b, _ = write_tests(EXAMPLES / "activations.grad", tmp_path / "b" / "test_a.py")
-    assert a.read_bytes() == b.read_bytes()
+    assert a.read_bytes() == b.read_bytes().replace(b"/b/test_a.py", b"/a/test_a.py")
     c, _ = write_tests(EXAMPLES / "activations.grad", tmp_path / "test_a.py")
     diff = [(x, y) for x, y in zip(a.read_text().splitlines(), c.read_text().splitlines())
             if x != y]
-    assert [x.split(" / ")[0] for x, _ in diff] == ["GRAD_FILE = Path(__file__).resolve().parent"]
+    assert [x.split(" / ")[0] for x, _ in diff] == [   # the command to regenerate it as given
+        f"    gradc testgen {(EXAMPLES / 'activations.grad').as_posix()} -o {a.as_posix()}",
+        "GRAD_FILE = Path(__file__).resolve().parent"]
 
 
 MUTANT = """
@@ -278,6 +280,28 @@ def test_the_seed_avoids_kinks(tmp_path) -> None:
         generated.test_vjp_matches_finite_differences(ops, "ramp")
 
 
+def test_an_op_without_a_finite_difference_test_is_warned_of_with_why(tmp_path) -> None:
+    """An op whose values are NaN at every point drawn (outside its domain) or whose
+    finite differences cross a kink at every seed loses its finite-difference test:
+    a warning says so, and why (not "a kink" for a NaN); the file's regenerate
+    command names the output as given."""
+    spec = tmp_path / "nan.grad"
+    spec.write_text("op lg(x) -> y { y = log(x - 3) }\n"
+                    "op kink(x) -> y { y = x * floor(1000000 * x) }\n")
+    (tmp_path / "tests").mkdir()
+    with pytest.warns(gradc.GradcWarning) as got:
+        out, _ = write_tests(spec, tmp_path / "tests" / "test_nan.py")
+    said = sorted(str(w.message) for w in got)
+    assert re.search(r"op 'kink' gets no finite-difference test: finite differences "
+                     r"crossed a kink at all 10 points", said[0]), said
+    assert re.search(r"op 'lg' gets no finite-difference test: its values or gradients "
+                     r"are NaN or inf at all 10 points tried \(floats drawn from \[0.5, 2\]",
+                     said[1]), said
+    text = out.read_text()
+    assert tables(text)["FINITE_DIFFERENCES"] == []
+    assert f"-o {(tmp_path / 'tests' / 'test_nan.py').as_posix()}" in text
+
+
 @pytest.mark.parametrize("name, op", [("seed.grad", "gradient_penalty"),
                                       ("activations.grad", "huber"),
                                       ("wgan_gp.grad", "critic_loss"),
@@ -342,14 +366,14 @@ def test_an_op_that_raises_while_probed_is_left_out_with_why(tmp_path, monkeypat
     names the op and the error, and the op gets no tests; not an internal error."""
     import gradc.tools.testgen as testgen
 
-    holds = testgen._differences_hold
+    holds = testgen._differences_miss
 
     def refuses(cop, plan, seed):
         if plan.name == "cg":
             raise IndexError("one_hot: index -1 is out of range for depth 3")
         return holds(cop, plan, seed)
 
-    monkeypatch.setattr(testgen, "_differences_hold", refuses)
+    monkeypatch.setattr(testgen, "_differences_miss", refuses)
     spec = tmp_path / "cg.grad"
     spec.write_text(GATHER_ONE_HOT + "op ok(x) -> y { y = tanh(x) }\n")
     with pytest.warns(gradc.GradcWarning, match=r"op 'cg' gets no tests: the op raised "
