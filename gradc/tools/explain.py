@@ -209,9 +209,11 @@ def step_texts(plan: KernelPlan, dtypes: tuple[str, ...] = COMPUTE_DTYPES
             lines += _recompute_text(g, step, [n for n in step.nodes
                                                if n in seen and n not in step.inputs], ref,
                                      dtypes)
-            rows = row_inputs(g, step)          # read once per row, not per element
+            cols = row_inputs(g, step)          # one row of them, read again for every row
             once = {i for i in step.inputs if is_scalar_input(g, i)}   # once per kernel
-            reads = [ref(i) + (" (per row)" if i in rows else " (scalar)" if i in once else "")
+            reads = [ref(i) + (" (per column)" if i in cols else " (scalar)" if i in once else
+                               f" (broadcast to {shape} first)"
+                               if g.node(i).shape != step.shape else "")
                      for i in step.inputs]
             moved = moved_per_element(g, step)
             f32, f64 = _traffic(g, moved)

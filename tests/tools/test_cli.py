@@ -281,8 +281,9 @@ def test_explain_counts_bytes_at_the_compute_dtypes_the_op_can_have(tmp_path, ca
 
 def test_explain_counts_bytes_per_element_of_each_kernel(capsys):
     """Every array input read and every output stored once per element, 4 B each at
-    float32 and 8 B at float64; scalars (once per kernel) and per-row inputs are not
-    counted per element."""
+    float32 and 8 B at float64; scalars (once per kernel) and inputs of one row's
+    shape (a bias, "per column", as a row kernel says) are not counted per element;
+    an input the wrapper broadcasts first is, and says so."""
     assert main(["explain", str(EXAMPLES / "seed.grad"), "scaled_tanh"]) == 0
     out = capsys.readouterr().out
     fused = out.split("kernel plan of fwd_bwd (fused, CPU)")[1].split("kernel plan")[0]
@@ -304,9 +305,31 @@ def test_explain_counts_bytes_per_element_of_each_kernel(capsys):
     out = capsys.readouterr().out
     fused = out.split("kernel plan of forward (fused, CPU)")[1].split("kernel plan")[0]
     # mlp's parameters are all f32[...]: it computes in float32 only
-    assert "reads b1 (per row), %5; stores %7; 2 array(s) per element (8 B at float32)" in fused
+    assert "reads b1 (per column), %5; stores %7; 2 array(s) per element (8 B at float32)" \
+        in fused
     assert "all kernels over (b, h): 2 array(s) per element" in fused
     assert "all kernels over (b, o): 2 array(s) per element" in fused
+
+
+def test_explain_names_inputs_by_how_each_kernel_reads_them(tmp_path, capsys):
+    """A bias ``b: [k]`` is "per column" in an elementwise kernel and in a row kernel
+    alike (it was "per row" in the first); a per-row ``s: [n, 1]`` is "per row" in a row
+    kernel and broadcast first (copied to the loop's size, counted per element) in an
+    elementwise one."""
+    (tmp_path / "bias.grad").write_text("op ab(x: [n, k], b: [k]) -> y { y = tanh(x) * b }\n"
+                                        "op ar(x: [n, k], s: [n, 1]) -> y { y = tanh(x) * s }\n")
+    plans = {}
+    for op in ("ab", "ar"):
+        assert main(["explain", str(tmp_path / "bias.grad"), op]) == 0
+        out = capsys.readouterr().out
+        plans[op] = {m: out.split(f"kernel plan of {m} (fused, CPU)")[1].split("kernel plan")[0]
+                     for m in ("forward", "fwd_bwd")}
+    assert "reads x, b (per column); stores %3; 2 array(s) per element" in plans["ab"]["forward"]
+    assert "reads x, b (per column), dy; stores" in plans["ab"]["fwd_bwd"]
+    assert "reads x, s (broadcast to (n, k) first); stores %3; 3 array(s) per element" in \
+        plans["ar"]["forward"]
+    assert "reads x, s (per row), dy; stores %3, %9 (per row), %13; 4 array(s)" in \
+        plans["ar"]["fwd_bwd"]
 
 
 def _ir_section(out: str, op: str, method: str) -> list[str]:
