@@ -76,11 +76,7 @@ class Builder:
         if prim.keywords:       # defaults filled in; bool keywords as bools (1 - reverse)
             attrs = {**prim.defaults, **(attrs or {})}
             attrs.update({k: bool(attrs[k]) for k, kind, _ in prim.keywords if kind == "bool"})
-        for i in prim.index_operands:
-            if self.graph.node(args[i]).dtype == FLOAT:
-                raise TypeError_(f"'{op}' takes integer indices as its {_ORDINAL[i]} argument "
-                                 "(annotate the parameter i32 or i64), got a float value", span,
-                                 "E308")
+        self.check_indices(op, args, span)
         value_args = ([i for i in range(len(args)) if i not in prim.index_operands]
                       if prim.value_operands is None else prim.value_operands)
         dtype = FLOAT if prim.float_only else self._unify([args[i] for i in value_args])
@@ -92,6 +88,14 @@ class Builder:
         elif prim.dtype == "i64":           # dim_size, argmax
             dtype = "i64"
         return self.graph.add(op, args, attrs, shape, dtype, span)
+
+    def check_indices(self, op: str, args: Sequence[int], span: Span | None) -> None:
+        """E308 where an operand of ``op`` that must be integer indices is a float."""
+        for i in PRIMITIVES[op].index_operands:
+            if self.graph.node(args[i]).dtype == FLOAT:
+                raise TypeError_(f"'{op}' takes integer indices as its {_ORDINAL[i]} argument "
+                                 "(annotate the parameter i32 or i64), got a float value",
+                                 self.span or span, "E308")
 
     # -- dtypes -------------------------------------------------------------
     def _unify(self, args: Sequence[int]) -> str:

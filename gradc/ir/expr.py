@@ -28,7 +28,7 @@ from gradc.ir.shapes import DimRef
 # Primitives that derivative rules may call but .grad files may not.
 INTERNAL = ("broadcast_in", "sum_to", "shape_check", "size_ratio", "transpose", "matmul", "cast",
             "identity", "zero_masked", "dim_size", "reshape_like", "take_transpose", "shift",
-            "linear_scan", "take_along_axis_transpose", "random_uniform",
+            "linear_scan", "take_along_axis_transpose", "random_uniform", "one_hot_labels",
             # reached by x[...] (gradc.ir.indexing), not by name
             "slice", "slice_transpose", "concat_part", "concat_part_transpose", "wrap_index",
             "merge_axes")
@@ -203,6 +203,7 @@ class ExprLowerer:
         if name not in PRIMITIVES or (name in INTERNAL and not self.rules):
             raise NameResolutionError(f"unknown function '{e.func}'", e.span)
         if PRIMITIVES[name].kind == DECOMPOSED:      # relu, softmax...: its statements
+            self.b.check_indices(name, args, e.span)        # one_hot's labels
             scope = dict(zip(PRIMITIVES[name].params, args))
             scope.update((k, Attr(v)) for k, v in {**PRIMITIVES[name].defaults, **kw}.items())
             if PRIMITIVES[name].draws:

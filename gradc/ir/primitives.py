@@ -759,71 +759,51 @@ CUMSUM = Primitive(
 # jax.nn.one_hot); an index outside [0, depth) is an IndexError (as
 # torch.nn.functional.one_hot; JAX's XLA lowering gives a row of zeros there, as
 # jax.nn.one_hot does, since a jitted function cannot raise).  No gradient flows to
-# integer indices.
+# integer indices.  A builtin that is its decomposition, as eye is: the comparison of
+# the checked labels with arange(depth), which fuses into the kernel that reads it (a
+# cross-entropy's gradient never holds the n x depth one-hot).  one_hot_labels checks
+# the labels (a library call on n integers) and passes them on.
 
 
-def _g_one_hot_shape(idx, depth):
-    """The shape of ``one_hot`` of indices of shape ``idx``: ``idx + (depth,)``."""
-    return tuple(idx) + (depth,)
-
-
-def _g_one_hot_check(idx, depth):
-    """IndexError unless every index of the NumPy array ``idx`` is in [0, depth)."""
+def _g_one_hot_labels(idx, depth):
+    """The NumPy array ``idx`` itself; IndexError unless its every index is in
+    [0, depth)."""
+    idx = np.asarray(idx)
     if idx.size:
         lo, hi = idx.min(), idx.max()
         if lo < 0 or hi >= depth:
             raise IndexError(f"one_hot: index {lo if lo < 0 else hi} is out of range for "
                              f"depth {depth} (indices must be in [0, {depth}))")
+    return idx
 
 
-def _g_one_hot(idx, depth, t=np.float64):
-    """``one_hot(idx, depth)`` in dtype ``t``; IndexError for an index out of range."""
-    idx = np.asarray(idx)
-    _g_one_hot_check(idx, depth)
-    return (idx[..., None] == np.arange(depth)).astype(t)
+def _np_one_hot(idx, depth):
+    """The reference: ``one_hot(idx, depth)`` as NumPy computes it (float64)."""
+    return (_g_one_hot_labels(idx, depth)[..., None] == np.arange(depth)).astype(np.float64)
 
 
-def _gck_one_hot(out, idx, depth):
-    """``out[i * depth + j] = (idx[i] == j)``: one thread per element of ``out``."""
-    start, stride = cuda.grid(1), cuda.gridsize(1)
-    for i in range(start, out.size, stride):
-        out[i] = 1 if idx[i // depth] == i % depth else 0
-
-
-def _gc_one_hot(idx, depth, t, stream):
-    """:func:`_g_one_hot` on the device (``_gck_one_hot``); the range check reads the
-    indices back to the host (one integer per row: small beside the result)."""
+def _gc_one_hot_labels(idx, depth, stream):
+    """:func:`_g_one_hot_labels` of a device array: the indices read back to the host
+    (one integer per row: small beside the rows they select), the array passed on."""
     idx = _gc_dev(idx, stream)
-    _g_one_hot_check(idx.copy_to_host(stream=stream), depth)
-    out = _gc_empty(tuple(idx.shape) + (depth,), t, stream)
-    if out.size:
-        _gck_one_hot[_gc_blocks(out.size), _GC_BLOCK, stream](_gc_ravel(out), _gc_ravel(idx),
-                                                              depth)
-    return out
+    _g_one_hot_labels(idx.copy_to_host(stream=stream), depth)
+    return idx
 
 
-def _gd_one_hot(t, idx, depth):
-    """:func:`_g_one_hot` of a Dask array, block by block (a new last axis)."""
+def _gd_one_hot_labels(t, idx, depth):
+    """:func:`_g_one_hot_labels` of a Dask array, block by block."""
     import dask.array as da
-    return da.map_blocks(_g_one_hot, idx, depth, t, new_axis=idx.ndim, dtype=t,
-                         chunks=(*idx.chunks, (depth,)))
+    return da.map_blocks(_g_one_hot_labels, idx, depth, dtype=idx.dtype)
 
 
-def _jax_one_hot(idx, depth):
-    import jax
-    return jax.nn.one_hot(idx, depth)
+def _jax_one_hot_labels(idx, depth):
+    return idx          # unchecked: the comparison gives jax.nn.one_hot's zero row
 
 
-def _torch_one_hot(idx, depth):
-    import torch
+def _torch_one_hot_labels(idx, depth):
     if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= depth):
-        _g_one_hot_check(idx.detach().cpu().numpy(), depth)      # its IndexError
-    return torch.nn.functional.one_hot(idx.long(), depth).to(torch.get_default_dtype())
-
-
-def _one_hot_signatures(types, t):
-    flat = types.Array(t, 1, "C")
-    return [(flat, types.Array(i, 1, "C"), types.int64) for i in (types.int32, types.int64)]
+        _g_one_hot_labels(idx.detach().cpu().numpy(), depth)      # its IndexError
+    return idx
 
 
 def _one_hot_static(shapes, attrs):
@@ -832,19 +812,25 @@ def _one_hot_static(shapes, attrs):
     if not hasattr(depth, "name") and (isinstance(depth, bool) or not isinstance(depth, int)
                                        or depth < 0):
         raise BroadcastError(f"one_hot: depth must be a non-negative integer, got {depth!r}")
-    return None if s.dyn else Shape(s.static + (getattr(depth, "name", depth),))   # DimRef
+    return s
 
 
-ONE_HOT = Primitive(
-    "one_hot", ("idx",), LIBRARY, _g_one_hot, vjp=(None,), jvp=(None,),
-    lib="_g_one_hot({idx}, {depth!r}, _T)", helpers=(_g_one_hot_check, _g_one_hot,
-                                                     _g_one_hot_shape),
-    cuda="_gc_one_hot({idx}, {depth!r}, _T, stream)", cuda_helpers=(_gc_one_hot,),
-    cuda_kernels=((_gck_one_hot, _one_hot_signatures),),
-    dask=_gd_one_hot, jax=_jax_one_hot, torch=_torch_one_hot,
-    float_only=False, dtype="float", differentiable=False, index_operands=(0,),
-    static_shape=_one_hot_static, np_shape=_g_one_hot_shape,
-    keywords=(("depth", "int", None),), attr_params=("depth",), public=True)
+_ONE_HOT_DEPTH = (("depth", "int", None),)
+ONE_HOT = (
+    Primitive("one_hot", ("idx",), DECOMPOSED, _np_one_hot, decomposition="""
+    labels = expand_dims(one_hot_labels(idx, depth=depth), axis=-1)
+    out = cast(labels == arange(start=0, stop=depth, step=1))""",
+              float_only=False, index_operands=(0,), keywords=_ONE_HOT_DEPTH,
+              attr_params=("depth",), public=True),
+    Primitive("one_hot_labels", ("idx",), LIBRARY, _g_one_hot_labels, vjp=(None,), jvp=(None,),
+              lib="_g_one_hot_labels({idx}, {depth!r})", helpers=(_g_one_hot_labels,),
+              cuda="_gc_one_hot_labels({idx}, {depth!r}, stream)",
+              cuda_helpers=(_gc_one_hot_labels,), dask=_gd_one_hot_labels,
+              jax=_jax_one_hot_labels, torch=_torch_one_hot_labels, float_only=False,
+              dtype="same", differentiable=False, index_operands=(0,), value_operands=(0,),
+              shape_like=0, static_shape=_one_hot_static, keywords=_ONE_HOT_DEPTH,
+              passes_operand=0),
+)
 
 
 # --- argmax, argmin: index reductions ----------------------------------------------
@@ -2937,7 +2923,7 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               differentiable=False, shape_only=(0, 1), static_shape=_scalar_static,
               np_shape=_g_scalar_shape, dask=_gd_size_ratio, may_refuse=False,
               jax=_jax_size_ratio, torch=_torch_size_ratio),
-    CUMSUM, ONE_HOT, DIM_SIZE, ARGMAX, ARGMIN, *LAYOUT, TAKE, TAKE_TRANSPOSE, TAKE_ALONG,
+    CUMSUM, *ONE_HOT, DIM_SIZE, ARGMAX, ARGMIN, *LAYOUT, TAKE, TAKE_TRANSPOSE, TAKE_ALONG,
     TAKE_ALONG_TRANSPOSE, *COMPOSITES, ARGSORT, *SORTS, *SCANS, *RANDOM, *INDEXING,
 ]})
 

@@ -16,7 +16,7 @@ from typing import Union
 import networkx as nx
 
 from gradc.ir.graph import FLOAT, Graph
-from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, SOURCE
+from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, REDUCTION, SOURCE
 from gradc.ir.shapes import Shape
 
 
@@ -148,13 +148,60 @@ def group_elementwise(graph: Graph, fuse: bool = True) -> dict[int, int]:
             groups.try_merge(g, groups.group(nid))
     groups.horizon = len(groups.pos)
     if fuse:                            # horizontal: independent loops over one shape
+        late = _after_reductions(graph)
         for gid in groups.groups():
             for other in groups.groups():
                 if other < gid and gid in groups.alive and other in groups.alive and \
-                        graph.node(other).shape == graph.node(gid).shape:
+                        graph.node(other).shape == graph.node(gid).shape and \
+                        not _holds_back(graph, groups, late, gid, other):
                     groups.try_merge(other, gid)
         return _sink(graph, groups.group_of())
     return groups.group_of()
+
+
+def is_reduction(graph: Graph, nid: int) -> bool:
+    node = graph.node(nid)
+    return PRIMITIVES[node.op].kind == REDUCTION or node.op == "sum_to"
+
+
+def row_kernel_takes(graph: Graph, nid: int) -> bool:
+    """Whether :func:`gradc.passes.fuse_reduce.fuse_reductions` may take node ``nid``
+    into a row kernel (where its shapes fit): an elementwise node, a ``broadcast_in``,
+    a reduction.  Any other library call stays a kernel boundary."""
+    return PRIMITIVES[graph.node(nid).op].kind == ELEMENTWISE or \
+        graph.node(nid).op == "broadcast_in" or is_reduction(graph, nid)
+
+
+def _after_reductions(graph: Graph) -> set[int]:
+    """The nodes that need a reduction's value (a row's max, a mean), directly or not."""
+    late: set[int] = set()
+    for nid in graph.topo_order():
+        if any(a in late or is_reduction(graph, a) for a in graph.node(nid).args):
+            late.add(nid)
+    return late
+
+
+def _holds_back(graph: Graph, groups: _Groups, late: set[int], a: int, b: int) -> bool:
+    """Whether merging independent groups ``a`` and ``b`` would make a library call
+    that reads one of them wait for a reduction that only the other needs: the labels
+    a cross-entropy's one_hot checks, beside its smoothing term's (a mean of the
+    logits), would leave the check, and the gradient after it, outside the row
+    kernel that computes the mean (fuse_reduce)."""
+    members: dict[int, list[int]] = {a: [], b: []}
+    for n, g in groups.group_of().items():
+        if g in members:
+            members[g].append(n)
+
+    def read_by_call(g: int) -> bool:     # a call that stays a kernel boundary
+        return any(u not in groups and not row_kernel_takes(graph, u)
+                   and PRIMITIVES[graph.node(u).op].kind != SOURCE
+                   and n in value_args(graph, u) for n in members[g] for u in graph.users(n))
+
+    def needs_reduction(g: int) -> bool:
+        return any(n in late for n in members[g])
+
+    return any(read_by_call(x) and needs_reduction(y) and not needs_reduction(x)
+               for x, y in ((a, b), (b, a)))
 
 
 def _sink(graph: Graph, group_of: dict[int, int]) -> dict[int, int]:

@@ -39,9 +39,10 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from gradc.ir.graph import FLOAT, Graph
-from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, REDUCTION
+from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES
 from gradc.ir.shapes import Shape, normalize_axis
 from gradc.passes.fuse import (Kernel, KernelPlan, LibraryCall, MatmulEpilogue, Step,
+                               is_reduction, row_kernel_takes,
                                recompute_residuals, value_args)
 
 ELEMENT, ROW, CHUNK = "E", "R", "C"
@@ -91,11 +92,6 @@ def col_forms(shape: Shape, k: int) -> tuple[tuple, tuple]:
     bias): the row's dims, and the same with the rows' dims kept as 1."""
     dims = shape.static
     return dims[k:], (1,) * k + dims[k:]
-
-
-def is_reduction(graph: Graph, nid: int) -> bool:
-    node = graph.node(nid)
-    return PRIMITIVES[node.op].kind == REDUCTION or node.op == "sum_to"
 
 
 class _Group:
@@ -272,11 +268,19 @@ def fuse_reductions(plan: KernelPlan) -> KernelPlan:
                 q.add_edge(unit_of[d], u)
     groups: dict[int, _Group] = {}
     owner = {}                                   # unit -> group id it joined
+    calls = {s.node for s in plan.steps
+             if isinstance(s, LibraryCall) and not row_kernel_takes(g, s.node)}
     for u, step in enumerate(plan.steps):
         nodes = units[u]
         reads = [owner[unit_of[d]] for d in sorted(_unit_deps(g, nodes))
                  if d in unit_of and unit_of[d] in owner]
-        candidates = list(dict.fromkeys(reads)) + [gid for gid in groups if gid not in reads]
+        candidates = list(dict.fromkeys(reads))
+        # A loop that reads no group's values joins one only where no library call
+        # reads it: that call would then wait for the whole group, and the loops after
+        # it could not join (a cross-entropy's labels, checked by one_hot, would split
+        # its gradient from the row kernel).
+        if not any(w in calls and n in value_args(g, w) for n in nodes for w in g.users(n)):
+            candidates += [gid for gid in groups if gid not in reads]
         joined = False
         for gid in candidates:
             grp = groups[gid]
@@ -317,7 +321,8 @@ def fuse_reductions(plan: KernelPlan) -> KernelPlan:
     for u, step in enumerate(plan.steps):
         grp = groups.get(owner.get(u))
         if grp is None or all(lv == ELEMENT for lv in grp.level.values()):
-            steps.append(step)       # no reduction joined: the loop stays as it was
+            steps.append(_per_row_reads(g, step))   # no reduction joined
+
         elif grp.gid == u:
             kernel = _make_kernel(g, grp, sorted(members[u], key=order.__getitem__))
             if kernel is not None:
@@ -379,6 +384,22 @@ def order_steps(g: Graph, steps: list[Step]) -> list[Step]:
             if d in at and at[d] != s:
                 q.add_edge(at[d], s)
     return [steps[s] for s in nx.lexicographical_topological_sort(q)]
+
+
+def _per_row_reads(g: Graph, step: Step) -> Step:
+    """An elementwise loop over ``(n, k)`` that reads a value of one element per row
+    (``w: [n, 1]``, a one_hot's labels ``expand_dims(t, axis=-1)``) as a loop over rows
+    reading it once per row (a :class:`ReduceKernel` without reductions); the wrapper
+    would broadcast it to ``(n, k)`` first.  Any other step as it is."""
+    if type(step) is not Kernel or not _static_rank(step.shape) or len(step.shape.static) < 2:
+        return step
+    k = len(step.shape.static) - 1
+    rows = [i for i in step.inputs if not g.node(i).shape.dyn
+            and g.node(i).shape.static == row_forms(step.shape, k)[1]]
+    if not rows:
+        return step
+    return ReduceKernel(step.nodes, step.inputs, step.outputs, step.shape, split=k,
+                        levels=tuple(sorted((n, ELEMENT) for n in step.nodes)))
 
 
 def _make_kernel(g: Graph, grp: _Group, nodes: list[int]) -> Step | None:

@@ -206,12 +206,12 @@ def _other_cases() -> list[Case]:
              "    r = cumulative_sum(x, axis=0, reverse=true)", ((3, 4),), (REAL,)),
         Case("p_cumsum_1d", ("cumsum",), "x", "    r = cumsum(x) * x", ((5,),), (REAL,)),
         # one_hot: integer labels in [0, 3) as rows (no gradient to the labels)
-        Case("p_one_hot", ("one_hot", "mul"), "x, n: i32", "    r = one_hot(n, 3) * x",
+        Case("p_one_hot", ("one_hot", "one_hot_labels", "mul"), "x, n: i32", "    r = one_hot(n, 3) * x",
              ((4, 3), (4,)), (REAL, INDEX3), ints=(1,)),
         # dim_size: dims of the signature as values, and as one_hot's depth
         Case("i_dim_size", ("dim_size", "div"), "x: [n, k]", "    r = x / k * sqrt(n)",
              ((3, 4),), (REAL,)),
-        Case("p_one_hot_dim", ("one_hot", "mul"), "x: [n, k], t: i32[n]",
+        Case("p_one_hot_dim", ("one_hot", "one_hot_labels", "mul"), "x: [n, k], t: i32[n]",
              "    r = one_hot(t, k) * x", ((4, 3), (4,)), (REAL, INDEX3), ints=(1,)),
         # argmax, argmin: int64 indices (no gradient), along an axis or of the flattened
         # array; as a one_hot's labels and as a factor

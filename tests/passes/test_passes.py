@@ -395,3 +395,37 @@ def test_shape_classes_follow_the_rewritten_nodes(import_module_text):
     for op in (m.g, m.h):
         np.testing.assert_allclose(op(x), x / n, rtol=1e-14)
         np.testing.assert_allclose(op.vjp(x, dy)[0], want, rtol=1e-12)
+
+
+def _traffic(cop, method: str) -> dict:
+    from gradc.passes.fuse_reduce import cpu_plan
+    from gradc.tools.explain import element_traffic
+    return {str(s): b for s, b in element_traffic(cpu_plan(cop.methods[method].fused)).items()}
+
+
+def test_a_one_hot_is_compared_in_the_loop_that_reads_it_never_stored():
+    """one_hot(t, k) is the labels compared with the column inside the loop: an
+    elementwise loop reads the labels once per row (a reduce kernel without
+    reductions, not the labels broadcast to (n, k) first), and a cross-entropy's
+    gradient, its one-hot and label smoothing included, is one row kernel that reads
+    the logits and writes the gradient (it was 7 arrays per element, the one-hot a
+    dense array read by a loop of its own)."""
+    from pathlib import Path
+
+    from gradc.frontend.check import load_program
+    from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
+    from gradc.tools.explain import moved_per_element
+    cop = _op("op oh(x: [n, k], t: i64[n]) -> y { y = one_hot(t, k) * x }", "oh")
+    plan = cpu_plan(cop.methods["fwd_bwd"].fused)
+    (loop,) = [s for s in plan.steps if isinstance(s, Kernel)]
+    assert isinstance(loop, ReduceKernel) and not loop.partials
+    assert _traffic(cop, "fwd_bwd")["(n, k)"] == 16          # x, dy in; y, dx out
+    path = Path(__file__).parents[2] / "examples" / "kernels" / "cross_entropy.grad"
+    program = load_program(path)
+    xent = build_op(program.ops["cross_entropy"], program.ops, program.consts)
+    for method in ("vjp", "fwd_bwd"):
+        plan = cpu_plan(xent.methods[method].fused)
+        rows = [s for s in plan.steps if isinstance(s, Kernel) and str(s.shape) == "(n, v)"]
+        assert len(rows) == 1 and isinstance(rows[0], ReduceKernel)
+        assert [plan.graph.node(n).op for n in moved_per_element(plan.graph, rows[0])] == [
+            "param", "div"]                                     # logits in, dx out

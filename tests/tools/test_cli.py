@@ -313,21 +313,23 @@ def test_explain_counts_bytes_per_element_of_each_kernel(capsys):
 
 def test_explain_names_inputs_by_how_each_kernel_reads_them(tmp_path, capsys):
     """A bias ``b: [k]`` is "per column" in an elementwise kernel and in a row kernel
-    alike (it was "per row" in the first); a per-row ``s: [n, 1]`` is "per row" in a row
-    kernel and broadcast first (copied to the loop's size, counted per element) in an
-    elementwise one."""
+    alike (it was "per row" in the first); a per-row ``s: [n, 1]`` is "per row" (a loop
+    over rows, reductions or not); ``c: [1, k]`` is broadcast first (copied to the loop's
+    size, counted per element) by an elementwise kernel."""
     (tmp_path / "bias.grad").write_text("op ab(x: [n, k], b: [k]) -> y { y = tanh(x) * b }\n"
-                                        "op ar(x: [n, k], s: [n, 1]) -> y { y = tanh(x) * s }\n")
+                                        "op ar(x: [n, k], s: [n, 1]) -> y { y = tanh(x) * s }\n"
+                                        "op ac(x: [n, k], c: [1, k]) -> y { y = tanh(x) * c }\n")
     plans = {}
-    for op in ("ab", "ar"):
+    for op in ("ab", "ar", "ac"):
         assert main(["explain", str(tmp_path / "bias.grad"), op]) == 0
         out = capsys.readouterr().out
         plans[op] = {m: out.split(f"kernel plan of {m} (fused, CPU)")[1].split("kernel plan")[0]
                      for m in ("forward", "fwd_bwd")}
     assert "reads x, b (per column); stores %3; 2 array(s) per element" in plans["ab"]["forward"]
     assert "reads x, b (per column), dy; stores" in plans["ab"]["fwd_bwd"]
-    assert "reads x, s (broadcast to (n, k) first); stores %3; 3 array(s) per element" in \
-        plans["ar"]["forward"]
+    assert "reads x, s (per row); stores %3; 2 array(s) per element" in plans["ar"]["forward"]
+    assert "reads x, c (broadcast to (n, k) first); stores %3; 3 array(s) per element" in \
+        plans["ac"]["forward"]
     assert "reads x, s (per row), dy; stores %3, %9 (per row), %13; 4 array(s)" in \
         plans["ar"]["fwd_bwd"]
 
