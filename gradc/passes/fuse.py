@@ -186,7 +186,10 @@ def _holds_back(graph: Graph, groups: _Groups, late: set[int], a: int, b: int) -
     that reads one of them wait for a reduction that only the other needs: the labels
     a cross-entropy's one_hot checks, beside its smoothing term's (a mean of the
     logits), would leave the check, and the gradient after it, outside the row
-    kernel that computes the mean (fuse_reduce)."""
+    kernel that computes the mean (fuse_reduce).  Not over a shape known only at run
+    time, where no row kernel forms."""
+    if graph.node(a).shape.dyn:
+        return False
     members: dict[int, list[int]] = {a: [], b: []}
     for n, g in groups.group_of().items():
         if g in members:
