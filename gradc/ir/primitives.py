@@ -335,11 +335,15 @@ def _gd_array(x):
 def _gd_reduce(fn, x, axis, keepdims, empty):
     """``np.<fn>`` (sum, mean, prod, max, min) of an array as a Dask array (tree
     reductions), in its dtype; ``empty``: the value of a max or min of nothing
-    (NumPy's ``initial=``; None: Dask's error)."""
+    (NumPy's ``initial=``; None: Dask's error).  Of an empty array the result is an
+    empty array where its shape is empty too (a max of each of 0 rows, which Dask's
+    ``max`` refuses, NumPy's not), else ``empty``."""
     import dask.array as da
     x = _gd_array(x)
-    if empty is not None and x.size == 0:
-        return da.full(_g_reduce_shape(x.shape, axis, keepdims), empty, dtype=x.dtype)
+    if x.size == 0:
+        shape = _g_reduce_shape(x.shape, axis, keepdims)
+        if empty is not None or 0 in shape:
+            return da.full(shape, 0 if empty is None else empty, dtype=x.dtype)
     return getattr(da, fn)(x, axis=axis, keepdims=keepdims).astype(x.dtype)
 
 

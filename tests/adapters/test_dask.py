@@ -287,3 +287,24 @@ def test_the_ops_of_arrays_grad() -> None:
         for w, g in zip(want, got, strict=True):
             assert g.shape == w.shape and g.dtype == w.dtype, name
             np.testing.assert_allclose(g, w, rtol=tol, atol=tol, err_msg=name)
+
+
+def test_row_reductions_of_no_rows(tmp_path) -> None:
+    """A max (and the softmax around it) of each of 0 rows is an empty array, as in
+    memory (Dask's own max refuses an empty array); a max over an empty axis is still
+    NumPy's ValueError, at compute."""
+    (tmp_path / "rows.grad").write_text(
+        "op sm(x) -> y {\n    e = exp(x - max(x, axis=-1, keepdims=true))\n"
+        "    y = e / sum(e, axis=-1, keepdims=true)\n}\n"
+        "op mx(x) -> y {\n    y = max(x, axis=-1)\n}\n")
+    m = gradc.load(tmp_path / "rows.grad")
+    z = np.zeros((0, 9), np.float32)
+    for got, want in ((m.sm(da.from_array(z)), m.sm(z)),
+                      (m.sm.vjp(da.from_array(z), da.from_array(z))[0], m.sm.vjp(z, z)[0])):
+        got = got.compute()
+        assert got.shape == want.shape == (0, 9) and got.dtype == want.dtype == np.float32
+    assert m.mx(da.from_array(z)).compute().shape == (0,)
+    with pytest.raises(ValueError, match="zero-size array"):
+        m.mx(np.zeros((3, 0)))
+    with pytest.raises(ValueError, match="zero-size array"):
+        m.mx(da.from_array(np.zeros((3, 0)))).compute()
