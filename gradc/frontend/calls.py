@@ -111,7 +111,12 @@ class CallChecker:
                         notes)
         for i, arg in enumerate(c.args):            # operands, then attributes
             kind = b.arg_kinds[i - first] if first <= i < first + len(b.arg_kinds) else None
-            if kind is None:
+            if kind is None and isinstance(arg, ast.TupleExpr) and b.max_args >= MAX_JOINED:
+                self._error(TypeError_, f"'{c.func}' takes its arrays as separate arguments, "
+                            "not a tuple", arg.span, "E304",
+                            [f"write {c.func}(x1, x2, ..., axis=k), not a tuple of them as "
+                             f"NumPy's np.{'stack' if c.func == 'stack' else 'concatenate'}"])
+            elif kind is None:
                 self.expr(arg, scope, later)
             else:
                 self._attribute(c.func, kind, arg, scope)

@@ -478,6 +478,9 @@ def test_several_errors_are_reported_together() -> None:
     ("y = reshape(x, shape=x)",
      "a shape must be an integer, a dim of the signature, a const or a tuple of them"),
     ("y = x + (1, 2)", "a tuple can only be an axis= value"),
+    ("y = concat((x, x), axis=-1)", "'concat' takes its arrays as separate arguments, not a "
+                                    "tuple"),
+    ("y = stack((x, x))", "'stack' takes its arrays as separate arguments, not a tuple"),
     ("y = grad(x, 2 * x)", "the second argument of grad() must be a parameter or an assigned name"),
     ("y = grad(x, pi)", "the second argument of grad() must be a parameter or an assigned name"),
     ("y = grad(x)", "'grad' takes 2 arguments: grad(EXPR, NAME), got 1"),
