@@ -26,7 +26,9 @@ check.  ``not_differentiated`` (where there are any) names the outputs written a
 ``audit`` (ops with a grad block of their own) is the custom-gradient audit
 (``gradc.audit.custom_rules.AuditResult.to_dict``: ``kind`` exact/scaled/clipped/surrogate,
 ``summary``, ``surrogate`` as declared, and per gradient the evidence; see
-docs/audit.md).  ``passed`` is true when every check that ran passed.
+docs/audit.md).  ``passed`` is true when every check that ran passed.  A file that
+does not compile gets ``"passed": false``, no ops, and ``errors``: one object per
+error (``code``, ``message``, ``file``, ``line``, ``column``).
 """
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ from pathlib import Path
 from typing import Sequence
 
 from gradc.audit.gradcheck import TOL, TOL_ADJOINT, TOL_SECOND, CheckResult
+from gradc.errors import GradcError, GradcErrors
 from gradc.tools.term import write_output
 
 
@@ -89,6 +92,19 @@ def report_dict(spec: str | Path, results: Sequence[CheckResult], seed: int = 0,
     passed = all(o["passed"] for o in ops) and all(a.warning is None for a in imported)
     return {"spec": str(spec), "seed": seed, "gradc": gradc.__version__,
             "passed": passed, "ops": ops, "imported_rules": rules}
+
+
+def error_report(spec: str | Path, error: GradcError, seed: int = 0) -> dict:
+    """The report of ``gradc check`` on a file that does not compile: no op checked,
+    ``passed`` false, and each error (``code``, ``message``, its position)."""
+    import gradc
+    errors = error.errors if isinstance(error, GradcErrors) else [error]
+    return {"spec": str(spec), "seed": seed, "gradc": gradc.__version__, "passed": False,
+            "ops": [], "imported_rules": [],
+            "errors": [{"code": e.code, "message": e.message,
+                        "file": e.span.file if e.span else None,
+                        "line": e.span.line if e.span else None,
+                        "column": e.span.column if e.span else None} for e in errors]}
 
 
 def write_report(report: dict, path: str | Path) -> None:

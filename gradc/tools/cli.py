@@ -78,10 +78,16 @@ def _cmd_check(args) -> int:
     from gradc.audit.custom_rules import audit_program, rule_users
     from gradc.audit.gradcheck import check_program
     from gradc.tools.term import status, use_color
+    from gradc.audit.report import error_report
     text = sys.stderr if args.json == "-" else sys.stdout     # stdout carries the JSON
     color = use_color(text, args.color)
-    program = load_program(args.spec)
-    results = check_program(program, seed=args.seed)        # compiles: shape errors raise
+    try:
+        program = load_program(args.spec)
+        results = check_program(program, seed=args.seed)    # compiles: shape errors raise
+    except GradcError as exc:       # a CI reading the JSON gets the errors there too
+        if args.json:
+            write_report(error_report(args.spec, exc, args.seed), args.json)
+        raise
     audits = {a.op: a for a in audit_program(program, seed=args.seed)}
     n = len(program.main_ops)
     print(f"{args.spec}: {n} op{'s' * (n != 1)} parsed, type-checked and compiled; "

@@ -545,3 +545,18 @@ def test_explain_prints_the_gradient_without_its_nan_guards(tmp_path, capsys) ->
     assert out.index("(fused, CPU)") < out.index("(unfused)")
     unfused = out.split("kernel plan of fwd_bwd (unfused)")[1]
     assert "[0]" not in unfused and "all kernels over shape(x)" in unfused
+
+
+def test_check_json_of_a_file_that_does_not_compile_has_its_errors(tmp_path, capsys):
+    """A CI that reads --json gets a report when the file does not compile too (it got
+    nothing): passed false, no ops, each error with its position; the text on stderr."""
+    path = tmp_path / "bad.grad"
+    path.write_text("op f(x) -> y {\n    y = tanhh(x) + zz\n}\n")
+    assert main(["check", str(path), "--json", "-"]) == 1
+    out, err = capsys.readouterr()
+    report = json.loads(out)
+    assert report["passed"] is False and report["ops"] == []
+    assert [(e["code"], e["line"], e["column"]) for e in report["errors"]] == [
+        ("E201", 2, 9), ("E201", 2, 20)]
+    assert report["errors"][0]["message"] == "unknown function 'tanhh'"
+    assert "bad.grad:2:9: error[E201]: unknown function 'tanhh'" in err
