@@ -82,9 +82,29 @@ class MathPrinter:
             return f"{self._operand(node.args[0], 'pow', 0)} ^ 2"
         if node.op == "slice":              # as written: x[..., :h]
             return f"{self._operand(node.args[0], 'slice', 0)}[{key_text(node.attr('key'))}]"
+        labels = self._one_hot_labels(node)
+        if labels is not None:              # as written: one_hot(t, k), not its decomposition
+            return f"one_hot({self.text(labels.args[0])}, " \
+                   f"{_dims_by_name(labels.attr('depth'))})"
         attrs = [f"key=[{key_text(v)}]" if k == "key" else f"{k}={_dims_by_name(v)}"
                  for k, v in node.attrs if v is not None and v is not False]
         return f"{node.op}({', '.join([self.text(a) for a in node.args] + attrs)})"
+
+    def _one_hot_labels(self, node):
+        """The ``one_hot_labels`` node of ``cast(expand_dims(one_hot_labels(t)) ==
+        arange(depth))``, one_hot's decomposition, where ``node`` is that cast."""
+        g = self.graph
+        if node.op != "cast" or g.node(node.args[0]).op != "eq":
+            return None
+        kept, cols = (g.node(a) for a in g.node(node.args[0]).args)
+        if kept.op != "expand_dims" or cols.op != "arange" or kept.id in self.names:
+            return None
+        labels = g.node(kept.args[0])
+        if labels.op != "one_hot_labels" or labels.id in self.names or \
+                (cols.attr("start"), cols.attr("stop"), cols.attr("step")) != (
+                    0, labels.attr("depth"), 1):
+            return None
+        return labels
 
     def _operand(self, nid: int, parent: str, i: int) -> str:
         inner = self.graph.node(nid).op

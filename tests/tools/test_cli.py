@@ -560,3 +560,17 @@ def test_check_json_of_a_file_that_does_not_compile_has_its_errors(tmp_path, cap
         ("E201", 2, 9), ("E201", 2, 20)]
     assert report["errors"][0]["message"] == "unknown function 'tanhh'"
     assert "bad.grad:2:9: error[E201]: unknown function 'tanhh'" in err
+
+
+def test_explain_prints_one_hot_as_written(tmp_path, capsys):
+    """one_hot is compared in the loop (its decomposition), but explain's math prints
+    it as written; an arange compared by hand stays as it is."""
+    (tmp_path / "oh.grad").write_text(
+        "op a(x: [n, k], t: i64[n]) -> y { y = sum(one_hot(t, k) * x) }\n"
+        "op b(x: [n, k], t: i64[n]) -> y { y = sum((expand_dims(t, axis=-1) == arange(1, k))"
+        " * x) }\n")
+    assert main(["explain", str(tmp_path / "oh.grad"), "a"]) == 0
+    assert "  t1 = one_hot(t, k)\n" in capsys.readouterr().out
+    assert main(["explain", str(tmp_path / "oh.grad"), "b"]) == 0
+    out = capsys.readouterr().out
+    assert "one_hot" not in out and "arange(start=1, step=1, stop=k)" in out
