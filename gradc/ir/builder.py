@@ -90,11 +90,14 @@ class Builder:
         return self.graph.add(op, args, attrs, shape, dtype, span)
 
     def check_indices(self, op: str, args: Sequence[int], span: Span | None) -> None:
-        """E308 where an operand of ``op`` that must be integer indices is a float."""
+        """E308 where an operand of ``op`` that must be integer indices is a float or a
+        bool (as an index array, E309; PyTorch's one_hot refuses bool too)."""
         for i in PRIMITIVES[op].index_operands:
-            if self.graph.node(args[i]).dtype == FLOAT:
+            dtype = self.graph.node(args[i]).dtype
+            if dtype in (FLOAT, "bool"):
                 raise TypeError_(f"'{op}' takes integer indices as its {_ORDINAL[i]} argument "
-                                 "(annotate the parameter i32 or i64), got a float value",
+                                 f"(annotate the parameter i32 or i64), got a "
+                                 f"{'float' if dtype == FLOAT else 'bool'} value",
                                  self.span or span, "E308")
 
     # -- dtypes -------------------------------------------------------------

@@ -772,3 +772,22 @@ def test_int32_labels_for_an_i64_parameter_without_x64(lowering):
     np.testing.assert_allclose(g, want_g, rtol=1e-5, atol=1e-7)
     with pytest.raises(TypeError, match="argument 'labels' must be int64, got float32"):
         xent(jnp.asarray(x), t.astype(jnp.float32))
+
+
+def test_cross_entropy_example_agrees_with_itself_on_labels_out_of_range(x64):
+    """Inside the XLA lowering, which cannot raise, a label out of range is a row of
+    zeros of the one-hot that the example's loss and its gradient both read: the
+    gradient is the derivative of the loss returned (the loss gathered a clamped
+    label, the gradient took a row of zeros)."""
+    op = gradc.load(Path(__file__).parents[2] / "examples" / "kernels" /
+                    "cross_entropy.grad").cross_entropy
+    xent = as_jax(op)
+    x = jnp.asarray([[1.0, 2.0, 3.0], [1.0, 0.0, 0.0]])
+    for labels in ([2, 7], [2, -4]):
+        t = jnp.asarray(labels)
+        loss, g = jax.value_and_grad(xent)(x, t)
+        lse = jax.scipy.special.logsumexp(x, axis=-1)
+        np.testing.assert_allclose(loss, ((lse[0] - 3.0) + lse[1]) / 2, rtol=1e-12)
+        want = jax.grad(lambda a: (jax.scipy.special.logsumexp(a, axis=-1)
+                                   - jnp.asarray([1.0, 0.0]) * a[:, 2]).mean())(x)
+        np.testing.assert_allclose(g, want, rtol=1e-12, atol=1e-15)

@@ -103,6 +103,9 @@ def test_compile_errors_name_the_position() -> None:
         gradc.compile_source("op f(x, n) -> y {\n    y = one_hot(n, 3) * x\n}\n", file="f.grad")
     assert str(exc.value).startswith("f.grad:2:9: error[E308]: 'one_hot' takes integer "
                                      "indices as its first argument")
+    with pytest.raises(gradc.GradcError, match=r"error\[E308\]: 'one_hot' takes integer "
+                                               r"indices .* got a bool value"):   # PyTorch's
+        gradc.compile_source("op f(x, n: bool) -> y {\n    y = one_hot(n, 3) * x\n}\n")
     with pytest.raises(gradc.GradcError, match=r"error\[E201\]: 'cumsum' has no keyword "
                                                r"argument 'keepdims'"):
         gradc.compile_source("op f(x) -> y {\n    y = cumsum(x, axis=0, keepdims=true)\n}\n")
