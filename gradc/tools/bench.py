@@ -202,17 +202,24 @@ def input_shapes(cop, n: int, shapes: Mapping[str, tuple] | None = None) -> list
 
 def make_inputs(cop, n: int, rng, shapes: Mapping[str, tuple] | None = None) -> list:
     """One value per parameter, in order: defaults as 0-d arrays, the others of the
-    shapes of :func:`input_shapes`, values N(0, 3^2) (integers: rounded; bool: random)."""
+    shapes of :func:`input_shapes`, values N(0, 3^2) (bool: random); integers uniform in
+    [0, d) for ``d`` the smallest dim of the float arrays: valid indices into any of
+    their axes (a cross-entropy's labels, which ``one_hot`` refuses below 0)."""
+    all_shapes = input_shapes(cop, n, shapes)
+    dims = [d for p, s in zip(cop.params, all_shapes)
+            if not p.has_default and p.dtype not in ("i32", "i64", "bool") for d in s]
     out = []
-    for p, shape in zip(cop.params, input_shapes(cop, n, shapes)):
+    for p, shape in zip(cop.params, all_shapes):
         if p.has_default:
             out.append(np.asarray(p.default))
             continue
+        if p.dtype in ("i32", "i64"):
+            out.append(rng.integers(0, max(min(dims, default=3), 1), shape,
+                                    dtype=np.int32 if p.dtype == "i32" else np.int64))
+            continue
         x = rng.standard_normal(shape) * 3
-        dt = {"f64": np.float64, "f16": np.float16, "i32": np.int32, "i64": np.int64,
-              "bool": np.bool_}.get(p.dtype, np.float32)
-        out.append(np.rint(x).astype(dt) if dt in (np.int32, np.int64) else
-                   (x > 0) if dt is np.bool_ else x.astype(dt))
+        dt = {"f64": np.float64, "f16": np.float16, "bool": np.bool_}.get(p.dtype, np.float32)
+        out.append((x > 0) if dt is np.bool_ else x.astype(dt))
     return out
 
 
