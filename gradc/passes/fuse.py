@@ -148,13 +148,15 @@ def group_elementwise(graph: Graph, fuse: bool = True) -> dict[int, int]:
             groups.try_merge(g, groups.group(nid))
     groups.horizon = len(groups.pos)
     if fuse:                            # horizontal: independent loops over one shape
-        late = _after_reductions(graph)
+        flags = _group_flags(graph, groups)
         for gid in groups.groups():
             for other in groups.groups():
                 if other < gid and gid in groups.alive and other in groups.alive and \
                         graph.node(other).shape == graph.node(gid).shape and \
-                        not _holds_back(graph, groups, late, gid, other):
+                        not _holds_back(graph, flags, gid, other):
                     groups.try_merge(other, gid)
+                    if other not in groups.alive:     # merged: the flags of both
+                        flags[gid] = tuple(map(max, flags[gid], flags.pop(other)))
         return _sink(graph, groups.group_of())
     return groups.group_of()
 
@@ -172,16 +174,23 @@ def row_kernel_takes(graph: Graph, nid: int) -> bool:
         graph.node(nid).op == "broadcast_in" or is_reduction(graph, nid)
 
 
-def _after_reductions(graph: Graph) -> set[int]:
-    """The nodes that need a reduction's value (a row's max, a mean), directly or not."""
+def _group_flags(graph: Graph, groups: _Groups) -> dict[int, tuple[bool, bool]]:
+    """Per group: whether a library call that stays a kernel boundary reads it, and
+    whether it needs a reduction's value (a row's max, a mean), directly or not."""
     late: set[int] = set()
     for nid in graph.topo_order():
         if any(a in late or is_reduction(graph, a) for a in graph.node(nid).args):
             late.add(nid)
-    return late
+    flags = {g: (False, False) for g in groups.groups()}
+    for n, g in groups.group_of().items():
+        called = any(u not in groups and not row_kernel_takes(graph, u)
+                     and PRIMITIVES[graph.node(u).op].kind != SOURCE
+                     and n in value_args(graph, u) for u in graph.users(n))
+        flags[g] = (flags[g][0] or called, flags[g][1] or n in late)
+    return flags
 
 
-def _holds_back(graph: Graph, groups: _Groups, late: set[int], a: int, b: int) -> bool:
+def _holds_back(graph: Graph, flags: dict, a: int, b: int) -> bool:
     """Whether merging independent groups ``a`` and ``b`` would make a library call
     that reads one of them wait for a reduction that only the other needs: the labels
     a cross-entropy's one_hot checks, beside its smoothing term's (a mean of the
@@ -190,21 +199,7 @@ def _holds_back(graph: Graph, groups: _Groups, late: set[int], a: int, b: int) -
     time, where no row kernel forms."""
     if graph.node(a).shape.dyn:
         return False
-    members: dict[int, list[int]] = {a: [], b: []}
-    for n, g in groups.group_of().items():
-        if g in members:
-            members[g].append(n)
-
-    def read_by_call(g: int) -> bool:     # a call that stays a kernel boundary
-        return any(u not in groups and not row_kernel_takes(graph, u)
-                   and PRIMITIVES[graph.node(u).op].kind != SOURCE
-                   and n in value_args(graph, u) for n in members[g] for u in graph.users(n))
-
-    def needs_reduction(g: int) -> bool:
-        return any(n in late for n in members[g])
-
-    return any(read_by_call(x) and needs_reduction(y) and not needs_reduction(x)
-               for x, y in ((a, b), (b, a)))
+    return any(flags[x][0] and flags[y][1] and not flags[x][1] for x, y in ((a, b), (b, a)))
 
 
 def _sink(graph: Graph, group_of: dict[int, int]) -> dict[int, int]:
