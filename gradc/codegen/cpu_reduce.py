@@ -103,10 +103,11 @@ class _CpuLoops(LoopPrinter):
         self.unstaged: set[int] = set()         # centred sums a pivoted loop does not stage
         self.flag = "_n"                        # a NaN flag's prefix: "_nb" in a block's loop
 
-    def params(self, *chunks: str) -> str:
-        """The kernel's parameters (``chunks``: the first and the last chunk, the body's)."""
+    def params(self, *chunks: str, n: str = "_N") -> str:
+        """The kernel's parameters (``chunks``: the first and the last chunk, the body's;
+        ``n``: the row length's, as a call passes it)."""
         return ", ".join([*self.outs.values(), *self.parts.values(),
-                          *(f"_i{j}" for j in range(len(self.loops.slots))), "_R", "_N", "_C",
+                          *(f"_i{j}" for j in range(len(self.loops.slots))), "_R", n, "_C",
                           *chunks, "_w"])
 
     def entries(self, buf: IndentedBuffer, name: str) -> None:
@@ -119,10 +120,25 @@ class _CpuLoops(LoopPrinter):
         (LLVM optimises the callee once more inside each caller). The chunk index is
         passed signed, as serial calls pass theirs: prange's unsigned one compiled the
         body a second time (1-3 s)."""
+        self.parallel(buf, name, name, "_N")
+        for k in self.loops.static:     # rows of k: the body compiled for that length
+            buf.line()
+            self.parallel(buf, f"{name}_n{k}", name, str(k))
+            buf.line()
+            buf.line("@numba.njit(cache=True)")
+            buf.line(f"def {name}_n{k}_chunks({self.params('_c0', '_c1')}):")
+            buf.line(f"    {name}_chunks({self.params('_c0', '_c1', n=str(k))})")
+
+    def parallel(self, buf: IndentedBuffer, entry: str, name: str, n: str) -> None:
+        """``entry``, the parallel loop over chunks calling ``name_chunks`` with row
+        length ``n``: ``_N``, or a literal of :data:`~gradc.passes.loop_ir.STATIC_ROWS`
+        (``name_n<k>``, and its serial twin ``name_n<k>_chunks``), which Numba
+        compiles as a body of its own with that trip count."""
         buf.line("@numba.njit(parallel=True, cache=True)")
-        buf.line(f"def {name}({self.params()}):")
+        buf.line(f"def {entry}({self.params()}):")
         buf.line("    for _ch in numba.prange(_C):")
-        buf.line(f"        {name}_chunks({self.params('np.int64(_ch)', 'np.int64(_ch) + 1')})")
+        chunks = ("np.int64(_ch)", "np.int64(_ch) + 1")
+        buf.line(f"        {name}_chunks({self.params(*chunks, n=n)})")
 
     def function(self, buf: IndentedBuffer, name: str, params: str, fm: str,
                  scalars: bool = True) -> None:
@@ -149,6 +165,8 @@ class _CpuLoops(LoopPrinter):
         loops, pos, parts = self.loops, self.pos, self.parts
         self.index = "_j"
         self.function(buf, name, self.params("_c0", "_c1"), fm)
+        if self.loops.static:           # a constant where an entry of static_entries calls
+            buf.line("_N = _g_row_len(_N)")
         if loops.stages or loops.scratch or loops.gather:
             buf.line(f"_ap = {APART} // _w.itemsize")
         if loops.gather:

@@ -869,6 +869,23 @@ def _g_view(typingctx, a, start, stop):
     return a(a, numba.types.intp, numba.types.intp), codegen
 
 
+@numba.extending.intrinsic
+def _g_row_len(typingctx, n):
+    """A reduce kernel's row length ``n``: a constant where the caller passed a literal
+    (``loop_ir.static_rows``: the kernel's entry for rows of 64 calls its body with
+    ``64``, which Numba types ``Literal[int](64)``), so that LLVM compiles the body's
+    loops for that trip count; else ``n`` itself."""
+    if not isinstance(n, numba.types.Integer):
+        return None
+    value = getattr(n, "literal_value", None)
+
+    def codegen(context, builder, signature, args):
+        if value is not None:
+            return context.get_constant(numba.types.intp, value)
+        return context.cast(builder, args[0], n, numba.types.intp)
+    return numba.types.intp(n), codegen
+
+
 def _g_row_shape(arrays, forms, rank, least=None):
     """``(R, K)``: the rows and row length of the arguments of a row plan when they fit
     it (``forms``: per argument ``f`` full, ``c`` a column, ``-`` as declared), else

@@ -26,7 +26,7 @@ from gradc.passes.fuse import Kernel, KernelPlan, LibraryCall, MatmulEpilogue, v
 from gradc.passes import row_plan
 from gradc.passes.fuse_reduce import ROW, ReduceKernel, cpu_plan
 from gradc.passes.loop_ir import (CPU, GATHER_ROWS, gathered, lower, online, online_again,
-                                  splits, stores_after_reads)
+                                  splits, static_rows, stores_after_reads)
 from gradc.passes.row_schedule import PER_COL, PER_ROW, SCALAR, input_slots
 from gradc.pipeline import CompiledOp, Method
 
@@ -558,7 +558,8 @@ class WrapperPrinter:
         segments in parallel as its other loops are; its online form ``name_online``
         (whole or split) on rows of ``_G_ONLINE[0]`` bytes or more, ``_G_ONLINE[1]``
         where that form computes an exp again (:func:`~gradc.passes.loop_ir.online`,
-        :func:`~gradc.passes.loop_ir.online_again`)."""
+        :func:`~gradc.passes.loop_ir.online_again`); rows of a length of
+        :func:`~gradc.passes.loop_ir.static_rows`, ``name_n<length>``."""
         call = ", ".join(args + ["_R", "_N", "_C"])
         parallel = "False" if self.after_blas else "_R * _N >= _G_PARALLEL_MIN"
 
@@ -572,6 +573,8 @@ class WrapperPrinter:
             long = f"_N * _G_WITNESS[_T].itemsize >= _G_ONLINE[{again}]"
             launch = f"({rows(name + '_online')}) if {long} else ({launch})"
             split = f"({name}_online_split if {long} else {name}_split)"
+        for k in reversed(static_rows(step)):          # rows of k: their own entries
+            launch = f"({rows(f'{name}_n{k}')}) if _N == {k} else ({launch})"
         if splits(self.graph, step):
             return f"{split}({call}, _SG, {parallel}, _G_WITNESS[_T]) if _SG else {launch}"
         return launch

@@ -17,7 +17,7 @@ from gradc.passes.fuse import (Kernel, KernelPlan, reading_steps, value_args, va
                                why_stored)
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, is_reduction
 from gradc.passes.loop_ir import (ONLINE_AGAIN, ONLINE_ROWS, SPLIT, SPLIT_COLS, online,
-                                  online_again, splits)
+                                  online_again, splits, static_rows)
 from gradc.passes.row_schedule import input_slots, schedule
 from gradc.pipeline import build_op
 
@@ -315,6 +315,9 @@ def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals,
                 f"where not" if online_again(g, step) else f"rows of {ONLINE_ROWS} bytes or more")
         lines.append(f"      {rows} (unless split): {passes} pass(es) per row, each sum of "
                      f"exp(x - max(x)) in the pass of the max (online)")
+    if static_rows(step):
+        lengths = " or ".join(map(str, static_rows(step)))
+        lines.append(f"      rows of {lengths} elements: compiled for that length (CPU)")
     centred = {} if step.flat else sch.centred
     per_row = [g.node(n).op + (" (centred)" if n in centred else "")
                for n in step.nodes if lv[n] == "R" and is_reduction(g, n)]

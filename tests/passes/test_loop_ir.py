@@ -9,8 +9,8 @@ from gradc.frontend.check import check_source
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
 from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_AHEAD, PREFETCH_ROWS, Acc, Buffer,
                                   Centre, Finish, LoadBack, Online, Pass, Prefetch, Shift, Stage,
-                                  Store, Tree, Update, deferred, hosted, lower, online,
-                                  online_again)
+                                  STATIC_ROWS, Store, Tree, Update, deferred, hosted, lower,
+                                  online, online_again, static_rows)
 from gradc.passes.row_schedule import Schedule, centred_sums, online_sums
 from gradc.pipeline import build_op
 from row_sources import LAYER_NORM_ROWS, SOFTMAX_ROWS
@@ -220,6 +220,21 @@ def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(sof
     assert not lower(graph, kernel, CPU).online
     # it computes the exp again (the other form keeps it in scratch): its own threshold
     assert online_again(graph, kernel)
+
+
+def test_cpu_row_kernels_have_static_lengths_flat_ones_and_other_forms_none(softmax):
+    """The CPU form of a kernel over rows runs compiled in for the lengths of
+    STATIC_ROWS; its online form, CUDA's and a flat kernel's (a sum of all elements)
+    for none."""
+    graph, kernel = softmax
+    assert static_rows(kernel) == STATIC_ROWS and 64 in STATIC_ROWS and 32 not in STATIC_ROWS
+    assert lower(graph, kernel, CPU).static == STATIC_ROWS
+    assert lower(graph, kernel, CPU, online=True).static == ()
+    assert lower(graph, kernel, CUDA).static == ()
+    graph, flat = fwd_bwd_kernel("""op sumsq(x: f32[r, n]) -> y {
+    y = sum(x * x)
+}""", "sumsq", "forward")
+    assert flat.flat and static_rows(flat) == () and lower(graph, flat, CPU).static == ()
 
 
 def test_a_logsumexp_online_computes_no_exp_again() -> None:
