@@ -219,9 +219,8 @@ class _CpuLoops(LoopPrinter):
             buf.line(f"_k{pos[n]}{'s' if n in loops.hosts else ''} = {_own('empty', '_N')}")
         if loops.hosts:                   # or an output's row where the call allows it
             buf.line(f"_ho = {self.hosts_apart()}")
-        if loops.prefetch_rows is not None:
-            lo, hi = loops.prefetch_rows
-            buf.line(f"_pf = {lo} < _N * _w.itemsize <= {hi}")
+        if loops.prefetch_rows:             # the module's pair, loop_ir.PREFETCH_ROWS
+            buf.line("_pf = _G_PREFETCH[0] < _N * _w.itemsize <= _G_PREFETCH[1]")
         buf.line("for _r in range(_r0, _r1):")
         buf.indent()
         buf.line("_lo = _r * _N")

@@ -20,7 +20,7 @@ from gradc.codegen.runtime import runtime_objects, source_of
 from gradc.codegen.wrappers import Kernels, WrapperPrinter
 from gradc.frontend.limits import out_of_stack
 from gradc.ir.primitives import PRIMITIVES
-from gradc.passes.loop_ir import ONLINE_AGAIN, ONLINE_ROWS, SPLIT, SPLIT_COLS
+from gradc.passes.loop_ir import ONLINE_AGAIN, ONLINE_ROWS, PREFETCH_ROWS, SPLIT, SPLIT_COLS
 from gradc.pipeline import METHODS, CompiledOp, build_program, issue_warnings
 from gradc.version import __version__
 
@@ -212,6 +212,10 @@ _PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads co
                  "# has no 512-bit vectors, _g_wide_vectors).\n"
                  f"_G_ONLINE = ({ONLINE_ROWS!r}, {ONLINE_AGAIN[0]!r} "
                  f"if _g_wide_vectors(numba.config) else {ONLINE_AGAIN[1]!r})\n"
+                 "# A reduce kernel prefetches the next row on rows of more than [0] bytes\n"
+                 "# (fewer where the CPU has no 512-bit vectors) and at most [1].\n"
+                 f"_G_PREFETCH = ({PREFETCH_ROWS[0][0]!r} if _g_wide_vectors(numba.config) "
+                 f"else {PREFETCH_ROWS[0][1]!r}, {PREFETCH_ROWS[1]!r})\n"
                  "# Numba's TBB threading layer unless the user chose one (_g_numba_threads):\n"
                  "# OpenMP's spinning workers would slow PyTorch, JAX and BLAS after each loop.\n"
                  "_G_THREADING = _g_numba_threads(os.environ, numba.config)\n")

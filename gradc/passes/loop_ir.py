@@ -55,12 +55,17 @@ CPU, CUDA = "cpu", "cuda"
 BLOCK = 256
 
 # The rows whose next row a reduce kernel prefetches from a pass that reads nothing from
-# memory itself: of more than the first many bytes (a page: shorter rows follow each
-# other within a page, where the hardware's prefetchers work; rows of one page ran
-# faster without the hints, softmax's fwd_bwd 1.2-1.4x and log-softmax's 1.2x at rows of
-# 1024 float32, one thread; rows of 2048 still gain from them, session 34), and at most
-# the second (a longer row's own passes fill the caches).
-PREFETCH_ROWS = (4096, 1 << 17)
+# memory itself: of more than [0][0] bytes where Numba compiles for 512-bit vectors,
+# [0][1] where not, and at most [1] (a longer row's own passes fill the caches).  Rows
+# of a page or less follow each other within a page, where the hardware's prefetchers
+# work, but each pass of the kernel streams at most one array from memory, a row's worth,
+# which they start cold.  On a Zen 4 (AVX-512) rows of one page ran faster without the
+# hints (softmax's fwd_bwd 1.2-1.4x, log-softmax's 1.2x at rows of 1024 float32, one
+# thread; session 34); on a Zen 3 (AVX2) rows of 512 to 1024 float32 ran faster with
+# them (softmax 1.04-1.21x, cross-entropy 1.04-1.12x, log-softmax 0.99-1.05x, two
+# threads; one thread at 1024: 1.02-1.18x; session 43).  The module's ``_G_PREFETCH``
+# is the pair that holds where it runs.
+PREFETCH_ROWS = ((4096, 1024), 1 << 17)
 
 # Bytes ahead of its elements that a pass streaming its own row (layer norm's statistics
 # pass) prefetches its inputs, past the row's end into the next rows', in every row in
@@ -391,8 +396,8 @@ class Pass:
 class ReduceLoops:
     """The loops of a reduce kernel for ``target`` (see the module doc): its
     ``outputs``, ``partials`` and input ``slots`` (the parameters, in that order);
-    per chunk, ``partial_inits``, the ``scratch`` rows, ``prefetch_rows`` (the row
-    sizes whose next row is prefetched, or None); per row (``flat``: rows of one
+    per chunk, ``partial_inits``, the ``scratch`` rows, ``prefetch_rows`` (a pass
+    prefetches the next row, on rows of the sizes of :data:`PREFETCH_ROWS`); per row (``flat``: rows of one
     element, ``flat_body`` per element instead), the ``passes``, the row steps
     ``after`` them and ``row_end`` (stores of row values, updates of partials of row
     values), the sums across rows gathered over ``gather_rows`` rows (``gather``);
@@ -417,7 +422,7 @@ class ReduceLoops:
     tiny_normal: bool = False
     partial_inits: list[PartialInit] = field(default_factory=list)
     scratch: list[int] = field(default_factory=list)
-    prefetch_rows: tuple[int, int] | None = None
+    prefetch_rows: bool = False
     flat_body: list = field(default_factory=list)
     passes: list[Pass] = field(default_factory=list)
     after: list = field(default_factory=list)
@@ -628,7 +633,7 @@ class _Lowering:
         streamed = [j for j, (x, a) in enumerate(self.slots) if a == PER_ELEMENT]
         prefetch_pass, streams = self.prefetch_pass(streamed) if self.cpu else (None, False)
         if prefetch_pass is not None and streamed:
-            loops.prefetch_rows = None if streams else PREFETCH_ROWS
+            loops.prefetch_rows = not streams
         for p in range(sch.passes):
             ps = Pass(before=self.row_steps(p) + self.starts(p))
             if self.cpu and (self.blocked_sums(p) or self.online_in(p)):

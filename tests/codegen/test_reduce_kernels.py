@@ -482,7 +482,10 @@ def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() ->
     max_done = next(i for i, line in enumerate(lines) if line.startswith("u0 = "))
     sum_done = next(i for i, line in enumerate(lines) if line.startswith("u3 = "))
     assert max_done < hints[0] < hints[-1] < sum_done
-    assert "_pf = 4096 < _N * _w.itemsize <= 131072" in body     # rows of more than a page
+    # rows of more than a page, more than 1 KiB where the CPU has no 512-bit vectors,
+    # up to 128 KiB: the module's pair, chosen at import (loop_ir.PREFETCH_ROWS)
+    assert "_pf = _G_PREFETCH[0] < _N * _w.itemsize <= _G_PREFETCH[1]" in body
+    assert "\n_G_PREFETCH = (4096 if _g_wide_vectors(numba.config) else 1024, 131072)\n" in text
     # one pass that streams the row, one that computes y: nothing to overlap
     assert "_g_prefetch" not in kernel_text(text, "_gk_scale_forward_0_chunks")
 

@@ -7,7 +7,7 @@ import pytest
 
 from gradc.frontend.check import check_source
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
-from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_AHEAD, PREFETCH_ROWS, Acc, Buffer,
+from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_AHEAD, Acc, Buffer,
                                   Centre, Finish, LoadBack, Online, Pass, Prefetch, Shift, Stage,
                                   STATIC_ROWS, Store, Tree, Update, deferred, hosted, lower,
                                   online, online_again, static_rows)
@@ -51,7 +51,7 @@ def test_cpu_softmax_fwd_bwd_runs_the_exp_pass_in_blocks_with_the_next_rows_hint
     # for writing
     assert exp_pass.prefetch == Prefetch((x_slot, dy_slot), (y, dx))
     assert [p for p, ps in enumerate(loops.passes) if ps.prefetch] == [1]
-    assert loops.prefetch_rows == PREFETCH_ROWS
+    assert loops.prefetch_rows
     # exp is kept in a row of scratch and stored by the exp pass
     assert [graph.node(n).op for n in loops.scratch] == ["exp"]
     assert Store(loops.scratch[0], Buffer("scratch", loops.scratch[0])) in exp_pass.body
@@ -143,7 +143,7 @@ def test_cuda_softmax_fwd_bwd_has_no_scratch_blocks_or_hints_and_finishes_in_tre
     graph, kernel = softmax
     loops = lower(graph, kernel, CUDA)
     assert len(loops.passes) == 4
-    assert loops.scratch == [] and loops.prefetch_rows is None
+    assert loops.scratch == [] and not loops.prefetch_rows
     assert all(not ps.block and not ps.block_sums and ps.prefetch is None for ps in loops.passes)
     # the max, the sum and the dot finish in block trees before the passes that use them
     assert [sum(isinstance(s, Tree) for s in ps.before) for ps in loops.passes] == [0, 1, 1, 1]
@@ -178,7 +178,7 @@ def test_cpu_layer_norm_fwd_bwd_takes_its_centred_sums_in_the_statistics_pass(la
     # its own row, so it reads its inputs a distance ahead, in every row
     assert first.prefetch is not None and last.prefetch is None
     assert first.prefetch == Prefetch(first.prefetch.reads, (), PREFETCH_AHEAD)
-    assert len(first.prefetch.reads) == 2 and loops.prefetch_rows is None
+    assert len(first.prefetch.reads) == 2 and not loops.prefetch_rows
     finishes = [s for s in first.before + last.before if isinstance(s, Finish) and s.centred]
     assert {f.node for f in finishes} == set(cen)
     # CUDA keeps the variance after the mean, and mean(g * xhat) after both: four passes
