@@ -12,6 +12,8 @@ computed until the caller computes the results (docs/dask.md).
 """
 from __future__ import annotations
 
+import inspect
+
 from gradc.codegen.cpu import is_scalar_input
 from gradc.codegen.wrappers import OUT_DTYPE, WrapperPrinter
 from gradc.errors import CodegenError
@@ -58,4 +60,6 @@ class DaskWrapperPrinter(WrapperPrinter):
             raise CodegenError(f"'{node.op}' has no Dask lowering", node.span)
         kw = "".join(f", {k}={v!r}" for k, v in self._attrs(node).items())
         kw += ", empty_ok=True" if node.attr("initial") is not None else ""
+        if "op" in inspect.signature(prim.dask).parameters:    # it raises when computed
+            kw += ", op=_n"
         return f"{prim.dask.__name__}(_T{''.join(', ' + v for v in fields.values())}{kw})"

@@ -332,6 +332,19 @@ def _gd_array(x):
     return x if hasattr(x, "__dask_graph__") else da.asarray(x)
 
 
+def _gd_named(*args, fn, op):
+    """``fn(*args)`` in a Dask task (``map_blocks``' keywords ``fn`` and ``op``): a
+    ValueError or IndexError it raises when the task runs (an index out of range)
+    named after the op's method ``op``, as the in-memory methods name theirs."""
+    try:
+        return fn(*args)
+    except (ValueError, IndexError) as exc:
+        if op is None or str(exc).startswith(f"{op}: "):
+            raise
+        raise (IndexError if isinstance(exc, IndexError) else ValueError)(f"{op}: {exc}") \
+            from exc
+
+
 def _gd_reduce(fn, x, axis, keepdims, empty):
     """``np.<fn>`` (sum, mean, prod, max, min) of an array as a Dask array (tree
     reductions), in its dtype; ``empty``: the value of a max or min of nothing
@@ -794,10 +807,11 @@ def _gc_one_hot_labels(idx, depth, stream):
     return idx
 
 
-def _gd_one_hot_labels(t, idx, depth):
-    """:func:`_g_one_hot_labels` of a Dask array, block by block."""
+def _gd_one_hot_labels(t, idx, depth, *, op=None):
+    """:func:`_g_one_hot_labels` of a Dask array, block by block (its IndexError named
+    after the method ``op`` when the block is computed)."""
     import dask.array as da
-    return da.map_blocks(_g_one_hot_labels, idx, depth, dtype=idx.dtype)
+    return da.map_blocks(_gd_named, idx, depth, fn=_g_one_hot_labels, op=op, dtype=idx.dtype)
 
 
 def _jax_one_hot_labels(idx, depth):
@@ -827,7 +841,7 @@ ONE_HOT = (
               float_only=False, index_operands=(0,), keywords=_ONE_HOT_DEPTH,
               attr_params=("depth",), public=True),
     Primitive("one_hot_labels", ("idx",), LIBRARY, _g_one_hot_labels, vjp=(None,), jvp=(None,),
-              lib="_g_one_hot_labels({idx}, {depth!r})", helpers=(_g_one_hot_labels,),
+              lib="_g_one_hot_labels({idx}, {depth!r})", helpers=(_g_one_hot_labels, _gd_named),
               cuda="_gc_one_hot_labels({idx}, {depth!r}, stream)",
               cuda_helpers=(_gc_one_hot_labels,), dask=_gd_one_hot_labels,
               jax=_jax_one_hot_labels, torch=_torch_one_hot_labels, float_only=False,
@@ -2384,10 +2398,10 @@ def _gd_concat_part_transpose(t, g, like, axis, part):
     return _gd_slice_transpose(t, g, like, key)
 
 
-def _gd_wrap_index(t, idx, like, axis, shown=None):
+def _gd_wrap_index(t, idx, like, axis, shown=None, *, op=None):
     import dask.array as da
-    return da.map_blocks(_g_wrap_index, _gd_array(idx), tuple(like.shape), axis, shown,
-                         dtype=np.int64)
+    return da.map_blocks(_gd_named, _gd_array(idx), tuple(like.shape), axis, shown,
+                         fn=_g_wrap_index, op=op, dtype=np.int64)
 
 
 def _gd_merge_axes(t, x, axis, count=2):
@@ -2621,7 +2635,7 @@ INDEXING = (
     Primitive(
         "wrap_index", ("idx", "like"), LIBRARY, _g_wrap_index, vjp=(None, None),
         jvp=(None, None), lib="_g_wrap_index({idx}, {like}.shape, {axis!r}, {shown!r})",
-        helpers=(_g_axes, _g_take_index, _g_wrap_index, _gd_array),
+        helpers=(_g_axes, _g_take_index, _g_wrap_index, _gd_array, _gd_named),
         cuda="_gc_wrap_index({idx}, {like}, {axis!r}, {shown!r}, stream)",
         cuda_helpers=(_gc_wrap_index,),
         dask=_gd_wrap_index, jax=_fw_wrap_index, torch=_fw_wrap_index,

@@ -226,6 +226,9 @@ def test_dask_agrees(ops) -> None:
                                    ops.basic.vjp(X, *(np.ones(w.shape) for w in _basic(X)))[0])
         got = ops.adv.vjp(dx, da.from_array(I, chunks=3), da.from_array(J, chunks=3), *gs)
         np.testing.assert_allclose(got[0].compute(), ops.adv.vjp(X, I, J, *gs)[0])
+        # an index out of range raises when its block is computed, named as in memory
+        with pytest.raises(IndexError, match=r"^adv\.vjp: index 9 is out of bounds"):
+            ops.adv.vjp(dx, da.from_array(I * 0 + 9, chunks=3), J, *gs)[0].compute()
         x = RNG.standard_normal((3, 4))
         for got, w in zip(ops.make(da.from_array(x, chunks=2)), ops.make(x)):
             np.testing.assert_allclose(got.compute(), w)

@@ -159,3 +159,10 @@ def test_dask_arrays_rechunked_or_not(m) -> None:
         n = da.from_array(np.array([[0, 3], [1, 2]], np.int32), chunks=(1, 2))
         np.testing.assert_array_equal(m.labels(n).compute(),
                                       m.labels(np.array([[0, 3], [1, 2]], np.int32)))
+        # a label out of range raises when its block is computed, named as in memory
+        bad = da.from_array(np.array([[0, 3], [1, 4]], np.int32), chunks=(1, 2))
+        with pytest.raises(IndexError, match=r"^labels\.forward: one_hot: index 4 is out of "):
+            m.labels(bad).compute()
+        logits = da.from_array(LOGITS, chunks=(1, 3))
+        with pytest.raises(IndexError, match=r"^smooth\.vjp: one_hot: index 3 "):
+            m.smooth.vjp(logits, np.array([1, 3], np.int32), 1.0)[0].compute()
