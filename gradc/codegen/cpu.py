@@ -66,7 +66,31 @@ def render_kernel(graph: Graph, kernel: Kernel, name: str, *, fast_math: bool = 
         print_loop(buf, f'@numba.njit({par}cache=True, error_model="numpy"{fm})',
                    f"def {name}{suffix}({params}):", hoisted, loop, body)
         buf.line()
+    if broadcast_rows(graph, kernel):
+        _broadcast_kernels(buf, graph, kernel, name, fm)
     return buf.getvalue().rstrip("\n") + "\n"
+
+
+def _broadcast_kernels(buf: IndentedBuffer, graph: Graph, kernel: Kernel, name: str,
+                       fm: str) -> None:
+    """``name_rows`` and ``name_rows_serial`` (:func:`broadcast_rows`): the loop over
+    rows of ``_n`` elements, the ``j``-th array input's row ``_r`` at ``_st[j] * _r``
+    (``_st[j]``: ``_n`` for an input of the loop's shape, 0 for one row that every row
+    reads: a bias), each array through its row's view."""
+    element = loop_body(graph, kernel, rows={})
+    outs = [f"_o{k}" for k in range(len(kernel.outputs))]
+    ins = [f"_i{k}" for k in range(len(kernel.inputs))]
+    arrays = [f"_i{k}" for k, i in enumerate(kernel.inputs) if not is_scalar_input(graph, i)]
+    body = ["_lo = _r * _n", *(f"{a}r = _g_view({a}, _lo, _lo + _n)" for a in outs),
+            *(f"{a}r = _g_view({a}, _st[{j}] * _r, _st[{j}] * _r + _n)"
+              for j, a in enumerate(arrays)),
+            "for _c in range(_n):", *("    " + b for b in element.lines())]
+    loop = f"for _r in numba.prange({outs[0]}.size // max(_n, 1)):"
+    params = ", ".join(outs + ins + ["_n", "_st", "_w"])
+    for suffix, par in (("_rows", "parallel=True, "), ("_rows_serial", "nogil=True, ")):
+        print_loop(buf, f'@numba.njit({par}cache=True, error_model="numpy"{fm})',
+                   f"def {name}{suffix}({params}):", element.hoisted, loop, body)
+        buf.line()
 
 
 def print_loop(buf: IndentedBuffer, decorator: str, header: str, hoisted: list[str],
@@ -149,24 +173,40 @@ def row_inputs(graph: Graph, kernel: Kernel) -> dict[int, int]:
     """Inputs read once per row rather than broadcast to the loop's size first:
     input id -> ``k``, where the input's shape is the last ``k`` dims of the
     loop's (a bias ``b: f32[h]`` in a loop over ``(n, h)``), known at compile
-    time.  The wrapper passes them as they are and the loop runs over rows of
-    the last ``k`` dims.  One ``k`` per kernel: the one most inputs have (the
-    others are broadcast by the wrapper, as any input of a run-time shape)."""
+    time (after leading 1s: ``c: f32[1, h]`` too).  The wrapper passes them as they
+    are and the loop runs over rows of the last ``k`` dims.  One ``k`` per kernel: the
+    one most inputs have (the others are broadcast by the wrapper; inputs of run-time
+    shapes: :func:`broadcast_rows`)."""
     dims = kernel.shape.static
     if kernel.shape.dyn:
         return {}
     fits = {}
     for nid in kernel.inputs:
         shape = graph.node(nid).shape
-        k = len(shape.static)
+        row = shape.static
+        while row and row[0] == 1:          # c: [1, k] is the row c: [k]
+            row = row[1:]
+        k = len(row)
         if not shape.dyn and not shape.is_scalar and 0 < k < len(dims) and \
-                shape.static == dims[len(dims) - k:]:
+                row == dims[len(dims) - k:]:
             fits[nid] = k
     if not fits:
         return {}
     counts = list(fits.values())
     best = max(counts, key=lambda k: (counts.count(k), k))
     return {n: k for n, k in fits.items() if k == best}
+
+
+def broadcast_rows(graph: Graph, kernel: Kernel) -> bool:
+    """Whether a CPU loop of a run-time shape also runs as rows, its inputs that hold
+    one row read per row rather than broadcast to the loop's size first (a bias ``b``
+    of shape ``(k,)`` or ``(1, k)`` added to ``x`` of ``(n, k)``: ``name_rows``; the
+    wrapper decides by the arguments' shapes, ``_g_broadcast_rows``): a loop of no
+    static shape with two array inputs or more, one of them of a shape that may not be
+    the loop's (``x * b``, where ``tanh(x) * dy`` has ``dy`` of ``x``'s shape)."""
+    arrays = [i for i in kernel.inputs if not is_scalar_input(graph, i)]
+    return bool(kernel.shape.dyn) and len(arrays) >= 2 and type(kernel) is Kernel and \
+        any(graph.node(i).shape != kernel.shape for i in arrays)
 
 
 def is_scalar_input(graph: Graph, nid: int) -> bool:

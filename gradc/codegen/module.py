@@ -192,7 +192,10 @@ _CONSTANTS = ("_G_FLOATS = {'f16': np.float16, 'f32': np.float32, 'f64': np.floa
               "# The native float dtypes: wrappers' fast paths compare dtypes by identity.\n"
               "_G_F32, _G_F64 = np.dtype(np.float32), np.dtype(np.float64)\n"
               "# The draw offset of a loop over whole arrays (a Dask chunk's is its own).\n"
-              "_G_NO_OFFSET = np.zeros((), np.int64)\n")
+              "_G_NO_OFFSET = np.zeros((), np.int64)\n"
+              "# Loops of rows of fewer elements copy an input that holds one row to the\n"
+              "# loop's size first rather than read it per row (_g_broadcast_rows).\n"
+              "_G_BROADCAST_ROW = 64\n")
 
 
 _PARALLEL_MIN = ("# Loops of fewer elements run on one thread (waking threads costs more there).\n"

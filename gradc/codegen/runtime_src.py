@@ -21,6 +21,7 @@ _G_FLOATS = {"f16": np.float16, "f32": np.float32, "f64": np.float64}
 _G_INTS = {"i32": np.int32, "i64": np.int64, "bool": np.bool_}
 _G_PARALLEL_MIN = 1 << 17      # _g_env_count('GRADC_PARALLEL_MIN', ...) in modules
 _G_ROWS_MIN = 1 << 12          # _g_env_count('GRADC_ROWS_MIN', ...) in modules
+_G_BROADCAST_ROW = 64          # rows of fewer elements: the broadcast inputs copied
 _G_WITNESS = {t: np.empty(0, t) for t in (np.float32, np.float64)}
 _G_F32, _G_F64 = np.dtype(np.float32), np.dtype(np.float64)
 _G_NO_OFFSET = np.zeros((), np.int64)
@@ -482,7 +483,51 @@ def _g_flat(a, shape):
         n *= s
     if a.size == 1:
         return np.broadcast_to(a.reshape(-1), (n,))
+    lead = a.ndim - len(shape)              # a row (1, k) of a loop over rows (k,)
+    if lead > 0 and all(d == 1 for d in a.shape[:lead]):
+        a = a.reshape(a.shape[lead:])
+        if a.shape == shape and a.flags.c_contiguous:
+            return a.reshape(-1)
     return np.ascontiguousarray(np.broadcast_to(a, shape)).reshape(-1)
+
+
+def _g_broadcast_rows(shape, arrays):
+    """A loop over ``shape`` as rows, where some of ``arrays`` (its array inputs) hold
+    one row that every row reads (a bias of shape ``(k,)`` or ``(1, k)`` added to an
+    ``(n, k)`` array), so that the kernel's ``_rows`` form reads them once per row
+    instead of each broadcast to ``shape`` first (a copy of the whole loop's size):
+    ``(n, strides, flat)``, rows of the last dims of ``shape`` holding ``n`` elements,
+    ``strides[j]`` ``n`` for an array of the whole shape and 0 for a row (broadcast
+    within the row where it has 1s there), ``flat`` the arrays as the kernel takes
+    them.  None (broadcast them all first) unless some array is a row of the loop's
+    last dims (not all of them) and the rows hold ``_G_BROADCAST_ROW`` elements or
+    more."""
+    shape = tuple(shape)
+    k = 0
+    for a in arrays:
+        s = np.shape(a)
+        if s != shape:
+            lead = 0                        # the dims before the row are 1s
+            pad = len(shape) - len(s)
+            while lead < len(s) and s[lead] == 1:
+                lead += 1
+            k = max(k, len(shape) - pad - lead)
+    if k == 0 or k >= len(shape):
+        return None
+    n = 1
+    for d in shape[len(shape) - k:]:
+        n *= d
+    if n < _G_BROADCAST_ROW:
+        return None
+    row = shape[len(shape) - k:]
+    flat, strides = [], []
+    for a in arrays:
+        whole = np.shape(a) == shape
+        flat.append(_g_flat(a, shape if whole else row))
+        if not whole and not flat[-1].flags.c_contiguous:    # a stride-0 view of one value
+            flat[-1] = np.ascontiguousarray(flat[-1])
+        strides.append(n if whole else 0)
+    return n, tuple(strides), tuple(flat)
 
 
 def _g_finish(op, outs, results, shapes, rt, inputs):

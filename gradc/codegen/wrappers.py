@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gradc.codegen.cpu import is_scalar_input, render_kernel, row_inputs
+from gradc.codegen.cpu import broadcast_rows, is_scalar_input, render_kernel, row_inputs
 from gradc.codegen.cpu_reduce import render_reduce_kernel
 from gradc.codegen.cuda import render_cuda_kernel
 from gradc.codegen.cuda_reduce import render_cuda_reduce_kernel, split_kernels
@@ -47,6 +47,9 @@ class Kernels:
         self.render, self.render_reduce = PRINTERS[backend]
         # Inputs its loops read per row, not broadcast first (CPU loops only).
         self.rows = row_inputs if backend == "cpu" else lambda graph, kernel: {}
+        # Loops of run-time shapes that also run as rows, an input holding one row read
+        # per row (CPU loops only).
+        self.broadcast = broadcast_rows if backend == "cpu" else lambda graph, kernel: False
         # The kernels a reduce kernel's split rows launch (CUDA: listed in CUDA_KERNELS)
         self.split = split_kernels if backend == "cuda" else lambda graph, kernel, name: []
         self.by_body: dict[str, str] = {}
@@ -458,7 +461,20 @@ class WrapperPrinter:
                self.helper("flat", f"{self.vars[i]}, " + (
                    "()" if is_scalar_input(g, i) else f"_s[{-rows[i]}:]" if i in rows else "_s"))
                for i in self._loop_inputs(step)]
-        b.line(self._launch(name, outs + ins, step))
+        if not self.kernels.broadcast(g, step):
+            b.line(self._launch(name, outs + ins, step))
+            return
+        # an input holding one row (a bias) read per row, not broadcast first
+        arrays = [i for i in self._loop_inputs(step) if not is_scalar_input(g, i)]
+        same = " == ".join(f"{self.vars[i]}.shape" for i in arrays)
+        listed = "".join(f"{self.vars[i]}, " for i in arrays)
+        b.line(f"_b = None if {same} else {self.helper('broadcast_rows', f'_s, ({listed})')}")
+        b.line("if _b is None:")
+        b.line("    " + self._launch(name, outs + ins, step))
+        b.line("else:")
+        rowwise = [f"_b[2][{arrays.index(i)}]" if i in arrays else a
+                   for i, a in zip(self._loop_inputs(step), ins)]
+        b.line("    " + self._launch(f"{name}_rows", outs + rowwise + ["_b[0]", "_b[1]"], step))
 
     def _whole_argument(self, step: Kernel, i: int, rows) -> bool:
         """Input ``i`` of ``step`` is an argument of the loop's own shape: as

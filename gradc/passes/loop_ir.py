@@ -62,7 +62,7 @@ BLOCK = 256
 # which they start cold.  On a Zen 4 (AVX-512) rows of one page ran faster without the
 # hints (softmax's fwd_bwd 1.2-1.4x, log-softmax's 1.2x at rows of 1024 float32, one
 # thread; session 34); on a Zen 3 (AVX2) rows of 512 to 1024 float32 ran faster with
-# them (softmax 1.04-1.21x, cross-entropy 1.04-1.12x, log-softmax 0.99-1.05x, two
+# them (softmax 1.04-1.24x, cross-entropy 0.97-1.12x, log-softmax 0.99-1.07x, two
 # threads; one thread at 1024: 1.02-1.18x; session 43).  The module's ``_G_PREFETCH``
 # is the pair that holds where it runs.
 PREFETCH_ROWS = ((4096, 1024), 1 << 17)
@@ -139,8 +139,8 @@ ONLINE_AGAIN = (1 << 17, 1 << 22)
 # knows every pass's trip count (no remainder loops or their checks, the row's views and
 # offsets folded).  Fused fwd_bwd at these lengths, float32, two threads, 2^22 elements,
 # the length written into the generated kernel against the kernel as generated (session
-# 43): rows of 64 1.06-1.26x (softmax 1.17-1.24x, layer norm 1.19-1.25x, cross-entropy
-# 1.00-1.04x), rows of 128 1.03-1.17x (cross-entropy 0.81-1.07x); rows of 48, 96 and 192
+# 43): rows of 64 1.06-1.27x (softmax 1.17-1.27x, layer norm 1.19-1.25x, cross-entropy
+# 1.00-1.06x), rows of 128 1.03-1.17x (cross-entropy 0.81-1.07x); rows of 48, 96 and 192
 # gained as much (1.02-1.21x) but are rarer; rows of 32 lost (0.74-0.86x: LLVM unrolled
 # their loops whole before it vectorised them), rows of 256 and 1024 0.86-1.09x.  Each
 # length is compiled on the first call with a row of that length.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from gradc.codegen.cpu import is_scalar_input, row_inputs
+from gradc.codegen.cpu import broadcast_rows, is_scalar_input, row_inputs
 from gradc.codegen.module import signature_text
 from gradc.frontend.check import load_program
 from gradc.ir.dump import dump, shape_text
@@ -231,8 +231,9 @@ def step_texts(plan: KernelPlan, dtypes: tuple[str, ...] = COMPUTE_DTYPES
                                      dtypes)
             cols = row_inputs(g, step)          # one row of them, read again for every row
             once = {i for i in step.inputs if is_scalar_input(g, i)}   # once per kernel
+            unless = " unless it holds one row" if broadcast_rows(g, step) else ""
             reads = [ref(i) + (" (per column)" if i in cols else " (scalar)" if i in once else
-                               f" (broadcast to {shape} first)"
+                               f" (broadcast to {shape} first{unless})"
                                if g.node(i).shape != step.shape else "")
                      for i in step.inputs]
             moved = moved_per_element(g, step)

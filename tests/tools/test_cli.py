@@ -314,8 +314,9 @@ def test_explain_counts_bytes_per_element_of_each_kernel(capsys):
 def test_explain_names_inputs_by_how_each_kernel_reads_them(tmp_path, capsys):
     """A bias ``b: [k]`` is "per column" in an elementwise kernel and in a row kernel
     alike (it was "per row" in the first); a per-row ``s: [n, 1]`` is "per row" (a loop
-    over rows, reductions or not); ``c: [1, k]`` is broadcast first (copied to the loop's
-    size, counted per element) by an elementwise kernel."""
+    over rows, reductions or not); ``c: [1, k]`` is "per column" as ``b`` (it was broadcast
+    first, copied to the loop's size); without declared shapes an input is broadcast first
+    unless at run time it holds one row (``_g_broadcast_rows``)."""
     (tmp_path / "bias.grad").write_text("op ab(x: [n, k], b: [k]) -> y { y = tanh(x) * b }\n"
                                         "op ar(x: [n, k], s: [n, 1]) -> y { y = tanh(x) * s }\n"
                                         "op ac(x: [n, k], c: [1, k]) -> y { y = tanh(x) * c }\n")
@@ -328,10 +329,13 @@ def test_explain_names_inputs_by_how_each_kernel_reads_them(tmp_path, capsys):
     assert "reads x, b (per column); stores %3; 2 array(s) per element" in plans["ab"]["forward"]
     assert "reads x, b (per column), dy; stores" in plans["ab"]["fwd_bwd"]
     assert "reads x, s (per row); stores %3; 2 array(s) per element" in plans["ar"]["forward"]
-    assert "reads x, c (broadcast to (n, k) first); stores %3; 3 array(s) per element" in \
-        plans["ac"]["forward"]
+    assert "reads x, c (per column); stores %3; 2 array(s) per element" in plans["ac"]["forward"]
     assert "reads x, s (per row), dy; stores %3, %9 (per row), %13; 4 array(s)" in \
         plans["ar"]["fwd_bwd"]
+    (tmp_path / "dyn.grad").write_text("op ad(x, b) -> y { y = tanh(x) * b }\n")
+    assert main(["explain", str(tmp_path / "dyn.grad"), "ad"]) == 0
+    assert "b (broadcast to broadcast(shape(x), shape(b)) first unless it holds one row)" in \
+        capsys.readouterr().out
 
 
 def _ir_section(out: str, op: str, method: str) -> list[str]:
