@@ -363,21 +363,40 @@ class WrapperPrinter:
                     s, after, nid = written[k]
                     ok = not later and all(
                         r < s or (r == s and (after or own is not None and
-                                              self._stores_after_reads(own, p, nid)))
+                                              self._stores_after_reads(own, p, nid, itself)))
                         for r, own in reads)
                 if ok:
                     pairs.append((k, j))
         return tuple(pairs)
 
-    def _stores_after_reads(self, step: Kernel, p: int, nid: int) -> bool:
-        """Whether kernel ``step`` reads input ``p`` element by element before it stores
-        its value ``nid`` there: an elementwise kernel does; a reduce kernel's passes
-        over rows where :func:`~gradc.passes.loop_ir.stores_after_reads` says so, in
-        every form of its loops this backend runs (:meth:`loop_forms`)."""
-        if not isinstance(step, ReduceKernel) or step.flat:
+    def _stores_after_reads(self, step: Kernel, p: int, nid: int, arrays: set[int]) -> bool:
+        """Whether kernel ``step`` reads input ``p`` (its array: the values ``arrays``)
+        element by element before it stores its value ``nid`` there: an elementwise
+        kernel where ``nid`` is computed from that element (the store waits for the
+        load; else a threaded loop, whose arrays Numba marks as not overlapping, may
+        store first: ``fwd_bwd(x, dy, out=(dy, x))`` of ``tanh`` wrote ``y`` over ``dy``
+        before it read ``dy``, found by helper 61); a flat reduce kernel; a reduce
+        kernel's passes over rows where :func:`~gradc.passes.loop_ir.stores_after_reads`
+        says so, in every form of its loops this backend runs (:meth:`loop_forms`)."""
+        if not isinstance(step, ReduceKernel):
+            return self._computed_from(step, nid, arrays)
+        if step.flat:
             return True
         slots = {i for i, (x, _) in enumerate(input_slots(self.graph, step)) if x == p}
         return all(stores_after_reads(loops, slots, nid) for loops in self.loop_forms(step))
+
+    def _computed_from(self, step: Kernel, nid: int, arrays: set[int]) -> bool:
+        """Whether kernel ``step``'s value ``nid`` is computed from one of its inputs
+        ``arrays`` (or is one)."""
+        todo, seen = [nid], set()
+        while todo:
+            n = todo.pop()
+            if n in arrays:
+                return True
+            if n not in seen and n in step.nodes:
+                seen.add(n)
+                todo.extend(self.graph.node(n).args)
+        return False
 
     def loop_forms(self, step: ReduceKernel) -> list:
         """The loop IRs of reduce kernel ``step`` this backend runs: on the CPU, its

@@ -332,12 +332,13 @@ def _gd_array(x):
     return x if hasattr(x, "__dask_graph__") else da.asarray(x)
 
 
-def _gd_named(*args, fn, op):
-    """``fn(*args)`` in a Dask task (``map_blocks``' keywords ``fn`` and ``op``): a
-    ValueError or IndexError it raises when the task runs (an index out of range)
-    named after the op's method ``op``, as the in-memory methods name theirs."""
+def _gd_named(*args, fn, op, **kwargs):
+    """``fn(*args, **kwargs)`` in a Dask task (``map_blocks``' or ``blockwise``'s
+    keywords ``fn`` and ``op``): a ValueError or IndexError it raises when the task
+    runs (an index out of range) named after the op's method ``op``, as the in-memory
+    methods name theirs."""
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except (ValueError, IndexError) as exc:
         if op is None or str(exc).startswith(f"{op}: "):
             raise
@@ -1410,8 +1411,9 @@ def _gc_take_transpose(g, idx, like, axis, along, stream):
     return _gc_layout(acc, _g_reshape_shape, stream, shape=shape)
 
 
-def _gd_take(t, x, idx, axis, along):
-    """:func:`_g_take` of Dask arrays: the gathered axis made whole (one chunk)."""
+def _gd_take(t, x, idx, axis, along, *, op=None):
+    """:func:`_g_take` of Dask arrays: the gathered axis made whole (one chunk); an index
+    out of range raised when its block is computed, named after the method ``op``."""
     import dask.array as da
     ax, xs, out = _g_take_geometry(x.shape, idx.shape, axis, along)
     x, idx = _gd_reshape_to(x, xs).rechunk({ax: -1}), da.asarray(idx)
@@ -1419,12 +1421,13 @@ def _gd_take(t, x, idx, axis, along):
         full = out[:ax] + (xs[ax],) + out[ax + 1:]
         x = da.broadcast_to(x, full).rechunk({ax: -1})
         idx = da.broadcast_to(idx, out).rechunk(x.chunks[:ax] + (-1,) + x.chunks[ax + 1:])
-        return da.map_blocks(_g_take, x, idx, (ax,), True, dtype=x.dtype,
-                             chunks=idx.chunks)
+        return da.map_blocks(_gd_named, x, idx, (ax,), True, fn=_g_take, op=op,
+                             dtype=x.dtype, chunks=idx.chunks)
     xi = tuple(range(len(xs)))
     ii = tuple(range(len(xs), len(xs) + idx.ndim))
-    return da.blockwise(_g_take, xi[:ax] + ii + xi[ax + 1:], x, xi, idx.rechunk(-1), ii,
-                        dtype=x.dtype, axis=(ax,), along=False, concatenate=True)
+    return da.blockwise(_gd_named, xi[:ax] + ii + xi[ax + 1:], x, xi, idx.rechunk(-1), ii,
+                        dtype=x.dtype, fn=_g_take, op=op, axis=(ax,), along=False,
+                        concatenate=True)
 
 
 def _gd_take_transpose_block(g, idx, n, ax, along, k):
@@ -1434,8 +1437,9 @@ def _gd_take_transpose_block(g, idx, n, ax, along, k):
                              along)
 
 
-def _gd_take_transpose(t, g, idx, like, axis, along):
-    """:func:`_g_take_transpose` of Dask arrays, block by block (the axis whole)."""
+def _gd_take_transpose(t, g, idx, like, axis, along, *, op=None):
+    """:func:`_g_take_transpose` of Dask arrays, block by block (the axis whole; an
+    index out of range named after the method ``op``)."""
     import dask.array as da
     shape = tuple(like.shape)
     ax, xs, out = _g_take_geometry(shape, idx.shape, axis, along)
@@ -1444,15 +1448,16 @@ def _gd_take_transpose(t, g, idx, like, axis, along):
     g = g.rechunk({d: -1 for d in range(ax, ax + k)})
     if along:
         idx = da.broadcast_to(idx, out).rechunk(g.chunks)
-        acc = da.map_blocks(_gd_take_transpose_block, g, idx, n, ax, True, 1, dtype=g.dtype,
+        acc = da.map_blocks(_gd_named, g, idx, n, ax, True, 1, fn=_gd_take_transpose_block,
+                            op=op, dtype=g.dtype,
                             chunks=g.chunks[:ax] + ((n,),) + g.chunks[ax + 1:])
         acc = _g_sum_to(acc, xs)
     else:
         gi = tuple(range(g.ndim))
         oi = gi[:ax] + (g.ndim,) + gi[ax + k:]
-        acc = da.blockwise(_gd_take_transpose_block, oi, g, gi, idx.rechunk(-1),
-                           gi[ax:ax + k], n=n, ax=ax, along=False, k=k, dtype=g.dtype,
-                           new_axes={g.ndim: n}, concatenate=True)
+        acc = da.blockwise(_gd_named, oi, g, gi, idx.rechunk(-1), gi[ax:ax + k],
+                           fn=_gd_take_transpose_block, op=op, n=n, ax=ax, along=False, k=k,
+                           dtype=g.dtype, new_axes={g.ndim: n}, concatenate=True)
     return _gd_reshape_to(acc, shape)
 
 
@@ -1528,7 +1533,7 @@ def _gathers(name, along) -> tuple[Primitive, Primitive]:
     common = dict(float_only=False, dtype="same", linear=(0,), index_operands=(1,),
                   keywords=kw, helpers=(_g_axes, _g_take_geometry, _g_take_shape,
                                         _g_take_index, _g_take, _g_take_transpose,
-                                        _gd_reshape_to, _gd_take_transpose_block),
+                                        _gd_reshape_to, _gd_take_transpose_block, _gd_named),
                   cuda_helpers=(_gc_zeros, _gc_take_operands, _gc_take, _gc_take_transpose,
                                 _gc_layout))
     gather = Primitive(

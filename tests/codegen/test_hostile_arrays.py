@@ -727,6 +727,9 @@ MUST_BE_IN_PLACE = [      # (op, method, {slot: argument}): what users write
 ]
 MUST_NOT = [              # a later step still reads the argument
     ("two", "unfused.forward", {0: "x", 1: "y"}),
+    # y = tanh(x) does not wait for dy: the threaded loop may store it over dy before it
+    # reads dy (wrong dx from 2^17 elements: helper 61)
+    ("custom", "fwd_bwd", {0: "dy", 1: "x"}),
     ("custom", "unfused.fwd_bwd", {0: "dy"}),
     ("ew", "fwd_bwd", {0: "x"}),
     ("tr", "forward", {1: "x"}),            # a = x.T, a view of x, is copied out after

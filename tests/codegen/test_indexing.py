@@ -234,6 +234,32 @@ def test_dask_agrees(ops) -> None:
             np.testing.assert_allclose(got.compute(), w)
 
 
+def test_dask_gathers_name_the_method_of_an_index_out_of_range(import_module_text) -> None:
+    """take and take_along_axis of Dask arrays raise, when the block is computed, the
+    IndexError of the call in memory, the op's method named (helper 61)."""
+    da = pytest.importorskip("dask.array")
+    import dask
+    m = import_module_text(gradc.compile_source(
+        "op tk(x: [v, d], idx: i64[n]) -> y {\n    y = take(x, idx, axis=0) * 2\n}\n"
+        "op tal(x: [n, k], t: i64[n]) -> y {\n"
+        "    y = sum(take_along_axis(x, expand_dims(t, -1), axis=-1))\n}\n",
+        file="gathers.grad"), "dask_gathers")
+    x, idx = np.ones((10, 8)), np.arange(20) % 10
+    with dask.config.set(scheduler="synchronous"):
+        np.testing.assert_array_equal(
+            m.tk(da.from_array(x, chunks=5), da.from_array(idx, chunks=5)).compute(),
+            m.tk(x, idx))
+        idx[7] = 10
+        for method, args in (("forward", ()), ("vjp", (np.ones((20, 8)),))):
+            with pytest.raises(IndexError, match=rf"^tk\.{method}: take: index 10 is out"):
+                fn = m.tk if method == "forward" else m.tk.vjp
+                got = fn(da.from_array(x, chunks=5), da.from_array(idx, chunks=5), *args)
+                (got[0] if isinstance(got, tuple) else got).compute()
+        with pytest.raises(IndexError, match=r"^tal\.vjp: take_along_axis: index 12 is out"):
+            m.tal.vjp(da.from_array(np.ones((20, 12)), chunks=5),
+                      da.from_array(np.full(20, 12), chunks=5), 1.0)[0].compute()
+
+
 def test_jax_and_torch_lowerings_agree(ops) -> None:
     """A VJP graph of slices (negative steps: PyTorch's slices take none, so flipped
     first), integer-array indices, concat and arange, lowered to JAX and PyTorch."""
