@@ -605,7 +605,7 @@ class scaled_tanh:
         (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
         _S = (x.shape, x.shape)
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
-        _out = _g_out_tuple(_n, out, _S, ('f', 'f'), (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1)))
+        _out = _g_out_tuple(_n, out, _S, ('f', 'f'), (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (1, 1)))
         _s = x.shape
         _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
         _v9 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T, _RT)
@@ -620,7 +620,7 @@ class scaled_tanh:
         (x,), _T, _RT, _d = _g_inputs(_n, _SIG_scaled_tanh, (x,))
         _S = (x.shape, x.shape)
         x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
-        _out = _g_out_tuple(_n, out, _S, ('f', 'f'), (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1)))
+        _out = _g_out_tuple(_n, out, _S, ('f', 'f'), (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (1, 1)))
         _s = x.shape
         _v1 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
         _v14 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T, _RT)
@@ -751,7 +751,7 @@ class scaled_tanh:
             (x,), _T, _RT, _d = _gd_inputs(_n, _SIG_scaled_tanh, (x,))
             _S = (x.shape, x.shape)
             dy = _gd_upstream(_n, 'dy', dy, x.shape, _T)
-            _out = _gd_out_tuple(_n, out, _S, ('f', 'f'), (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1)))
+            _out = _gd_out_tuple(_n, out, _S, ('f', 'f'), (x, dy), ('x', 'dy'), ((0, 0), (1, 0), (1, 1)))
             _s = x.shape
             (_v1, _v9, ) = _gd_kernel(_n, '_gk_scaled_tanh_fwd_bwd_0', _s, (x, dy, ), (0, 0), (False, False), (_T, _T,), _T, (x, ))
             _r = _gd_finish(_n, _out, (_v1, _v9), _S, _RT, ())
@@ -762,7 +762,7 @@ class scaled_tanh:
             (x,), _T, _RT, _d = _gd_inputs(_n, _SIG_scaled_tanh, (x,))
             _S = (x.shape, x.shape)
             x_t = _gd_tangent(_n, 'x_t', x_t, x.shape, _T)
-            _out = _gd_out_tuple(_n, out, _S, ('f', 'f'), (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1)))
+            _out = _gd_out_tuple(_n, out, _S, ('f', 'f'), (x, x_t), ('x', 'x_t'), ((0, 0), (1, 0), (1, 1)))
             _s = x.shape
             (_v1, _v14, ) = _gd_kernel(_n, '_gk_scaled_tanh_jvp_0', _s, (x, x_t, ), (0, 0), (False, False), (_T, _T,), _T, (x, ))
             _r = _gd_finish(_n, _out, (_v1, _v14), _S, _RT, ())
@@ -813,7 +813,7 @@ class leaky_relu:
         (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
         _S = (x.shape, x.shape)
         dy = _g_upstream(_n, 'dy', dy, x.shape, _T)
-        _out = _g_out_tuple(_n, out, _S, ('f', 'f'), (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
+        _out = _g_out_tuple(_n, out, _S, ('f', 'f'), (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (1, 2)))
         _s = x.shape
         _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
         _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T, _RT)
@@ -828,7 +828,7 @@ class leaky_relu:
         (x, alpha), _T, _RT, _d = _g_inputs(_n, _SIG_leaky_relu, (x, alpha))
         _S = (x.shape, x.shape)
         x_t = _g_tangent(_n, 'x_t', x_t, x.shape, _T)
-        _out = _g_out_tuple(_n, out, _S, ('f', 'f'), (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
+        _out = _g_out_tuple(_n, out, _S, ('f', 'f'), (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (1, 2)))
         _s = x.shape
         _v5 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 0, _s, _T, _RT)
         _v13 = np.empty(_s, dtype=_T) if _out is None else _g_buffer(_n, _out, 1, _s, _T, _RT)
@@ -986,7 +986,7 @@ class leaky_relu:
             (x, alpha), _T, _RT, _d = _gd_inputs(_n, _SIG_leaky_relu, (x, alpha))
             _S = (x.shape, x.shape)
             dy = _gd_upstream(_n, 'dy', dy, x.shape, _T)
-            _out = _gd_out_tuple(_n, out, _S, ('f', 'f'), (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
+            _out = _gd_out_tuple(_n, out, _S, ('f', 'f'), (x, alpha, dy), ('x', 'alpha', 'dy'), ((0, 0), (1, 0), (0, 1), (1, 1), (1, 2)))
             _s = x.shape
             (_v5, _v13, ) = _gd_kernel(_n, '_gk_leaky_relu_fwd_bwd_0', _s, (x, alpha, dy, ), (0, 0, 0), (False, True, False), (_T, _T,), _T, (x, ))
             _r = _gd_finish(_n, _out, (_v5, _v13), _S, _RT, ())
@@ -997,7 +997,7 @@ class leaky_relu:
             (x, alpha), _T, _RT, _d = _gd_inputs(_n, _SIG_leaky_relu, (x, alpha))
             _S = (x.shape, x.shape)
             x_t = _gd_tangent(_n, 'x_t', x_t, x.shape, _T)
-            _out = _gd_out_tuple(_n, out, _S, ('f', 'f'), (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (1, 2)))
+            _out = _gd_out_tuple(_n, out, _S, ('f', 'f'), (x, alpha, x_t), ('x', 'alpha', 'x_t'), ((0, 0), (1, 0), (0, 1), (1, 1), (1, 2)))
             _s = x.shape
             (_v5, _v13, ) = _gd_kernel(_n, '_gk_leaky_relu_jvp_0', _s, (x, alpha, x_t, ), (0, 0, 0), (False, True, False), (_T, _T,), _T, (x, ))
             _r = _gd_finish(_n, _out, (_v5, _v13), _S, _RT, ())
