@@ -76,11 +76,12 @@ class CudaWrapperPrinter(WrapperPrinter):
     def _partials_arg(self, var: str) -> str:
         return f"{var}.reshape(-1)"          # the kernels take flat arrays
 
-    def _reduce_launch(self, name: str, args: list[str], step: ReduceKernel) -> str:
+    def _reduce_launch(self, name: str, args: list[str], step: ReduceKernel) -> list[str]:
         rows = f"_gc_launch_rows({name}, stream, _C, _Y, {', '.join(args + ['_R', '_N', '_gc_witness(_T)'])})"
-        if splits(self.graph, step):
-            return f"{name}_split(stream, _NS, _C, {', '.join(args)}, _R, _N, _gc_witness(_T)) if _NS else {rows}"
-        return rows
+        if not splits(self.graph, step):
+            return [rows]
+        split = f"{name}_split(stream, _NS, _C, {', '.join(args)}, _R, _N, _gc_witness(_T))"
+        return ["if _NS:", f"    {split}", "else:", f"    {rows}"]
 
     def _inplace_pairs(self, inputs: list[int]) -> tuple[tuple[int, int], ...]:
         """No out= may be an input's array where a fused matmul reads its operands

@@ -528,7 +528,8 @@ class WrapperPrinter:
             shape = ("()" if how == SCALAR else self.shape_expr(g.node(x).shape)
                      if how in (PER_ROW, PER_COL) else "_s")
             args.append(self.helper("flat", f"{self._value(x)}, {shape}"))
-        b.line(self._reduce_launch(name, args, step))
+        for line in self._reduce_launch(name, args, step):
+            b.line(line)
         for nid in step.partials:
             node = g.node(nid)
             op = "sum" if node.op == "sum_to" else node.op
@@ -587,32 +588,44 @@ class WrapperPrinter:
         """A reduce kernel's partials array ``var`` as the kernel takes it."""
         return var
 
-    def _reduce_launch(self, name: str, args: list[str], step: ReduceKernel) -> str:
-        """The call of reduce kernel ``name`` of ``step`` on its arrays ``args``: its
-        split rows where ``_SG`` segments (:func:`~gradc.passes.loop_ir.splits`), their
-        segments in parallel as its other loops are; its online form ``name_online``
-        (whole or split) on rows of ``_G_ONLINE[0]`` bytes or more, ``_G_ONLINE[1]``
-        where that form computes an exp again (:func:`~gradc.passes.loop_ir.online`,
-        :func:`~gradc.passes.loop_ir.online_again`); rows of a length of
-        :func:`~gradc.passes.loop_ir.static_rows`, ``name_n<length>``."""
-        call = ", ".join(args + ["_R", "_N", "_C"])
-        parallel = "False" if self.after_blas else "_R * _N >= _G_PARALLEL_MIN"
+    def _reduce_launch(self, name: str, args: list[str], step: ReduceKernel) -> list[str]:
+        """The lines that call reduce kernel ``name`` of ``step`` on its arrays ``args``
+        (``_ka``): its split rows where ``_SG`` segments
+        (:func:`~gradc.passes.loop_ir.splits`), their segments in parallel as its other
+        loops are; rows of a length of :func:`~gradc.passes.loop_ir.static_rows`,
+        ``name_n<length>``; its online form ``name_online`` (whole or split) on rows of
+        ``_G_ONLINE[0]`` bytes or more, ``_G_ONLINE[1]`` where that form computes an exp
+        again (:func:`~gradc.passes.loop_ir.online`,
+        :func:`~gradc.passes.loop_ir.online_again`); else ``name``.  Each threaded from
+        ``_G_PARALLEL_MIN`` elements, else its chunks in turn (``_chunks``)."""
+        lines = [f"_ka = ({', '.join(args + ['_R', '_N', '_C'])})"]
+        if not self.after_blas:
+            lines.append("_par = _R * _N >= _G_PARALLEL_MIN")
 
         def rows(kernel: str) -> str:
-            serial = f"{kernel}_chunks({call}, 0, _C, _G_WITNESS[_T])"    # every chunk, in turn
+            serial = f"{kernel}_chunks(*_ka, 0, _C, _G_WITNESS[_T])"    # every chunk, in turn
             return serial if self.after_blas else \
-                f"{kernel}({call}, _G_WITNESS[_T]) if _R * _N >= _G_PARALLEL_MIN else {serial}"
-        launch, split = rows(name), f"{name}_split"
-        if online(self.graph, step):
-            again = int(online_again(self.graph, step))
-            long = f"_N * _G_WITNESS[_T].itemsize >= _G_ONLINE[{again}]"
-            launch = f"({rows(name + '_online')}) if {long} else ({launch})"
-            split = f"({name}_online_split if {long} else {name}_split)"
-        for k in reversed(static_rows(step)):          # rows of k: their own entries
-            launch = f"({rows(f'{name}_n{k}')}) if _N == {k} else ({launch})"
+                f"{kernel}(*_ka, _G_WITNESS[_T]) if _par else {serial}"
+        forms = []                                      # (condition, call), first match
         if splits(self.graph, step):
-            return f"{split}({call}, _SG, {parallel}, _G_WITNESS[_T]) if _SG else {launch}"
-        return launch
+            split = f"{name}_split"
+            if online(self.graph, step):
+                split = f"({name}_online_split if {self._online_rows(step)} else {split})"
+            par = "False" if self.after_blas else "_par"
+            forms.append(("_SG", f"{split}(*_ka, _SG, {par}, _G_WITNESS[_T])"))
+        forms += [(f"_N == {k}", rows(f"{name}_n{k}")) for k in static_rows(step)]
+        if online(self.graph, step):
+            forms.append((self._online_rows(step), rows(f"{name}_online")))
+        if not forms:
+            return lines + [rows(name)]
+        for k, (condition, call) in enumerate(forms):
+            lines += [f"{'elif' if k else 'if'} {condition}:", f"    {call}"]
+        return lines + ["else:", f"    {rows(name)}"]
+
+    def _online_rows(self, step: ReduceKernel) -> str:
+        """Whether the rows are long enough for ``step``'s online form."""
+        again = int(online_again(self.graph, step))
+        return f"_N * _G_WITNESS[_T].itemsize >= _G_ONLINE[{again}]"
 
     def _output_arrays(self, step: Kernel, shape_of=lambda nid: "_s") -> list[str]:
         """Arrays for the values ``step`` stores (the caller's out[k] where it is a

@@ -36,6 +36,8 @@ CUDA (``CUDA``) does none of these and finishes its row reductions in block tree
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 from gradc.ir.graph import Graph
@@ -496,8 +498,14 @@ def splits(graph: Graph, kernel: ReduceKernel) -> bool:
 
 def static_rows(kernel: ReduceKernel) -> tuple[int, ...]:
     """The row lengths a CPU reduce kernel also runs compiled in (:data:`STATIC_ROWS`):
-    every kernel with passes over rows (a flat one's rows are of one element)."""
-    return () if kernel.flat else STATIC_ROWS
+    every kernel with passes over rows (a flat one's rows are of one element), those
+    of them its rows can have (a row of declared dims has one length)."""
+    if kernel.flat:
+        return ()
+    row = kernel.shape.static[kernel.split:]
+    if kernel.shape.dyn or not all(isinstance(d, int) for d in row):
+        return STATIC_ROWS
+    return tuple(k for k in STATIC_ROWS if k == math.prod(row))
 
 
 def online(graph: Graph, kernel: ReduceKernel) -> bool:

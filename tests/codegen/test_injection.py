@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import gradc
@@ -34,7 +34,7 @@ MODULE_NAMES = ["os", "np", "numba", "math", "OPS", "SOURCE_SHA256", "__gradc_ve
                 "__all__", "__name__", "__doc__", "__import__", "_GradcOp", "_g_inputs",
                 "_g_finish", "_g_launch", "_G_FLOATS", "_G_PARALLEL_MIN", "_T", "_RT", "_n",
                 "_d", "_s", "_r", "_out", "_S", "_v1", "_SIG_f", "_SPEC_f", "_gk_f_forward_0",
-                "_gu_mul", "_K", "_i", "_o0"]
+                "_gu_mul", "_K", "_i", "_o0", "_ka", "_par"]
 PYTHON_NAMES = ["lambda", "None", "True", "False", "class", "def", "return", "import",
                 "match", "case", "type", "_", "len", "tuple", "isinstance", "print", "range",
                 "ValueError", "TypeError", "object", "super", "property"]

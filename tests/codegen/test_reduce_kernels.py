@@ -450,7 +450,7 @@ def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() ->
         "    for _ch in numba.prange(_C):",
         "        _gk_softmax_fwd_bwd_0_chunks(_o0, _o1, _i0, _i1, _R, _N, _C, np.int64(_ch), "
         "np.int64(_ch) + 1, _w)"]
-    assert "_gk_softmax_fwd_bwd_0_chunks(_v" in text and "_fwd_bwd_0_serial" not in text
+    assert "_gk_softmax_fwd_bwd_0_chunks(*_ka, 0, _C, " in text and "_fwd_bwd_0_serial" not in text
     # four passes; the two with sums in blocks, or as one loop where rows are short,
     # each summing in its own loop: the exp pass stores only to its scratch row, the
     # third keeps y there too, over the exp it read (loop_ir.deferred), and the fourth

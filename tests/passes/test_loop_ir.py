@@ -237,6 +237,18 @@ def test_cpu_row_kernels_have_static_lengths_flat_ones_and_other_forms_none(soft
     assert flat.flat and static_rows(flat) == () and lower(graph, flat, CPU).static == ()
 
 
+@pytest.mark.parametrize("dims, axis, lengths", [
+    ("r, 64", "-1", (64,)), ("r, 2, 64", "(1, 2)", (128,)), ("r, 100", "-1", ()),
+    ("r, n", "-1", STATIC_ROWS)])
+def test_rows_of_declared_dims_have_only_their_own_static_length(dims, axis, lengths):
+    """Rows of declared dims have one length: entries for that length where it is one
+    of STATIC_ROWS, none for the others (they would never run)."""
+    graph, kernel = fwd_bwd_kernel(f"""op lsm(x: f32[{dims}]) -> y {{
+    y = x - logsumexp(x, axis={axis}, keepdims=true)
+}}""", "lsm", "forward")
+    assert not kernel.flat and static_rows(kernel) == lengths
+
+
 def test_a_logsumexp_online_computes_no_exp_again() -> None:
     """A logsumexp's online form sums each exp once, as the other form does: it runs
     from ONLINE_ROWS on every CPU (loop_ir.online_again, ONLINE_AGAIN)."""
