@@ -56,8 +56,9 @@ def _g_exp_f32(x):
     """exp, after Cephes ``expf``: ``x = n ln2 + r`` (Cody-Waite, ln2 in two parts),
     ``exp(r) = 1 + r + r^2 P(r)``, ``2**n`` from bit casts in two steps, so results
     down to the smallest subnormal are rounded once.  x is clamped to [-104, 89]
-    first (beyond, the result is 0 or inf anyway)."""
-    xc = np.float32(89.0) if x > np.float32(89.0) else x
+    first (beyond, the result is 0 or inf anyway; a NaN becomes 89 there, so that the
+    clamp is one min instruction, and the last select returns it)."""
+    xc = x if x < np.float32(89.0) else np.float32(89.0)
     xc = np.float32(-104.0) if xc < np.float32(-104.0) else xc
     n = np.rint(xc * np.float32(1.44269504088896341))
     r = xc - n * np.float32(0.693359375)
@@ -80,7 +81,7 @@ def _g_exp_mid_f32(x):
 def _g_exp2_f32(x):
     """exp2, after Cephes ``exp2f``: ``x = n + r`` (exact), ``2**r = 1 + r P(r)`` on
     [-1/2, 1/2] (degree-5 P), scaled as in :func:`_g_exp_f32`."""
-    xc = np.float32(129.0) if x > np.float32(129.0) else x
+    xc = x if x < np.float32(129.0) else np.float32(129.0)
     xc = np.float32(-151.0) if xc < np.float32(-151.0) else xc
     n = np.rint(xc)
     r = xc - n
@@ -98,7 +99,7 @@ def _g_expm1_f32(x):
     """expm1: the reduction of :func:`_g_exp_f32`, then ``(2**n - 1) + 2**n expm1(r)``
     (both terms exact scalings, one rounding) for n <= 24, else ``2**n (1 + expm1(r))
     - 1``; |x| < 2**-25 returns x (keeps -0)."""
-    xc = np.float32(89.0) if x > np.float32(89.0) else x
+    xc = x if x < np.float32(89.0) else np.float32(89.0)
     xc = np.float32(-30.0) if xc < np.float32(-30.0) else xc
     n = np.rint(xc * np.float32(1.44269504088896341))
     r = xc - n * np.float32(0.693359375)

@@ -52,7 +52,7 @@ def _g_exp_kernel_f64(hi, lo):
 def _g_exp_scaled_f64(x, s):
     """``exp(x) * 2**s`` (s a small integer) for non-NaN x: fdlibm's reduction x = k ln2
     + r with ln2 in two parts (k ln2_hi is exact), x clamped to [-746, 711]."""
-    xc = 711.0 if x > 711.0 else x
+    xc = x if x < 711.0 else 711.0
     xc = -746.0 if xc < -746.0 else xc
     k = np.rint(xc * 1.44269504088896338700e+00)
     y = _g_exp_kernel_f64(xc - k * 6.93147180369123816490e-01, k * 1.90821492927058770002e-10)
@@ -69,7 +69,7 @@ def _g_exp2_f64(x):
     """exp2: x = n + r (exact), then ``exp(r ln2)`` with the product r ln2 carried as an
     exact double-double (Dekker's product, bit-mask splits, ln2 in three parts) into
     the fdlibm kernel of :func:`_g_exp_kernel_f64`."""
-    xc = 1025.0 if x > 1025.0 else x
+    xc = x if x < 1025.0 else 1025.0
     xc = -1076.0 if xc < -1076.0 else xc
     n = np.rint(xc)
     r = xc - n
@@ -86,7 +86,7 @@ def _g_exp2_f64(x):
 def _g_expm1_f64(x):
     """expm1: fdlibm ``expm1`` (error < 1 ulp), every case of its final step computed
     and one selected by k; |x| < 2**-54 returns x (keeps -0)."""
-    xc = 711.0 if x > 711.0 else x
+    xc = x if x < 711.0 else 711.0
     xc = -40.0 if xc < -40.0 else xc
     k = np.rint(xc * 1.44269504088896338700e+00)
     hi = xc - k * 6.93147180369123816490e-01

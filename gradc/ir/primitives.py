@@ -2761,9 +2761,13 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # sees x's dependence on u; its own derivative passes g where it does not mask.
     # Internal. Linear in x: u is read only by the test u == 0, which scaling the
     # cotangent does not change (x != x is NaN, kept NaN by any scale but 0).
+    # Two selects, not one of (u == 0) & (x != x) (nor |, nor or): where u is a row's
+    # value (a row kernel's cotangent), LLVM vectorised the & of that scalar test and
+    # the vector one in 16-bit lanes, packed and unpacked: 8 more instructions per
+    # vector (cross-entropy's fwd_bwd at rows of 64: 1.04-1.14x faster with two).
     _ew("zero_masked", "x u", lambda x, u: np.where((u == 0) & (x != x), 0.0, x),
         ("where((u == 0) * (x != x), 0, g)", None),
-        "({dt}(0) if (({u} == {dt}(0)) & ({x} != {x})) else {x})",
+        "({x} if {x} == {x} else ({dt}(0) if {u} == {dt}(0) else {x}))",
         linear=(0,), scale_tested=(1,), jax=_jax_zero_masked, torch=_torch_zero_masked),
     # --- elementwise math ----------------------------------------------------
     _unary("abs", np.abs, "g * sign(x)", "abs({x})", float_only=False, dtype="same",

@@ -274,7 +274,7 @@ def _gk_leaky_relu_vjp_0(_o0, _i0, _i1, _i2, _w):
         v1 = (a2 if v0 else _T(0.0))
         v2 = (_T(0.0) if v0 else a2)
         v3 = (v2 * a1)
-        v4 = (_T(0) if ((v2 == _T(0)) & (v3 != v3)) else v3)
+        v4 = (v3 if v3 == v3 else (_T(0) if v2 == _T(0) else v3))
         v5 = (v1 + v4)
         _o0[_i] = v5
 
@@ -289,7 +289,7 @@ def _gk_leaky_relu_vjp_0_serial(_o0, _i0, _i1, _i2, _w):
         v1 = (a2 if v0 else _T(0.0))
         v2 = (_T(0.0) if v0 else a2)
         v3 = (v2 * a1)
-        v4 = (_T(0) if ((v2 == _T(0)) & (v3 != v3)) else v3)
+        v4 = (v3 if v3 == v3 else (_T(0) if v2 == _T(0) else v3))
         v5 = (v1 + v4)
         _o0[_i] = v5
 
@@ -309,7 +309,7 @@ def _gk_leaky_relu_fwd_bwd_0(_o0, _o1, _i0, _i1, _i2, _w):
         v3 = (a2 if v0 else _T(0.0))
         v4 = (_T(0.0) if v0 else a2)
         v5 = (v4 * a1)
-        v6 = (_T(0) if ((v4 == _T(0)) & (v5 != v5)) else v5)
+        v6 = (v5 if v5 == v5 else (_T(0) if v4 == _T(0) else v5))
         v7 = (v3 + v6)
         _o0[_i] = v2
         _o1[_i] = v7
@@ -327,7 +327,7 @@ def _gk_leaky_relu_fwd_bwd_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
         v3 = (a2 if v0 else _T(0.0))
         v4 = (_T(0.0) if v0 else a2)
         v5 = (v4 * a1)
-        v6 = (_T(0) if ((v4 == _T(0)) & (v5 != v5)) else v5)
+        v6 = (v5 if v5 == v5 else (_T(0) if v4 == _T(0) else v5))
         v7 = (v3 + v6)
         _o0[_i] = v2
         _o1[_i] = v7
@@ -346,7 +346,7 @@ def _gk_leaky_relu_jvp_0(_o0, _o1, _i0, _i1, _i2, _w):
         v1 = (a1 * a0)
         v2 = (a0 if v0 else v1)
         v3 = (a1 * a2)
-        v4 = (_T(0) if ((a2 == _T(0)) & (v3 != v3)) else v3)
+        v4 = (v3 if v3 == v3 else (_T(0) if a2 == _T(0) else v3))
         v5 = (a2 if v0 else _T(0.0))
         v6 = (_T(0.0) if v0 else v4)
         v7 = (v5 + v6)
@@ -364,7 +364,7 @@ def _gk_leaky_relu_jvp_0_serial(_o0, _o1, _i0, _i1, _i2, _w):
         v1 = (a1 * a0)
         v2 = (a0 if v0 else v1)
         v3 = (a1 * a2)
-        v4 = (_T(0) if ((a2 == _T(0)) & (v3 != v3)) else v3)
+        v4 = (v3 if v3 == v3 else (_T(0) if a2 == _T(0) else v3))
         v5 = (a2 if v0 else _T(0.0))
         v6 = (_T(0.0) if v0 else v4)
         v7 = (v5 + v6)
@@ -506,7 +506,7 @@ def _gu_zero_masked(_o0, _i0, _i1, _w):
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
-        v0 = (_T(0) if ((a0 == _T(0)) & (a1 != a1)) else a1)
+        v0 = (a1 if a1 == a1 else (_T(0) if a0 == _T(0) else a1))
         _o0[_i] = v0
 
 @numba.njit(nogil=True, cache=True, error_model="numpy")
@@ -515,7 +515,7 @@ def _gu_zero_masked_serial(_o0, _i0, _i1, _w):
     for _i in numba.prange(_o0.size):
         a0 = _i0[_i]
         a1 = _i1[_i]
-        v0 = (_T(0) if ((a0 == _T(0)) & (a1 != a1)) else a1)
+        v0 = (a1 if a1 == a1 else (_T(0) if a0 == _T(0) else a1))
         _o0[_i] = v0
 
 
