@@ -17,7 +17,7 @@ import networkx as nx
 
 from gradc.ir.graph import FLOAT, Graph
 from gradc.ir.primitives import ELEMENTWISE, PRIMITIVES, REDUCTION, SOURCE
-from gradc.ir.shapes import Shape
+from gradc.ir.shapes import Shape, broadcast
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,8 @@ class Kernel:
     nodes: tuple[int, ...]
     inputs: tuple[int, ...]       # array values read (params and earlier results)
     outputs: tuple[int, ...]      # values stored for later steps or the caller
-    shape: Shape                  # the iteration space, shared by every node
+    shape: Shape                  # the iteration space: every node's shape, or (a cheap
+    #                               node _sink moved in) one that broadcasts to it
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,13 @@ def _sink(graph: Graph, group_of: dict[int, int]) -> dict[int, int]:
     or one ``G`` stores anyway, and ``H`` reads no more arrays than the move
     saves stores.  Nothing is computed twice, and ``H`` comes after ``G`` (it
     read ``n``), so the plan stays acyclic.  Group ids stay members.
+
+    Over shapes known only at run time, ``H``'s loop may be over a broadcast of
+    ``G``'s shape and another (``tanh(x * 2 + b)``: ``x * 2`` over ``shape(x)``, the
+    rest over the broadcast of ``x`` and the bias ``b``): the move is made there too
+    where every node moved is cheap arithmetic (:data:`CHEAP`), since ``H`` computes
+    it once per element of its loop, the loop reading ``G``'s inputs broadcast to it
+    (one loop for the two, which reads ``b`` per row where it is one row).
     """
     group_of = dict(group_of)
     outputs = set(graph.outputs)
@@ -225,29 +233,35 @@ def _sink(graph: Graph, group_of: dict[int, int]) -> dict[int, int]:
 
     reads = lambda nid: value_args(graph, nid)
 
+    def users_of(nid: int) -> list[int]:     # those that read its values, not its shape
+        return [u for u in graph.users(nid) if nid in reads(u)]
+
     def stored(nid: int) -> bool:
-        return nid in outputs or any(group_of.get(u) != group_of[nid] for u in graph.users(nid))
+        return nid in outputs or any(group_of.get(u) != group_of[nid] for u in users_of(nid))
 
     changed = True
     while changed:
         changed = False
         for n in reversed(graph.topo_order()):
             g = group_of.get(n)
-            users = graph.users(n)
+            users = users_of(n)
             if g is None or n in outputs or not users or \
                     not all(u in group_of for u in users):
                 continue
             h = group_of[users[0]]
             if h == g or any(group_of[u] != h for u in users) or \
-                    graph.node(n).shape != graph.node(users[0]).shape:
+                    not _sinks_into(graph.node(n).shape, graph.node(users[0]).shape):
                 continue
             move, todo = {n}, [n]
             while todo:                      # ancestors in G used only by the move and H
                 for a in reads(todo.pop()):
                     if a not in move and group_of.get(a) == g and a not in outputs and \
-                            all(u in move or group_of.get(u) == h for u in graph.users(a)):
+                            all(u in move or group_of.get(u) == h for u in users_of(a)):
                         move.add(a)
                         todo.append(a)
+            if graph.node(n).shape != graph.node(users[0]).shape and \
+                    any(graph.node(m).op not in CHEAP for m in move):
+                continue                     # computed per element of H's larger loop
             leaves = {a for m in move for a in reads(m) if a not in move}
             if any(group_of.get(a) == g and not stored(a) for a in leaves):
                 continue                     # it would store a value G keeps in registers
@@ -272,6 +286,13 @@ def _sink(graph: Graph, group_of: dict[int, int]) -> dict[int, int]:
     return group_of
 
 
+def _sinks_into(a: Shape, b: Shape) -> bool:
+    """Whether a value over shape ``a`` may move into a loop over shape ``b``: the same
+    shape, or shapes known only at run time where ``b`` is a broadcast of ``a`` and others
+    (at run time as large as ``a`` or larger in every dim)."""
+    return a == b or (bool(a.dyn) and a.dyn <= b.dyn and broadcast([a, b]) == b)
+
+
 def plan_kernels(graph: Graph, fuse: bool = True) -> KernelPlan:
     """Kernels and library calls in a deterministic order that respects data
     and shape dependencies."""
@@ -285,16 +306,29 @@ def plan_kernels(graph: Graph, fuse: bool = True) -> KernelPlan:
     steps: dict[int, Step] = {}
     for gid, nodes in members.items():
         inside = set(nodes)
-        ins = sorted({a for n in nodes for i, a in enumerate(graph.node(n).args)
-                      if a not in inside and graph.node(a).op != "const"
-                      and i not in PRIMITIVES[graph.node(n).op].shape_only})
-        outs = [n for n in nodes if n in outputs or any(u not in inside for u in graph.users(n))]
-        steps[gid] = Kernel(tuple(nodes), tuple(ins), tuple(outs), graph.node(nodes[0]).shape)
+        # stored: the values a result or a later step reads (not those read only for
+        # their shape, which the wrappers take from the arguments); computed: those
+        # and what they need
+        outs = [n for n in nodes if n in outputs or any(
+            u not in inside and n in value_args(graph, u) for u in graph.users(n))]
+        live, todo = set(outs), list(outs)
+        while todo:
+            for a in value_args(graph, todo.pop()):
+                if a in inside and a not in live:
+                    live.add(a)
+                    todo.append(a)
+        nodes = [n for n in nodes if n in live]
+        if not nodes:
+            continue
+        ins = sorted({a for n in nodes for a in value_args(graph, n) if a not in live})
+        # one shape, or a broadcast of a node's moved in by _sink: the larger
+        steps[gid] = Kernel(tuple(nodes), tuple(ins), tuple(outs),
+                            broadcast(graph.node(n).shape for n in nodes))
     for nid in order:
         node = graph.node(nid)
         if nid not in group_of and PRIMITIVES[node.op].kind != SOURCE:   # arange: no operand
             steps[nid] = LibraryCall(nid)
-    return KernelPlan(graph, tuple(_order_steps(graph, steps, group_of)), fuse)
+    return KernelPlan(graph, tuple(_order_steps(graph, steps)), fuse)
 
 
 def value_args(graph: Graph, nid: int) -> list[int]:
@@ -312,17 +346,24 @@ def value_used(graph: Graph, nid: int) -> bool:
         for u in graph.users(nid) for i, a in enumerate(graph.node(u).args) if a == nid)
 
 
-def _order_steps(graph: Graph, steps: dict[int, Step], group_of: dict[int, int]) -> list[Step]:
+def _order_steps(graph: Graph, steps: dict[int, Step]) -> list[Step]:
     q = nx.DiGraph()
     q.add_nodes_from(steps)
-    key = lambda n: group_of.get(n, n)
+    at = {n: sid for sid, step in steps.items()
+          for n in (step.nodes if isinstance(step, Kernel) else (step.node,))}
     for sid, step in steps.items():
         nodes = step.nodes if isinstance(step, Kernel) else (step.node,)
         shape_deps = {d for n in nodes for d in graph.node(n).shape.dyn}
+        # an operand read only for its shape: the steps its run-time shape needs, not
+        # its own (the wrappers take its shape from the arguments where its value is
+        # not computed yet; a loop may compute it after the call, _sink)
         for n in nodes:
-            for a in (*graph.node(n).args, *shape_deps):
-                if key(a) in steps and key(a) != sid:
-                    q.add_edge(key(a), sid)
+            skip = PRIMITIVES[graph.node(n).op].shape_only
+            shape_of = [d for i, a in enumerate(graph.node(n).args) if i in skip
+                        for d in graph.node(a).shape.dyn]
+            for a in (*value_args(graph, n), *shape_of, *shape_deps):
+                if a in at and at[a] != sid:
+                    q.add_edge(at[a], sid)
     return [steps[s] for s in nx.lexicographical_topological_sort(q)]
 
 
@@ -465,7 +506,11 @@ def _recompute_in_readers(g: Graph, steps: list, s: int, v: int, index: _StepInd
         steps[q] = Kernel(tuple(nodes), ins, h.outputs, h.shape)
     still_read = any(_reads(g, st, v) for q, st in enumerate(steps) if q != s)
     if not still_read:
-        steps[s] = replace(producer, outputs=tuple(o for o in producer.outputs if o != v))
+        outputs = tuple(o for o in producer.outputs if o != v)
+        if outputs:
+            steps[s] = replace(producer, outputs=outputs)
+        else:                           # nothing left to store: no loop (its readers
+            del steps[s]                # compute it; another reads only its shape)
     return steps
 
 

@@ -14,6 +14,9 @@ SOURCE = """
 op affine(x, w, b) -> y {
     y = tanh(x * w + b)
 }
+op scaled(x, b) -> y {
+    y = tanh(x * 2 + b)
+}
 op noisy(x, b, p: nograd = 0.5) -> y {
     y = (x + b) * (random_uniform_like(x) >= p)
 }
@@ -79,3 +82,30 @@ def test_rows_form_in_place_with_draws_and_threads(m, monkeypatch, kernel_calls,
     monkeypatch.setattr(m, "_G_BROADCAST_ROW", NEVER)
     np.testing.assert_array_equal(y, m.noisy(x, b, seed=7))
     np.testing.assert_array_equal(m.noisy(x, b, seed=7), m.noisy(x, np.tile(b, (64, 1)), seed=7))
+
+
+@pytest.mark.parametrize("xs, bs", [((300, 70), (70,)), ((70,), (300, 70)), ((300, 1), (1, 70)),
+                                    ((5, 6, 70), (6, 70)), ((0, 70), (70,)), ((), (4, 3))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_value_moved_into_the_loop_of_its_broadcast(m, xs, bs, dtype):
+    """``x * 2`` computed in the loop over the broadcast of x and b (fuse._sink),
+    whichever of the two is larger: every method against NumPy and the unfused
+    plan."""
+    rng = np.random.default_rng(2)
+    x, b = rng.standard_normal(xs).astype(dtype), rng.standard_normal(bs).astype(dtype)
+    y = np.tanh(x * 2 + b)
+    dy = rng.standard_normal(y.shape).astype(dtype)
+    g = dy * (1 - y ** 2)
+    tol = dict(rtol=2e-5, atol=2e-5) if dtype == np.float32 else dict(rtol=1e-12, atol=1e-12)
+
+    def unbroadcast(a, shape):
+        a = a.sum(axis=tuple(range(a.ndim - len(shape))))
+        return a.sum(axis=tuple(i for i, k in enumerate(shape) if k == 1), keepdims=True)
+    for op in (m.scaled, m.scaled.unfused):
+        out, dx, db = op.fwd_bwd(x, b, dy)
+        np.testing.assert_allclose(op(x, b), y, **tol)
+        np.testing.assert_allclose(out, y, **tol)
+        np.testing.assert_allclose(dx, unbroadcast(2 * g, xs), **tol)
+        np.testing.assert_allclose(db, unbroadcast(g, bs), **tol)
+        assert dx.shape == xs and db.shape == bs and dx.dtype == dtype
+        np.testing.assert_allclose(op.jvp(x, b, x, b)[1], (1 - y ** 2) * (2 * x + b), **tol)

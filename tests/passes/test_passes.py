@@ -151,6 +151,26 @@ def test_values_stay_where_moving_them_would_read_more_arrays():
     assert len(first.outputs) == 2 and len(last.nodes) == 1
 
 
+def test_cheap_values_move_into_a_loop_over_their_broadcast_with_a_bias():
+    """Shapes known at run time: ``x * 2`` (over shape(x)) moves into the loop over
+    the broadcast of x and b that adds b, in every method: one loop, whose shape is the
+    broadcast; the un-broadcast gradient reads ``x * 2`` only for its shape, so nothing
+    stores it.  An exp is not moved (computed once per element of the larger loop)."""
+    cop = _op("op f(x, b) -> y { y = tanh(x * 2 + b) }", "f")
+    for name in ("forward", "vjp", "fwd_bwd", "jvp"):
+        plan = cop.methods[name].fused
+        g = plan.graph
+        (kernel, *rest) = [k for k in _kernels(plan) if any(g.node(n).op == "tanh"
+                                                            for n in k.nodes)]
+        assert not rest and "mul" in {g.node(n).op for n in kernel.nodes}
+        x, b = (p for p in g.params if g.node(p).attr("name") in ("x", "b"))
+        assert kernel.shape.dyn == {x, b}
+        assert not [k for k in _kernels(plan) if k.shape.dyn == {x}
+                    and {g.node(n).op for n in k.nodes} == {"mul"} and x in k.inputs]
+    plan = _op("op f(x, b) -> y { y = tanh(exp(x) + b) }", "f").methods["forward"].fused
+    assert len(_kernels(plan)) == 2
+
+
 def test_mlp_loss_computes_each_matmul_once():
     """fwd_bwd of a two-layer MLP's loss: the two forward matmuls and four backward
     ones, each once (the backward reuses the forward's hidden layer, never x @ w1
