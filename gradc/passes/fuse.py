@@ -507,7 +507,7 @@ def _recompute_in_readers(g: Graph, steps: list, s: int, v: int, index: _StepInd
     still_read = any(_reads(g, st, v) for q, st in enumerate(steps) if q != s)
     if not still_read:
         outputs = tuple(o for o in producer.outputs if o != v)
-        if outputs:
+        if outputs or type(producer) is not Kernel:     # (a reduce kernel's sums remain)
             steps[s] = replace(producer, outputs=outputs)
         else:                           # nothing left to store: no loop (its readers
             del steps[s]                # compute it; another reads only its shape)
