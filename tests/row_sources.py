@@ -90,6 +90,16 @@ op sdot(x, t: nograd) -> s {
 }
 """
 
+def split_rows_module(import_module_text):
+    """SPLIT_OPS as one module for every file that runs it (its kernels compiled once,
+    Numba's cache beside it shared), its row plan taken by rows of any count."""
+    import gradc
+    module = import_module_text(gradc.compile_source(SPLIT_OPS, file="split.grad"),
+                                "split_rows_ops")
+    module._G_ROWS_MIN = 0
+    return module
+
+
 # the online form's tests (sums of exp(x - max(x)) in the pass of the max): SPLIT_OPS
 # (softmax, log-softmax, cross-entropy, a draw, a sum of all elements), a log-softmax of
 # an element value (kept in a stage row for the block's second loop) and a mean whose

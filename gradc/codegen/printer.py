@@ -153,6 +153,19 @@ def inline_body(fn: Callable, args: Mapping[str, str], out: str) -> list[str]:
     return lines
 
 
+class NameReads(dict):
+    """Node id to local name, recording the names read while ``reads`` is a set (a
+    reduce kernel's rows in groups: which row values a pass reads of earlier ones)."""
+
+    reads: set[str] | None = None
+
+    def __getitem__(self, nid: int) -> str:
+        name = super().__getitem__(nid)
+        if self.reads is not None:
+            self.reads.add(name)
+        return name
+
+
 class LoopPrinter:
     """The base of the printers of a reduce kernel's loop IR
     (:class:`gradc.passes.loop_ir.ReduceLoops`, one per backend): the names of the
@@ -162,7 +175,7 @@ class LoopPrinter:
 
     def __init__(self, graph: Graph, kernel, loops, printer: Callable) -> None:
         self.graph, self.loops = graph, loops
-        self.names: dict[int, str] = {}
+        self.names = NameReads()
         self.kn = KernelNames(graph, kernel, printer(graph, self.names), loops.centred)
         self.pos = self.kn.pos
         self.outs = {n: f"_o{j}" for j, n in enumerate(loops.outputs)}

@@ -16,8 +16,8 @@ from gradc.ir.shapes import Shape
 from gradc.passes.fuse import (Kernel, KernelPlan, reading_steps, value_args, value_used,
                                why_stored)
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan, is_reduction
-from gradc.passes.loop_ir import (ONLINE_AGAIN, ONLINE_ROWS, SPLIT, SPLIT_COLS, online,
-                                  online_again, splits, static_rows)
+from gradc.passes.loop_ir import (CPU, ONLINE_AGAIN, ONLINE_ROWS, ROW_GROUP, SPLIT, SPLIT_COLS,
+                                  lower, online, online_again, splits, static_rows)
 from gradc.passes.row_schedule import input_slots, schedule
 from gradc.pipeline import build_op
 
@@ -319,6 +319,10 @@ def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals,
     if static_rows(step):
         lengths = " or ".join(map(str, static_rows(step)))
         lines.append(f"      rows of {lengths} elements: compiled for that length (CPU)")
+    group = 1 if step.flat else lower(g, step, CPU).row_group
+    if group > 1:
+        lines.append(f"      rows of {ROW_GROUP[1]} bytes or less: each pass over groups of "
+                     f"{group} rows in turn (CPU)")
     centred = {} if step.flat else sch.centred
     per_row = [g.node(n).op + (" (centred)" if n in centred else "")
                for n in step.nodes if lv[n] == "R" and is_reduction(g, n)]

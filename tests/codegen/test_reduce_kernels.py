@@ -458,17 +458,17 @@ def test_the_next_row_is_prefetched_by_a_pass_that_reads_no_row_from_memory() ->
     assert body.count("for _c in range(_N)") == 5 and body.count("for _c in range(_e - _b)") == 2
     assert body.count("if _N <= 256:") == 2
     assert body.count("_k2b[_c] = v4") == 1 and body.count("_k2[_c] = v4") == 1
-    fourth = body[body.index("u6 = "):]
+    fourth = body[body.rindex("u6 = "):]      # (its value read back in its loop over the group)
     assert fourth.count("v4 = _k2[_c]") == 2 and "_o0r" not in \
         body[:body.index("u6 = ")].replace("_o0r = _g_view", "").replace(
-            "_k2 = _o0r if _ho else _g_view(_k2s, 0, _N)", "")
+            "_k2 = _o0r if _ho else _g_view(_k2s, _q * _N, _q * _N + _N)", "")
     # the scratch row is y's own row where y lies apart from the other arrays (its
     # store then skipped: the row holds y already), else a row of the kernel's own
-    # (loop_ir.hosted)
-    assert "_k2s = np.empty(_N + 2 * _ap, _w.dtype)[_ap:_ap + _N]" in body
+    # (loop_ir.hosted), a row per row of a group of short rows (loop_ir.ROW_GROUP)
+    assert "_k2s = np.empty(_Q * _N + 2 * _ap, _w.dtype)[_ap:_ap + _Q * _N]" in body
     assert "_ho = _g_rows_far(_o0, _o1, 1024) and _g_rows_far(_o0, _i0, 1024) and " \
         "_g_rows_far(_o0, _i1, 1024)" in body
-    assert "            _k2 = _o0r if _ho else _g_view(_k2s, 0, _N)" in body
+    assert "                _k2 = _o0r if _ho else _g_view(_k2s, _q * _N, _q * _N + _N)" in body
     # the last pass twice: a store under a branch would keep LLVM from vectorising it
     hosting, own = fourth.split("else:")
     assert hosting.split("\n")[1].strip() == "if _ho:"

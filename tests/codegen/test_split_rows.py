@@ -13,9 +13,8 @@ import numba
 import numpy as np
 import pytest
 
-import gradc
 from gradc.passes.loop_ir import SPLIT, SPLIT_COLS
-from row_sources import SPLIT_OPS
+from row_sources import split_rows_module
 
 
 # rows of 64 elements or more split, fewer than 8 of them, in segments of 16 or more
@@ -25,9 +24,7 @@ WHOLE = (0, 64, 16)          # no call splits
 
 @pytest.fixture(scope="module")
 def m(import_module_text):
-    module = import_module_text(gradc.compile_source(SPLIT_OPS, file="split.grad"), "split_rows_ops")
-    module._G_ROWS_MIN = 0
-    return module
+    return split_rows_module(import_module_text)     # test_split_rows's module
 
 
 def _inputs(op, shape, dtype, rng):

@@ -9,18 +9,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import gradc
 from gradc.passes.loop_ir import STATIC_ROWS
-from row_sources import SPLIT_OPS
+from row_sources import split_rows_module
 
 
 @pytest.fixture(scope="module")
 def m(import_module_text):
-    # test_split_rows's module (the kernels for any length compiled once for both)
-    module = import_module_text(gradc.compile_source(SPLIT_OPS, file="split.grad"),
-                                "split_rows_ops")
-    module._G_ROWS_MIN = 0
-    return module
+    return split_rows_module(import_module_text)     # test_split_rows's module
 
 
 def _rows(shape, case, rng):

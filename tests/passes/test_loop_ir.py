@@ -7,7 +7,7 @@ import pytest
 
 from gradc.frontend.check import check_source
 from gradc.passes.fuse_reduce import ReduceKernel, cpu_plan
-from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_AHEAD, Acc, Buffer,
+from gradc.passes.loop_ir import (BLOCK, CPU, CUDA, PREFETCH_AHEAD, ROW_GROUP, Acc, Buffer,
                                   Centre, Finish, LoadBack, Online, Pass, Prefetch, Shift, Stage,
                                   STATIC_ROWS, Store, Tree, Update, deferred, hosted, lower,
                                   online, online_again, static_rows)
@@ -328,3 +328,16 @@ def test_a_logsumexp_of_x_less_a_shift_of_its_max_runs_online_in_the_pass_of_the
     assert [s.known for s in steps if isinstance(s, Shift)] == [shift.known]
     assert not any(a.node == o.node and a.role == "m" for s in steps if isinstance(s, Tree)
                    for a, _ in s.accs)
+
+
+def test_short_rows_in_groups_where_passes_keep_only_row_values(softmax) -> None:
+    """The CPU's softmax fwd_bwd runs its passes over groups of ROW_GROUP[0] rows (its
+    sums end in the pass that takes their values); its online form, CUDA's kernel and
+    layer norm's (centred sums, sums across rows gathered) one row at a time."""
+    graph, kernel = softmax
+    assert lower(graph, kernel, CPU).row_group == ROW_GROUP[0] > 1
+    assert lower(graph, kernel, CPU, online=True).row_group == 1
+    assert lower(graph, kernel, CUDA).row_group == 1
+    graph, kernel = fwd_bwd_kernel(LAYER_NORM_ROWS, "layer_norm", "fwd_bwd")
+    loops = lower(graph, kernel, CPU)
+    assert loops.centred and loops.gather and loops.row_group == 1
