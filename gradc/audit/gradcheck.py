@@ -142,8 +142,11 @@ def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = Fa
                           for d in p.shape)
         if p.dtype in ("i32", "i64"):
             out.append(rng.integers(*ints, size=shape))
-        elif p.dtype == "bool":
-            out.append(rng.random(shape) < 0.5)
+        elif p.dtype == "bool":             # both values, where it has two elements
+            mask = rng.random(shape) < 0.5
+            if mask.size >= 2 and (mask.all() or not mask.any()):
+                mask.flat[rng.integers(mask.size)] ^= True
+            out.append(mask)
         elif positive:
             out.append(rng.uniform(0.5, 2.0, size=shape))
         else:
@@ -214,11 +217,16 @@ def forward_if_fits(cop: CompiledOp, xs: list, ints: tuple[int, int],
     the op (a ValueError or IndexError): its forward pass, and the VJP of ``custom``
     (the op with its custom rules) where it has some, at ``xs`` and with every integer
     parameter at each end of ``range(*ints)`` (labels a gather takes from the end may
-    be refused by a rule's ``one_hot``).  ``failed`` gets ``(rank, shapes, error)``
+    be refused by a rule's ``one_hot``), each with every bool parameter all true and all
+    false.  ``failed`` gets ``(rank, shapes, error)``
     where the forward pass ran and the custom VJP did not."""
     fwd = cop.methods["forward"].graph
-    ends = [[np.full_like(x, end) if p.dtype in ("i32", "i64") else x
-             for p, x in zip(cop.params, xs)] for end in (ints[0], ints[1] - 1)]
+    # the integers at each end, with every bool parameter all true and all false (a
+    # mask decides which labels reach a one_hot: where(mask, labels, 0))
+    ends = [[np.full_like(x, end) if p.dtype in ("i32", "i64") else
+             np.full_like(x, fill) if p.dtype == "bool" else x
+             for p, x in zip(cop.params, xs)]
+            for end in (ints[0], ints[1] - 1) for fill in (True, False)]
     try:
         with np.errstate(all="ignore"):
             ys = interpret(fwd, xs)

@@ -150,6 +150,11 @@ class ExprLowerer:
 
     def _binop(self, e: ast.BinOp, scope: Scope) -> int:
         args = (self.expr(e.lhs, scope), self.expr(e.rhs, scope))
+        a, b = (self.graph.node(x) for x in args)
+        if e.op in "+-*" and a.op == b.op == "const" and \
+                all(isinstance(n.value, int) or float(n.value).is_integer() for n in (a, b)):
+            # integers of literals stay a literal (weak): labels + (0 - 100) is an i64
+            return self.b.const(_ARITH[e.op](a.value, b.value), FLOAT, e.span)
         return self.b.apply(BINARY_OPS[e.op], args, span=e.span)
 
     def _compare(self, e: ast.Compare, scope: Scope) -> int:
@@ -157,7 +162,11 @@ class ExprLowerer:
         return self.b.apply(COMPARE_OPS[e.op], args, span=e.span)
 
     def _neg(self, e: ast.Neg, scope: Scope) -> int:
-        return self.b.apply("neg", (self.expr(e.operand, scope),), span=e.span)
+        x = self.expr(e.operand, scope)
+        node = self.graph.node(x)
+        if node.op == "const" and node.dtype != "bool":   # -1 is a literal (weak) too
+            return self.b.const(-node.value, FLOAT, e.span)
+        return self.b.apply("neg", (x,), span=e.span)
 
     def _transpose(self, e: ast.Transpose, scope: Scope) -> int:
         return self.b.apply("transpose", (self.expr(e.operand, scope),), span=e.span)

@@ -25,6 +25,7 @@ from gradc.errors import TypeError_
 from gradc.frontend import ast
 from gradc.frontend.to_ast import leftmost_span
 from gradc.ir.graph import FLOAT
+from gradc.ir.primitives import COMPARE_OPS
 from gradc.ir.shapes import BroadcastError, DimExpr, DimRef, broadcast
 
 # ``lw`` below is the gradc.ir.expr.ExprLowerer lowering the expression (which imports
@@ -32,6 +33,7 @@ from gradc.ir.shapes import BroadcastError, DimExpr, DimRef, broadcast
 
 FULL = (None, None, None)           # ':' in a slice's key
 SPECIAL_CALLS = ("arange", "eye", "concat", "concatenate", "stack")
+_COMPARISONS = frozenset(COMPARE_OPS.values())
 
 
 def _error(message: str, span, notes=()) -> TypeError_:
@@ -189,11 +191,15 @@ def _slice_bounds(lw, s: ast.Slice, scope: dict) -> tuple:
 
 def _index_array(lw, item: ast.Expr, scope: dict) -> int:
     nid = lw.expr(item, scope)
-    dtype = lw.graph.node(nid).dtype
-    if dtype in ("i32", "i64"):
+    node = lw.graph.node(nid)
+    # a comparison is 0 and 1 in its operands' dtype, integers for integer operands:
+    # x[labels != 0] is a mask to a NumPy reader, never rows 0 and 1
+    compared = isinstance(item, ast.Compare) or node.op in _COMPARISONS
+    if node.dtype in ("i32", "i64") and not compared:
         return nid
-    what = "a bool array" if dtype == "bool" else "a float value"
-    mask = dtype == "bool" or isinstance(item, ast.Compare)     # x[x > 0]: floats 0, 1
+    what = ("a bool array" if node.dtype == "bool" else
+            "the 0 and 1 of a comparison" if compared else "a float value")
+    mask = node.dtype == "bool" or compared                     # x[x > 0]: floats 0, 1
     raise _error(f"an index array must be an integer array (i32 or i64), got {what}",
                  leftmost_span(item),
                  ["a mask (x[x > 0]) is not supported: its size depends on the data; "

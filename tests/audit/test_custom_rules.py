@@ -389,3 +389,34 @@ def test_elementwise_ops_are_still_sampled_at_a_vector():
                            "op s(x) -> y { y = x - mean(x, axis=-1, keepdims=true) }", "t.grad")
     t, s = (build_op(program.ops[n], program.ops, program.consts) for n in "ts")
     assert shapes_to_try(t) == GENERIC_SHAPES and shapes_to_try(s) == AXIS_SHAPES
+
+
+@pytest.mark.parametrize("labels", ["where(mask, labels, 0)", "labels * mask"])
+def test_labels_a_mask_lets_through_are_drawn_in_range(labels):
+    """An ignore_index-style rule (the labels a bool mask lets through reach a one_hot)
+    is audited at labels in range: the labels' range is fitted with the mask all true
+    and all false, not at a mask that happened to hide every label (gradc check crashed
+    on a one_hot of label -2: helper 63)."""
+    a = audit("op f(logits: [n, v], labels: i64[n], mask: bool[n]) -> loss {\n"
+              f"    loss = sum(one_hot({labels}, v) * logits)\n"
+              "} grad(dloss) -> dlogits {\n"
+              f"    dlogits = dloss * one_hot({labels}, v)\n}}\n")
+    assert a.kind == "exact"
+
+
+def test_a_drawn_mask_holds_both_values():
+    """A bool parameter of two elements or more is drawn with both values, so a check of
+    where(mask, f(x), 0) never compares only zeros (gradc check of such an op at seed 0
+    compared a mask of all false: helper 63)."""
+    import numpy as np
+
+    from gradc.audit.gradcheck import sample_inputs
+    from gradc.pipeline import build_op
+
+    program = check_source("op f(x: [n], mask: bool[n]) -> y {\n"
+                           "    y = sum(where(mask, x, 0))\n}\n", "mask.grad")
+    cop = build_op(program.ops["f"], program.ops, program.consts)
+    for seed in range(200):
+        for n in (2, 3):
+            _, mask = sample_inputs(cop, np.random.default_rng(seed), dims={"n": n})
+            assert mask.any() and not mask.all(), (seed, n, mask)

@@ -137,8 +137,8 @@ def test_creation_and_joining(ops) -> None:
     ("y = x[..., 1, ...]", "E309", "single ellipsis", 19),
     ("y = x[0, 1, 2]", "E309", "too many indices for array: array is 2-dimensional, but 3 "
      "were indexed", 10),
-    ("y = x[x > 0]", "E309", "an index array must be an integer array (i32 or i64), got a "
-     "float value", 11),
+    ("y = x[x > 0]", "E309", "an index array must be an integer array (i32 or i64), got the "
+     "0 and 1 of a comparison", 11),
     ("y = x[t]", "E309", "got a bool array", 11),
     ("y = x[:, 3]", "E309", "index 3 is out of bounds for axis 1 with size 3", 14),
     ("y = x[:t[0]]", "E309", "a slice bound must be an integer constant or a dim", 12),
@@ -165,11 +165,24 @@ def test_a_float_index_array_is_told_to_declare_integers() -> None:
         src = f"op f(x: f64[n, 3], labels: f32[n]) -> y {{\n    {body}\n}}\n"
         with pytest.raises(GradcError) as err:
             gradc.compile_source(src, file="f.grad")
-        assert err.value.code == "E309" and "got a float value" in str(err.value)
+        got = "a float value" if "labels" in body else "the 0 and 1 of a comparison"
+        assert err.value.code == "E309" and f"got {got}" in str(err.value)
         notes[body] = " ".join(err.value.notes)
     assert "declare the indices' parameter i32 or i64" in notes["y = x[arange(n), labels]"]
     assert "mask" not in notes["y = x[arange(n), labels]"]
     assert "a mask (x[x > 0]) is not supported" in notes["y = x[x > 0]"]
+
+
+@pytest.mark.parametrize("body", ["y = x[labels != 0]", "keep = labels > -1\n    y = x[keep]"])
+def test_a_comparison_of_integers_is_no_index_array(body) -> None:
+    """A comparison of integer labels is 0 and 1 in their dtype: as an index it would
+    take rows 0 and 1 where a NumPy reader means a mask (``x[labels != -100]``), so it
+    is refused as a mask is (helper 63)."""
+    src = f"op f(x: f64[n, 3], labels: i64[n]) -> y {{\n    {body}\n}}\n"
+    with pytest.raises(GradcError) as err:
+        gradc.compile_source(src, file="f.grad")
+    assert err.value.code == "E309" and "the 0 and 1 of a comparison" in str(err.value)
+    assert "a mask (x[x > 0]) is not supported" in " ".join(err.value.notes)
 
 
 def test_gathers_of_named_dims_have_static_shapes() -> None:
