@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import numba
 import numpy as np
 import pytest
 
@@ -61,31 +62,29 @@ def test_a_row_gets_the_same_bits_in_any_group(m, op, n, dtype) -> None:
 
 def test_kept_row_values_keep_their_types(m) -> None:
     """Every ``_rv_<name>`` of a grouped kernel holds values of ``<name>``'s own type
-    (float32 and float64 row values, float64 sums of a shift): no value is rounded on
-    its way to a later pass."""
+    (float32 and float64 row values, a shift's float64 sum): no value is rounded on its
+    way to a later pass.  Each kernel called is typed again here (one loaded from Numba's
+    cache keeps no types)."""
     rng = np.random.default_rng(3)
     for dtype in (np.float32, np.float64):
         x = rng.standard_normal((16, 64)).astype(dtype)
-        dy = np.ones_like(x)
-        for op in ROW_LOCAL + ["xent"]:
+        for op in ("smax", "rms", "xent"):
             args = [x, np.full_like(x, 1 / 64)] if op == "xent" else _args(op, x, rng)
             f = getattr(m, op)
-            y = f(*args)
-            f.fwd_bwd(*args, *([np.float64(1.0).astype(dtype)] if op == "xent" else [dy]))
-            assert y is not None
+            f(*args)
+            f.fwd_bwd(*args, *([dtype(1.0)] if op == "xent" else [np.ones_like(x)]))
     checked = 0
     for name in dir(m):
         disp = getattr(m, name)
-        if not (name.endswith("_chunks") and hasattr(disp, "overloads")):
-            continue
-        source = disp.py_func.__code__.co_names
-        kept = [v.removeprefix("_rv_") for v in disp.py_func.__code__.co_varnames
+        code = getattr(getattr(disp, "py_func", None), "__code__", None)
+        kept = [v.removeprefix("_rv_") for v in (code.co_varnames if code else ())
                 if v.startswith("_rv_")]
-        if not kept:
+        if not (name.endswith("_chunks") and kept and disp.overloads):
             continue
-        assert "_rb" in disp.py_func.__code__.co_varnames and source
-        for sig, cres in disp.overloads.items():
-            types = cres.type_annotation.typemap
+        again = numba.njit(error_model="numpy")(disp.py_func)
+        for sig in list(disp.overloads):
+            again.compile(sig)
+            types = again.overloads[sig].type_annotation.typemap
             for v in kept:
                 held = types[f"_rv_{v}"].dtype
                 own = {str(t) for k, t in types.items() if re.fullmatch(rf"{v}(\.\d+)?", k)}
