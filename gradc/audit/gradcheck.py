@@ -118,6 +118,17 @@ def generic_shapes(generic) -> tuple[tuple[int, ...], ...]:
     return generic if generic and isinstance(generic[0], tuple) else (tuple(generic),)
 
 
+def draw_mask(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """A random bool array of ``shape`` holding both values where it has two elements or
+    more (one element flipped where the draw gave one value only): a check of
+    ``where(mask, f(x), 0)`` never compares zeros alone.  ``gradc testgen``'s generated
+    files draw their masks by the same rule."""
+    mask = rng.random(shape) < 0.5
+    if mask.size >= 2 and (mask.all() or not mask.any()):
+        mask.flat[rng.integers(mask.size)] ^= True
+    return mask
+
+
 def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = False,
                   generic: tuple = ((5,),), first_dim: int = 2,
                   ints: tuple[int, int] = (-3, 4), dims: dict[str, int] | None = None) -> list:
@@ -142,11 +153,8 @@ def sample_inputs(cop: CompiledOp, rng: np.random.Generator, positive: bool = Fa
                           for d in p.shape)
         if p.dtype in ("i32", "i64"):
             out.append(rng.integers(*ints, size=shape))
-        elif p.dtype == "bool":             # both values, where it has two elements
-            mask = rng.random(shape) < 0.5
-            if mask.size >= 2 and (mask.all() or not mask.any()):
-                mask.flat[rng.integers(mask.size)] ^= True
-            out.append(mask)
+        elif p.dtype == "bool":
+            out.append(draw_mask(rng, shape))
         elif positive:
             out.append(rng.uniform(0.5, 2.0, size=shape))
         else:

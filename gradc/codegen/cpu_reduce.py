@@ -314,6 +314,8 @@ class _CpuLoops(LoopPrinter):
         self.names.reads = None
         back = [sorted(n for n in read if defined.get(n, p) < p) for p, read in enumerate(reads)]
         kept = sorted({n for b in back for n in b})
+        buf.line("# rows in groups of _Q: each pass over the group's rows in turn, the row")
+        buf.line("# values that a later pass reads kept per row of the group (_rv_<name>)")
         for n in kept:                  # the row values a later pass reads, per row
             dt = {FLOAT: "_w.dtype", "f64": "np.float64"}.get(kinds[n]) or DTYPE_CTOR[kinds[n]]
             buf.line(f"_rv_{n} = np.empty(_Q, {dt})")

@@ -38,8 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from gradc.codegen.quote import comment, docstring
-from gradc.audit.gradcheck import (CustomRuleError, custom_difference, fitting_inputs,
-                                   sample_inputs)
+from gradc.audit.gradcheck import (CustomRuleError, custom_difference, draw_mask,
+                                   fitting_inputs, sample_inputs)
 from gradc.ir.interpret import interpret
 from gradc.pipeline import CompiledOp, build_op
 
@@ -168,7 +168,7 @@ def drawn_inputs(cop: CompiledOp, plan: OpPlan, seed: int) -> list:
         elif p.dtype in ("i32", "i64"):
             xs.append(rng.integers(*plan.ints, size=shapes[p.name]))
         elif p.dtype == "bool":
-            xs.append(rng.random(shapes[p.name]) < 0.5)
+            xs.append(draw_mask(rng, shapes[p.name]))
         else:
             x = rng.uniform(0.5, 2.0, shapes[p.name]) if plan.positive else \
                 rng.standard_normal(shapes[p.name])

@@ -324,6 +324,27 @@ def test_the_generator_draws_what_the_file_draws(tmp_path, name, op) -> None:
         np.testing.assert_array_equal(a, np.asarray(b, np.float64))
 
 
+def test_masks_are_drawn_with_both_values_by_the_generator_and_the_file(tmp_path) -> None:
+    """A bool input of two elements or more holds both values (gradcheck.draw_mask), in
+    the generator's draw and the file's alike, so a where(mask, ...) is never tested at
+    one branch alone."""
+    from gradc.frontend.check import load_program
+    from gradc.pipeline import build_op
+    from gradc.tools.testgen import drawn_inputs, plan_program
+    spec = tmp_path / "masked.grad"
+    spec.write_text("op masked(x: [n], mask: bool[n]) -> y {\n"
+                    "    y = sum(where(mask, x * x, 0))\n}\n")
+    out, _ = write_tests(spec, tmp_path / "test_masked.py")
+    generated = _import(out)
+    program = load_program(spec)
+    cop = build_op(program.ops["masked"], program.ops, program.consts)
+    plan = plan_program(spec)[0][0]
+    ours = drawn_inputs(cop, plan, plan.seed)
+    theirs = generated.make_inputs("masked")
+    np.testing.assert_array_equal(ours[1], theirs[1])
+    assert theirs[1].any() and not theirs[1].all()
+
+
 def test_an_op_without_tests_is_named_in_a_warning(tmp_path) -> None:
     """A custom rule that fails at a matrix where its forward pass runs gets no tests
     (a vector would hide its dropped dim): gradc testgen says so, not only a comment."""
