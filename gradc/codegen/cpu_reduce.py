@@ -405,8 +405,11 @@ class _CpuLoops(LoopPrinter):
             self.pivots(buf, ps, pivoted)
             self.deviations(body, ps.centred, pivoted)
         after = IndentedBuffer()
+        groups: dict[tuple, list[Online]] = {}      # one loop, one exp per x and max
         for o in ps.online:
-            self.online(after, o, blocks)
+            groups.setdefault((o.acc, o.buffer, o.slot), []).append(o)
+        for group in groups.values():
+            self.online(after, group, blocks)
         if blocks:
             buf.line(f"for _b in range(0, _N, {ps.block}):")
             buf.indent()
@@ -652,24 +655,39 @@ class _CpuLoops(LoopPrinter):
         for f in values:            # the mean of the row's elements so far
             buf.line(f"_R{f} += (_r{f} - _R{f}) * {n} / _e")
 
-    def online(self, buf: IndentedBuffer, o: Online, blocks: bool) -> None:
-        """Online sum ``o`` takes the block (the row where not in ``blocks``): its shift
-        ``_h`` becomes the row's max so far where finite (else 0; the max's NaN flag is
-        not needed: a NaN makes the sum NaN), the sum so far rescaled where it changed
-        (not a sum of 0: an exp(inf) times 0), then the block's ``exp(x - _h)``, summed
-        in the compute dtype, added to the row's float64 sum."""
-        i, m = self.pos[o.node], self.acc(o.acc)
-        x = (f"{self.stage_row(o.buffer)}[_c]" if o.buffer is not None
-             else self.at(f"_i{o.slot}r"))
-        buf.line(f"_hn{i} = {m} if ({m} - {m}) == 0.0 else _T(0.0)")
-        buf.line(f"if _hn{i} != _h{i}:")
-        buf.line(f"    if _s{i} != 0.0:")
-        buf.line(f"        _s{i} *= np.exp(np.float64(_h{i}) - np.float64(_hn{i}))")
-        buf.line(f"    _h{i} = _hn{i}")
-        buf.line(f"_f{i} = _T(0.0)")
+    def online(self, buf: IndentedBuffer, group: list[Online], blocks: bool) -> None:
+        """The online sums of ``group`` (of one ``x`` and max) take the block (the row
+        where not in ``blocks``): each one's shift ``_h`` becomes the row's max so far
+        where finite (else 0; the max's NaN flag is not needed: a NaN makes the sum
+        NaN), its sum so far rescaled where it changed (not a sum of 0: an exp(inf)
+        times 0), then one loop over the block takes ``exp(x - _h)`` and adds it (a
+        weighted sum: times its weight's element), summed in the compute dtype, to each
+        row's float64 sum."""
+        m = self.acc(group[0].acc)
+        x = (f"{self.stage_row(group[0].buffer)}[_c]" if group[0].buffer is not None
+             else self.at(f"_i{group[0].slot}r"))
+        first = self.pos[group[0].node]
+        for o in group:
+            i = self.pos[o.node]
+            buf.line(f"_hn{i} = {m} if ({m} - {m}) == 0.0 else _T(0.0)")
+            buf.line(f"if _hn{i} != _h{i}:")
+            buf.line(f"    if _s{i} != 0.0:")
+            buf.line(f"        _s{i} *= np.exp(np.float64(_h{i}) - np.float64(_hn{i}))")
+            buf.line(f"    _h{i} = _hn{i}")
+        for o in group:
+            buf.line(f"_f{self.pos[o.node]} = _T(0.0)")
         buf.line(f"for _c in range({'_e - _b' if blocks else '_N'}):")
-        buf.line(f"    _f{i} = _g_radd(_f{i}, _g_exp({x} - _h{i}))")
-        buf.line(f"_s{i} += _f{i}")
+        if len(group) == 1 and group[0].weight < 0:
+            buf.line(f"    _f{first} = _g_radd(_f{first}, _g_exp({x} - _h{first}))")
+        else:
+            buf.line(f"    _ex{first} = _g_exp({x} - _h{first})")
+            for o in group:
+                i = self.pos[o.node]
+                term = f"_ex{first}" if o.weight < 0 else \
+                    f"_ex{first} * {self.at(f'_i{o.weight}r')}"
+                buf.line(f"    _f{i} = _g_radd(_f{i}, {term})")
+        for o in group:
+            buf.line(f"_s{self.pos[o.node]} += _f{self.pos[o.node]}")
 
     def split(self, buf: IndentedBuffer, name: str, fm: str) -> None:
         """Split rows (:data:`~gradc.passes.loop_ir.SPLIT`): ``name_split``, the rows one
@@ -761,8 +779,9 @@ class _CpuLoops(LoopPrinter):
         buf.line("for _r in range(_R):")
         buf.indent()
         buf.line("_lo = _r * _N")
+        fallback = loops.centred or any(o.weight >= 0 for ps in loops.passes for o in ps.online)
         for j, (x, a) in enumerate(loops.slots):
-            if a == PER_ELEMENT and loops.centred:      # a centred sum's fallback's
+            if a == PER_ELEMENT and fallback:   # a centred or weighted sum's fallback's
                 buf.line(f"_i{j}r = _g_view(_i{j}, _lo, _lo + _N)")
             elif a == PER_ROW:
                 buf.line(f"b{j} = _i{j}[_r]")
@@ -796,6 +815,7 @@ class _CpuLoops(LoopPrinter):
         values: list[str] = []
         stmts = ps.body + [u for u, _ in ps.staged]
         buffers = [b for _, b in ps.staged]
+        arrays += [f"_i{o.weight}" for o in ps.online if o.weight >= 0]
         for s in stmts:
             if isinstance(s, Load):
                 arrays.append(f"_i{s.slot}")
@@ -1020,8 +1040,10 @@ class _CpuLoops(LoopPrinter):
         shifts as written, ``_hd = (_h - h1) - h2`` in their order, in float64 (their sum
         rounds away a small ``h2`` and can overflow); but a sum of 0 (a row of -inf) or
         inf (a +inf in it) stays where the shifts are finite, as every term as written
-        does (``0 * exp(1000)`` and ``inf * exp(-1000)`` are NaN; found by helper 42).  A
-        logsumexp's is ``log(sum) + _hd`` (-inf and inf stay so where it is finite)."""
+        does (``0 * exp(1000)`` and ``inf * exp(-1000)`` are NaN; found by helper 42;
+        -inf too: a weighted sum's), then divided by its divisor's value where it has
+        one (:class:`~gradc.passes.row_schedule.OnlineSum`).  A logsumexp's is
+        ``log(sum) + _hd`` (-inf and inf stay so where it is finite)."""
         i = self.pos[s.node]
         shifts = [self.names[v] for v in s.shift]
         hd = "".join([f"np.float64(_h{i})"] + [f" - np.float64({h})" for h in shifts])
@@ -1029,19 +1051,31 @@ class _CpuLoops(LoopPrinter):
             return [f"u{i} = _T(np.log(_s{i}) + ({hd}))"]
         v = f"_s{i} / _N" if s.kind == "mean" else f"_s{i}"
         finite = " and ".join(f"({h} - {h}) == 0.0" for h in shifts)
+        by = "" if s.divisor is None else f" / np.float64({self.names[s.divisor]})"
         return [f"_hd{i} = {hd}",
-                f"if _hd{i} == 0.0 or ((_s{i} == 0.0 or _s{i} == np.inf) and {finite}):",
-                f"    u{i} = _T({v})",
+                f"if _hd{i} == 0.0 or ((_s{i} == 0.0 or abs(_s{i}) == np.inf) and {finite}):",
+                f"    u{i} = _T({v}{by})",
                 "else:",
-                f"    u{i} = _T({v} * np.exp(_hd{i}))"]
+                f"    u{i} = _T({v} * np.exp(_hd{i}){by})"] + self.written_again(s, v)
 
     def centred_finish(self, s: Finish) -> list[str]:
         """A centred sum's value; where it is not finite, the sum of its operand as
         written, over the row (NumPy's inf or NaN where the centred values lose them)."""
         i = self.pos[s.node]
         value = f"_s{i} / _N" if s.kind == "mean" else f"_s{i}"
-        lines = [f"u{i} = _T({' * '.join([value] + [self.names[f] for f in s.factors])})",
-                 f"if not (u{i} - u{i} == 0.0):", f"    _s{i} = 0.0",
+        return [f"u{i} = _T({' * '.join([value] + [self.names[f] for f in s.factors])})"] + \
+            self.written_again(s, value)
+
+    def written_again(self, s: Finish, value: str) -> list[str]:
+        """Where row value ``u{i}`` of Finish ``s`` is not finite, its sum taken again
+        over the row as written (``s.fallback``; none: nothing), ``value`` of that sum
+        ``_s{i}``: a centred sum's, or a weighted online sum's (``exp(x - k) * g`` can
+        overflow where ``exp(x - k) / r * g`` does not; an inf or NaN in ``g`` gives
+        what the sum as written gives)."""
+        if not s.fallback:
+            return []
+        i = self.pos[s.node]
+        lines = [f"if not (u{i} - u{i} == 0.0):", f"    _s{i} = 0.0",
                  "    for _c in range(_N):"]
         index, self.index, self.sliced = self.index, "(_lo + _c)", None
         body = IndentedBuffer()

@@ -279,11 +279,14 @@ class Online:
     ``acc``: the max's, or a logsumexp's own) where that is finite (else 0), the
     row's sum so far rescaled where ``k`` changed, then a loop over the block adds
     ``exp(x - k)``, ``x`` read from ``buffer`` (the max's stage row) or, where None,
-    from input slot ``slot``."""
+    from input slot ``slot``; a weighted one (``weight``, an input slot, else -1) adds
+    ``exp(x - k)`` times the element of that slot, in the loop of the other online sums
+    of the same ``x`` and max (one exp)."""
     node: int
     acc: Acc
     buffer: Buffer | None = None
     slot: int = -1
+    weight: int = -1
 
 
 @dataclass(frozen=True)
@@ -322,7 +325,9 @@ class Finish:
     ``factors``, and where that is not finite, the sum of its operand as written
     over the row, computed by ``fallback``: the statements of a loop over the row;
     ``shift``: an online sum's (:class:`Online`), scaled by ``exp(k - shift)``, the
-    sum of the row values ``shift``)."""
+    sum of the row values ``shift``, then divided by the row value ``divisor`` where
+    there is one; a weighted one's, where not finite, computed again by ``fallback``
+    as the centred sum's)."""
     node: int
     kind: str
     nan_flag: bool = False
@@ -330,6 +335,7 @@ class Finish:
     factors: tuple[int, ...] = ()
     fallback: tuple = ()
     shift: tuple[int, ...] | None = None
+    divisor: int | None = None
 
 
 def gathered(graph: Graph, kernel: ReduceKernel, n: int) -> bool:
@@ -494,7 +500,7 @@ def _reads(statements, slots: set[int]) -> bool:
         if isinstance(st, Load) and st.slot in slots or \
                 isinstance(st, Finish) and _reads(st.fallback, slots) or \
                 isinstance(st, Centre) and slots.intersection(st.slots) or \
-                isinstance(st, Online) and st.slot in slots:
+                isinstance(st, Online) and slots.intersection((st.slot, st.weight)):
             return True
     return False
 
@@ -570,17 +576,29 @@ def online(graph: Graph, kernel: ReduceKernel) -> bool:
         return False
     if not _computes_again(graph, sch, other):
         return True
+    again = {o.exp for o in sch.online.values() if o.shift is not None}
+    return _arrays(graph, kernel) >= 3 and not again & set(sch.scratch)
+
+
+def _arrays(graph: Graph, kernel: ReduceKernel) -> int:
+    """The arrays a reduce kernel reads or writes per element."""
     streams = [a for x, a in input_slots(graph, kernel) if a == PER_ELEMENT]
-    outputs = [n for n in kernel.outputs if dict(kernel.levels)[n] == ELEMENT]
-    again = {value_args(graph, n)[0] for n, o in sch.online.items() if o.shift is not None}
-    return len(streams) + len(outputs) >= 3 and not again & set(sch.scratch)
+    return len(streams) + sum(dict(kernel.levels)[n] == ELEMENT for n in kernel.outputs)
 
 
 def online_again(graph: Graph, kernel: ReduceKernel) -> bool:
     """Whether the online form of a kernel that has one (:func:`online`) computes
     costly primitives (an exp) again that its other form computes once: it runs from
-    rows of :data:`ONLINE_AGAIN` bytes, the others' from :data:`ONLINE_ROWS`."""
-    return _computes_again(graph, schedule(graph, kernel, online=True), schedule(graph, kernel))
+    rows of :data:`ONLINE_AGAIN` bytes, the others' from :data:`ONLINE_ROWS`.  Not
+    where it reads each row two passes fewer and the kernel moves 4 arrays or more
+    per element: softmax's fused fwd_bwd (its ``sum(y * dy)`` a weighted online sum:
+    two passes, not four) ran 1.10x at rows of 8192 float32, 1.21-1.28x at 16384 to
+    262144 (two threads, Zen 3, session 46), where the exp taken twice cost its vjp
+    (three arrays) 0.93-0.97x."""
+    sch, other = schedule(graph, kernel, online=True), schedule(graph, kernel)
+    if other.passes - sch.passes >= 2 and _arrays(graph, kernel) >= 4:
+        return False
+    return _computes_again(graph, sch, other)
 
 
 def _computes_again(graph: Graph, online_form: Schedule, other: Schedule) -> bool:
@@ -589,14 +607,28 @@ def _computes_again(graph: Graph, online_form: Schedule, other: Schedule) -> boo
     return _costly(graph, online_form) > _costly(graph, other)
 
 
+# What a costly primitive costs per element in :func:`_costly`: one vector instruction
+# (a division, a square root) 1, a function of the math library (exp, log: a
+# polynomial after a range reduction, some 20 vector instructions) LIBRARY.  Counted
+# alike, softmax's vjp looked as costly in its online form (two passes, the exp taken
+# twice, a division once) as in its other (four passes, the exp once, kept in scratch,
+# two divisions) and ran online from 128 KiB: 0.93-0.97x at rows of 16384 to 262144
+# float32 (two threads, session 46).
+LIBRARY = 4
+_INSTRUCTIONS = frozenset({"div", "sqrt", "rsqrt"})
+
+
 def _costly(graph: Graph, sch: Schedule) -> int:
-    """The costly primitives (``gradc.passes.fuse``'s not cheap: exp, log, division) a
-    schedule computes per element: in its passes, the exps of its two-pass
-    reductions' sums and of its online sums."""
+    """The cost of the costly primitives (``gradc.passes.fuse``'s not cheap: exp, log,
+    division; :data:`LIBRARY`) a schedule computes per element: in its passes, the exps
+    of its two-pass reductions' sums and of its online sums (one per exp: a weighted
+    sum shares its plain one's)."""
     twice = [n for n in sch.live if n not in sch.online
              and reduction_kind(graph, n) in ("logsumexp", "norm")]
-    return sum(graph.node(n).op not in CHEAP for work in sch.work for n in work) + \
-        len(twice) + len(sch.online)
+    exps = {o.exp if o.exp >= 0 else n for n, o in sch.online.items()}
+    return sum(1 if graph.node(n).op in _INSTRUCTIONS else LIBRARY
+               for work in sch.work for n in work if graph.node(n).op not in CHEAP) + \
+        LIBRARY * (len(twice) + len(exps))
 
 
 def lower(graph: Graph, kernel: ReduceKernel, target: str,
@@ -787,18 +819,25 @@ class _Lowering:
                       and self.first_pass(acc.node) + 1 == before]
         for n in rows_ready(self.kernel, self.sch, before, self.done):
             if n in self.cen:
-                chain = fallback_chain(self.graph, self.kernel, n)
-                used = {(x, access(self.graph, self.kernel, m, x)) for m in chain
-                        for x in value_args(self.graph, m) if x not in self.lv}
                 steps.append(Finish(n, self.kind(n), centred=True, factors=self.cen[n].factors,
-                                    fallback=tuple(self.loads(used) + [Compute(m) for m in chain])))
+                                    fallback=self.fallback(n)))
             elif n in self.onl:
-                steps.append(Finish(n, self.kind(n), shift=self.onl[n].shift))
+                o = self.onl[n]
+                steps.append(Finish(n, self.kind(n), shift=o.shift, divisor=o.divisor,
+                                    fallback=self.fallback(n) if o.weight else ()))
             elif is_reduction(self.graph, n):
                 steps.append(Finish(n, self.kind(n), self.cpu and self.kind(n) in ("max", "min")))
             else:
                 steps.append(Compute(n))
         return steps
+
+    def fallback(self, n: int) -> tuple:
+        """The statements of a loop over the row computing the operand of row reduction
+        ``n`` as written (:func:`~gradc.passes.row_schedule.fallback_chain`)."""
+        chain = fallback_chain(self.graph, self.kernel, n)
+        used = {(x, access(self.graph, self.kernel, m, x)) for m in chain
+                for x in value_args(self.graph, m) if x not in self.lv}
+        return tuple(self.loads(used) + [Compute(m) for m in chain])
 
     def starts(self, p: int) -> list:
         """The row reductions starting in pass ``p`` (on the CPU, the shifts of those in
@@ -850,13 +889,18 @@ class _Lowering:
         its max reads, or from the max's stage row (an element value)."""
         out = []
         for n in self.online_in(p):
-            x, m = self.onl[n].value
+            o = self.onl[n]
+            x, m = o.value
             acc = Acc("m", n) if self.own_max(n) else Acc("s", m)
+            weight = -1 if o.weight is None else \
+                self.slots.index((o.weight[0], access(self.graph, self.kernel, o.weight[1],
+                                                      o.weight[0])))
             if x in self.lv:
-                out.append(Online(n, acc, buffer=Buffer("stage", m)))
+                out.append(Online(n, acc, buffer=Buffer("stage", m), weight=weight))
             else:
                 out.append(Online(n, acc, slot=self.slots.index((x, access(self.graph,
-                                                                           self.kernel, m, x)))))
+                                                                           self.kernel, m, x))),
+                                  weight=weight))
         return out
 
     def centred_in(self, p: int) -> list[int]:

@@ -177,12 +177,24 @@ class OnlineSum:
     ``log(sum) + k - h`` (``+ k`` with its own max).  One read of the row fewer than the
     max, then the sum; where the max or ``h`` is infinite or NaN, the product gives what
     the sum as written gives (inf, NaN, 0), but for a sum of 0 (a row of -inf) or inf (a
-    +inf in it) with a finite ``h``, which is kept (``0 * exp(1000)`` would be NaN)."""
+    +inf in it) with a finite ``h``, which is kept (``0 * exp(1000)`` would be NaN).
+
+    A weighted one (``weight``: ``(g, reader)``, an outside value read per element by
+    the product ``reader``) sums ``exp(x - h) * g``, or ``exp(x - h) / r * g`` where
+    ``divisor`` ``r`` is the plain online sum of the same exp (softmax's ``y = e /
+    sum(e)``; its backward's ``sum(y * dy)``): the same loop adds ``exp(x - k) * g``
+    beside the plain sum's ``exp(x - k)``, the exp taken once; after the pass the sum
+    is scaled as the plain one's, then divided by ``r`` (the sum of ``y * dy`` in the
+    pass of the max: softmax's fused ``fwd_bwd`` and ``vjp`` in two passes).  ``exp``:
+    the exp node summed (-1 for a logsumexp)."""
     node: int
     kind: str
     max: int
     value: tuple[int, int]
     shift: tuple[int, ...] | None
+    exp: int = -1
+    weight: tuple[int, int] | None = None
+    divisor: int | None = None
 
 
 def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
@@ -198,14 +210,51 @@ def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
             found[n] = (OnlineSum(n, "logsumexp", shifted[1], (shifted[0], shifted[1]),
                                   shifted[2]) if shifted else
                         OnlineSum(n, "logsumexp", n, (x, n), None))
-    for n, kind, e in row_sums(graph, kernel):
+    sums = list(row_sums(graph, kernel))
+    for n, kind, e in sums:
         if lv.get(e) != ELEMENT or graph.node(e).op != "exp":
             continue
         shifted = _shifted(graph, kernel, graph.node(e).args[0], maxima)
         if shifted:
             x, m, h = shifted
-            found[n] = OnlineSum(n, kind, m, (x, m), h)
+            found[n] = OnlineSum(n, kind, m, (x, m), h, exp=e)
+    for n, kind, e in sums:
+        weighted = None if n in found else _weighted(graph, kernel, e, found, maxima)
+        if weighted:
+            found[n] = weighted(n, kind)
     return found
+
+
+def _weighted(graph: Graph, kernel: ReduceKernel, e: int, found: dict[int, OnlineSum],
+              maxima: dict[int, int]):
+    """Where element node ``e`` is ``exp(x - h) * g`` or ``exp(x - h) / r * g`` (either
+    order; ``g`` an outside value read per element, ``r`` a plain :class:`OnlineSum` of
+    that exp), a function of the sum's node and kind giving its weighted
+    :class:`OnlineSum`; else None."""
+    lv = dict(kernel.levels)
+    node = graph.node(e)
+    if lv.get(e) != ELEMENT or node.op != "mul":
+        return None
+    for p, g in (node.args, node.args[::-1]):
+        if g in lv or access(graph, kernel, e, g) != PER_ELEMENT:
+            continue
+        divisor = None
+        if lv.get(p) == ELEMENT and graph.node(p).op == "div":
+            p, r = graph.node(p).args
+            if graph.node(r).op == "broadcast_in" and lv.get(r) == ELEMENT:
+                r = graph.node(r).args[0]
+            plain = found.get(r)
+            if plain is None or plain.kind != "sum" or plain.weight or plain.exp != p:
+                continue
+            divisor = r
+        if lv.get(p) != ELEMENT or graph.node(p).op != "exp":
+            continue
+        shifted = _shifted(graph, kernel, graph.node(p).args[0], maxima)
+        if shifted:
+            x, m, h = shifted
+            return lambda n, kind: OnlineSum(n, kind, m, (x, m), h, exp=p, weight=(g, e),
+                                             divisor=divisor)
+    return None
 
 
 def _shifted(graph: Graph, kernel: ReduceKernel, d: int,
@@ -342,7 +391,8 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
             elif n in sch.online:
                 o = sch.online[n]
                 sch.phase[n] = sch.avail[o.max] - 1
-                sch.avail[n] = max(sch.avail[o.max], *(sch.avail[h] for h in o.shift))
+                sch.avail[n] = max(sch.avail[o.max], *(sch.avail[h] for h in o.shift),
+                                   *([sch.avail[o.divisor]] if o.divisor is not None else []))
             elif n in sch.centred:
                 c = sch.centred[n]
                 sch.phase[n] = max(sch.phase.get(v, 0) for v, _ in c.values)
@@ -374,9 +424,10 @@ def _reads(graph: Graph, kernel: ReduceKernel, cen: dict[int, CentredSum],
            onl: dict[int, OnlineSum], n: int) -> list[int]:
     """The values node ``n`` reads: a centred sum's values and factors, and the row
     values its operand reads (its means: for :func:`fallback_chain`); an online sum's
-    value, max and shift."""
+    value, max, shift and divisor."""
     if n in onl and onl[n].shift is not None:
-        return [onl[n].value[0], onl[n].max, *onl[n].shift]
+        divisor = [onl[n].divisor] if onl[n].divisor is not None else []
+        return [onl[n].value[0], onl[n].max, *onl[n].shift, *divisor]
     if n in cen:
         lv = dict(kernel.levels)
         return [v for v, _ in cen[n].values] + list(cen[n].factors) + [

@@ -310,12 +310,14 @@ def _reduce_kernel_text(g: Graph, step: ReduceKernel, k: int, ref, totals,
         lines.append(f"      {few} rows of {least} elements or more: each pass over "
                      f"segments of a row ({segment} or more) in parallel (split rows)")
     if online(g, step):
-        passes = schedule(g, step, online=True).passes
+        sch = schedule(g, step, online=True)
         wide, narrow = ONLINE_AGAIN
         rows = (f"rows of {wide} bytes or more where the CPU has 512-bit vectors, of {narrow} "
                 f"where not" if online_again(g, step) else f"rows of {ONLINE_ROWS} bytes or more")
-        lines.append(f"      {rows} (unless split): {passes} pass(es) per row, each sum of "
-                     f"exp(x - max(x)) in the pass of the max (online)")
+        weighted = sum(o.weight is not None for o in sch.online.values())
+        times = f" (and {weighted} of it times an input)" if weighted else ""
+        lines.append(f"      {rows} (unless split): {sch.passes} pass(es) per row, each sum of "
+                     f"exp(x - max(x)){times} in the pass of the max (online)")
     if static_rows(step):
         lengths = " or ".join(map(str, static_rows(step)))
         lines.append(f"      rows of {lengths} elements: compiled for that length (CPU)")

@@ -76,8 +76,9 @@ def _call(m, op, method, x, rng):
 # lsmax's and xent's forward; a logsumexp of x less a shift of its max with the max's:
 # lsmb's, the built-in log_softmax, lseh's, lsefloor's, lsecap's, and of x less the max
 # itself: lkd's, jlsm's (JAX's log_softmax); two shifts: lsmb's and jlsm's fwd_bwd,
-# twoshift's)
-CASES = [("smax", "fwd_bwd"), ("smax", "jvp"), ("lsmax", "fwd_bwd"), ("lsmax", "forward"),
+# twoshift's; weighted, sum(y * dy): smax's fwd_bwd and vjp)
+CASES = [("smax", "fwd_bwd"), ("smax", "vjp"), ("smax", "jvp"), ("lsmax", "fwd_bwd"),
+         ("lsmax", "forward"),
          ("xent", "fwd_bwd"), ("xent", "forward"),
          ("lsm2", "forward"), ("lsm2", "fwd_bwd"), ("mexp", "forward"), ("wfloor", "forward"),
          ("wcap", "forward"), ("lsmb", "forward"), ("lsmb", "fwd_bwd"), ("lseh", "forward"),
@@ -213,6 +214,51 @@ def test_logsumexp_of_x_less_its_max_against_numpy(m, monkeypatch, kernel_calls,
     assert bool(calls) == split
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("method", ["fwd_bwd", "vjp"])
+def test_weighted_online_sum_keeps_what_the_sum_as_written_gives(m, monkeypatch, kernel_calls,
+                                                                 dtype, method):
+    """softmax's sum(y * dy) online is a sum of exp(x - k) * dy divided by the sum of
+    exp(x - k) (row_schedule.OnlineSum's weight): where dy holds an inf or a NaN, or
+    is so large that the sum of exp(x - k) * dy overflows where the sum of y * dy does
+    not (y sums to 1: rows of 0, the largest numbers in dy), it is taken again as
+    written; both forms, on
+    whole and on split rows, agree with each other to the order of their sums."""
+    calls = kernel_calls(m, "_online", "_online_chunks", "_online_split")
+    big = np.finfo(dtype).max
+    rtol = 1e-12 if dtype == np.float64 else 2e-5
+    for shape in [(3, 257), (2, 700)]:
+        for case in ["random", "inf", "-inf", "nan", "huge", "overflow", "huge mixed"]:
+            rng = np.random.default_rng(13)
+            x = (rng.standard_normal(shape) * 3).astype(dtype)
+            dy = rng.standard_normal(shape).astype(dtype)
+            if case in ("inf", "-inf", "nan"):
+                dy[0, 100] = {"inf": np.inf, "-inf": -np.inf, "nan": np.nan}[case]
+            elif case == "huge":
+                dy = (dy / 4 * (big / 4)).astype(dtype)
+            elif case == "overflow":       # sum(exp(x - k) * dy): n times dy's mean
+                x[:] = 0
+                dy = (rng.uniform(0.5, 1, shape) * (big / 2)).astype(dtype)
+            elif case == "huge mixed":
+                dy = np.where(dy > 0, big / 4, -big / 4).astype(dtype)
+            results = []
+            for online, split in [(0, (0, 64, 16)), (0, (8, 64, 100)), (NEVER, (0, 64, 16))]:
+                monkeypatch.setattr(m, "_G_ONLINE", (online, online))
+                monkeypatch.setattr(m, "_G_SPLIT", split)
+                before = len(calls)
+                with np.errstate(all="ignore"):
+                    got = getattr(m.smax, method)(x, dy)
+                assert (len(calls) > before) == (online == 0), (shape, case)
+                results.append(got if isinstance(got, tuple) else (got,))
+            for got in results[:2]:
+                for a, b in zip(got, results[2]):
+                    assert a.dtype == b.dtype == dtype
+                    np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=case)
+                    finite = np.abs(b[np.isfinite(b)])      # dy - sum(y * dy) cancels
+                    atol = rtol * float(finite.max(initial=0.0))
+                    np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=case)
+
+
 def test_two_shifts_are_subtracted_in_turn(m, monkeypatch, kernel_calls):
     """(x - h1) - h2 online is scaled by exp((k - h1) - h2), as written: h1 + h2 first
     loses a small h2 beside a large h1 (1e17 and 10) and overflows (1e308 twice), found
@@ -235,15 +281,16 @@ def test_two_shifts_are_subtracted_in_turn(m, monkeypatch, kernel_calls):
 def test_long_rows_run_online(m, monkeypatch, kernel_calls):
     """The rule (_G_ONLINE, the bytes of a row): rows of 32768 float32 or 16384 float64
     run online, rows of 16384 float32 do not; where the online form computes an exp
-    again (softmax's fwd_bwd), from rows of 128 KiB where the CPU has 512-bit vectors,
-    4 MiB where not (a logsumexp's forward, which computes none again, from 128 KiB
-    still); a call that splits its rows runs its split form instead.  Methods where the
-    online form would compute an exp again with few arrays to save reading (softmax's
-    forward and vjp: loop_ir.online) and ops without such a sum (layer norm) have
+    again and reads the row fewer than two passes less with four arrays or more
+    (softmax's vjp: two passes, not four, with three arrays), from rows of 128 KiB where
+    the CPU has 512-bit vectors, 4 MiB where not (softmax's fwd_bwd, two passes fewer
+    with four arrays, and a logsumexp's forward, which computes none again, from 128
+    KiB still); a call that splits its rows runs its split form instead.  Methods where
+    the online form would compute an exp again with few arrays to save reading
+    (softmax's forward: loop_ir.online) and ops without such a sum (layer norm) have
     none."""
     wide = m._g_wide_vectors(numba.config)
     assert m._G_ONLINE == (1 << 17, 1 << 17 if wide else 1 << 22)
-    monkeypatch.setattr(m, "_G_ONLINE", (1 << 17, 1 << 17))       # a CPU with AVX-512's
     calls = kernel_calls(m, "_online", "_online_chunks")
     rng = np.random.default_rng(6)
     for shape, dtype, online in [((2, 32768), np.float32, True), ((2, 16384), np.float32, False),
@@ -259,17 +306,20 @@ def test_long_rows_run_online(m, monkeypatch, kernel_calls):
                    np.ones((2, 32768), np.float32))
     assert len(calls) == before
     monkeypatch.undo()
-    monkeypatch.setattr(m, "_G_ONLINE", (1 << 17, 1 << 22))       # one without
-    calls = kernel_calls(m, "_online", "_online_chunks", "_online_split")   # 2 rows of 1M: split
-    for method, shape, online in [(m.smax.fwd_bwd, (2, 32768), False), (m.lseh, (2, 32768), True),
-                                  (m.smax.fwd_bwd, (2, 1 << 20), True)]:
-        x = rng.standard_normal(shape).astype(np.float32)
-        before = len(calls)
-        method(x) if method is m.lseh else method(x, np.ones_like(x))
-        assert (len(calls) > before) == online, (method, shape)
+    for limits, vjp_online in [((1 << 17, 1 << 17), True), ((1 << 17, 1 << 22), False)]:
+        monkeypatch.setattr(m, "_G_ONLINE", limits)         # with AVX-512, without
+        calls = kernel_calls(m, "_online", "_online_chunks", "_online_split")
+        for method, shape, online in [(m.smax.vjp, (2, 32768), vjp_online),
+                                      (m.smax.fwd_bwd, (2, 32768), True),
+                                      (m.lseh, (2, 32768), True),
+                                      (m.smax.vjp, (2, 1 << 20), True)]:   # split
+            x = rng.standard_normal(shape).astype(np.float32)
+            before = len(calls)
+            method(x) if method is m.lseh else method(x, np.ones_like(x))
+            assert (len(calls) > before) == online, (method, shape, limits)
     online = [n for n in dir(m) if n.endswith("_online")]
-    assert "_grk0_smax_fwd_bwd_0_online" in online
-    none = ("_grk0_lnorm", "_grk0_smax_forward", "_grk0_smax_vjp")
+    assert {"_grk0_smax_fwd_bwd_0_online", "_grk0_smax_vjp_0_online"} <= set(online)
+    none = ("_grk0_lnorm", "_grk0_smax_forward")
     assert not [n for n in online if n.startswith(none)]
 
 
@@ -308,7 +358,7 @@ def test_online_bits_do_not_depend_on_threads(m, monkeypatch):
         np.testing.assert_array_equal(a, c)
 
 
-@pytest.mark.parametrize("op, method", [("smax", "fwd_bwd"), ("lsmax", "fwd_bwd"),
+@pytest.mark.parametrize("op, method", [("smax", "fwd_bwd"), ("smax", "vjp"), ("lsmax", "fwd_bwd"),
                                         ("xent", "fwd_bwd"), ("mexp", "forward"),
                                         ("lsmb", "forward"), ("lsecap", "forward")])
 def test_online_split_rows_agree_with_whole_rows(m, monkeypatch, kernel_calls, op, method):

@@ -202,24 +202,59 @@ op vz(x: f32[n, k], z: f32[n, k]) -> y {
 
 def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(softmax):
     graph, kernel = softmax
-    (o,) = online_sums(graph, kernel).values()
+    sums = online_sums(graph, kernel)
+    o = next(o for o in sums.values() if o.weight is None)
     assert graph.node(o.max).op == "max" and o.shift == (o.max,)   # exp(x - max(x))
+    # sum(y * dy), y = e / sum(e): a sum of e * dy divided by the sum of e
+    (w,) = [w for w in sums.values() if w.weight is not None]
+    assert (w.max, w.shift, w.exp, w.divisor) == (o.max, o.shift, o.exp, o.node)
     assert online(graph, kernel)
     loops = lower(graph, kernel, CPU, online=True)
     assert loops.online and loops.split       # its split rows too
-    assert len(loops.passes) == 3           # max and sum online; y and y.dy; dx
+    assert len(loops.passes) == 2           # max, sum and sum of e * dy online; y and dx
     first = loops.passes[0]
-    x_slot = next(j for j, (v, a) in enumerate(loops.slots) if a == "element")
-    assert first.online == [Online(o.node, Acc("s", o.max), slot=x_slot)] and first.block == BLOCK
+    x_slot, dy_slot = [j for j, (v, a) in enumerate(loops.slots) if a == "element"]
+    assert first.online == [Online(o.node, Acc("s", o.max), slot=x_slot),
+                            Online(w.node, Acc("s", o.max), slot=x_slot, weight=dy_slot)]
+    assert first.block == BLOCK
     # the exp is computed again in the pass of y, not kept in scratch
     assert loops.scratch == []
-    finish = next(s for s in loops.passes[1].before if isinstance(s, Finish) and s.node == o.node)
-    assert finish.shift == (o.max,)
-    # CUDA and the other CPU form keep the max and the sum in passes of their own
+    finishes = {s.node: s for s in loops.passes[1].before if isinstance(s, Finish)}
+    assert finishes[o.node].shift == finishes[w.node].shift == (o.max,)
+    assert finishes[w.node].divisor == o.node and finishes[o.node].divisor is None
+    # CUDA and the other CPU form keep the max and the sums in passes of their own
     assert len(lower(graph, kernel, CUDA, online=True).passes) == 4
     assert not lower(graph, kernel, CPU).online
-    # it computes the exp again (the other form keeps it in scratch): its own threshold
-    assert online_again(graph, kernel)
+    # it computes the exp again (the other form keeps it in scratch), but reads the row
+    # two passes fewer with four arrays: it runs from ONLINE_ROWS
+    assert not online_again(graph, kernel)
+    graph, vjp = fwd_bwd_kernel(SOFTMAX_ROWS, "softmax", "vjp")
+    assert online(graph, vjp) and online_again(graph, vjp)      # three arrays
+
+
+@pytest.mark.parametrize("grad, weighted", [
+    ("y * (dy - sum(y * dy, axis=1, keepdims=true))", True),
+    ("y * (dy - sum(dy * y, axis=1, keepdims=true))", True),
+    ("y * (dy - sum(e * dy, axis=1, keepdims=true))", True),        # no divisor
+    # divided by a sum of another value, or weighted by a row value or a computed one
+    ("y * (dy - sum(e / sum(x, axis=1, keepdims=true) * dy, axis=1, keepdims=true))", False),
+    ("y * (dy - sum(y * max(dy, axis=1, keepdims=true), axis=1, keepdims=true))", False),
+    ("y * (dy - sum(y * (dy * dy), axis=1, keepdims=true))", False),
+])
+def test_weighted_online_sums_are_exp_times_an_input_over_its_own_sum(grad, weighted):
+    """A row sum of exp(x - max) (divided by the plain online sum of that exp, or not)
+    times an input read per element is a weighted online sum; not divided by another
+    sum, nor times a row value or an element value computed in the kernel."""
+    graph, kernel = fwd_bwd_kernel(f"""op f(x: f32[b, n]) -> y {{
+    e = exp(x - max(x, axis=1, keepdims=true))
+    y = e / sum(e, axis=1, keepdims=true)
+}} grad(dy) -> dx {{
+    dx = {grad}
+}}""", "f", "vjp")
+    found = [o for o in online_sums(graph, kernel).values() if o.weight is not None]
+    assert bool(found) == weighted
+    if weighted:
+        assert len(lower(graph, kernel, CPU, online=True).passes) == 2
 
 
 def test_cpu_row_kernels_have_static_lengths_flat_ones_and_other_forms_none(softmax):
