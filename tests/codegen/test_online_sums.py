@@ -383,3 +383,29 @@ def test_online_split_rows_agree_with_whole_rows(m, monkeypatch, kernel_calls, o
             for a, b in zip(got, want):
                 np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=f"{shape} {case}")
                 np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14, err_msg=f"{shape} {case}")
+
+
+def test_declared_softmax_fwd_bwd_runs_in_place_in_every_form(monkeypatch, import_module_text):
+    """examples/kernels/softmax.grad (declared shapes: its own plan, no copy of an input
+    made first) reads dy in the pass that stores y in each form (the other: y from its
+    scratch row in the last pass; the online: dy's sum in the pass of the max), so
+    fwd_bwd(x, dy, out=(dy, dx)) and out=(y, dy) run in place: the bits of out of
+    place, whole rows, split rows, online or not."""
+    from pathlib import Path
+    text = (Path(__file__).parents[2] / "examples" / "kernels" / "softmax.grad").read_text()
+    k = import_module_text(gradc.compile_source(text, file="softmax.grad"), "declared_smax")
+    rng = np.random.default_rng(14)
+    for online in (0, NEVER):
+        monkeypatch.setattr(k, "_G_ONLINE", (online, online))
+        for shape in [(3, 64), (40, 1000), (16, 40000), (2, 300000)]:
+            x = rng.standard_normal(shape).astype(np.float32)
+            dy = rng.standard_normal(shape).astype(np.float32)
+            want = k.softmax.fwd_bwd(x, dy)
+            for slot in (0, 1):
+                d = dy.copy()
+                out = [np.empty_like(x), np.empty_like(x)]
+                out[slot] = d
+                got = k.softmax.fwd_bwd(x, d, out=tuple(out))
+                assert got[slot] is d
+                for a, b in zip(got, want):
+                    np.testing.assert_array_equal(a, b, err_msg=f"{shape} {slot} {online}")
