@@ -76,14 +76,16 @@ def _call(m, op, method, x, rng):
 # lsmax's and xent's forward; a logsumexp of x less a shift of its max with the max's:
 # lsmb's, the built-in log_softmax, lseh's, lsefloor's, lsecap's, and of x less the max
 # itself: lkd's, jlsm's (JAX's log_softmax); two shifts: lsmb's and jlsm's fwd_bwd,
-# twoshift's; weighted, sum(y * dy): smax's fwd_bwd and vjp)
+# twoshift's; weighted, sum(y * dy): smax's fwd_bwd and vjp, and the jvps of
+# log-softmax and cross-entropy, sum(softmax * tangent))
 CASES = [("smax", "fwd_bwd"), ("smax", "vjp"), ("smax", "jvp"), ("lsmax", "fwd_bwd"),
          ("lsmax", "forward"),
          ("xent", "fwd_bwd"), ("xent", "forward"),
          ("lsm2", "forward"), ("lsm2", "fwd_bwd"), ("mexp", "forward"), ("wfloor", "forward"),
          ("wcap", "forward"), ("lsmb", "forward"), ("lsmb", "fwd_bwd"), ("lseh", "forward"),
          ("lsefloor", "forward"), ("lsecap", "forward"), ("twoshift", "forward"),
-         ("jlsm", "forward"), ("jlsm", "fwd_bwd"), ("lkd", "forward")]
+         ("jlsm", "forward"), ("jlsm", "fwd_bwd"), ("lkd", "forward"),
+         ("xent", "jvp"), ("lsmax", "jvp"), ("lsmb", "jvp"), ("jlsm", "jvp")]
 SPECIAL = ["-inf first", "all -inf", "+inf", "nan", "largest", "rising"]
 
 
@@ -359,7 +361,8 @@ def test_online_bits_do_not_depend_on_threads(m, monkeypatch):
 
 
 @pytest.mark.parametrize("op, method", [("smax", "fwd_bwd"), ("smax", "vjp"), ("lsmax", "fwd_bwd"),
-                                        ("xent", "fwd_bwd"), ("mexp", "forward"),
+                                        ("xent", "fwd_bwd"), ("xent", "jvp"),
+                                        ("lsmax", "jvp"), ("mexp", "forward"),
                                         ("lsmb", "forward"), ("lsecap", "forward")])
 def test_online_split_rows_agree_with_whole_rows(m, monkeypatch, kernel_calls, op, method):
     """Split rows of the online form (each segment leaves its online sum and shift,
