@@ -260,6 +260,19 @@ class ToAst(Transformer):
         return _Kwarg(str(name), value, self.span(name))
 
 
+def operands_span(expr: ast.Expr) -> Span:
+    """The span of ``expr`` from its first token to its last where that is a name or a
+    number on the same line (``labels != 0``), else of its first token."""
+    first, last = leftmost_span(expr), expr
+    while isinstance(last, (ast.BinOp, ast.Compare)):
+        last = last.rhs
+    end = last.span if isinstance(last, (ast.Name, ast.Num)) else None
+    if end is None or end.end_column is None or end.line != first.line \
+            or end.end_line not in (None, first.line):
+        return first
+    return Span(first.file, first.line, first.column, first.line, end.end_column)
+
+
 def leftmost_span(expr: ast.Expr) -> Span:
     """The span of the first token of ``expr`` (operators' spans point at the operator)."""
     while isinstance(expr, (ast.BinOp, ast.Compare, ast.Transpose, ast.Index)):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from gradc.errors import TypeError_
 from gradc.frontend import ast
-from gradc.frontend.to_ast import leftmost_span
+from gradc.frontend.to_ast import leftmost_span, operands_span
 from gradc.ir.graph import FLOAT
 from gradc.ir.primitives import COMPARE_OPS
 from gradc.ir.shapes import BroadcastError, DimExpr, DimRef, broadcast
@@ -201,7 +201,7 @@ def _index_array(lw, item: ast.Expr, scope: dict) -> int:
             "the 0 and 1 of a comparison" if compared else "a float value")
     mask = node.dtype == "bool" or compared                     # x[x > 0]: floats 0, 1
     raise _error(f"an index array must be an integer array (i32 or i64), got {what}",
-                 leftmost_span(item),
+                 operands_span(item),
                  ["a mask (x[x > 0]) is not supported: its size depends on the data; "
                   "write where(mask, x, 0)"] if mask else
                  ["declare the indices' parameter i32 or i64 (labels: i64[n]); a float "

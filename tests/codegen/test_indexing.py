@@ -183,6 +183,10 @@ def test_a_comparison_of_integers_is_no_index_array(body) -> None:
         gradc.compile_source(src, file="f.grad")
     assert err.value.code == "E309" and "the 0 and 1 of a comparison" in str(err.value)
     assert "a mask (x[x > 0]) is not supported" in " ".join(err.value.notes)
+    # the caret under the whole index, the comparison where it is written there
+    line = src.splitlines()[err.value.span.line - 1]
+    marked = line[err.value.span.column - 1:err.value.span.end_column - 1]
+    assert marked == ("labels != 0" if "!=" in body else "keep"), marked
 
 
 def test_gathers_of_named_dims_have_static_shapes() -> None:
