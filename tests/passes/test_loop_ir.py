@@ -236,6 +236,8 @@ def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(sof
     ("y * (dy - sum(y * dy, axis=1, keepdims=true))", True),
     ("y * (dy - sum(dy * y, axis=1, keepdims=true))", True),
     ("y * (dy - sum(e * dy, axis=1, keepdims=true))", True),        # no divisor
+    ("y * (dy - mean(y * dy, axis=1, keepdims=true))", True),
+    ("y * (dy - sum(y * x, axis=1, keepdims=true))", True),         # the input itself
     # divided by a sum of another value, or weighted by a row value or a computed one
     ("y * (dy - sum(e / sum(x, axis=1, keepdims=true) * dy, axis=1, keepdims=true))", False),
     ("y * (dy - sum(y * max(dy, axis=1, keepdims=true), axis=1, keepdims=true))", False),
