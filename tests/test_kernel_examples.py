@@ -197,3 +197,24 @@ def test_sparsemax_of_rows_with_masked_entries(kernels) -> None:
         np.testing.assert_allclose(o(z), [[0, 0.25, 0.75], [0, 0, 1]], rtol=1e-15)
         np.testing.assert_allclose(o.vjp(z, dp)[0], [[0, -1, 1], [0, 0, 0]], atol=1e-15)
         np.testing.assert_allclose(o(z[:, 1:]), _sparsemax(z[:, 1:]), rtol=1e-15)
+
+
+@pytest.mark.parametrize("dtype, offset", [(np.float32, 1e8), (np.float32, 3e38),
+                                           (np.float64, 1e17), (np.float64, 3e38)])
+def test_large_logits_keep_the_loss_and_sparsemax(kernels, dtype, offset) -> None:
+    """Both files work on the row less its max, as PyTorch's log_softmax does: equal
+    logits of any size have the loss log(3) with and without smoothing (it was 0, and
+    -inf or -3.8e21 with smoothing, as lse - logit[label] cancels), and sparsemax of a
+    row around a large value is the sparsemax of its differences (it was inf: its
+    support test rounded to false everywhere; found by helper 65)."""
+    ce = kernels["cross_entropy"].cross_entropy
+    x = np.full((2, 3), offset, dtype)
+    for o in (ce, ce.unfused):
+        for ls in (0.0, 0.1):
+            loss = o(x, np.array([0, 2]), label_smoothing=ls)
+            assert loss.dtype == dtype
+            np.testing.assert_allclose(loss, np.log(3), rtol=1e-6)
+    sp = kernels["sparsemax"].sparsemax
+    z = np.array([[offset, offset, 0]], dtype)
+    for o in (sp, sp.unfused):
+        np.testing.assert_allclose(o(z), [[0.5, 0.5, 0]], rtol=1e-6)
