@@ -243,6 +243,10 @@ def _g_int_input(op, name, v, want):
         if type(v) in (bool, int, float, complex, str) or v is None:   # no .astype
             got, fix = type(v).__name__, "pass True or False" if want.kind == "b" else \
                 "pass an int"
+        elif a.dtype.kind == "O" and want.kind != "b" and a.size and all(
+                type(i) is int for i in a.flat):    # Python ints beyond int64: no .astype
+            raise OverflowError(f"{op}: argument '{name}' holds an int that does not fit "
+                                f"{want.name} (from {min(a.flat)} to {max(a.flat)})")
         else:
             got, fix = a.dtype, f"convert with .astype(np.{want.name})"
         raise TypeError(f"{op}: argument '{name}' must be {want.name}, got {got} ({fix})")

@@ -412,6 +412,9 @@ def test_integer_parameters(m) -> None:
     args = make_args(case)
     with raises(OverflowError, case, "forward", "argument 'k'", "does not fit int64"):
         call(m, case, "forward", args, k=2**70)
+    with raises(OverflowError, case, "forward", "argument 'k'",
+                "holds an int that does not fit int64"):    # a list: NumPy's object array
+        call(m, case, "forward", args, k=[2**70])
     with raises(OverflowError, case, "vjp", "argument 'n'", "does not fit int32"):
         call(m, case, "vjp", {**args, "n": -2**31 - 1})
     with raises(TypeError, case, "forward", "argument 'n'",
