@@ -28,9 +28,15 @@ its share of the copy is what two passes per row allow at that shape on that mac
 in the same interleaved repeats (``gradc.tools.bench.time_interleaved``: order rotating;
 before each timed call a short sleep, a wait until no other thread of the process
 runs, so that no library's workers spin while another is timed, and an untimed
-call); medians are printed, with each variant's share of the copy (copy's time
-over its time) and the fastest peer's time over its time (> 1: faster than every
-peer), then warnings where the load average shows other work or a variant was
+call). Each case's arrays are allocated ``--allocations`` times (default 3), one
+after the other, each allocation timed so: on this 2-core virtual machine a fresh
+allocation of the same arrays ran the same kernel 1.8-2.0 ms or 3.6-4.0 ms, where the
+copy over them moved 1.3x (memory just handed out, before the kernel's background
+work settles it; session 46), so one allocation can hold a case's times for a whole
+run. Medians over the samples of every allocation are printed, with each variant's
+share of the copy (copy's time over its time) and the fastest peer's time over its
+time (> 1: faster than every peer); the json keeps each allocation's medians too;
+then warnings where the load average shows other work or a variant was
 timed while another thread still ran (``gradc.tools.bench_report.interference``).
 
 Run::
@@ -189,38 +195,55 @@ def copy_arrays(inputs: Sequence, outs: Sequence, shape: tuple[int, int]) -> lis
 
 
 def bench_case(module, op: str, shape: tuple[int, int], names: Sequence[str], repeat: int,
-               settle: float, warmup: int = 2) -> dict:
-    """Medians of every variant that agrees with the float64 reference, and the copy's."""
+               settle: float, warmup: int = 2, allocations: int = 1) -> dict:
+    """Medians of every variant that agrees with the float64 reference, and the copy's,
+    over ``allocations`` allocations of the case's arrays in turn, ``repeat`` interleaved
+    repeats each (the samples of all taken together; each allocation's medians kept)."""
     if "torch.compile" in names:
         import torch._dynamo
         torch._dynamo.reset()           # one op and shape's guards at a time
-    params, ups = make_inputs(op, shape)
-    outs = tuple(np.empty_like(np.asarray(r))
-                 for r in getattr(module, op).fwd_bwd(*params, *ups))
-    runs, not_timed = build_variants(module, op, names, params, ups, outs)
-    errs, wrong = check_variants(runs, reference(op, params, ups), TOL_TIMED)
-    not_timed.update(wrong)
-    timed = {v: runs[v] for v in names if v in errs}
-    arrays = copy_arrays(params + ups, outs, shape)
-    kernel, floor = copy_kernel(), two_pass_kernel()
-    timed["copy"] = lambda: kernel(*arrays)
-    timed[FLOOR] = lambda: floor(*arrays, shape[-1])
-    for _ in range(warmup):
-        for run in timed.values():
-            run()
-    quiet: dict = {}
-    samples = time_interleaved(timed, repeat, settle, quiet=quiet)
+    samples: dict[str, list[float]] = {}
+    per: dict[str, list[float]] = {}
+    busy: list[str] = []
+    worst: dict[str, float] = {}
+    not_timed: dict[str, str] = {}
+    for _ in range(allocations):
+        params, ups = make_inputs(op, shape)
+        outs = tuple(np.empty_like(np.asarray(r))
+                     for r in getattr(module, op).fwd_bwd(*params, *ups))
+        runs, why = build_variants(module, op, names, params, ups, outs)
+        errs, wrong = check_variants(runs, reference(op, params, ups), TOL_TIMED)
+        not_timed.update({**why, **wrong})
+        for v, e in errs.items():
+            worst[v] = max(worst.get(v, 0.0), e)
+        timed = {v: runs[v] for v in names if v in errs and v not in not_timed}
+        arrays = copy_arrays(params + ups, outs, shape)
+        kernel, floor = copy_kernel(), two_pass_kernel()
+        timed["copy"] = lambda: kernel(*arrays)
+        timed[FLOOR] = lambda: floor(*arrays, shape[-1])
+        for _ in range(warmup):
+            for run in timed.values():
+                run()
+        quiet: dict = {}
+        got = time_interleaved(timed, repeat, settle, quiet=quiet)
+        busy += quiet["busy"]
+        for v, s in got.items():
+            samples.setdefault(v, []).extend(s)
+            per.setdefault(v, []).append(float(np.median(s)))
+        del runs, timed, params, ups, outs, arrays
+    errs = {v: e for v, e in worst.items() if v not in not_timed}   # right in every one
     med = {v: float(np.median(s)) for v, s in samples.items()}
     peers = [v for v in PEERS if v in errs]
     fastest = min(peers, key=med.get) if peers else None
     return {"op": op, "shape": list(shape), "copy_s": med["copy"], "floor_s": med[FLOOR],
-            "fastest_peer": fastest,
+            "copy_per_allocation_s": per["copy"], "fastest_peer": fastest,
             "variants": {v: {"median_s": med[v], "samples_s": samples[v],
+                             "per_allocation_s": per[v],
                              "pct_copy": 100 * med["copy"] / med[v],
                              "vs_fastest_peer": med[fastest] / med[v] if fastest else None,
                              "max_rel_err": errs[v]} for v in errs},
             "not_timed": not_timed,
-            "busy": {v: quiet["busy"].count(v) for v in dict.fromkeys(quiet["busy"])}}
+            "busy": {v: busy.count(v) for v in dict.fromkeys(busy)}}
 
 
 # -- report ------------------------------------------------------------------------------
@@ -269,7 +292,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--ops", nargs="+", help="only these ops (default: every op of the file)")
     p.add_argument("--shapes", nargs="+", metavar="RxC", help="shapes (default: "
                    + " ".join(map(_shape, SHAPES)) + ")")
-    p.add_argument("--repeat", type=int, default=11, help="timed repeats (default 11)")
+    p.add_argument("--repeat", type=int, default=11,
+                   help="timed repeats per allocation (default 11)")
+    p.add_argument("--allocations", type=int, default=3, metavar="K",
+                   help="allocations of each case's arrays, timed in turn, their samples "
+                   "taken together (default 3)")
     p.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
                    metavar="V", help=f"of {', '.join(VARIANTS)} (default: all)")
     p.add_argument("--settle", type=float, default=SETTLE,
@@ -282,6 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   map(_shape, SHAPES)]
     except ValueError:
         p.error(f"--shapes: write each shape as ROWSxCOLS, e.g. 4096x1024 (got {args.shapes})")
+    if args.repeat < 1 or args.allocations < 1:
+        p.error("--repeat and --allocations: 1 or more")
     if any(len(s) != 2 or min(s) < 1 for s in shapes):
         p.error(f"--shapes: two positive sizes each, ROWSxCOLS (got {args.shapes})")
 
@@ -305,7 +334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         labels = sorted({torch_math(op)[2] for op in ops} - {""})
     load_before = _loadavg()
     print(f"row-wise fwd_bwd, float32, {args.spec.name}: median of {args.repeat} interleaved "
-          f"repeats; {os.cpu_count()} cores, Numba and torch on {threads} threads; "
+          f"repeats over each of {args.allocations} allocations of the arrays; "
+          f"{os.cpu_count()} cores, Numba and torch on {threads} threads; "
           f"load average {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
     if args.note:
         print(args.note)
@@ -324,7 +354,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         wrong = check[op]["wrong"]
         for shape in shapes:
             r = bench_case(module, op, shape, [v for v in names if v not in wrong],
-                           args.repeat, args.settle)
+                           args.repeat, args.settle, allocations=args.allocations)
             r["not_timed"].update((v, f"disagreed at the check shape: {why}")
                                   for v, why in wrong.items())
             results.append(r)
@@ -344,7 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"timed shapes; load average after {load_after[0]:.2f} {load_after[1]:.2f} "
           f"{load_after[2]:.2f}")
     report = {"spec": str(args.spec), "shapes": [list(s) for s in shapes],
-              "repeat": args.repeat, "settle_s": args.settle, "variants": names,
+              "repeat": args.repeat, "allocations": args.allocations,
+              "settle_s": args.settle, "variants": names,
               "note": args.note, "check_shape": list(CHECK_SHAPE), "check": check,
               "tolerance": {"check": TOL_CHECK, "timed": TOL_TIMED},
               "machine": {**machine_info(names), "loadavg_before": load_before,

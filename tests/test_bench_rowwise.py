@@ -29,11 +29,13 @@ def test_a_row_per_op_and_the_json(bench, tmp_path, monkeypatch, capsys):
     import gradc.tools.bench
     monkeypatch.setattr(gradc.tools.bench, "wait_quiet", lambda: False)   # a thread never sleeps
     out = tmp_path / "rowwise.json"
-    assert bench.main([*QUICK, "--variants", *bench.GRADC, "--json", str(out)]) == 0
+    assert bench.main([*QUICK, "--allocations", "2", "--variants", *bench.GRADC,
+                       "--json", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "disagrees" not in printed and "not timed" not in printed, printed
     assert ("warning: another thread of this process still ran when these were timed "
-            "(times per variant): fused+out 5, fused 5, unfused 5, copy 5, 2-pass floor 5") in printed
+            "(times per variant): fused+out 10, fused 10, unfused 10, copy 10, 2-pass floor 10"
+            ) in printed
     for op in OPS:
         rows = [line.split() for line in printed.splitlines() if line.startswith(op + " ")]
         assert len(rows) == 1 and rows[0][1] == "3x5", printed
@@ -45,7 +47,12 @@ def test_a_row_per_op_and_the_json(bench, tmp_path, monkeypatch, capsys):
     assert [r["op"] for r in report["results"]] == list(OPS)
     for r in report["results"]:
         assert set(r["variants"]) == set(bench.GRADC) and r["fastest_peer"] is None
-        assert r["busy"] == {v: 1 for v in (*bench.GRADC, "copy", bench.FLOOR)}
+        assert r["busy"] == {v: 2 for v in (*bench.GRADC, "copy", bench.FLOOR)}
+        # two allocations of the arrays, one repeat each: both samples, and each median
+        assert len(r["copy_per_allocation_s"]) == 2
+        for v in r["variants"].values():
+            assert len(v["samples_s"]) == len(v["per_allocation_s"]) == 2
+            assert v["median_s"] == np.median(v["samples_s"])
         assert r["floor_s"] > 0
         assert all(v["max_rel_err"] <= bench.TOL_TIMED for v in r["variants"].values())
     assert all(set(c["max_rel_err"]) == set(bench.GRADC) for c in report["check"].values())
