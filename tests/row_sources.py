@@ -160,5 +160,12 @@ op jlsm(x) -> y {
 op lkd(x) -> y {
     y = logsumexp(x - max(x, axis=-1, keepdims=true), axis=-1)
 }
+op bsmax(x) -> y {
+    y = softmax(x, axis=-1)
+}
+op wrow(x, t: nograd) -> y {
+    e = exp(x - max(x, axis=-1, keepdims=true))
+    y = sum(-t * e * mean(x, axis=-1, keepdims=true) / sum(e, axis=-1, keepdims=true), axis=-1)
+}
 """
 ONLINE_OPS += KNOWN_MAX_OPS

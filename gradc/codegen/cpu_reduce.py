@@ -1041,8 +1041,8 @@ class _CpuLoops(LoopPrinter):
         rounds away a small ``h2`` and can overflow); but a sum of 0 (a row of -inf) or
         inf (a +inf in it) stays where the shifts are finite, as every term as written
         does (``0 * exp(1000)`` and ``inf * exp(-1000)`` are NaN; found by helper 42;
-        -inf too: a weighted sum's), then divided by its divisor's value where it has
-        one (:class:`~gradc.passes.row_schedule.OnlineSum`).  A logsumexp's is
+        -inf too: a weighted sum's), then negated, times and over the row values a
+        weighted one has (:class:`~gradc.passes.row_schedule.OnlineSum`).  A logsumexp's is
         ``log(sum) + _hd`` (-inf and inf stay so where it is finite)."""
         i = self.pos[s.node]
         shifts = [self.names[v] for v in s.shift]
@@ -1051,12 +1051,14 @@ class _CpuLoops(LoopPrinter):
             return [f"u{i} = _T(np.log(_s{i}) + ({hd}))"]
         v = f"_s{i} / _N" if s.kind == "mean" else f"_s{i}"
         finite = " and ".join(f"({h} - {h}) == 0.0" for h in shifts)
-        by = "" if s.divisor is None else f" / np.float64({self.names[s.divisor]})"
+        by = "".join([f" * np.float64({self.names[r]})" for r in s.factors]
+                     + [f" / np.float64({self.names[r]})" for r in s.divisors])
+        sign = "-" if s.negated else ""
         return [f"_hd{i} = {hd}",
                 f"if _hd{i} == 0.0 or ((_s{i} == 0.0 or abs(_s{i}) == np.inf) and {finite}):",
-                f"    u{i} = _T({v}{by})",
+                f"    u{i} = _T({sign}{v}{by})",
                 "else:",
-                f"    u{i} = _T({v} * np.exp(_hd{i}){by})"] + self.written_again(s, v)
+                f"    u{i} = _T({sign}{v} * np.exp(_hd{i}){by})"] + self.written_again(s, v)
 
     def centred_finish(self, s: Finish) -> list[str]:
         """A centred sum's value; where it is not finite, the sum of its operand as

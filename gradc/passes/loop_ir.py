@@ -325,9 +325,9 @@ class Finish:
     ``factors``, and where that is not finite, the sum of its operand as written
     over the row, computed by ``fallback``: the statements of a loop over the row;
     ``shift``: an online sum's (:class:`Online`), scaled by ``exp(k - shift)``, the
-    sum of the row values ``shift``, then divided by the row value ``divisor`` where
-    there is one; a weighted one's, where not finite, computed again by ``fallback``
-    as the centred sum's)."""
+    sum of the row values ``shift``, then negated where ``negated``, times the row
+    values ``factors`` and over the row values ``divisors``; a weighted one's, where
+    not finite, computed again by ``fallback`` as the centred sum's)."""
     node: int
     kind: str
     nan_flag: bool = False
@@ -335,7 +335,8 @@ class Finish:
     factors: tuple[int, ...] = ()
     fallback: tuple = ()
     shift: tuple[int, ...] | None = None
-    divisor: int | None = None
+    negated: bool = False
+    divisors: tuple[int, ...] = ()
 
 
 def gathered(graph: Graph, kernel: ReduceKernel, n: int) -> bool:
@@ -823,7 +824,8 @@ class _Lowering:
                                     fallback=self.fallback(n)))
             elif n in self.onl:
                 o = self.onl[n]
-                steps.append(Finish(n, self.kind(n), shift=o.shift, divisor=o.divisor,
+                steps.append(Finish(n, self.kind(n), shift=o.shift, negated=o.negated,
+                                    factors=o.factors, divisors=o.divisors,
                                     fallback=self.fallback(n) if o.weight else ()))
             elif is_reduction(self.graph, n):
                 steps.append(Finish(n, self.kind(n), self.cpu and self.kind(n) in ("max", "min")))

@@ -180,13 +180,14 @@ class OnlineSum:
     +inf in it) with a finite ``h``, which is kept (``0 * exp(1000)`` would be NaN).
 
     A weighted one (``weight``: ``(g, reader)``, an outside value read per element by
-    the product ``reader``) sums ``exp(x - h) * g``, or ``exp(x - h) / r * g`` where
-    ``divisor`` ``r`` is the plain online sum of the same exp (softmax's ``y = e /
-    sum(e)``; its backward's ``sum(y * dy)``): the same loop adds ``exp(x - k) * g``
-    beside the plain sum's ``exp(x - k)``, the exp taken once; after the pass the sum
-    is scaled as the plain one's, then divided by ``r`` (the sum of ``y * dy`` in the
-    pass of the max: softmax's fused ``fwd_bwd`` and ``vjp`` in two passes).  ``exp``:
-    the exp node summed (-1 for a logsumexp)."""
+    the node ``reader``) sums ``exp(x - h) * g`` times row values: negated where
+    ``negated``, times the row values ``factors``, over the row values ``divisors``
+    (softmax's ``sum(y * dy)`` with ``y = e / sum(e)``; the built-in softmax's
+    derivative ``sum(-dy * e / s / s)``): the same loop adds ``exp(x - k) * g`` beside
+    the plain sum's ``exp(x - k)``, the exp taken once; after the pass the sum is
+    scaled as the plain one's, then by the row values (the sum in the pass of the max:
+    softmax's fused ``fwd_bwd`` and ``vjp`` in two passes).  ``exp``: the exp node
+    summed (-1 for a logsumexp)."""
     node: int
     kind: str
     max: int
@@ -194,7 +195,9 @@ class OnlineSum:
     shift: tuple[int, ...] | None
     exp: int = -1
     weight: tuple[int, int] | None = None
-    divisor: int | None = None
+    negated: bool = False
+    factors: tuple[int, ...] = ()
+    divisors: tuple[int, ...] = ()
 
 
 def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
@@ -227,34 +230,68 @@ def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
 
 def _weighted(graph: Graph, kernel: ReduceKernel, e: int, found: dict[int, OnlineSum],
               maxima: dict[int, int]):
-    """Where element node ``e`` is ``exp(x - h) * g`` or ``exp(x - h) / r * g`` (either
-    order; ``g`` an outside value read per element, ``r`` a plain :class:`OnlineSum` of
-    that exp), a function of the sum's node and kind giving its weighted
-    :class:`OnlineSum`; else None."""
-    lv = dict(kernel.levels)
-    node = graph.node(e)
-    if lv.get(e) != ELEMENT or node.op != "mul":
+    """Where element node ``e`` is a product of one ``exp(x - h)``, one outside value
+    ``g`` read per element, and row values, with negations and divisions by row
+    values (:func:`_factors`; softmax's ``exp(x - h) / r * g``, the built-in softmax's
+    derivative ``zero_masked(-g * exp(x - h) / r / r, g)``), a function of the sum's
+    node and kind giving its weighted :class:`OnlineSum`; else None."""
+    got = _factors(graph, kernel, e)
+    if got is None or got[0] is None or got[1] is None:
         return None
-    for p, g in (node.args, node.args[::-1]):
-        if g in lv or access(graph, kernel, e, g) != PER_ELEMENT:
-            continue
-        divisor = None
-        if lv.get(p) == ELEMENT and graph.node(p).op == "div":
-            p, r = graph.node(p).args
-            if graph.node(r).op == "broadcast_in" and lv.get(r) == ELEMENT:
-                r = graph.node(r).args[0]
-            plain = found.get(r)
-            if plain is None or plain.kind != "sum" or plain.weight or plain.exp != p:
-                continue
-            divisor = r
-        if lv.get(p) != ELEMENT or graph.node(p).op != "exp":
-            continue
-        shifted = _shifted(graph, kernel, graph.node(p).args[0], maxima)
-        if shifted:
-            x, m, h = shifted
-            return lambda n, kind: OnlineSum(n, kind, m, (x, m), h, exp=p, weight=(g, e),
-                                             divisor=divisor)
-    return None
+    p, weight, negated, factors, divisors = got
+    shifted = _shifted(graph, kernel, graph.node(p).args[0], maxima)
+    if not shifted:
+        return None
+    x, m, h = shifted
+    return lambda n, kind: OnlineSum(n, kind, m, (x, m), h, exp=p, weight=weight,
+                                     negated=negated, factors=factors, divisors=divisors)
+
+
+def _factors(graph: Graph, kernel: ReduceKernel, e: int):
+    """``(exp, (g, reader), negated, factors, divisors)`` where element node ``e`` is
+    ``exp`` (an exp node) times ``g`` (an outside value, read per element by
+    ``reader``; each at most once, else None), negated or not, times the row values
+    ``factors`` over the row values ``divisors`` (broadcast back, as a row kernel
+    reads them); a ``zero_masked`` is read as its value (it differs only where the
+    value is NaN, which the weighted sum's fallback takes again as written); None
+    where ``e`` is not such a product."""
+    lv = dict(kernel.levels)
+
+    def row_value(v: int) -> int | None:
+        if graph.node(v).op == "broadcast_in" and lv.get(v) == ELEMENT:
+            v = graph.node(v).args[0]
+        return v if lv.get(v) == ROW else None
+
+    def walk(v: int, reader: int):
+        node = graph.node(v)
+        if v not in lv:
+            if access(graph, kernel, reader, v) != PER_ELEMENT:
+                return None
+            return None, (v, reader), False, (), ()
+        if lv[v] != ELEMENT:
+            return None
+        if node.op == "exp":
+            return v, None, False, (), ()
+        if node.op in ("neg", "zero_masked"):
+            inner = walk(node.args[0], v)
+            return inner and (*inner[:2], inner[2] != (node.op == "neg"), *inner[3:])
+        if node.op == "div" and row_value(node.args[1]) is not None:
+            inner = walk(node.args[0], v)
+            return inner and (*inner[:4], (*inner[4], row_value(node.args[1])))
+        if node.op != "mul":
+            return None
+        a, b = node.args
+        for u, r in ((a, b), (b, a)):
+            if row_value(r) is not None:
+                inner = walk(u, v)
+                return inner and (*inner[:3], (*inner[3], row_value(r)), inner[4])
+        left, right = walk(a, v), walk(b, v)
+        if not left or not right or (left[0] and right[0]) or (left[1] and right[1]):
+            return None
+        return (left[0] or right[0], left[1] or right[1], left[2] != right[2],
+                left[3] + right[3], left[4] + right[4])
+
+    return walk(e, e) if lv.get(e) == ELEMENT else None
 
 
 def _shifted(graph: Graph, kernel: ReduceKernel, d: int,
@@ -392,7 +429,7 @@ def schedule(graph: Graph, kernel: ReduceKernel, scratch: bool = True,
                 o = sch.online[n]
                 sch.phase[n] = sch.avail[o.max] - 1
                 sch.avail[n] = max(sch.avail[o.max], *(sch.avail[h] for h in o.shift),
-                                   *([sch.avail[o.divisor]] if o.divisor is not None else []))
+                                   *(sch.avail[r] for r in o.factors + o.divisors))
             elif n in sch.centred:
                 c = sch.centred[n]
                 sch.phase[n] = max(sch.phase.get(v, 0) for v, _ in c.values)
@@ -424,10 +461,10 @@ def _reads(graph: Graph, kernel: ReduceKernel, cen: dict[int, CentredSum],
            onl: dict[int, OnlineSum], n: int) -> list[int]:
     """The values node ``n`` reads: a centred sum's values and factors, and the row
     values its operand reads (its means: for :func:`fallback_chain`); an online sum's
-    value, max, shift and divisor."""
+    value, max, shift and the row values it is scaled by."""
     if n in onl and onl[n].shift is not None:
-        divisor = [onl[n].divisor] if onl[n].divisor is not None else []
-        return [onl[n].value[0], onl[n].max, *onl[n].shift, *divisor]
+        o = onl[n]
+        return [o.value[0], o.max, *o.shift, *o.factors, *o.divisors]
     if n in cen:
         lv = dict(kernel.levels)
         return [v for v, _ in cen[n].values] + list(cen[n].factors) + [

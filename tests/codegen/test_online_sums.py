@@ -59,6 +59,8 @@ def _call(m, op, method, x, rng):
     if op == "xent":
         t = rng.random(x.shape).astype(dtype)
         args.append(t / t.sum(axis=-1, keepdims=True))
+    elif op == "wrow":
+        args.append(rng.standard_normal(x.shape).astype(dtype))
     elif op == "lsm2":
         args.append((rng.standard_normal(x.shape[-1]) * 0.5 + 1).astype(dtype))
     f = getattr(m, op)
@@ -77,7 +79,9 @@ def _call(m, op, method, x, rng):
 # lsmb's, the built-in log_softmax, lseh's, lsefloor's, lsecap's, and of x less the max
 # itself: lkd's, jlsm's (JAX's log_softmax); two shifts: lsmb's and jlsm's fwd_bwd,
 # twoshift's; weighted, sum(y * dy): smax's fwd_bwd and vjp, and the jvps of
-# log-softmax and cross-entropy, sum(softmax * tangent))
+# log-softmax and cross-entropy, sum(softmax * tangent); the built-in softmax's
+# derivative, sum(-dy * e / s / s): bsmax's fwd_bwd and vjp; times another row value,
+# negated: wrow's forward)
 CASES = [("smax", "fwd_bwd"), ("smax", "vjp"), ("smax", "jvp"), ("lsmax", "fwd_bwd"),
          ("lsmax", "forward"),
          ("xent", "fwd_bwd"), ("xent", "forward"),
@@ -85,7 +89,8 @@ CASES = [("smax", "fwd_bwd"), ("smax", "vjp"), ("smax", "jvp"), ("lsmax", "fwd_b
          ("wcap", "forward"), ("lsmb", "forward"), ("lsmb", "fwd_bwd"), ("lseh", "forward"),
          ("lsefloor", "forward"), ("lsecap", "forward"), ("twoshift", "forward"),
          ("jlsm", "forward"), ("jlsm", "fwd_bwd"), ("lkd", "forward"),
-         ("xent", "jvp"), ("lsmax", "jvp"), ("lsmb", "jvp"), ("jlsm", "jvp")]
+         ("xent", "jvp"), ("lsmax", "jvp"), ("lsmb", "jvp"), ("jlsm", "jvp"),
+         ("bsmax", "fwd_bwd"), ("bsmax", "vjp"), ("wrow", "forward")]
 SPECIAL = ["-inf first", "all -inf", "+inf", "nan", "largest", "rising"]
 
 
@@ -133,7 +138,7 @@ def test_float32_online_form_keeps_float32_accuracy(m, monkeypatch, op, method):
 
 
 @pytest.mark.parametrize("op", ["lsmax", "lsm2", "mexp", "lsmb", "lseh", "twoshift", "jlsm",
-                                "lkd"])
+                                "lkd", "bsmax"])
 def test_online_vjp_against_finite_differences(m, monkeypatch, op):
     """The online form's vjp against central differences of its own forward, in float64,
     along random directions (rows of 700: three blocks, the shift rescaled)."""
@@ -218,19 +223,23 @@ def test_logsumexp_of_x_less_its_max_against_numpy(m, monkeypatch, kernel_calls,
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("method", ["fwd_bwd", "vjp"])
+@pytest.mark.parametrize("op", ["smax", "bsmax"])
 def test_weighted_online_sum_keeps_what_the_sum_as_written_gives(m, monkeypatch, kernel_calls,
-                                                                 dtype, method):
+                                                                 dtype, method, op):
     """softmax's sum(y * dy) online is a sum of exp(x - k) * dy divided by the sum of
-    exp(x - k) (row_schedule.OnlineSum's weight): where dy holds an inf or a NaN, or
-    is so large that the sum of exp(x - k) * dy overflows where the sum of y * dy does
-    not (y sums to 1: rows of 0, the largest numbers in dy), it is taken again as
-    written; both forms, on
-    whole and on split rows, agree with each other to the order of their sums."""
+    exp(x - k) (row_schedule.OnlineSum's weight; the built-in softmax's derivative
+    writes it sum(zero_masked(-dy * e / s / s, dy)): negated, over s twice): where dy
+    holds an inf or a NaN, or is so large that the sum of exp(x - k) * dy overflows
+    where the sum of y * dy does not (y sums to 1: rows of 0, the largest numbers in
+    dy), or the row is all -inf (s is 0) with dy 0 there (the sum as written is 0, the
+    sum over s NaN), it is taken again as written; both forms, on whole and on split
+    rows, agree with each other to the order of their sums."""
     calls = kernel_calls(m, "_online", "_online_chunks", "_online_split")
     big = np.finfo(dtype).max
     rtol = 1e-12 if dtype == np.float64 else 2e-5
     for shape in [(3, 257), (2, 700)]:
-        for case in ["random", "inf", "-inf", "nan", "huge", "overflow", "huge mixed"]:
+        for case in ["random", "inf", "-inf", "nan", "huge", "overflow", "huge mixed",
+                     "-inf row, dy 0"]:
             rng = np.random.default_rng(13)
             x = (rng.standard_normal(shape) * 3).astype(dtype)
             dy = rng.standard_normal(shape).astype(dtype)
@@ -243,13 +252,15 @@ def test_weighted_online_sum_keeps_what_the_sum_as_written_gives(m, monkeypatch,
                 dy = (rng.uniform(0.5, 1, shape) * (big / 2)).astype(dtype)
             elif case == "huge mixed":
                 dy = np.where(dy > 0, big / 4, -big / 4).astype(dtype)
+            elif case == "-inf row, dy 0":
+                x[0], dy[0] = -np.inf, 0
             results = []
             for online, split in [(0, (0, 64, 16)), (0, (8, 64, 100)), (NEVER, (0, 64, 16))]:
                 monkeypatch.setattr(m, "_G_ONLINE", (online, online))
                 monkeypatch.setattr(m, "_G_SPLIT", split)
                 before = len(calls)
                 with np.errstate(all="ignore"):
-                    got = getattr(m.smax, method)(x, dy)
+                    got = getattr(getattr(m, op), method)(x, dy)
                 assert (len(calls) > before) == (online == 0), (shape, case)
                 results.append(got if isinstance(got, tuple) else (got,))
             for got in results[:2]:
@@ -361,7 +372,7 @@ def test_online_bits_do_not_depend_on_threads(m, monkeypatch):
 
 
 @pytest.mark.parametrize("op, method", [("smax", "fwd_bwd"), ("smax", "vjp"), ("lsmax", "fwd_bwd"),
-                                        ("xent", "fwd_bwd"), ("xent", "jvp"),
+                                        ("bsmax", "fwd_bwd"), ("xent", "fwd_bwd"), ("xent", "jvp"),
                                         ("lsmax", "jvp"), ("mexp", "forward"),
                                         ("lsmb", "forward"), ("lsecap", "forward")])
 def test_online_split_rows_agree_with_whole_rows(m, monkeypatch, kernel_calls, op, method):

@@ -207,7 +207,8 @@ def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(sof
     assert graph.node(o.max).op == "max" and o.shift == (o.max,)   # exp(x - max(x))
     # sum(y * dy), y = e / sum(e): a sum of e * dy divided by the sum of e
     (w,) = [w for w in sums.values() if w.weight is not None]
-    assert (w.max, w.shift, w.exp, w.divisor) == (o.max, o.shift, o.exp, o.node)
+    assert (w.max, w.shift, w.exp, w.divisors) == (o.max, o.shift, o.exp, (o.node,))
+    assert not w.negated and w.factors == ()
     assert online(graph, kernel)
     loops = lower(graph, kernel, CPU, online=True)
     assert loops.online and loops.split       # its split rows too
@@ -221,7 +222,7 @@ def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(sof
     assert loops.scratch == []
     finishes = {s.node: s for s in loops.passes[1].before if isinstance(s, Finish)}
     assert finishes[o.node].shift == finishes[w.node].shift == (o.max,)
-    assert finishes[w.node].divisor == o.node and finishes[o.node].divisor is None
+    assert finishes[w.node].divisors == (o.node,) and finishes[o.node].divisors == ()
     # CUDA and the other CPU form keep the max and the sums in passes of their own
     assert len(lower(graph, kernel, CUDA, online=True).passes) == 4
     assert not lower(graph, kernel, CPU).online
@@ -238,15 +239,21 @@ def test_cpu_softmax_fwd_bwd_online_form_sums_the_exp_in_the_pass_of_the_max(sof
     ("y * (dy - sum(e * dy, axis=1, keepdims=true))", True),        # no divisor
     ("y * (dy - mean(y * dy, axis=1, keepdims=true))", True),
     ("y * (dy - sum(y * x, axis=1, keepdims=true))", True),         # the input itself
-    # divided by a sum of another value, or weighted by a row value or a computed one
-    ("y * (dy - sum(e / sum(x, axis=1, keepdims=true) * dy, axis=1, keepdims=true))", False),
+    ("y * (dy - sum(-(y * dy), axis=1, keepdims=true))", True),     # negated
+    # times and over other row values (a plain sum in the pass of the max)
+    ("y * (dy - sum(e / sum(x, axis=1, keepdims=true) * dy, axis=1, keepdims=true))", True),
+    ("y * (dy - sum(-dy * e * sum(x, axis=1, keepdims=true) / sum(e, axis=1, keepdims=true)"
+     " / sum(e, axis=1, keepdims=true), axis=1, keepdims=true))", True),
+    # weighted by a row value only, or by a value computed in the kernel, or two exps
     ("y * (dy - sum(y * max(dy, axis=1, keepdims=true), axis=1, keepdims=true))", False),
     ("y * (dy - sum(y * (dy * dy), axis=1, keepdims=true))", False),
+    ("y * (dy - sum(y * e * dy, axis=1, keepdims=true))", False),
 ])
 def test_weighted_online_sums_are_exp_times_an_input_over_its_own_sum(grad, weighted):
-    """A row sum of exp(x - max) (divided by the plain online sum of that exp, or not)
-    times an input read per element is a weighted online sum; not divided by another
-    sum, nor times a row value or an element value computed in the kernel."""
+    """A row sum of exp(x - max) times an input read per element, negated or not, times
+    and over row values (the plain online sum of that exp, another sum), is a weighted
+    online sum; not one weighted by a row value alone, nor by an element value computed
+    in the kernel, nor of two exps."""
     graph, kernel = fwd_bwd_kernel(f"""op f(x: f32[b, n]) -> y {{
     e = exp(x - max(x, axis=1, keepdims=true))
     y = e / sum(e, axis=1, keepdims=true)
