@@ -166,11 +166,12 @@ def fitting_inputs(cop: CompiledOp, rng: np.random.Generator,
                    custom: CompiledOp | None = None):
     """``(xs, ys, sampling)``: :func:`sample_inputs` at the first of ``GENERIC_SHAPES`` for
     parameters without a declared shape at which the forward pass runs, and its
-    outputs ``ys``; None when none fits.  Integer parameters are tried in [-3, 3] (all
-    of it: a range fits only if the forward pass runs at both its ends too), then as
-    indices, from [0, 1] (valid for any dim of 2 or more: ``one_hot``, gathers) to the
-    widest ``[0, k)`` that fits, ``k`` up to the inputs' largest dim (every class of a
-    cross-entropy's labels, not only the first two).
+    outputs ``ys``; None when none fits (:class:`CustomRuleError` where the forward pass
+    runs at some but the custom VJP at none, with the rule's error).  Integer parameters
+    are tried in [-3, 3] (all of it: a range fits only if the forward pass runs at both
+    its ends too), then as indices, from [0, 1] (valid for any dim of 2 or more:
+    ``one_hot``, gathers) to the widest ``[0, k)`` that fits, ``k`` up to the inputs'
+    largest dim (every class of a cross-entropy's labels, not only the first two).
     ``custom``: the op with its custom rules, whose VJP must run too (a layer norm's
     ``db = sum(dy, axis=0)`` is a gradient of ``b``'s shape only for a matrix ``x``).
     ``sampling``: the keywords of :func:`sample_inputs` that fit (``generic``, ``ints``,
@@ -198,15 +199,24 @@ def fitting_inputs(cop: CompiledOp, rng: np.random.Generator,
             rank = max((np.ndim(x) for x in xs), default=0)
             worse = [f for f in failed if f[0] > rank]
             if worse:
-                raise CustomRuleError(f"the custom rule fails at {worse[0][1]}, where the "
-                                      f"forward pass runs: {worse[0][2]}")
+                raise _rule_fails(worse[0])
             return xs, ys, {"generic": generic, "ints": ints, "dims": dims}
+    if failed:          # the rule's own error (a gradient's shape), not "declare shapes"
+        raise _rule_fails(failed[0])
     return None
 
 
 class CustomRuleError(ValueError):
     """A custom rule that fails at inputs of a higher rank than the ones it runs at,
-    where the forward pass runs at both (:func:`fitting_inputs`)."""
+    or at every input it was tried at, where the forward pass runs at both
+    (:func:`fitting_inputs`)."""
+
+
+def _rule_fails(failure: tuple) -> CustomRuleError:
+    """The error for ``(rank, shapes, error)``, a custom VJP failing where the forward runs."""
+    _, shapes, exc = failure
+    return CustomRuleError(f"the custom rule fails at {shapes}, where the forward pass "
+                           f"runs: {exc}")
 
 
 def shapes_to_try(cop: CompiledOp, custom: CompiledOp | None = None) -> tuple:

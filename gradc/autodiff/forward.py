@@ -108,8 +108,11 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
     only matters when the block itself is differentiated), and so is a
     ``zero_masked`` (its mask tests the upstream for 0, which maps to 0 anyway),
     and reverse mode from the gradient outputs, seeded with ``tangents``, to the
-    placeholders is the transpose.  Raises :class:`GradientError` (E405) naming the op and
-    the line of the block where linearity is lost.
+    placeholders is the transpose.  A gradient whose shape is checked at run time
+    (``shape_check``) has its tangent checked against that shape first
+    (``shape_check_of``), so a wrong one is refused with the rule's message.  Raises
+    :class:`GradientError` (E405) naming the op and the line of the block where
+    linearity is lost.
     """
     rule = region.rule
     b = Builder(graph)
@@ -128,7 +131,12 @@ def transpose_grad_block(graph: Graph, region: CustomRegion,
         if t is None or is_zero(graph, g):
             continue
         gb = Builder(graph, span=graph.node(g).span)
-        roots.append(unbroadcast(gb, custom_cotangent(gb, region, gname, g, p, a), a))
+        ct = custom_cotangent(gb, region, gname, g, p, a)
+        if ct != g and graph.node(ct).op == "shape_check":
+            # the transpose of unbroadcast's sum_to broadcasts t to g's shape before the
+            # transposed check runs: check g's shape (read only) on the seed first
+            t = gb.apply("shape_check_of", (t, g, a), dict(graph.node(ct).attrs))
+        roots.append(unbroadcast(gb, ct, a))
         seeds.append(t)
     out = vjp(graph, roots, seeds, ups) if roots else [None] * len(ups)
     leaked = _values_read(graph, [t for t in out if t is not None]) & set(ups)

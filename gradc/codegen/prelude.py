@@ -35,22 +35,26 @@ def _g_sum_to(g, shape):
     return np.broadcast_to(g, shape)
 
 
-def _g_shape_check(g, shape, message):
-    """``g`` itself, after checking that ``shape`` broadcasts to ``g``'s shape.
+def _g_shape_check(x, shape, message, got=None):
+    """``x`` itself, after checking that ``shape`` broadcasts to ``got`` (``x``'s shape
+    unless given).
 
     A custom gradient must have its parameter's shape, or a shape the parameter
     was broadcast to (it is then summed back): where shapes are known only at
     run time, this is the check (a smaller gradient would otherwise be broadcast
-    up to the parameter, silently wrong).  ``message`` names the gradient and the
-    parameter, with ``{got}`` and ``{want}`` fields for the shapes."""
-    got, want = tuple(np.shape(g)), tuple(shape)
+    up to the parameter, silently wrong).  Forward mode checks the gradient's shape
+    ``got`` before its tangent ``x`` meets it: the transposed grad block broadcasts
+    the tangent to that shape first, which would fail with NumPy's message.
+    ``message`` names the gradient and the parameter, with ``{got}`` and ``{want}``
+    fields for the shapes."""
+    got, want = tuple(np.shape(x) if got is None else got), tuple(shape)
     try:
         ok = np.broadcast_shapes(got, want) == got
     except ValueError:
         ok = False
     if not ok:
         raise ValueError(message.format(got=got, want=want))
-    return g
+    return x
 
 
 def _g_transpose(x):

@@ -26,9 +26,10 @@ from gradc.ir.primitives import ALIASES, BINARY_OPS, COMPARE_OPS, DECOMPOSED, PR
 from gradc.ir.shapes import DimRef
 
 # Primitives that derivative rules may call but .grad files may not.
-INTERNAL = ("broadcast_in", "sum_to", "shape_check", "size_ratio", "transpose", "matmul", "cast",
-            "identity", "zero_masked", "dim_size", "reshape_like", "take_transpose", "shift",
-            "linear_scan", "take_along_axis_transpose", "random_uniform", "one_hot_labels",
+INTERNAL = ("broadcast_in", "sum_to", "shape_check", "shape_check_of", "size_ratio", "transpose",
+            "matmul", "cast", "identity", "zero_masked", "dim_size", "reshape_like",
+            "take_transpose", "shift", "linear_scan", "take_along_axis_transpose",
+            "random_uniform", "one_hot_labels",
             # reached by x[...] (gradc.ir.indexing), not by name
             "slice", "slice_transpose", "concat_part", "concat_part_transpose", "wrap_index",
             "merge_axes")

@@ -186,7 +186,7 @@ class Primitive:
 # NaN; not square: 2 * inf.)
 _BOUNDED = frozenset("""add sub neg identity cast where clip full_like abs maximum minimum
     atan tanh sigmoid softplus erf erfc sum mean max min transpose sum_to
-    broadcast_in matmul shape_check zero_masked""".split())
+    broadcast_in matmul shape_check shape_check_of zero_masked""".split())
 
 
 def _ew(name, params, ref, vjp, cpu, **kw) -> Primitive:
@@ -446,6 +446,10 @@ def _gd_shape_check(t, x, like, message=None):
     return _g_shape_check(x, tuple(like.shape), message)
 
 
+def _gd_shape_check_of(t, x, got, like, message=None):
+    return _g_shape_check(x, tuple(like.shape), message, tuple(got.shape))
+
+
 # --- JAX and PyTorch: the functions that are not one of the frameworks' own --------
 # (those are named by their dotted names, "jnp.tanh"; adapters.framework_lowering
 # resolves them). Each imports its framework when called: both are optional.
@@ -640,9 +644,19 @@ def _torch_shape_check(x, like, message=None):
     return P.shape_check(x, tuple(like.shape), message)
 
 
+def _jax_shape_check_of(x, got, like, message=None):
+    import jax.numpy as jnp
+    return P.shape_check(x, jnp.shape(like), message, jnp.shape(got))
+
+
+def _torch_shape_check_of(x, got, like, message=None):
+    return P.shape_check(x, tuple(like.shape), message, tuple(got.shape))
+
+
 # Computed on the host from shapes, device arrays too (their CUDA call is the same).
 _SIZE_RATIO = "_T({x}.size / max({y}.size, 1))"
 _SHAPE_CHECK = "_g_shape_check({x}, {like}.shape, {message!r})"
+_SHAPE_CHECK_OF = "_g_shape_check({x}, {like}.shape, {message!r}, {got}.shape)"
 
 # max(x, lo) of clip's template, NaN when x or lo is (np.maximum's rule).
 _CLIP_LO = "({lo} if ({x} < {lo} or {lo} != {lo}) else {x})"
@@ -2931,6 +2945,20 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
               float_only=False, dtype="same", shape_only=(1,), linear=(0,), value_operands=(0,),
               keywords=(("message", "internal", None),), shape_like=0,
               jax=_jax_shape_check, torch=_torch_shape_check),
+    # shape_check_of(t, got, like): t, once like's shape is known to broadcast to got's
+    # (shape_check's test, reading shapes only). Forward mode applies it to the tangent
+    # that transposing a grad block seeds with, before the transpose of ``sum_to``
+    # broadcasts that tangent to the gradient's shape ``got`` (which would fail first,
+    # with NumPy's message): autodiff.forward.transpose_grad_block.
+    Primitive("shape_check_of", ("x", "got", "like"), LIBRARY,
+              lambda x, got, like, message:
+              P.shape_check(x, np.shape(like), message, np.shape(got)),
+              ("shape_check_of(g, got, like, message=message)", None, None),
+              jvp=("shape_check_of(x_t, got, like, message=message)", None, None),
+              lib=_SHAPE_CHECK_OF, cuda=_SHAPE_CHECK_OF, helpers=(P.shape_check,),
+              dask=_gd_shape_check_of, float_only=False, dtype="same", shape_only=(1, 2),
+              linear=(0,), value_operands=(0,), keywords=(("message", "internal", None),),
+              shape_like=0, jax=_jax_shape_check_of, torch=_torch_shape_check_of),
     # broadcast_in(v, like): a reduction's result broadcast back (see prelude).
     Primitive("broadcast_in", ("x", "like"), LIBRARY,
               lambda x, like, axis=None, keepdims=False:

@@ -28,7 +28,8 @@ FULL, COL, DECLARED = "f", "c", "-"
 ANY_RANK, RANK_2_UP, RANK_2 = 0, 1, 2
 # Primitives that mean the same on the collapsed arrays (besides elementwise ones and
 # reductions along the last axis or over everything).
-_NEUTRAL = {"param", "const", "identity", "sum_to", "shape_check", "size_ratio"}
+_NEUTRAL = {"param", "const", "identity", "sum_to", "shape_check", "shape_check_of",
+            "size_ratio"}
 _FLOATS = (None, "f16", "f32", "f64")
 
 

@@ -1,6 +1,7 @@
 """Issue 3 §2: compile-time checks of custom gradients, with file:line:col."""
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -151,6 +152,97 @@ def test_a_custom_gradient_smaller_than_its_parameter_is_an_error_at_run_time(
                                                          ones.astype(np.float32))
     assert jax.grad(lambda x, w: f(x, w).sum(), argnums=1)(
         x.astype(np.float32), np.float32(2.0)) == 6.0
+
+
+# x: (4,), w: (5, 4) at run time. bad's dx sums along the wrong axis: (5,), which x's (4,)
+# does not broadcast to; good's is x's shape; wide's is y's, which x was broadcast to.
+WRONG_AXIS = """
+op bad(x, w) -> y {
+    y = x * w
+} grad(dy) -> (dx, dw) {
+    dx = sum(dy * w, axis=1)
+    dw = dy * x
+}
+op good(x, w) -> y {
+    y = x * w
+} grad(dy) -> (dx, dw) {
+    dx = sum(dy * w, axis=0)
+    dw = dy * x
+}
+op wide(x, w) -> y {
+    y = x * w
+} grad(dy) -> (dx, dw) {
+    dx = dy * w
+    dw = dy * x
+}
+"""
+WRONG_AXIS_MESSAGE = (r"gradient 'dx' of op 'bad' \(axis.grad:5:5\) has shape \(5,\), but "
+                      r"parameter 'x' has shape \(4,\): a custom gradient must have")
+
+
+def test_jvp_checks_a_custom_gradients_shape_before_broadcasting_the_tangent(
+        import_module_text, tmp_path):
+    """The transposed grad block broadcasts x's tangent to the gradient's shape (the
+    transpose of the sum back to x's shape) before the transposed check: jvp checks the
+    gradient's shape first, with vjp's message, not NumPy's broadcast error."""
+    m = import_module_text(gradc.compile_source(WRONG_AXIS, file="axis.grad"),
+                           "gradc_test_wrong_axis")
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal(4), rng.standard_normal((5, 4))
+    xt, wt, dy = rng.standard_normal(4), rng.standard_normal((5, 4)), np.ones((5, 4))
+    for impl in (m.bad, m.bad.unfused):
+        for method, args in {"vjp": (x, w, dy), "jvp": (x, w, xt, wt)}.items():
+            with pytest.raises(ValueError, match=WRONG_AXIS_MESSAGE):
+                getattr(impl, method)(*args)
+        with pytest.raises(ValueError, match=WRONG_AXIS_MESSAGE):
+            impl.jvp(x, w, xt, np.zeros((5, 4)))        # x's tangent is checked, not w's
+    # the right gradient, and one of the shape x was broadcast to (summed back)
+    for impl in (m.good, m.good.unfused, m.wide, m.wide.unfused):
+        y, yt = impl.jvp(x, w, xt, wt)
+        np.testing.assert_allclose(yt, xt * w + x * wt, rtol=1e-14)
+        dx, dw = impl.vjp(x, w, dy)                   # the adjoint identity
+        assert np.vdot(dy, yt) == pytest.approx(np.vdot(dx, xt) + np.vdot(dw, wt), rel=1e-12)
+    # good's rule is right for a row x, not for a column: refused as by vjp
+    with pytest.raises(ValueError, match=r"gradient 'dx' of op 'good' \(axis.grad:11:5\) has "
+                       r"shape \(4,\), but parameter 'x' has shape \(5, 1\)"):
+        m.good.jvp(np.ones((5, 1)), w, np.ones((5, 1)), wt)
+    # the same check in the interpreter, in Dask graphs and in the JAX and PyTorch lowerings
+    from gradc.adapters.framework_lowering import jax_framework, lower_graph, torch_framework
+    from gradc.frontend.check import check_source
+    from gradc.ir.interpret import interpret
+    from gradc.pipeline import build_program
+    g = build_program(check_source(WRONG_AXIS, "axis.grad"))["bad"].methods["jvp"].graph
+    assert "shape_check_of" in {node.op for node in g}
+    with pytest.raises(ValueError, match=WRONG_AXIS_MESSAGE):
+        interpret(g, [x, w, xt, wt])
+    da = pytest.importorskip("dask.array")
+    with pytest.raises(ValueError, match=WRONG_AXIS_MESSAGE):
+        m.bad.jvp(*(da.from_array(a, chunks=2) for a in (x, w, xt, wt)))
+    frameworks = []
+    for name, fw, array in (("jax", jax_framework, np.asarray),
+                            ("torch", torch_framework, lambda a: __import__("torch").tensor(a))):
+        try:
+            __import__(name)
+        except ImportError:
+            continue
+        frameworks.append((fw(), array))
+    for fw, array in frameworks:
+        run = lower_graph(g, g.params, g.outputs, fw, np.float32)
+        with pytest.raises(ValueError, match=WRONG_AXIS_MESSAGE):
+            run(*(array(a.astype(np.float32)) for a in (x, w, xt, wt)))
+
+
+def test_check_reports_a_custom_gradients_shape_error(tmp_path, capsys):
+    """A rule that fails wherever the forward runs: gradc check names its error (was:
+    "no input shapes tried fit the op ... declare their shapes")."""
+    spec = tmp_path / "axis.grad"
+    spec.write_text(WRONG_AXIS.split("op good")[0])
+    assert main(["check", str(spec)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL bad: " in out and "no input shapes tried" not in out
+    assert re.search(r"\[the custom rule fails at x \(4, 5\), w \(4, 5\), where the forward "
+                     r"pass runs: gradient 'dx' of op 'bad' \(\S*axis.grad:5:5\) has shape "
+                     r"\(4,\), but parameter 'x' has shape \(4, 5\)", out), out
 
 
 NONLINEAR = """

@@ -154,7 +154,8 @@ INDEX3 = "index3"     # integer labels in [0, 3)
 
 
 # A custom gradient of a parameter whose shape is known at run time only, where the
-# gradient's shape class differs from it: checked at run time by a 'shape_check'.
+# gradient's shape class differs from it: checked at run time by a 'shape_check' (and in
+# the JVP, on the tangent, by a 'shape_check_of').
 _ROWS = ("op rowscale(x, w) -> y {\n    y = x * w\n} grad(dy) -> (dx, dw) {\n"
          "    dx = dy * w\n    dw = sum(dy * x, axis=0)\n}\n")
 
@@ -198,8 +199,8 @@ def _other_cases() -> list[Case]:
         # identity: marks the result of a call of an op with a grad block
         Case("i_identity", ("identity",), "x", "    r = 3 * same(x)", ((4,),), (REAL,),
              extra=_SAME),
-        Case("i_shape_check", ("shape_check", "mul"), "x, w", "    r = rowscale(x, w)",
-             ((3, 4), (4,)), (REAL, REAL), extra=_ROWS),
+        Case("i_shape_check", ("shape_check", "shape_check_of", "mul"), "x, w",
+             "    r = rowscale(x, w)", ((3, 4), (4,)), (REAL, REAL), extra=_ROWS),
         # cumsum: along each axis, forwards and (the alias, reverse=) backwards, 1-d
         Case("p_cumsum", ("cumsum",), "x", "    r = cumsum(x, axis=1)", ((3, 4),), (REAL,)),
         Case("p_cumsum_a0r", ("cumsum",), "x",
