@@ -236,7 +236,8 @@ def bench_case(module, op: str, shape: tuple[int, int], names: Sequence[str], re
     peers = [v for v in PEERS if v in errs]
     fastest = min(peers, key=med.get) if peers else None
     return {"op": op, "shape": list(shape), "copy_s": med["copy"], "floor_s": med[FLOOR],
-            "copy_per_allocation_s": per["copy"], "fastest_peer": fastest,
+            "copy_per_allocation_s": per["copy"], "floor_per_allocation_s": per[FLOOR],
+            "fastest_peer": fastest,
             "variants": {v: {"median_s": med[v], "samples_s": samples[v],
                              "per_allocation_s": per[v],
                              "pct_copy": 100 * med["copy"] / med[v],

@@ -49,7 +49,7 @@ def test_a_row_per_op_and_the_json(bench, tmp_path, monkeypatch, capsys):
         assert set(r["variants"]) == set(bench.GRADC) and r["fastest_peer"] is None
         assert r["busy"] == {v: 2 for v in (*bench.GRADC, "copy", bench.FLOOR)}
         # two allocations of the arrays, one repeat each: both samples, and each median
-        assert len(r["copy_per_allocation_s"]) == 2
+        assert len(r["copy_per_allocation_s"]) == len(r["floor_per_allocation_s"]) == 2
         for v in r["variants"].values():
             assert len(v["samples_s"]) == len(v["per_allocation_s"]) == 2
             assert v["median_s"] == np.median(v["samples_s"])
