@@ -210,7 +210,8 @@ def step_texts(plan: KernelPlan, dtypes: tuple[str, ...] = COMPUTE_DTYPES
     g = plan.graph
     per_step: list[list[str]] = []
     names = MathPrinter(g).names
-    ref = lambda n: names.get(n, f"%{n}")
+    outputs = {n: name for n, name in zip(g.outputs, g.output_names) if name}
+    ref = lambda n: names.get(n) or outputs.get(n, f"%{n}")
     totals: dict[str, list[int]] = {}         # loop shape -> [arrays, f32 B, f64 B]
     seen: set[int] = set()                     # nodes of earlier kernels
     for k, step in enumerate(plan.steps):

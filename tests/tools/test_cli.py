@@ -287,7 +287,7 @@ def test_explain_counts_bytes_per_element_of_each_kernel(capsys):
     assert main(["explain", str(EXAMPLES / "seed.grad"), "scaled_tanh"]) == 0
     out = capsys.readouterr().out
     fused = out.split("kernel plan of fwd_bwd (fused, CPU)")[1].split("kernel plan")[0]
-    assert "reads x, dy; stores %" in fused
+    assert "reads x, dy; stores y, grad_x; 4 array(s)" in fused   # outputs by name
     assert "; 4 array(s) per element (16 B at float32, 32 B at float64)" in fused
     assert "all kernels over shape(x): 4 array(s) per element (16 B at float32, 32 B at " \
            "float64)" in fused
@@ -298,7 +298,7 @@ def test_explain_counts_bytes_per_element_of_each_kernel(capsys):
     assert main(["explain", str(EXAMPLES / "activations.grad"), "leaky_relu"]) == 0
     out = capsys.readouterr().out
     fused = out.split("kernel plan of fwd_bwd (fused, CPU)")[1].split("kernel plan")[0]
-    assert "reads x, alpha (scalar), dy; stores %" in fused        # alpha: a 0-d parameter
+    assert "reads x, alpha (scalar), dy; stores y, grad_x" in fused   # alpha: a 0-d parameter
     assert "; 4 array(s) per element (16 B at float32, 32 B at float64)" in fused
 
     assert main(["explain", str(EXAMPLES / "seed.grad"), "mlp"]) == 0
@@ -326,11 +326,11 @@ def test_explain_names_inputs_by_how_each_kernel_reads_them(tmp_path, capsys):
         out = capsys.readouterr().out
         plans[op] = {m: out.split(f"kernel plan of {m} (fused, CPU)")[1].split("kernel plan")[0]
                      for m in ("forward", "fwd_bwd")}
-    assert "reads x, b (per column); stores %3; 2 array(s) per element" in plans["ab"]["forward"]
+    assert "reads x, b (per column); stores y; 2 array(s) per element" in plans["ab"]["forward"]
     assert "reads x, b (per column), dy; stores" in plans["ab"]["fwd_bwd"]
-    assert "reads x, s (per row); stores %3; 2 array(s) per element" in plans["ar"]["forward"]
-    assert "reads x, c (per column); stores %3; 2 array(s) per element" in plans["ac"]["forward"]
-    assert "reads x, s (per row), dy; stores %3, %9 (per row), %13; 4 array(s)" in \
+    assert "reads x, s (per row); stores y; 2 array(s) per element" in plans["ar"]["forward"]
+    assert "reads x, c (per column); stores y; 2 array(s) per element" in plans["ac"]["forward"]
+    assert "reads x, s (per row), dy; stores y, grad_s (per row), grad_x; 4 array(s)" in \
         plans["ar"]["fwd_bwd"]
     (tmp_path / "dyn.grad").write_text("op ad(x, b) -> y { y = tanh(x) * b }\n")
     assert main(["explain", str(tmp_path / "dyn.grad"), "ad"]) == 0
