@@ -24,7 +24,7 @@ from gradc.autodiff.regions import apply_rule
 from gradc.autodiff.rules import COMPOSITES
 from gradc.errors import GradcWarning, GradientError
 from gradc.ir.builder import Builder
-from gradc.ir.graph import CustomRegion, Graph, Node, outermost_regions
+from gradc.ir.graph import FLOAT, CustomRegion, Graph, Node, outermost_regions
 from gradc.ir.primitives import COMPOSITE, PRIMITIVES
 from gradc.ir.shapes import BroadcastError, broadcast
 
@@ -147,9 +147,13 @@ def custom_cotangent(b: Builder, region: CustomRegion, gname: str, ct: int, pnam
     ``pname`` (node ``arg``), checked against the parameter's shape: statically
     where both shapes are known (:func:`_check_custom_shape`), else at run time
     (``shape_check``: the parameter's shape must broadcast to the gradient's, or a
-    smaller gradient would be broadcast up to it, silently wrong).  Both walkers
-    take a grad block's gradients through here."""
+    smaller gradient would be broadcast up to it, silently wrong); an integer one
+    (``argsort(dy)``) cast to the compute dtype first, as PyTorch casts a gradient to
+    its input's dtype.  Both walkers take a grad block's gradients through here."""
     graph = b.graph
+    node = graph.node(ct)
+    if node.dtype != FLOAT and node.op != "const":   # an integer one (argsort): as PyTorch,
+        ct = graph.add("cast", (ct,), None, node.shape, FLOAT, node.span)   # of the dtype
     _check_custom_shape(graph, region, gname, ct, pname, arg)
     got, want = graph.node(ct).shape, graph.node(arg).shape
     if graph.node(ct).op == "const" or _broadcasts_to(want, got):

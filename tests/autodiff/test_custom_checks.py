@@ -310,3 +310,39 @@ def test_cli_prints_warnings_and_succeeds(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("warning[W401]") == 4
     assert "n.grad:5:13: warning[W401]" in err and "    5 |     dx = dy * dy" in err
+
+
+INTEGER_GRADIENTS = """op argsort_grad(x: [n, k]) -> y {
+    y = softmax(x, axis=-1)
+} grad(dy) -> dx surrogate {
+    dx = argsort(dy, axis=-1)
+}
+op argmax_scaled(x) -> y {
+    y = x * 2
+} grad(dy) -> dx surrogate {
+    dx = argmax(dy, axis=-1, keepdims=true) * dy
+}
+"""
+
+
+def test_an_integer_custom_gradient_is_of_the_compute_dtype(import_module_text):
+    """A gradient of integers (argsort, argmax) is cast to the compute dtype, as PyTorch
+    casts a gradient to its input's dtype (it was int64, and out= of the parameter's
+    dtype refused it; helper 67): vjp and fwd_bwd, fused and unfused, into out= too."""
+    m = import_module_text(gradc.compile_source(INTEGER_GRADIENTS, file="int.grad"),
+                           "gradc_test_integer_gradients")
+    x = np.array([[1, 2, 3], [0, 1, -1]])
+    dy = np.array([[1, -1, 2], [0, 1, -1]])
+    want = {"argsort_grad": np.argsort(dy, axis=-1),
+            "argmax_scaled": np.argmax(dy, axis=-1)[:, None] * dy}
+    for dtype in (np.float32, np.float64):
+        a, d = x.astype(dtype), dy.astype(dtype)
+        for name, w in want.items():
+            op = getattr(m, name)
+            for impl in (op, op.unfused):
+                got = [impl.vjp(a, d), impl.fwd_bwd(a, d)[1],
+                       impl.vjp(a, d, out=(np.empty_like(a),))]
+                for g in got:
+                    g = g[0] if isinstance(g, tuple) else g
+                    assert g.dtype == dtype, (name, dtype)
+                    np.testing.assert_array_equal(g, w.astype(dtype))
