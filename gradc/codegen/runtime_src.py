@@ -224,12 +224,23 @@ def _g_int_input(op, name, v, want):
     """An integer or bool argument: an array of ``want``, or of a narrower integer
     dtype that ``want`` holds exactly (int32 labels for an ``i64`` parameter, as
     NumPy's ``safe`` casting: widened, a copy; never narrowed, never from bool or a
-    float); a Python scalar must fit it (no silent wrap-around).  A masked array is
+    float); a Python scalar must fit it (no silent wrap-around), and so must each int of
+    a list or tuple of Python ints, which is then of ``want`` (``[0, 1]`` for an ``i32``
+    parameter, as a Python int is).  A masked array is
     a TypeError, as for float arguments (:func:`_g_float_input`)."""
     if type(v) is (bool if want.kind == "b" else int):
         if want.kind != "b" and not np.iinfo(want).min <= v <= np.iinfo(want).max:
             raise OverflowError(f"{op}: argument '{name}' = {v} does not fit {want.name}")
         return np.asarray(v, dtype=want)
+    if type(v) in (list, tuple) and want.kind != "b":     # of Python ints: as an int, each
+        items = np.array(v, dtype=object)
+        if all(type(i) is int for i in items.flat):
+            info = np.iinfo(want)
+            for i in items.flat:
+                if not info.min <= i <= info.max:
+                    raise OverflowError(f"{op}: argument '{name}' holds {i}, which does not "
+                                        f"fit {want.name}")
+            return np.array(v, dtype=want)
     _g_not_masked(op, "argument", name, v)
     try:
         lazy = hasattr(v, "__dask_graph__")
@@ -243,10 +254,6 @@ def _g_int_input(op, name, v, want):
         if type(v) in (bool, int, float, complex, str) or v is None:   # no .astype
             got, fix = type(v).__name__, "pass True or False" if want.kind == "b" else \
                 "pass an int"
-        elif a.dtype.kind == "O" and want.kind != "b" and a.size and all(
-                type(i) is int for i in a.flat):    # Python ints beyond int64: no .astype
-            raise OverflowError(f"{op}: argument '{name}' holds an int that does not fit "
-                                f"{want.name} (from {min(a.flat)} to {max(a.flat)})")
         else:
             got, fix = a.dtype, f"convert with .astype(np.{want.name})"
         raise TypeError(f"{op}: argument '{name}' must be {want.name}, got {got} ({fix})")

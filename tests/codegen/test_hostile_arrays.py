@@ -136,7 +136,7 @@ CASES = [
          lambda x, y, ga, gb: (sum_to(ga * y + gb, np.shape(x)), sum_to(ga * x - gb, np.shape(y)))),
     Case("params", {"x": f64(2, 3), "n": lambda rng: np.array([1, -2, 3], np.int32),
                     "flag": lambda rng: np.array([True, False, True]), "w": f64(2, 3)},
-         ("dy",), params_fwd, params_vjp, kwargs={"alpha": 0.25, "k": 2}, lists_ok=False),
+         ("dy",), params_fwd, params_vjp, kwargs={"alpha": 0.25, "k": 2}),   # n: ints, i32
     Case("custom", {"x": f64(2, 3)}, ("dy",), lambda x: (np.tanh(x),),
          lambda x, g: (g * (1 - np.tanh(x) ** 2) * 0.5,)),
     Case("full", {"x": f64(2, 3)}, ("dy",), lambda x: (np.sum(x * 2),),
@@ -413,8 +413,14 @@ def test_integer_parameters(m) -> None:
     with raises(OverflowError, case, "forward", "argument 'k'", "does not fit int64"):
         call(m, case, "forward", args, k=2**70)
     with raises(OverflowError, case, "forward", "argument 'k'",
-                "holds an int that does not fit int64"):    # a list: NumPy's object array
+                "holds 1180591620717411303424, which does not fit int64"):   # a list's int
         call(m, case, "forward", args, k=[2**70])
+    with raises(OverflowError, case, "forward", "argument 'n'",
+                "holds 2147483648, which does not fit int32"):
+        call(m, case, "forward", {**args, "n": [1, 2, 2**31]})
+    # a list of Python ints is of the parameter's dtype, as a Python int is (helper 67)
+    np.testing.assert_array_equal(call(m, case, "forward", {**args, "n": [1, -2, 3]})[0],
+                                  call(m, case, "forward", args)[0])
     with raises(OverflowError, case, "vjp", "argument 'n'", "does not fit int32"):
         call(m, case, "vjp", {**args, "n": -2**31 - 1})
     with raises(TypeError, case, "forward", "argument 'n'",
