@@ -8,7 +8,7 @@ definition: their entries (and aliases) are derived from it, keywords included.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from gradc.ir.primitives import PRIMITIVES
@@ -74,6 +74,9 @@ BUILTINS = MappingProxyType({b.name: b for b in [
     Builtin("eye", 1, 3, ("m", "k"), "library", (("m", "value"), ("k", "value"))),
     *(Builtin(name, 1, MAX_JOINED, ("axis",), "library", (("axis", "axis"),))
       for name in ("concat", "concatenate", "stack")),
+    # transpose(x) without axes reverses them, as NumPy's (x.T; gradc.ir.expr lowers it)
+    *(replace(b, min_args=1) for b in _derived(PRIMITIVES["permute_dims"])
+      if b.name == "transpose"),
 ]})
 
 # true and false are values anywhere (bool constants: 1 and 0 in arithmetic, as Python's).

@@ -97,7 +97,7 @@ class CallChecker:
     def _builtin_call(self, c: ast.Call, scope: Scope, later: Mapping[str, Span]) -> None:
         b = BUILTINS[c.func]
         n = len(c.args)
-        first = b.min_args - len(b.attrs)           # the position of the first attribute
+        first = b.max_args - len(b.attrs)           # the position of the first attribute
         keyed = [k for k, _ in c.kwargs if k in b.attrs and first + b.attrs.index(k) >= n]
         count = n + len(keyed)                      # with the attributes given by keyword
         if not b.min_args <= count <= b.max_args:

@@ -181,6 +181,8 @@ class ExprLowerer:
     def _call(self, e: ast.Call, scope: Scope) -> int:
         if e.func in SPECIAL_CALLS and not (self.rules and e.func in PRIMITIVES):
             return lower_special(self, e, scope)        # arange, eye, concat, stack
+        if e.func == "transpose" and not self.rules and len(e.args) == 1 and not e.kwargs:
+            return self.b.apply("transpose", (self.expr(e.args[0], scope),), span=e.span)  # x.T
         # a rule names primitives (transpose), a .grad file builtins (transpose: permute_dims)
         name = e.func if self.rules and e.func in PRIMITIVES else ALIASES.get(e.func, e.func)
         optional = dict(PRIMITIVES[name].optional) if name in PRIMITIVES else {}

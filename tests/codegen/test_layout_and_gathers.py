@@ -32,7 +32,7 @@ op layout_kw(x: [n, k]) -> (r, e, s, p, w, q) {     # the constants by keyword, 
     s = squeeze(expand_dims(x, axis=1), axis=1)
     p = permute_dims(expand_dims(x, 0), axes=(2, 0, 1))
     w = swapaxes(x, 0, axis2=-1)
-    q = broadcast_to(x, shape=(2, n, k)) + transpose(x, axes=(1, 0)).T
+    q = broadcast_to(x, shape=(2, n, k)) + transpose(transpose(x, axes=(1, 0)))  # x.T
 }
 """
 
