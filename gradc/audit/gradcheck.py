@@ -66,6 +66,10 @@ class CheckResult:
     def line(self) -> str:
         mark = "ok  " if self.passed else "FAIL"
         what = "true derivative (grad blocks ignored)" if self.custom else "derivative"
+        audit = "".join(f"\n       {line}" for line in self.audit.lines()) if self.audit else ""
+        if self.error != self.error and self.note:      # NaN: nothing was computed; why
+            return f"{mark} {self.op}: not checked: {self.note}" + "".join(
+                f"\n{line}" for line in audit.split("\n")[1:] if self.note not in line)
         text = f"{mark} {self.op}: {what} vs finite differences, rel. error {self.error:.1e}"
         if self.ok and self.unmarked_surrogate:     # the figures pass: say what failed
             text = (f"{mark} {self.op}: its custom gradient is not the derivative and not "
@@ -83,7 +87,6 @@ class CheckResult:
         if self.stopped:
             text += (f" (not differentiated, left out: {', '.join(self.stopped)}, written "
                      f"as stop_gradient)")
-        audit = "".join(f"\n       {line}" for line in self.audit.lines()) if self.audit else ""
         if self.error != self.error:           # NaN: nothing was computed
             return text + audit
         if self.jvp_error is not None:
