@@ -188,5 +188,7 @@ def _check_custom_shape(graph: Graph, region: CustomRegion, gname: str, ct: int,
         return
     wider = sorted(str(s) for s in reached - {want} if _broadcasts_to(want, s))
     notes = [f"the forward broadcasts '{pname}' to {', '.join(wider)} only"] if wider else []
+    if region.called and region.span is not None:     # the shapes are the caller's
+        notes.append(f"with the shapes of the call of '{rule.op}' at {region.span}")
     raise GradientError(f"gradient '{gname}' has shape {got}, but parameter '{pname}' has "
                         f"shape {want}", span, notes=notes)

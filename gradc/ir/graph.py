@@ -150,13 +150,15 @@ class CustomRegion:
     ``inputs`` are the caller's nodes passed for the callee's parameters, in
     order; ``outputs`` the call's results, in order.  Autodiff uses the rule
     instead of the nodes' derived rules; passes leave the nodes as written
-    until differentiation is done (:func:`dissolve_regions`)."""
+    until differentiation is done (:func:`dissolve_regions`).  ``span``: the call
+    where ``called`` (another op calls the op), else the op's own definition."""
 
     rule: CustomRule
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     nodes: frozenset[int]
     span: Span | None = None
+    called: bool = False
 
     @property
     def differentiable_inputs(self) -> list[tuple[str, int]]:

@@ -99,7 +99,7 @@ class Lowerer(ExprLowerer):
         outs = [o if o >= start else self.b.apply("identity", (o,), span=call.span) for o in outs]
         self.graph.regions.append(custom_region(
             self.graph, op, tuple(bound[p.name] for p in op.params), outs, inner, start,
-            self.ops, self.consts, call.span))
+            self.ops, self.consts, call.span, called=True))
         return outs[0]
 
     def _bind(self, op: ast.OpDef, call: ast.Call, scope: Scope) -> Scope:
@@ -136,12 +136,13 @@ class Lowerer(ExprLowerer):
 
 def custom_region(graph: Graph, op: ast.OpDef, inputs: tuple[int, ...], outputs: Sequence[int],
                   scope: Scope, start: int, ops: Mapping[str, ast.OpDef],
-                  consts: Mapping[str, float], span) -> CustomRegion:
+                  consts: Mapping[str, float], span, called: bool = False) -> CustomRegion:
     """The region of the call of ``op`` whose nodes are those from id ``start`` on
-    (its names in ``scope``), with its rule (:func:`lower_rule`)."""
+    (its names in ``scope``), with its rule (:func:`lower_rule`); ``called``: by
+    another op, at ``span``."""
     rule = lower_rule(graph, op, scope, outputs, ops, consts)
     return CustomRegion(rule, inputs, tuple(outputs),
-                        frozenset(range(start, graph.next_id)), span)
+                        frozenset(range(start, graph.next_id)), span, called)
 
 
 def lower_rule(graph: Graph, op: ast.OpDef, scope: Scope, outputs: Sequence[int],

@@ -59,6 +59,21 @@ def test_gradient_of_an_impossible_shape_names_parameter_and_both_shapes():
                           "but parameter 'x' has shape (3,)")
 
 
+def test_a_shape_error_of_a_called_rule_names_the_call():
+    """An op without declared shapes compiles alone; called with a matrix, its rule's
+    gradient of the wrong shape is E401 at the rule, with a note naming the call whose
+    shapes it has (helper 67); the op's own rule has no such note."""
+    called = compile_error("op sm(x) -> y {\n    y = softmax(x, axis=-1)\n} grad(dy) -> dx {\n"
+                           "    dx = sum(dy * y, axis=-1)\n}\n"
+                           "op use(x: [n, d]) -> y {\n    y = sm(x) * 2\n}\n")
+    assert called.startswith("c.grad:4:5: error[E401]: gradient 'dx' has shape (n,), but "
+                             "parameter 'x' has shape (n, d)")
+    assert "note: with the shapes of the call of 'sm' at c.grad:7:9" in called
+    own = compile_error("op sm(x: [n, d]) -> y {\n    y = softmax(x, axis=-1)\n} grad(dy) -> "
+                        "dx {\n    dx = sum(dy * y, axis=-1)\n}\n")
+    assert own.startswith("c.grad:4:5: error[E401]") and "call of" not in own
+
+
 def test_the_note_of_a_shape_error_names_only_shapes_the_parameter_broadcast_to():
     """A reduction's result (sum(x): ()) is not a shape x was broadcast to: no note;
     x * y with y: f32[4, 3] broadcasts x: f32[3] to (4, 3): the note says so."""
