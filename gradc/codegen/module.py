@@ -12,12 +12,14 @@ targets by :mod:`gradc.codegen.cuda_module` and :mod:`gradc.codegen.dask_module`
 from __future__ import annotations
 
 import hashlib
+import warnings
 from pathlib import Path
 
 from gradc.codegen import mathlib, runtime_dask_src, runtime_src
 from gradc.codegen.quote import comment, docstring, py_name
 from gradc.codegen.runtime import runtime_objects, source_of
 from gradc.codegen.wrappers import Kernels, WrapperPrinter
+from gradc.errors import GradcWarning, Span
 from gradc.frontend.limits import out_of_stack
 from gradc.ir.primitives import PRIMITIVES
 from gradc.passes.loop_ir import ONLINE_AGAIN, ONLINE_ROWS, PREFETCH_ROWS, SPLIT, SPLIT_COLS
@@ -259,5 +261,11 @@ def compile_program(program, file: str, *, target: str = "cpu", fuse: bool = Tru
     except RecursionError:
         raise out_of_stack(file) from None
     issue_warnings(compiled, 4)                 # compile_source's caller
+    if not program.main_ops:                    # an empty file, or imports only
+        warnings.warn(GradcWarning(f"{Path(file).name} defines no op: the module has none",
+                                   Span(file, 1, 1), "W101",
+                                   ["an op is 'op NAME(PARAMS) -> OUTPUTS { ... }'; the ops "
+                                    "of an imported file are not the module's"]),
+                      stacklevel=3)
     return render_module(Path(file).name, program_sha256(program), __version__, compiled,
                          fast_math=fast_math, precise=precise, target=target)

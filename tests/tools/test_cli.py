@@ -578,3 +578,19 @@ def test_explain_prints_one_hot_as_written(tmp_path, capsys):
     assert main(["explain", str(tmp_path / "oh.grad"), "b"]) == 0
     out = capsys.readouterr().out
     assert "one_hot" not in out and "arange(start=1, step=1, stop=k)" in out
+
+
+def test_a_file_without_an_op_compiles_with_a_warning(tmp_path, capsys):
+    """An empty file, or one of imports only, compiles to a module without ops and says
+    so (W101; the imported file's ops are not the module's); a file with an op does not."""
+    (tmp_path / "lib.grad").write_text("op f(x) -> y { y = x * 2 }\n")
+    for name, text in [("empty.grad", ""), ("comments.grad", "# nothing yet\n"),
+                       ("imports.grad", 'import "lib.grad"\n')]:
+        (tmp_path / name).write_text(text)
+        assert main(["compile", str(tmp_path / name), "-o", str(tmp_path / "m.py")]) == 0
+        err = capsys.readouterr().err
+        assert f"{name}:1:1: warning[W101]: {name} defines no op: the module has none" in err
+    with pytest.warns(gradc.GradcWarning, match="W101"):
+        gradc.compile_source("", file="e.grad")
+    assert main(["compile", str(tmp_path / "lib.grad"), "-o", str(tmp_path / "m.py")]) == 0
+    assert "W101" not in capsys.readouterr().err
