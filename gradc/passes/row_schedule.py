@@ -222,14 +222,13 @@ def online_sums(graph: Graph, kernel: ReduceKernel) -> dict[int, OnlineSum]:
             x, m, h = shifted
             found[n] = OnlineSum(n, kind, m, (x, m), h, exp=e)
     for n, kind, e in sums:
-        weighted = None if n in found else _weighted(graph, kernel, e, found, maxima)
+        weighted = None if n in found else _weighted(graph, kernel, e, maxima)
         if weighted:
             found[n] = weighted(n, kind)
     return found
 
 
-def _weighted(graph: Graph, kernel: ReduceKernel, e: int, found: dict[int, OnlineSum],
-              maxima: dict[int, int]):
+def _weighted(graph: Graph, kernel: ReduceKernel, e: int, maxima: dict[int, int]):
     """Where element node ``e`` is a product of one ``exp(x - h)``, one outside value
     ``g`` read per element, and row values, with negations and divisions by row
     values (:func:`_factors`; softmax's ``exp(x - h) / r * g``, the built-in softmax's
