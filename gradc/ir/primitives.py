@@ -42,8 +42,8 @@ from typing import Callable
 import numpy as np
 
 from gradc.codegen import prelude as P
-from gradc.ir.shapes import (SCALAR, BroadcastError, Shape, broadcast_static, checked_axes,
-                             matmul_static, reduce_static)
+from gradc.ir.shapes import (SCALAR, BroadcastError, Shape, affine, broadcast_static,
+                             checked_axes, dim_op, matmul_static, reduce_static)
 
 COMPOSITE = "<composite>"
 
@@ -2589,11 +2589,22 @@ def _merge_axes_static(shapes, attrs):
 
 
 def _arange_static(shapes, attrs):
+    """arange's shape where it is known before the call: of ints; or of a step of 1 or
+    -1 and bounds whose difference is one dim (``arange(n)``, ``arange(1, n + 1)``,
+    ``arange(n, 0, -1)``: ``(n,)``) or a number (``arange(n, n + 3)``: ``(3,)``)."""
     start, stop, step = attrs["start"], attrs["stop"], attrs["step"]
     if all(isinstance(v, int) for v in (start, stop, step)):
         return Shape(_statically(_g_arange_shape, start, stop, step))
-    if start == 0 and step == 1 and hasattr(stop, "name"):      # arange(n): n elements
-        return Shape((stop.name,))
+    if step not in (1, -1):
+        return None
+    length = affine(dim_op("-", stop, start) if step == 1 else dim_op("-", start, stop))
+    if length is None:
+        return None
+    terms, c = length
+    if not terms:
+        return Shape((max(c, 0),))
+    if c == 0 and list(terms.values()) == [1]:       # n: a size, never negative
+        return Shape(tuple(terms))
     return None
 
 

@@ -123,6 +123,32 @@ def dim_op(op: str, lhs, rhs):
     return DimExpr(op, lhs, rhs)
 
 
+def affine(v) -> tuple[dict[str, int], int] | None:
+    """``v`` (an int, DimRef or DimExpr) as a sum of dims times ints plus an int
+    (``({"b": 1}, 1)`` for ``b + 1``), or None where it is not one (a product of dims)."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return {}, v
+    if isinstance(v, DimRef):
+        return {v.name: 1}, 0
+    if not isinstance(v, DimExpr):
+        return None
+    a, b = affine(v.lhs), affine(v.rhs)
+    if a is None or b is None:
+        return None
+    if v.op == "*":
+        if a[0] and b[0]:
+            return None
+        k, (terms, d) = (a[1], b) if not a[0] else (b[1], a)     # int k times terms + d
+        return {n: k * m for n, m in terms.items() if k * m}, k * d
+    sign = 1 if v.op == "+" else -1
+    terms = dict(a[0])
+    for n, m in b[0].items():
+        terms[n] = terms.get(n, 0) + sign * m
+    return {n: m for n, m in terms.items() if m}, a[1] + sign * b[1]
+
+
 def resolve_dim(v, dims: dict[str, int]):
     """``v`` with its DimRefs and DimExprs replaced by their sizes in ``dims``, in tuples
     too (a slice's key)."""

@@ -157,6 +157,39 @@ def test_static_errors_name_the_place(body, code, message, col) -> None:
     assert f"f.grad:2:{col}:" in str(err.value), str(err.value)
 
 
+@pytest.mark.parametrize("values", ["arange(b)", "arange(0, b)", "arange(b, 0, -1)",
+                                    "arange(1, b + 1)", "arange(b - 1, -1, -1)",
+                                    "arange(2 * b, b, -1)"])
+def test_arange_of_a_dim_has_that_dim_before_the_call(values) -> None:
+    """An arange whose length is a dim of the signature (step 1 or -1, bounds a dim apart)
+    has that dim's shape at compile time: along the wrong axis it is E301, not a silent
+    broadcast where the dims happen to be equal (helper 68: arange(b, 0, -1) against
+    (a, b, c) compiled; along c it gave c's values)."""
+    src = f"op f(x: [a, b, c]) -> y {{\n    y = x * {values}\n}}\n"
+    with pytest.raises(GradcError) as err:
+        gradc.compile_source(src, file="f.grad")
+    assert err.value.code == "E301" and "dims 'c' and 'b' do not broadcast" in str(err.value)
+
+
+def test_arange_along_a_dim_counts_as_numpy(tmp_path) -> None:
+    """The aranges of a dim's length above, along the right axis, give NumPy's values,
+    fused and unfused, and their gradients."""
+    bodies = ["arange(c, 0, -1)", "arange(1, c + 1)", "arange(c - 1, -1, -1)",
+              "arange(2 * c, c, -1)"]
+    path = tmp_path / "ar.grad"
+    path.write_text("".join(f"op f{k}(x: [a, b, c]) -> y {{\n    y = x * {v}\n}}\n"
+                            for k, v in enumerate(bodies)))
+    m = gradc.load(path)
+    x = np.arange(24.0).reshape(2, 3, 4)
+    wants = [np.arange(4, 0, -1), np.arange(1, 5), np.arange(3, -1, -1), np.arange(8, 4, -1)]
+    for k, want in enumerate(wants):
+        op = getattr(m, f"f{k}")
+        for impl in (op, op.unfused):
+            np.testing.assert_array_equal(impl(x), x * want)
+            np.testing.assert_array_equal(impl.vjp(x, np.ones_like(x))[0],
+                                          np.broadcast_to(want, x.shape))
+
+
 def test_a_float_index_array_is_told_to_declare_integers() -> None:
     """A float array of labels is told to declare its parameter an integer array; a
     comparison (x[x > 0]) that a mask is not supported (it was told so both times)."""
