@@ -773,11 +773,14 @@ def _g_rows(op, shape, k, empty, cols=False, split=None, cols_split=1):
     enough to share among threads, and fixed by the shape alone, so a reduction's bits
     do not depend on the thread count.  ``cols``: the kernel keeps a float64 partial of
     a row's length per chunk (a reduction across rows, ``dw``), so long rows get fewer
-    chunks: at most 2^19 partial elements (4 MB), at least 2 chunks (16 rows of 262144:
-    2 chunks, where 16 would write and read 32 MB).  ``split`` (a kernel that splits
-    rows: ``_G_SPLIT``, fewer rows than, row length from, segment length from): few
-    long rows run split, one chunk, ``S`` segments a row (else ``S`` is 0); with
-    ``cols``, up to ``cols_split`` times ``split[0]`` rows (``_G_SPLIT_COLS``)."""
+    chunks: at most 2^17 partial elements (1 MB), at least 2 chunks (32 rows of 65536:
+    2 chunks, where 32 would write and read 8 MB of float32; with 2^19, each call's new
+    partials' page faults and the sum of the chunks made layer and RMS norm's fwd_bwd
+    1.2-1.6x slower at 64 x 16384, 256 x 8192 and 32 x 65536 float32, session 48).
+    ``split`` (a kernel that splits rows: ``_G_SPLIT``, fewer rows than, row length
+    from, segment length from): few long rows run split, one chunk, ``S`` segments a
+    row (else ``S`` is 0); with ``cols``, up to ``cols_split`` times ``split[0]`` rows
+    (``_G_SPLIT_COLS``)."""
     r = n = 1
     for d in shape[:k]:
         r *= d
@@ -790,7 +793,7 @@ def _g_rows(op, shape, k, empty, cols=False, split=None, cols_split=1):
             and n >= split[1]:
         return r, n, 1, n // split[2]
     c = max(1, min(r, 64, (r * n) >> 12))
-    return r, n, min(c, max(2, (1 << 19) // max(n, 1))) if cols else c, 0
+    return r, n, min(c, max(2, (1 << 17) // max(n, 1))) if cols else c, 0
 
 
 def _g_reassoc_codegen(op):
@@ -1062,14 +1065,27 @@ def _g_sum_chunks(partials, count, into):
     """``into`` (flat) = the sum over the chunks of ``partials`` ``(C, N)``, in chunk
     order as NumPy's ``sum(axis=0)`` adds them where ``N > 1`` (of one column, NumPy
     sums pairwise: :func:`_g_combine` leaves those to it), divided by ``count`` (a
-    mean) unless it is -1:
-    the columns in parallel, in one pass (NumPy's sum, a temporary and a cast took
-    0.25 ms per partial of 2 x 262144, one thread)."""
-    for c in numba.prange(partials.shape[1]):
-        s = np.float64(partials[0, c])          # float32 partials are added in float64
+    mean) unless it is -1: blocks of columns in parallel, each block's float64 sums
+    in a row of its own that each chunk's block is added to in turn (a vector loop;
+    summed a column at a time, each column's chain of adds waited on the one before:
+    0.74 ms for 64 chunks of 8192, 0.06 ms for 16; NumPy's sum, a temporary and a cast
+    took 0.25 ms per partial of 2 x 262144, one thread)."""
+    n = partials.shape[1]
+    for b in numba.prange((n + 2047) // 2048):
+        lo = b * 2048
+        m = min(2048, n - lo)
+        s = np.empty(m, np.float64)
+        for c in range(m):
+            s[c] = partials[0, lo + c]          # float32 partials are added in float64
         for k in range(1, partials.shape[0]):
-            s += partials[k, c]
-        into[c] = s if count == -1 else s / count
+            for c in range(m):
+                s[c] += partials[k, lo + c]
+        if count == -1:
+            for c in range(m):
+                into[lo + c] = s[c]
+        else:
+            for c in range(m):
+                into[lo + c] = s[c] / count
 
 
 def _g_partial_rows(into, chunks, n, t, straight, inputs):
