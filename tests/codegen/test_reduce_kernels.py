@@ -972,6 +972,24 @@ def test_partials_across_rows_combine_in_one_parallel_pass(modules, op) -> None:
         np.testing.assert_allclose(a, b, **close(np.float32, b))
 
 
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+@pytest.mark.parametrize("chunks, n", [(64, 5000), (3, 2048), (2, 4097), (1, 9)])
+def test_sum_of_chunks_has_numpys_bits(modules, chunks, n, dt) -> None:
+    """_g_sum_chunks adds the chunks' blocks of columns into float64 rows in chunk
+    order: NumPy's sum(axis=0) in float64 bit for bit, and its mean, in any block
+    and tail of a block."""
+    m, _ = modules("f32")
+    rng = np.random.default_rng(chunks * n)
+    partials = (rng.standard_normal((chunks, n)) * 10.0 ** rng.integers(-6, 7, (chunks, n)))
+    partials = partials.astype(dt)
+    for count in (-1, 7):
+        into = np.empty(n, dt)
+        m._g_sum_chunks(partials, count, into)
+        total = partials.sum(axis=0, dtype=np.float64)
+        want = total if count == -1 else total / count
+        assert into.tobytes() == want.astype(dt).tobytes(), count
+
+
 CONSTANT_ROWS = """
 op parts(x) -> (mu, var, xc) {
     mu = mean(x, axis=-1, keepdims=true)
