@@ -23,7 +23,8 @@ property with ids by op name:
 
 Shapes are chosen as ``gradc check`` chooses them (:func:`gradc.audit.gradcheck.fitting_inputs`)
 and written into the file, with the range of integer inputs (labels in [0, 1] where a
-negative one is refused); values are drawn when the tests run, from a seed per op.
+negative one is refused); values are drawn when the tests run, from a seed per op,
+and an op that draws random numbers is called with a ``seed=`` of its own.
 The text depends only on the .grad files, the output path and gradc's version.
 """
 from __future__ import annotations
@@ -69,6 +70,7 @@ class OpPlan:
     seed: int = 0                       # of the inputs the tests draw
     ints: tuple = (-3, 4)               # integer inputs drawn from range(*ints)
     no_fd: str = ""                     # why a derived gradient is not checked by FD
+    draws: bool = False                 # draws random numbers: called with a seed
 
 
 def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
@@ -90,7 +92,8 @@ def plan_op(cop: CompiledOp, true: CompiledOp) -> OpPlan | str:
     # [0, 1] (labels a gather takes from the end but one_hot refuses)
     plan = OpPlan(cop.op.name, [(p.name, np.shape(x), p.dtype or "float", p.differentiable)
                                 for p, x in inputs], len(ys), positive,
-                  linear="jvp" in cop.methods, ints=tuple(sampling["ints"]))
+                  linear="jvp" in cop.methods, ints=tuple(sampling["ints"]),
+                  draws=cop.draws)
     try:
         return _probed(plan, cop, true, xs, ys, rng)
     except (ValueError, IndexError, ArithmeticError) as exc:
@@ -301,7 +304,8 @@ def render(plans: list[OpPlan], skipped: dict[str, str], spec_path: str, spec_ar
                         else ("declared",))]
     tables = {
         "CASES": {p.name: {"params": p.params, "outputs": p.outputs, "positive": p.positive,
-                           "seed": p.seed, "ints": p.ints} for p in plans},
+                           "seed": p.seed, "ints": p.ints, "draws": p.draws}
+                  for p in plans},
         "FINITE_DIFFERENCES": [p.name for p in plans if not p.custom and not p.no_fd],
         "CUSTOM": {p.name: p.custom for p in plans if p.custom},
         "LINEAR_CUSTOM": [p.name for p in plans if p.custom and p.linear],
