@@ -327,15 +327,26 @@ def test_language_reference_documents_every_builtin_operator_and_dtype():
         assert f"`{name}" in text, name
 
 
+def _anchors(page: Path) -> set[str]:
+    """The anchors of a Markdown page's headings, as GitHub makes them: lower case,
+    punctuation other than ``-`` and ``_`` dropped, spaces made ``-``."""
+    headings = re.findall(r"^#+ (.*)$", page.read_text(encoding="utf-8"), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
 def test_relative_links_point_at_files():
-    """A link from a page to a file of the repository (``[text](path)``) finds it."""
+    """A link from a page to a file of the repository (``[text](path)``) finds it, and
+    a link to a heading of a page (``page.md#anchor``, ``#anchor``) finds the heading."""
     for page in PAGES:
         text = page.read_text(encoding="utf-8")
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
-            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            if re.match(r"[a-z]+:", target):
                 continue
-            path = (page.parent / target.split("#")[0]).resolve()
+            file, _, anchor = target.partition("#")
+            path = (page.parent / file).resolve() if file else page
             assert path.exists(), f"{page.relative_to(ROOT)}: broken link {target}"
+            if anchor and path.suffix == ".md":
+                assert anchor in _anchors(path), f"{page.relative_to(ROOT)}: no heading {target}"
 
 
 # docs/cli.md shows some output without its command (plain blocks): each excerpt must

@@ -136,6 +136,9 @@ def write_atomic(path: str | os.PathLike, text: str, *, parents: bool = False,
             break
         except FileExistsError:
             continue
+        except OSError as exc:              # say so for the path, not the temporary file
+            raise type(exc)(exc.errno, f"cannot create a file in {str(path.parent)!r} "
+                            f"({exc.strerror})", str(path)) from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)

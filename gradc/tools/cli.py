@@ -372,7 +372,9 @@ def main(argv: list[str] | None = None) -> int:
         from gradc.tools.term import close_broken_pipe
         return close_broken_pipe()
     except OSError as exc:           # a missing file, a full disk, a directory as -o ...
-        print(f"error: {exc}", file=sys.stderr)
+        # the path and why, without Python's "[Errno 2]"
+        said = f"{exc.filename}: {exc.strerror}" if exc.filename and exc.strerror else exc
+        print(f"error: {said}", file=sys.stderr)
         return 1
     except NotImplementedError as exc:
         print(f"error: {exc}", file=sys.stderr)

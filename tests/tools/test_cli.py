@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -88,6 +89,29 @@ def test_the_input_file_is_never_the_output(tmp_path, capsys, argv):
     assert main([a.format(src=src, out=src) for a in argv]) == 1
     assert "the input file itself: give the output another name" in capsys.readouterr().err
     assert src.read_text() == "op f(x) -> y { y = x * 2 }\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ops.grad"]
+
+
+def test_an_output_that_cannot_be_created_is_named_not_its_temporary_file(tmp_path, capsys,
+                                                                         monkeypatch):
+    """A folder where no file can be created (read-only, /proc): the error names the
+    output and its folder, not the temporary file the write goes through, and leaves
+    nothing behind (it was '[Errno 13] ...: /out/.ops_gen.py.d8316ea29911.tmp')."""
+    from gradc.loader import disk_cache
+    src = tmp_path / "ops.grad"
+    src.write_text("op f(x) -> y { y = x * 2 }\n")
+    out = tmp_path / "ops_gen.py"
+    real = os.open
+
+    def refused(path, *args, **kw):
+        if str(path).endswith(".tmp"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, *args, **kw)
+    monkeypatch.setattr(disk_cache.os, "open", refused)
+    assert main(["compile", str(src), "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"error: {out}: cannot create a file in '{tmp_path}' "
+                   f"(Permission denied)\n"), err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ops.grad"]
 
 
