@@ -27,7 +27,8 @@ input shape or parameter setting, when it depends on them), ``clipped``
 (``clip(derivative, lo, hi)``, or the derivative at a clipped cotangent, with a
 clip of constant bounds in the rule) or ``surrogate`` (anything else, with
 where and by how much).  An op not marked ``surrogate`` whose rule is not exact
-gets warning W410 at its grad block (docs/audit.md).
+gets warning W410 at the assignment of the gradient that differs (at its grad block
+where several do; docs/audit.md).
 """
 from __future__ import annotations
 
@@ -90,6 +91,7 @@ class AuditResult:
     values: dict = field(default_factory=dict)  # nograd float parameter with a default:
                                                 # its values sampled, the default first
     note: str = ""                     # why the op was not audited
+    at: Span | None = None             # the assignment of the one gradient not exact
 
     @property
     def kind(self) -> str:
@@ -141,10 +143,14 @@ class AuditResult:
         outs = outs if len(self.gradients) == 1 else f"({outs})"
         kind = "a surrogate" if self.kind == "surrogate" else self.kind
         detail = self.summary.split(": ", 1)[1]
+        where = ([] if self.at is None else
+                 [f"the grad block begins at line {self.span.line}; the other gradients "
+                  f"are exact"] if len(self.gradients) > 1 else
+                 [f"the grad block begins at line {self.span.line}"])
         return GradcWarning(
             f"the custom gradient of '{self.op}' is {kind}, not exact: {detail}",
-            self.span, "W410",
-            [f"decided {self.how()} (docs/audit.md)",
+            self.at or self.span, "W410",
+            [*where, f"decided {self.how()} (docs/audit.md)",
              "if this is intended (a straight-through estimator, a scaled or clipped "
              f"gradient), write 'grad({', '.join(self.upstreams)}) -> {outs} surrogate {{' "
              "to say so"])
@@ -152,6 +158,7 @@ class AuditResult:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["span"] = str(self.span)
+        d["at"] = None if self.at is None else str(self.at)
         d["kind"] = self.kind
         d["summary"] = self.summary
         return d
@@ -205,6 +212,9 @@ def audit_op(op, ops, consts, *, seed: int = 0) -> AuditResult:
             unit = None                   # the rule depends on the cotangent
         result.gradients.append(_classify(j, name, param, block.upstreams, samples, sym, unit,
                                           clip_bounds(cg, c)))
+    wrong = [g.name for g in result.gradients if g.kind != "exact"]
+    assigned = [a.span for a in block.body if wrong == [a.target]]
+    result.at = assigned[0] if assigned else None       # W410 points at it
     result.elements = sum(int(np.size(s.c[j])) for s in samples for j in range(len(diff)))
     result.shapes = tuple(dict.fromkeys(s.shape for s in samples))
     for s in samples:

@@ -63,20 +63,21 @@ def test_scaled_tanh_is_scaled_by_one_half_everywhere(seed):
                               "22 points (6 of them edge points; shapes (5,) and (7,)) x 2 cotangents")
 
 
-def test_unmarked_inexact_rules_get_w410_at_their_grad_block(tmp_path):
+def test_unmarked_inexact_rules_get_w410_at_the_gradient_that_differs(tmp_path):
     """examples/seed.grad marks its rules 'surrogate'; without the marks (as in the
-    spec's copy of the file) each one gets W410 at its grad block."""
+    spec's copy of the file) each one gets W410 at the assignment of its gradient."""
     text = (EXAMPLES / "seed.grad").read_text().replace("-> dx surrogate {", "-> dx {")
     f = tmp_path / "seed.grad"
     f.write_text(text)
     unmarked = {a.op: a for a in audit_program(load_program(str(f)))}
     w = unmarked["scaled_tanh"].warning
-    assert w.code == "W410" and str(w.span) == f"{f}:35:3"
-    assert w.render().splitlines()[:3] == [
-        f"{f}:35:3: warning[W410]: the custom gradient of 'scaled_tanh' "
+    assert w.code == "W410" and str(w.span) == f"{f}:36:5"
+    assert w.render().splitlines()[:4] == [
+        f"{f}:36:5: warning[W410]: the custom gradient of 'scaled_tanh' "
         "is scaled, not exact: differs from d/dx by a factor 0.5 everywhere",
-        "    35 | } grad(dy) -> dx {",
-        "       |   ^^^^"]
+        "    36 |     dx = dy * (1 - y^2) * 0.5",
+        "       |     ^^",
+        "    = note: the grad block begins at line 35"]
     assert "write 'grad(dy) -> dx surrogate {' to say so" in w.render()
     assert {op: a.warning.code for op, a in unmarked.items() if a.warning} == {
         "custom_linear": "W410", "sign_ste": "W410", "clipped_relu": "W410",
@@ -106,7 +107,7 @@ def test_an_imported_rule_that_the_files_gradients_use_is_audited_and_fails_chec
     assert main(["check", str(user), "--json", str(report)]) == 1
     out, err = capsys.readouterr()
     assert "FAIL my_tanh (imported from " in out and "the gradients of outer use its rule" in out
-    assert "lib.grad:3:3: warning[W410]: the custom gradient of 'my_tanh'" in err
+    assert "lib.grad:4:5: warning[W410]: the custom gradient of 'my_tanh'" in err
     assert "gradient check failed for: my_tanh" in err
     data = json.loads(report.read_text())
     assert not data["passed"] and [a["op"] for a in data["imported_rules"]] == ["my_tanh"]
@@ -132,8 +133,21 @@ def test_a_tanh_rule_missing_the_square_is_a_surrogate_with_a_warning():
     assert a.summary.startswith("surrogate: differs from the derivative at ")
     assert "relative in norm" in a.summary and ": rule " in a.summary
     w = a.warning
-    assert (w.code, w.span.line, w.span.column) == ("W410", 3, 3)
+    assert (w.code, w.span.line, w.span.column) == ("W410", 4, 5)     # dx = ...
     assert w.message.startswith("the custom gradient of 'my_tanh' is a surrogate, not exact")
+
+
+@pytest.mark.parametrize("dx, at, note", [
+    ("dy * w", (5, 5), "the grad block begins at line 3; the other gradients are exact"),
+    ("dy", (3, 3), None)])
+def test_w410_points_at_the_one_gradient_that_differs(dx, at, note):
+    """Of several gradients, the one that differs is where W410 points (its
+    assignment), the block named in a note; where several differ, the block."""
+    a = audit("op two(x, w) -> y {\n    y = x * w\n} grad(dy) -> (dx, dw) {\n"
+              f"    dx = {dx}\n    dw = dy * w\n}}\n")
+    w = a.warning
+    assert (w.code, w.span.line, w.span.column) == ("W410", *at)
+    assert (note in w.notes) if note else not any("begins at" in n for n in w.notes)
 
 
 def test_a_sigmoid_rule_with_a_sign_error_is_scaled_by_minus_one_with_a_warning():
