@@ -14,6 +14,7 @@ rendered as user errors.
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -68,6 +69,14 @@ def _shown(line: str) -> str:
     return "".join(c if c.isprintable() or c == "\t" else "\ufffd" for c in line)
 
 
+def _columns(c: str) -> int:
+    """The terminal columns of a character: 2 for a wide one (East Asian wide or full
+    width), 0 for a combining one, else 1."""
+    if unicodedata.combining(c):
+        return 0
+    return 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+
+
 def _printable(text: str) -> str:
     """User text in a message (a file name, an import path) with characters that are
     not printable escaped."""
@@ -97,10 +106,15 @@ def render_diagnostic(severity: str, code: str, message: str, span: Span | None,
                 "..." if start + _SHOWN < len(text) else "")
             col -= start - (3 if start else 0)
             width = min(width, _SHOWN)
-        out.append(f"    {num} | {_shown(text)}")
-        # the caret line repeats the source line's tabs, so a terminal aligns both alike
-        lead = "".join("\t" if c == "\t" else " " for c in _shown(text)[:col - 1])
-        out.append(f"    {pad} | {lead}{' ' * (col - 1 - len(lead))}{'^' * width}")
+        shown = _shown(text)
+        out.append(f"    {num} | {shown}")
+        # the caret line repeats the source line's tabs, so a terminal aligns both alike;
+        # a wide character (CJK) takes two columns, a combining one none
+        lead = "".join("\t" if c == "\t" else " " * _columns(c) for c in shown[:col - 1])
+        spanned = shown[col - 1:col - 1 + width]        # (past the line's end: 1 a column)
+        carets = max(1, sum(map(_columns, spanned)) + width - len(spanned))
+        past = " " * max(0, col - 1 - len(shown))
+        out.append(f"    {pad} | {lead}{past}{'^' * carets}")
     out.extend(f"    = note: {n}" for n in notes)
     return "\n".join(out)
 

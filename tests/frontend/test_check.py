@@ -244,6 +244,19 @@ def test_the_caret_line_keeps_the_tabs_of_the_source_line() -> None:
                                                  "      | \t    ^^^^^"]
 
 
+def test_the_caret_counts_wide_characters_as_two_columns() -> None:
+    """A span after or over CJK characters (two columns each in a terminal): the caret
+    lines up under it and is as wide as it shows (it was two columns short)."""
+    with pytest.raises(GradcError) as info:
+        check_source('op f(x) -> y {\n    y = "中文" + tanhh(x)\n}\n', "wide.grad")
+    assert str(info.value).splitlines()[1:3] == ['    2 |     y = "中文" + tanhh(x)',
+                                                 "      |         ^^^^^^"]
+    with pytest.raises(GradcError) as info:
+        check_source("op f(中文) -> y {\n    y = 2\n}\n", "w.grad")
+    assert str(info.value).splitlines()[1:3] == ["    1 | op f(中文) -> y {",
+                                                 "      |      ^^"]
+
+
 def test_undefined_name() -> None:
     assert rendered('''
         op f(x, weight) -> y {
