@@ -143,10 +143,9 @@ class AuditResult:
         outs = outs if len(self.gradients) == 1 else f"({outs})"
         kind = "a surrogate" if self.kind == "surrogate" else self.kind
         detail = self.summary.split(": ", 1)[1]
-        where = ([] if self.at is None else
-                 [f"the grad block begins at line {self.span.line}; the other gradients "
-                  f"are exact"] if len(self.gradients) > 1 else
-                 [f"the grad block begins at line {self.span.line}"])
+        others = "; the other gradients are exact" if len(self.gradients) > 1 else ""
+        where = [] if self.at is None else [
+            f"the grad block begins at line {self.span.line}{others}"]
         return GradcWarning(
             f"the custom gradient of '{self.op}' is {kind}, not exact: {detail}",
             self.at or self.span, "W410",
