@@ -149,6 +149,31 @@ op centre(x) -> y { y = x - mean(x, axis=0, keepdims=true) }
     np.testing.assert_array_equal(m.centre(x), x - x.mean(axis=0))
 
 
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32])
+def test_the_generic_plans_mean_has_numpys_bits(dtype):
+    """The generic plan's mean (NumPy's steps without np.mean's dispatch, the division
+    in the array's dtype) gives np.mean's bits and dtype: huge, tiny (subnormal) and
+    ordinary values, every axis, 0-d results, counts up to 3 * 77777."""
+    from gradc.codegen.prelude import mean
+    rng = np.random.default_rng(7)
+    for shape in [(8, 64), (3, 5, 7), (1000,), (5, 1), (1, 3000), (3, 77777), ()]:
+        for scale in (1e3, 1e37, 1e-41):
+            with np.errstate(all="ignore"):
+                x = (rng.standard_normal(shape) * scale).astype(dtype)
+            axes = [None] + [(a,) for a in range(-x.ndim, x.ndim)] + [(0, -1)] * (x.ndim > 1)
+            for axis in axes:
+                for keepdims in (False, True):
+                    with np.errstate(all="ignore"):
+                        want = np.mean(x, axis=axis, keepdims=keepdims)
+                        got = mean(x, axis, keepdims)
+                    assert type(got) is type(want)
+                    got = np.asarray(got)
+                    assert got.dtype == want.dtype and got.shape == want.shape
+                    np.testing.assert_array_equal(got, want, strict=True,
+                                                  err_msg=f"{shape} {scale} {axis}")
+
+
 QUIET_SOURCE = """
 op row_sum(x) -> y { y = sum(x, axis=-1) }
 op row_prod(x) -> y { y = prod(x, axis=-1) + cumprod(x, axis=-1)[..., 0] }

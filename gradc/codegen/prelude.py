@@ -17,9 +17,9 @@ def _g_sum_to(g, shape):
     away and dims where ``shape`` has 1 are summed with ``keepdims``.  A Dask
     array stays one (its sums are Dask's tree reductions, nothing computed).
     """
-    if not hasattr(g, "__dask_graph__"):
-        g = np.asarray(g)
     shape = tuple(shape)
+    if type(g) is not np.ndarray and not hasattr(g, "__dask_graph__"):
+        g = np.asarray(g)
     if g.shape == shape:
         return g
     lead = g.ndim - len(shape)
@@ -32,6 +32,8 @@ def _g_sum_to(g, shape):
                  if i >= off and n == 1 and g.shape[i - off] != 1)
     if axes:
         g = g.sum(axis=axes, keepdims=True)
+    if type(g) is np.ndarray and g.shape == shape:
+        return g                            # the sum's own array (broadcast_to: 3 us)
     return np.broadcast_to(g, shape)
 
 
@@ -48,6 +50,8 @@ def _g_shape_check(x, shape, message, got=None):
     ``message`` names the gradient and the parameter, with ``{got}`` and ``{want}``
     fields for the shapes."""
     got, want = tuple(np.shape(x) if got is None else got), tuple(shape)
+    if got == want:
+        return x
     try:
         ok = np.broadcast_shapes(got, want) == got
     except ValueError:
@@ -78,8 +82,14 @@ def _g_broadcast_in(a, shape, axis, keepdims):
     if not keepdims:
         ndim = len(shape)
         axes = range(ndim) if axis is None else sorted(ax % ndim for ax in axis)
-        for ax in axes:
-            a = np.expand_dims(a, ax)
+        if a.ndim + len(axes) == ndim:      # np.expand_dims's shape, in a tenth of its time
+            s = a.shape
+            for ax in axes:
+                s = (*s[:ax], 1, *s[ax:])
+            a = a.reshape(s)
+        else:
+            for ax in axes:
+                a = np.expand_dims(a, ax)
     return np.broadcast_to(a, tuple(shape))
 
 
@@ -100,13 +110,25 @@ def _g_logsumexp(x, axis, keepdims):
 def _g_mean(x, axis, keepdims):
     """``np.mean(x, axis=axis, keepdims=keepdims)``; a mean over no elements is NaN
     without NumPy's "Mean of empty slice" RuntimeWarning (PyTorch's and JAX's means of
-    an empty batch warn of nothing either)."""
+    an empty batch warn of nothing either).  For float32 and float64 arrays, NumPy's own
+    steps without ``np.mean``'s dispatch (a fifth of its time at (8, 64), where the
+    generic plan calls it between its kernels): ``add.reduce``, then a division by the
+    count in place, in the array's dtype (NumPy divides by an ``intp`` in float64 and
+    rounds: the same bits while the count is exact in the dtype, as a quotient of two
+    float32 values rounded to float64 and then to float32 is the float32 quotient)."""
     x = np.asarray(x)
-    n = x.size if axis is None else int(np.prod([x.shape[a] for a in axis]))
-    if n:
-        return np.mean(x, axis=axis, keepdims=keepdims)
-    with np.errstate(invalid="ignore"):
-        return np.true_divide(np.sum(x, axis=axis, keepdims=keepdims), 0)
+    n = 1
+    for a in range(x.ndim) if axis is None else axis:
+        n *= x.shape[a]
+    if not n:
+        with np.errstate(invalid="ignore"):
+            return np.true_divide(np.sum(x, axis=axis, keepdims=keepdims), 0)
+    if x.dtype.kind == "f" and x.dtype.itemsize >= 4 and n <= 1 << 24:
+        s = np.add.reduce(x, axis=axis, keepdims=keepdims)
+        if type(s) is np.ndarray:
+            return np.divide(s, n, out=s)
+        return s.dtype.type(s / n)          # a scalar, as np.mean's
+    return np.mean(x, axis=axis, keepdims=keepdims)
 
 
 def _g_norm(x, axis, keepdims):

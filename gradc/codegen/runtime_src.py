@@ -8,6 +8,7 @@ argument and a write out of bounds: every array a kernel touches passes through 
 from __future__ import annotations
 
 import ctypes
+import functools
 import inspect
 import os
 import site
@@ -306,14 +307,27 @@ def _g_bshape(op, names, *shapes):
     else:
         if shapes:
             return tuple(shapes[0])
-    out = [1] * max((len(s) for s in shapes), default=0)   # np.broadcast_shapes: 3x slower
+    try:
+        out = _g_broadcast_of(shapes)       # the same shapes every call of a loop
+    except TypeError:                       # a shape given as a list
+        out = _g_broadcast_of(tuple(map(tuple, shapes)))
+    if out is None:
+        raise ValueError(f"{op}: shapes do not broadcast together: " + ", ".join(
+            f"{n} {tuple(s)}" for n, s in zip(names, shapes)))
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def _g_broadcast_of(shapes):
+    """The broadcast shape of ``shapes`` (tuples), None where they do not broadcast
+    (np.broadcast_shapes takes 3x as long)."""
+    out = [1] * max((len(s) for s in shapes), default=0)
     for s in shapes:
         lead = len(out) - len(s)
         for i, d in enumerate(s):
             if d != out[lead + i]:
                 if out[lead + i] != 1 and d != 1:
-                    raise ValueError(f"{op}: shapes do not broadcast together: " + ", ".join(
-                        f"{n} {tuple(s)}" for n, s in zip(names, shapes)))
+                    return None
                 if d != 1:
                     out[lead + i] = int(d)
     return tuple(out)
@@ -499,7 +513,9 @@ def _g_flat(a, shape):
         a = a.reshape(a.shape[lead:])
         if a.shape == shape and a.flags.c_contiguous:
             return a.reshape(-1)
-    return np.ascontiguousarray(np.broadcast_to(a, shape)).reshape(-1)
+    flat = np.empty(shape, a.dtype)          # np.broadcast_to's copy, at a third of
+    np.copyto(flat, a)                      # its time for small arrays
+    return flat.reshape(-1)
 
 
 def _g_broadcast_rows(shape, arrays):
@@ -516,7 +532,7 @@ def _g_broadcast_rows(shape, arrays):
     shape = tuple(shape)
     k = 0
     for a in arrays:
-        s = np.shape(a)
+        s = a.shape if type(a) is np.ndarray else np.shape(a)
         if s != shape:
             lead = 0                        # the dims before the row are 1s
             pad = len(shape) - len(s)
@@ -546,19 +562,24 @@ def _g_finish(op, outs, results, shapes, rt, inputs):
 
     ``inputs`` are the arrays a result returned without ``out=`` must not share
     memory with (it is copied if it does); wrappers pass ``()`` when no result
-    can.  No two results share memory either (``b = a`` gives two arrays).  Fast paths: then, without ``out=``, C-contiguous writeable arrays of
-    their output's shape and of the result dtype (or not floating-point) are
-    returned as they are; with ``out=``, the outs when every result was
-    computed in its out[k].
+    can.  No two results share memory either (``b = a`` gives two arrays).  Fast paths:
+    without ``out=``, C-contiguous writeable arrays of their output's shape and of the
+    result dtype (or not floating-point) are returned as they are, where ``inputs`` is
+    ``()`` or each result owns its memory and is no input (an array the call allocated:
+    no input can be a view of it, and the wrappers never take an input's ``base``);
+    with ``out=``, the outs when every result was computed in its out[k].
     """
     if outs is None:
-        if not inputs and (len(results) == 1 or len(set(map(id, results))) == len(results)):
+        if len(results) == 1 or len(set(map(id, results))) == len(results):
+            given = set(map(id, inputs))
             for r, shape in zip(results, shapes):
                 if type(r) is not np.ndarray or r.shape != shape \
                         or r.dtype is not rt and r.dtype.kind == "f":
                     break
                 flags = r.flags
                 if not flags.c_contiguous or not flags.writeable:
+                    break
+                if given and (r.base is not None or id(r) in given):
                     break
             else:
                 return results
@@ -1124,7 +1145,10 @@ def _g_combine(op, kind, partials, count, shape, t, empty_ok=False, into=None):
         if res.dtype in (_G_F32, _G_F64) and res.flags.c_contiguous:
             _g_sum_chunks(partials, count if kind == "mean" else -1, res.reshape(-1))
             return res
-    if kind == "sum":
+    if kind == "sum" and partials.ndim == 2 and partials.shape[0] == 1 \
+            and partials.dtype == np.float64:
+        r = partials[0]                   # (NumPy's sum of one row, without its 3 us)
+    elif kind == "sum":
         r = partials.sum(axis=0, dtype=np.float64)
     elif kind == "mean":
         with np.errstate(invalid="ignore", divide="ignore"):

@@ -275,6 +275,8 @@ def _g_reduce_shape(x, axis=None, keepdims=False):
     """The shape of a reduction over ``axis`` of an array of shape ``x``; ValueError as
     NumPy's for an axis out of bounds."""
     nd = len(x)
+    if axis == (-1,) and nd:                # a row reduction's, at every call of one
+        return (*x[:-1], 1) if keepdims else tuple(x[:-1])
     for ax in axis or ():
         if not -nd <= ax < nd:          # NumPy's AxisError (a ValueError, an IndexError)
             raise getattr(np, "exceptions", np).AxisError(

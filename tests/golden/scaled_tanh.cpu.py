@@ -6,6 +6,7 @@
 Ops: leaky_relu, scaled_tanh.
 """
 import ctypes
+import functools
 import inspect
 import math
 import os
