@@ -528,6 +528,26 @@ def test_an_op_with_an_argmax_output_is_differentiated(tmp_path):
                                torch.func.jacrev(lambda a: f(a)[0])(x.detach()))
 
 
+
+def test_no_grad_runs_the_kernels_and_keeps_forward_mode(modules):
+    """Where no graph is recorded (no_grad, a plain backward) the adapter calls the
+    kernels without a Function; a dual tensor's tangent still reaches the op's JVP
+    there (forward mode records under no_grad too), and inference mode gives values."""
+    op, f, (x,) = _case(modules, "softplus_stable")
+    t = torch.linspace(-1, 1, x.numel(), dtype=F64).reshape(x.shape)
+    want = torch.from_numpy(np.asarray(op(x.detach().numpy())))
+    with torch.no_grad():
+        y = f(x)
+        assert not y.requires_grad and y.grad_fn is None
+        torch.testing.assert_close(y, want)
+        with torch.autograd.forward_ad.dual_level():
+            y = f(torch.autograd.forward_ad.make_dual(x.detach(), t))
+            tangent = torch.autograd.forward_ad.unpack_dual(y).tangent
+    assert tangent is not None
+    torch.testing.assert_close(tangent, torch.sigmoid(x.detach()) * t)
+    with torch.inference_mode():
+        torch.testing.assert_close(f(x), want)
+
 ARGMAX = ("op max_and_index(x: [n, k]) -> (m, i) {\n    m = max(x, axis=-1)\n"
           "    i = argmax(x, axis=-1)\n}\n")
 
