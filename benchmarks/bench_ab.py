@@ -12,7 +12,9 @@ was), and prints the medians and their ratio (> 1: the second module is faster).
 ``--serial`` runs the kernels on the calling thread and times its CPU time
 (``time.thread_time``), which other processes' turns on the cores do not inflate: on a
 shared machine the steadier figure for a change to a kernel's arithmetic or its
-memory access (the caches and memory are still shared).  The results of both modules
+memory access (the caches and memory are still shared).  ``--fresh`` times calls
+without ``out=`` (new outputs each call, as most callers make them): for small arrays,
+where the wrappers' per-call work is most of a call.  The results of both modules
 are checked against float64 NumPy first (``rowwise_cases.reference``).
 """
 from __future__ import annotations
@@ -50,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=21)
     ap.add_argument("--serial", action="store_true",
                     help="one thread, timed by its CPU time (run under `taskset -c N`)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="calls without out= (new outputs each call)")
     args = ap.parse_args(argv)
     if args.before.stem == args.after.stem:
         ap.error("the two modules need different file names (Numba caches by module name)")
@@ -59,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         for m in mods:
             m._G_PARALLEL_MIN = 1 << 62
     print(f"{args.before.name} vs {args.after.name}: median ms of {args.repeat} interleaved "
-          f"calls of fwd_bwd(out=), {'serial, thread CPU time' if args.serial else 'wall'}")
+          f"calls of fwd_bwd({'' if args.fresh else 'out='}), "
+          f"{'serial, thread CPU time' if args.serial else 'wall'}")
     for op in args.ops:
         for text in args.shapes:
             shape = tuple(int(v) for v in text.lower().split("x"))
@@ -72,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                 for a, ref in zip(got, want):
                     np.testing.assert_allclose(a, ref, rtol=1e-3, atol=1e-3)
                 out = got if out is None else out     # one set of outputs for both
-                calls.append(lambda fn=fn: fn(*params, *ups, out=out))
+                calls.append(lambda fn=fn: fn(*params, *ups) if args.fresh else
+                             fn(*params, *ups, out=out))
             times: list[list[float]] = [[], []]
             for _ in range(args.repeat):
                 for k, call in enumerate(calls):
@@ -80,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                     call()
                     times[k].append(clock() - t0)
             a, b = (float(np.median(t)) * 1e3 for t in times)
-            print(f"{op:17s} {text:10s} {a:8.2f} {b:8.2f}  after/before speed {a / b:5.3f}",
+            print(f"{op:17s} {text:10s} {a:8.4f} {b:8.4f}  after/before speed {a / b:5.3f}",
                   flush=True)
     return 0
 

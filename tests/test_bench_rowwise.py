@@ -190,6 +190,12 @@ def test_bench_ab_runs_two_modules_side_by_side(tmp_path, capsys):
     (row,) = [line.split() for line in lines if line.startswith("softmax_rows ")]
     assert row[1] == "2x2048" and row[-3:-1] == ["after/before", "speed"], row
     assert float(row[-1]) > 0
+    # --fresh: calls without out= (a small call on the generic plan here)
+    assert ab.main([str(tmp_path / "rowwise_before.py"), str(tmp_path / "rowwise_after.py"),
+                    "--ops", "rms_norm", "--shapes", "8x64", "--repeat", "2", "--fresh"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "calls of fwd_bwd(), wall" in lines[0]
+    assert [line.split()[1] for line in lines if line.startswith("rms_norm ")] == ["8x64"]
     with pytest.raises(SystemExit):        # one name for both: Numba's caches would clash
         ab.main([str(tmp_path / "rowwise_before.py")] * 2)
 
