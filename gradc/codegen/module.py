@@ -163,7 +163,8 @@ def render_module(file: str, source_sha: str, version: str, compiled: dict,
             f"file\n# and recompile.\n"
             f'"""Kernels compiled by gradc from {docstring(file)}.\n\n'
             f'Ops: {", ".join(names)}.\n"""\n'
-            "import ctypes\nimport functools\nimport inspect\nimport math\nimport os\nimport site\nimport sys\n"
+            "import ctypes\nimport functools\nimport inspect\nimport math\nimport os\n"
+            "import site\nimport sys\n"
             + ("import threading\n" if cuda_kernels is not None else "")
             + "\nimport numba\nimport numba.extending\nimport numpy as np\n"
             + ("from numba import cuda\n" if cuda_kernels is not None else "") + "\n"
