@@ -84,7 +84,8 @@ def lower_graph(graph: Graph, inputs: Sequence[int], targets: Sequence[int], fw:
                          (a, "raw") if graph.node(a).op in ("seed", "draw_offset") else spec(a)
                          for i, a in enumerate(node.args))
             attrs = dict(node.attrs)
-            kw = {"axis": attrs.get("axis"), "keepdims": bool(attrs.get("keepdims"))} \
+            kw = {"axis": attrs.get("axis"), "keepdims": bool(attrs.get("keepdims")),
+                  **{k: attrs[k] for k in ("initial",) if k in attrs}} \
                 if PRIMITIVES[node.op].axis_keepdims else \
                 {k: attrs.get(k, d) for k, d in PRIMITIVES[node.op].defaults.items()}
             fn = fw.ops.get(node.op)

@@ -154,6 +154,9 @@ class JaxOp:
                 raise TypeError(f"{self.__name__}: keyword parameter '{k}' is static in "
                                 f"the JAX adapter: pass a Python number, got {type(v).__name__}")
             out[k] = np.asarray(v).item()
+            if not isinstance(out[k], (int, float)):      # a str, None, a complex
+                raise TypeError(f"{self.__name__}: keyword parameter '{k}' must be a real "
+                                f"number, got {type(v).__name__}")
         return tuple(sorted(out.items()))
 
     def _function(self, kw: dict) -> Callable:

@@ -622,9 +622,11 @@ def _surrogate(samples, j, name, param, ups, up, ga, zero, sym, ignores) -> Grad
     elif nothing:
         text = "the rule is 0 (no gradient flows), the derivative is not"
     else:
+        most = (f"at most {max_rel:.3g} relative elementwise" if max_rel else
+                f"by up to {max_abs:.3g} elementwise where the derivative is 0")
         text = (f"differs from the derivative at {frac:.0%} of sampled elements, by "
-                f"{(num / den) ** 0.5:.3g} relative in norm, at most {max_rel:.3g} relative "
-                f"elementwise (at {where}: rule {cv:.6g}, derivative {tv:.6g})")
+                f"{(num / den) ** 0.5:.3g} relative in norm, {most} (at {where}: rule "
+                f"{cv:.6g}, derivative {tv:.6g})")
         units = [x for x in samples if x.unit]
         if ignores and _holds(units, j, lambda x: x.band[j]):
             text = (f"equals the derivative at the unit cotangent {up} = 1, and only there: "

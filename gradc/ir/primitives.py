@@ -510,14 +510,27 @@ def _torch_mean(x, axis=None, keepdims=False):
     return _torch_dims(torch.mean, x, axis, keepdims)
 
 
-def _torch_max(x, axis=None, keepdims=False):
+def _torch_extreme(fn, x, axis, keepdims, initial):
+    """``fn`` (torch.amax, torch.amin) over ``axis``, with NumPy's ``initial=`` (the value
+    of an empty slice, and a bound on the others: softmax's shift, -inf)."""
     import torch
-    return _torch_dims(torch.amax, x, axis, keepdims)
+    if initial is not None and x.numel() == 0:
+        shape = _g_reduce_shape(tuple(x.shape), None if axis is None else tuple(axis), keepdims)
+        return torch.full(shape, initial, dtype=x.dtype, device=x.device)
+    r = _torch_dims(fn, x, axis, keepdims)
+    if initial is None:
+        return r
+    return torch.clamp(r, min=initial) if fn is torch.amax else torch.clamp(r, max=initial)
 
 
-def _torch_min(x, axis=None, keepdims=False):
+def _torch_max(x, axis=None, keepdims=False, initial=None):
     import torch
-    return _torch_dims(torch.amin, x, axis, keepdims)
+    return _torch_extreme(torch.amax, x, axis, keepdims, initial)
+
+
+def _torch_min(x, axis=None, keepdims=False, initial=None):
+    import torch
+    return _torch_extreme(torch.amin, x, axis, keepdims, initial)
 
 
 def _torch_logsumexp(x, axis=None, keepdims=False):
@@ -2745,11 +2758,13 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
         "_g_pow({x}, {y})", domain=POSITIVE, public=True,
         jax="jnp.power", torch="torch.pow"),
     _ew("maximum", "x y", _maximum,
-        ("g * ((x > y) + 0.5 * (x == y))", "g * ((y > x) + 0.5 * (x == y))"),
+        ("where(x > y, g, where(x == y, 0.5 * g, 0))",
+         "where(y > x, g, where(x == y, 0.5 * g, 0))"),
         "({x} if ({x} > {y} or {x} != {x}) else {y})", float_only=False, dtype="same",
         jax="jnp.maximum", torch="torch.maximum"),
     _ew("minimum", "x y", np.minimum,
-        ("g * ((x < y) + 0.5 * (x == y))", "g * ((y < x) + 0.5 * (x == y))"),
+        ("where(x < y, g, where(x == y, 0.5 * g, 0))",
+         "where(y < x, g, where(x == y, 0.5 * g, 0))"),
         "({x} if ({x} < {y} or {x} != {x}) else {y})", float_only=False, dtype="same",
         jax="jnp.minimum", torch="torch.minimum"),
     _ew("atan2", "y x", np.arctan2, ("g * x / (x * x + y * y)", "-g * y / (x * x + y * y)"),
@@ -2765,7 +2780,8 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
     # clip = min(max(x, lo), hi), as np.clip (so hi wins when lo > hi, and a NaN x, lo
     # or hi gives NaN, as np.clip and torch.clamp do).
     _ew("clip", "x lo hi", lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi),
-        ("g * (x >= lo) * (x <= hi)", "g * (x < lo) * (lo <= hi)", "g * (max(x, lo) > hi)"),
+        ("where((x >= lo) * (x <= hi), g, 0)", "where((x < lo) * (lo <= hi), g, 0)",
+         "where(max(x, lo) > hi, g, 0)"),
         "({hi} if (" + _CLIP_LO + " > {hi} or {hi} != {hi}) else " + _CLIP_LO + ")",
         float_only=False, dtype="same", public=True,
         jax=_jax_clip, torch=_torch_clip),

@@ -214,6 +214,27 @@ def test_third_order_of_an_op_with_a_default(tmp_path, x64):
         jax.grad(d3)(x)
 
 
+
+SOFTMAXES = """op row_softmax(x) -> y { y = softmax(x, axis=-1) }
+op row_log_softmax(x) -> y { y = log_softmax(x, axis=-1) }
+"""
+
+
+@pytest.mark.parametrize("lowering", ["xla", "kernels"])
+def test_softmax_of_an_empty_axis_is_empty_and_all_minus_inf_rows_match(tmp_path, lowering):
+    """softmax's shift is max(x, initial=-inf): the XLA lowering passes the initial on
+    (jnp.max of an empty axis raised 'zero-size array to reduction operation max'),
+    as jax.nn.softmax; rows of -inf and NaN give the module's values."""
+    (tmp_path / "sm.grad").write_text(SOFTMAXES)
+    module = gradc.load(tmp_path / "sm.grad")
+    rows = np.array([[1.0, 2.0, -np.inf], [-np.inf] * 3, [np.nan, 1.0, 2.0]], np.float32)
+    for op in (module.row_softmax, module.row_log_softmax):
+        f = as_jax(op, lowering=lowering)
+        empty = jnp.zeros((2, 0), jnp.float32)
+        for call in (f, jax.jit(f), jax.grad(lambda x: f(x).sum())):
+            assert call(empty).shape == (2, 0)
+        np.testing.assert_allclose(np.asarray(f(jnp.asarray(rows))), op(rows), rtol=1e-6)
+
 ST = """op st(x) -> y {
     y = tanh(x)
 }
@@ -487,6 +508,10 @@ def test_errors(seed, act, seed64):
         jax.jit(lambda a: leaky(jnp.ones(3), alpha=a))(0.3)
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'beta'"):
         leaky(jnp.ones(3), beta=1.0)
+    for bad, kind in (("a", "str"), (None, "NoneType"), (1j, "complex")):
+        with pytest.raises(TypeError, match=rf"keyword parameter 'alpha' must be a real "
+                                            rf"number, got {kind}"):
+            leaky(jnp.ones(3), alpha=bad)
     with pytest.raises(ValueError, match=r"mode must be"):
         as_jax(act.swish, mode="both")
     with pytest.raises(ValueError, match=r"lowering must be 'xla' or 'kernels', got 'numba'"):

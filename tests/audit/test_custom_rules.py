@@ -212,6 +212,18 @@ def test_a_clip_that_is_not_the_derivative_clipped_is_a_surrogate():
     assert a.kind == "surrogate"
 
 
+
+def test_a_rule_that_differs_only_where_the_derivative_is_0_says_so():
+    """sqrt(max(x, 0)) is flat (derivative 0) for x < 0, where this rule is huge: the
+    audit finds it a surrogate (the derivative there was NaN, inf * 0, and the audit
+    called the rule exact) and gives the elementwise difference in absolute value,
+    not "at most 0 relative"."""
+    a = audit("op safe_sqrt(x) -> y {\n    y = sqrt(max(x, 0))\n} grad(dy) -> dx {\n"
+              "    dx = dy * 0.5 / max(y, 1e-6)\n}\n")
+    assert a.kind == "surrogate"
+    assert "elementwise where the derivative is 0 (at x = " in a.summary
+    assert "at most 0 relative" not in a.summary and ", derivative 0)" in a.summary
+
 def test_a_marked_surrogate_gets_no_warning():
     a = audit("op ste(x) -> y {\n    y = round(x)\n} grad(dy) -> dx surrogate {\n"
               "    dx = dy\n}\n")

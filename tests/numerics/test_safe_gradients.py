@@ -210,6 +210,32 @@ def test_clip_propagates_nan_bounds_like_np_clip(import_module_text, dtype):
     np.testing.assert_array_equal(interpret(graph, [x, lo, hi], dtype)[0], want)
 
 
+FLAT_SIDES = """
+op sqrt_max(x) -> y { y = sqrt(max(x, 0)) }
+op sqrt_min(x) -> y { y = sqrt(-min(x, 0)) }
+op sqrt_clip(x) -> y { y = sqrt(clip(x, 0, 4)) }
+"""
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_an_infinite_cotangent_does_not_reach_the_side_max_min_and_clip_drop(
+        import_module_text, dtype):
+    """sqrt(max(x, 0)) at x = -2 is 0 and flat there: gradient 0, not inf * 0 = NaN
+    (max, min and clip select the cotangent, as torch.maximum and torch.clamp do; JAX
+    multiplies by a mask and gives NaN); the JVP agreed already.  At the tie (x = 0,
+    half to each side) the derivative is truly infinite."""
+    m = import_module_text(gradc.compile_source(FLAT_SIDES, file="flat.grad"),
+                           "gradc_test_flat_sides")
+    x = np.array([-2.0, 0.0, 4.0, 9.0], dtype)
+    inf = np.inf
+    for op, want in ((m.sqrt_max, [0, inf, 0.25, 1 / 6]), (m.sqrt_min, [-0.5 ** 1.5, inf, 0, 0]),
+                     (m.sqrt_clip, [0, inf, 0.25, 0])):
+        for path, _, (g,) in all_paths(op, [x], [np.ones(4, dtype)]):
+            np.testing.assert_allclose(g, np.array(want, dtype), rtol=1e-6, err_msg=path)
+        np.testing.assert_allclose(op.jvp(x, np.ones(4, dtype))[1], np.array(want, dtype),
+                                   rtol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sigmoid_gradient_keeps_its_relative_accuracy_on_both_sides(import_module_text, dtype):
     """sigmoid' = e / (1 + e)^2, e = exp(-|x|), symmetric in x; ``out * (1 - out)`` was 0
