@@ -210,11 +210,13 @@ def _red(name, ref, local, lib, helpers=(), **kw) -> Primitive:
     ``x``, ``bc(...)`` for reduced values broadcast back): VJP ``bc(g) * local``,
     JVP ``sum(x_t * (local))`` over the reduced axes (``local`` first: the
     tangent times ``x`` may overflow where their quotient by the norm would not).
-    Every reduction has the shape rules and the Dask run time of reductions, and the
-    CUDA run time's reduction of its name."""
-    rules = {"vjp": (_bc(f"bc(g) * {local}"),),
-             "jvp": (_bc(f"sum(x_t * ({local}), axis=axis, keepdims=keepdims)"),),
-             "public": True}
+    ``local`` is None where ``kw`` give both rules.  Every reduction has the shape
+    rules and the Dask run time of reductions, and the CUDA run time's reduction of its
+    name."""
+    rules = {"public": True}
+    if local is not None:
+        rules |= {"vjp": (_bc(f"bc(g) * {local}"),),
+                  "jvp": (_bc(f"sum(x_t * ({local}), axis=axis, keepdims=keepdims)"),)}
     return Primitive(name, ("x",), REDUCTION, ref, lib=lib, **{**rules, **kw},
                      axis_keepdims=True, static_shape=_reduce_static, np_shape=_g_reduce_shape,
                      helpers=(_gd_array, _gd_reduce, _gd_kept, *helpers),
@@ -238,7 +240,6 @@ def _maximum(x, y):
 
 
 _BC = "broadcast_in({v}, x, axis=axis, keepdims=keepdims)"
-_TIE = "(x == bc(out)) / bc(sum(x == bc(out), axis=axis, keepdims=keepdims))"
 _ALONG = "axis=axis, keepdims=keepdims"
 
 
@@ -255,6 +256,18 @@ def _bc(expr: str) -> str:
             j += 1
         out = out[:i] + _BC.format(v=out[i + 3:j]) + out[j + 1:]
     return out
+
+
+# max and min: k tied extremes share the cotangent (1/k each). The cotangent is
+# selected, not multiplied by the 0/1 tie mask, so an infinite one does not give
+# inf * 0 = NaN to the elements that are not the extreme. A slice whose extreme is
+# NaN has no element equal to it (n = 0): its gradient is NaN (n / n), as JAX and
+# torch.amax give.
+_TIES = "sum(x == bc(out), axis=axis, keepdims=keepdims)"
+_TIE_RULES = {
+    "vjp": (_bc(f"where(x == bc(out), bc(g / {_TIES}), bc(where({_TIES} > 0, 0, "
+                f"{_TIES} / {_TIES})))"),),
+    "jvp": (_bc(f"sum(where(x == bc(out), x_t, 0), axis=axis, keepdims=keepdims) / {_TIES}"),)}
 
 
 # --- shapes of the reductions, matmul and layout, and their Dask lowerings -------
@@ -2903,11 +2916,11 @@ PRIMITIVES = MappingProxyType({p.name: p for p in [
          jax="jnp.prod", torch=_torch_prod),
     # max and min: their builtins take one argument (these) or two (maximum, minimum),
     # so frontend.builtins spells them out.
-    _red("max", np.max, _TIE, "np.max({x}, axis={axis}, keepdims={keepdims})", dask=_gd_max,
-         float_only=False, dtype="same", public=False,
+    _red("max", np.max, None, "np.max({x}, axis={axis}, keepdims={keepdims})",
+         dask=_gd_max, float_only=False, dtype="same", public=False, **_TIE_RULES,
          jax="jnp.max", torch=_torch_max),
-    _red("min", np.min, _TIE, "np.min({x}, axis={axis}, keepdims={keepdims})", dask=_gd_min,
-         float_only=False, dtype="same", public=False,
+    _red("min", np.min, None, "np.min({x}, axis={axis}, keepdims={keepdims})",
+         dask=_gd_min, float_only=False, dtype="same", public=False, **_TIE_RULES,
          jax="jnp.min", torch=_torch_min),
     # d lse / dx = softmax(x) = p / sum(p), p = exp(x - lse). Dividing by sum(p)
     # (1 up to rounding) removes the rounding of ``out`` itself: in float32,

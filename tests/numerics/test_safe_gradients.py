@@ -236,6 +236,38 @@ def test_an_infinite_cotangent_does_not_reach_the_side_max_min_and_clip_drop(
                                    rtol=1e-6)
 
 
+FLAT_EXTREMES = """
+op sqrt_top(x) -> y { y = sqrt(max(x, axis=-1) - 1) }
+op sqrt_bottom(x) -> y { y = sqrt(1 - min(x, axis=-1, keepdims=true)) }
+"""
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_an_infinite_cotangent_does_not_reach_what_max_and_min_reductions_drop(
+        import_module_text, dtype):
+    """The max and min reductions select the cotangent for their extreme (1/k each of k
+    ties) and give the other elements 0, even where the cotangent is infinite:
+    sqrt(max(x) - 1) at a row whose max is 1 has gradient inf at the max and 0 elsewhere,
+    where multiplying by the 0/1 tie mask gave inf * 0 = NaN.  A row whose extreme is
+    NaN has no element equal to it: NaN for every element, as JAX and torch.amax give.
+    The JVP selects the tangent too."""
+    m = import_module_text(gradc.compile_source(FLAT_EXTREMES, file="extremes.grad"),
+                           "gradc_test_flat_extremes")
+    nan, inf = np.nan, np.inf
+    x = np.array([[1, 0.5, -2], [5, 5, 0], [nan, 1, 2], [1, -inf, 1]], dtype)
+    t = np.array([[inf, 1, inf], [1, 2, inf], [1, 1, 1], [2, inf, 4]], dtype)
+    r3 = -1 / (2 * np.sqrt(3))
+    cases = ((m.sqrt_top, np.ones(4, dtype), [[inf, 0, 0], [0.125, 0.125, 0], [nan] * 3,
+                                              [inf, 0, inf]], [inf, 0.375, nan, inf]),
+             (m.sqrt_bottom, np.ones((4, 1), dtype), [[0, 0, r3], [0, 0, -0.5], [nan] * 3,
+                                                      [0, 0, 0]], [-inf, -inf, nan, nan]))
+    for op, up, want, tangent in cases:
+        for path, _, (g,) in all_paths(op, [x], [up]):
+            np.testing.assert_allclose(g, np.array(want, dtype), rtol=1e-6, err_msg=path)
+        got = op.jvp(x, t)[1].reshape(-1)
+        np.testing.assert_allclose(got, np.array(tangent, dtype), rtol=1e-6)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_sigmoid_gradient_keeps_its_relative_accuracy_on_both_sides(import_module_text, dtype):
     """sigmoid' = e / (1 + e)^2, e = exp(-|x|), symmetric in x; ``out * (1 - out)`` was 0
