@@ -48,6 +48,7 @@ class CheckResult:
     second_error: float = 0.0           # d/dt vjp by forward mode vs differences
     stopped: tuple[str, ...] = ()       # outputs written as stop_gradient(...), not checked
     audit: object = None                # gradc.audit.custom_rules.AuditResult of the op's own grad block
+    warnings: tuple = ()                # the compiler's warnings on the op (GradcWarning)
 
     @property
     def passed(self) -> bool:
@@ -314,10 +315,18 @@ def custom_difference(cop: CompiledOp, true: CompiledOp, xs: list, vs: list) -> 
 
 
 def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
-    """Check one op (an ``ast.OpDef`` of a checked program)."""
-    rng = np.random.default_rng(seed)
+    """Check one op (an ``ast.OpDef`` of a checked program), with the warnings its
+    compilation gives (W301, W401, ...: what ``gradc compile`` shows), but W405 (no
+    forward mode), which the result reports as ``jvp_missing``."""
     cop = build_op(op, ops, consts)
-    true = build_op(op, ops, consts, custom=False)
+    result = _check_op(op, cop, build_op(op, ops, consts, custom=False), seed)
+    result.warnings = tuple({w.key(): w for w in cop.diagnostics
+                             if w.severity == "warning" and w.code != "W405"}.values())
+    return result
+
+
+def _check_op(op, cop: CompiledOp, true: CompiledOp, seed: int) -> CheckResult:
+    rng = np.random.default_rng(seed)
     custom = bool(cop.primal.regions)
     try:
         fit = fitting_inputs(true, rng, cop)

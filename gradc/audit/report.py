@@ -23,6 +23,9 @@ uses a grad block; ``custom_rel_diff`` (custom ops only) is
 ``|custom - true| / |true|`` over random cotangents, information rather than a
 check.  ``not_differentiated`` (where there are any) names the outputs written as
 ``stop_gradient(...)`` as a whole, left out of the checks (a zero cotangent).
+``warnings`` (where there are any) are the compiler's warnings on the op, those
+``gradc compile`` shows but W405, which ``jvp_vs_vjp``'s ``skipped`` says (``code``,
+``message``, ``line``, ``column``); they fail nothing.
 ``audit`` (ops with a grad block of their own) is the custom-gradient audit
 (``gradc.audit.custom_rules.AuditResult.to_dict``: ``kind`` exact/scaled/clipped/surrogate,
 ``summary``, ``surrogate`` as declared, and per gradient the evidence; see
@@ -67,6 +70,10 @@ def result_dict(r: CheckResult) -> dict:
         out["custom_rel_diff"] = _num(r.custom_rel_diff)
     if r.stopped:
         out["not_differentiated"] = list(r.stopped)
+    if r.warnings:
+        out["warnings"] = [{"code": w.code, "message": w.message,
+                            "line": w.span.line if w.span else None,
+                            "column": w.span.column if w.span else None} for w in r.warnings]
     audit = getattr(r, "audit", None)
     if audit is not None:
         out["audit"] = json.loads(json.dumps(audit.to_dict(), default=_num_or_str))

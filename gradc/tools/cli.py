@@ -95,6 +95,8 @@ def _cmd_check(args) -> int:
     for r in results:
         r.audit = audits.get(r.op)
         print(status(r.line(), on=color), file=text)
+        for w in r.warnings:                # the compiler's, as gradc compile shows them
+            warnings.warn(w)
         if r.audit is not None and r.audit.warning is not None:
             warnings.warn(r.audit.warning)
     # rules of imported ops that this file's gradients use: audited here too (their own

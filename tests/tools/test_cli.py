@@ -590,6 +590,19 @@ def test_check_json_of_a_file_that_does_not_compile_has_its_errors(tmp_path, cap
     assert "bad.grad:2:9: error[E201]: unknown function 'tanhh'" in err
 
 
+def test_check_shows_the_compilers_warnings(tmp_path, capsys):
+    """check shows what compile warns of (W301's max(x, -1) passed as 'ok' without a
+    word: found by helper 73), on stderr, and in the JSON; a warning fails nothing."""
+    path = tmp_path / "w.grad"
+    path.write_text("op w301(x) -> y {\n    y = max(x, -1)\n}\n")
+    assert main(["check", str(path), "--json", "-"]) == 0
+    out, err = capsys.readouterr()
+    assert "w.grad:2:9: warning[W301]: 'max' of two arguments is elementwise" in err
+    (op,) = json.loads(out)["ops"]
+    assert op["passed"] and [(w["code"], w["line"], w["column"]) for w in op["warnings"]] \
+        == [("W301", 2, 9)]
+
+
 def test_explain_prints_one_hot_as_written(tmp_path, capsys):
     """one_hot is compared in the loop (its decomposition), but explain's math prints
     it as written; an arange compared by hand stays as it is."""
