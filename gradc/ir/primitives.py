@@ -2289,16 +2289,25 @@ def _g_wrap_index(idx, like, axis, shown=None):
     its shape) as non-negative int64; IndexError for one outside [-n, n), NumPy's, which
     names the axis ``shown`` where ``like`` is the indexed array's permutation."""
     shape = tuple(getattr(like, "shape", like))
+    _g_indexed(len(shape), axis[0] + 1)
     ax = _g_axes(len(shape), axis, "index")[0]
     return _g_take_index(idx, shape[ax], False, ax if shown is None else shown)
 
 
+def _g_indexed(ndim, k):
+    """NumPy's IndexError for an array of rank ``ndim`` indexed by ``k`` indices or more
+    (an array whose rank the compiler did not know: ``x[arange(n), labels]`` of a 1-d
+    ``x``)."""
+    if k > ndim:
+        raise IndexError(f"too many indices for array: array is {ndim}-dimensional, but "
+                         f"at least {k} were indexed")
+
+
 def _g_merge_axes_shape(x, axis, count=2):
     """The shape of an array of shape ``x`` with ``count`` axes from ``axis`` merged."""
+    if axis[0] >= 0:                    # (an index's axes count from the first)
+        _g_indexed(len(x), axis[0] + count)
     (ax,) = _g_axes(len(x), axis, "merge_axes")
-    if ax + count > len(x):
-        raise ValueError(f"merge_axes: {count} axes from axis {ax} of an array of "
-                         f"dimension {len(x)}")
     return tuple(x[:ax]) + (math.prod(x[ax:ax + count]),) + tuple(x[ax + count:])
 
 
@@ -2693,7 +2702,7 @@ INDEXING = (
     Primitive(
         "wrap_index", ("idx", "like"), LIBRARY, _g_wrap_index, vjp=(None, None),
         jvp=(None, None), lib="_g_wrap_index({idx}, {like}.shape, {axis!r}, {shown!r})",
-        helpers=(_g_axes, _g_take_index, _g_wrap_index, _gd_array, _gd_named),
+        helpers=(_g_axes, _g_indexed, _g_take_index, _g_wrap_index, _gd_array, _gd_named),
         cuda="_gc_wrap_index({idx}, {like}, {axis!r}, {shown!r}, stream)",
         cuda_helpers=(_gc_wrap_index,),
         dask=_gd_wrap_index, jax=_fw_wrap_index, torch=_fw_wrap_index,
@@ -2706,7 +2715,7 @@ INDEXING = (
             _gd_merge_axes, _fw_reshaped(_g_merge_axes_shape),
             (("axis", "axis", (0,)), ("count", "internal", 2)),
             static_shape=_merge_axes_static, np_shape=_g_merge_axes_shape,
-            helpers=_LAYOUT_HELPERS + (_gd_reshape_to, _g_merge_axes)),
+            helpers=_LAYOUT_HELPERS + (_gd_reshape_to, _g_indexed, _g_merge_axes)),
     Primitive(
         "arange", (), LIBRARY, _g_arange, lib="_g_arange({start!r}, {stop!r}, {step!r})",
         helpers=(_g_arange,), cuda="_gc_arange({start!r}, {stop!r}, {step!r}, stream)",
