@@ -203,8 +203,8 @@ class ExprLowerer:
                      self.b.const(optional[p], FLOAT, e.span)
                      for p in PRIMITIVES[name].params[len(args):]]
         if name in ("max", "min") and len(args) == 2:
-            if not self.rules:
-                self._axis_like(e)
+            if not self.rules and self.graph.node(args[0]).shape.rank != 0:
+                self._axis_like(e)          # (a 0-d array has no axis -1 to mean)
             name = _RENAMED[name]
         elif name in ("ones_like", "zeros_like"):
             args.append(self.b.const(1.0 if name == "ones_like" else 0.0, FLOAT, e.span))

@@ -744,11 +744,13 @@ def test_missing_main_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("call, warned", [
     ("max(x, -1)", True), ("min(x, 1)", True), ("max(x - 1, -2)", True), ("max(x, 0)", False),
     ("max(x, -1.0)", False), ("max(x, axis=-1, keepdims=true)", False),
-    ("clip(x, -1, 1)", False)])
+    ("clip(x, -1, 1)", False), ("max(sum(x), 1)", False)])
 def test_max_of_an_integer_warns_that_it_is_elementwise(call, warned):
     """``max(x, -1)`` is the largest along axis -1 in NumPy, JAX and PyTorch, the
     elementwise maximum with -1 here: W301 at the call, in a grad block too, saying how
-    to write either; not for relu's ``max(x, 0)``, a float, an axis= or clip's bounds."""
+    to write either; not for relu's ``max(x, 0)``, a float, an axis= or clip's bounds,
+    nor where the first argument is 0-d (``max(sum(valid), 1)``, a count kept from 0,
+    has no axis to mean: helper 73)."""
     import warnings
 
     import gradc
