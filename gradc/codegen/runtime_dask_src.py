@@ -45,6 +45,15 @@ def _gd_probe(op, v):
     return np.zeros((), dtype=v.dtype), shape
 
 
+def _gd_unempty(v):
+    """Dask array ``v`` without its empty chunks (a slice's or a concatenation's, of 0
+    rows or columns): Dask's own ``max`` and ``min`` fail on one, and so did the
+    blocks of rows with a row of weights; an empty array stays as it is."""
+    if v.size == 0 or not any(0 in c for c in v.chunks):
+        return v
+    return v.rechunk(tuple(tuple(n for n in c if n) for c in v.chunks))
+
+
 def _gd_inputs(op, sig, values):
     """``_g_inputs`` for arguments of which some are Dask arrays: the same checks
     and errors (dtype, shape, named dims) on stand-ins that hold no data, then
@@ -70,7 +79,7 @@ def _gd_inputs(op, sig, values):
     for (name, dt, shape), v, a in zip(sig, values, checked):
         want = np.dtype(_G_INTS[dt]) if dt in _G_INTS else np.dtype(t)
         if _gd_is_dask(v):
-            arrays.append(v.astype(want))
+            arrays.append(_gd_unempty(v.astype(want)))
         else:
             a = np.asarray(a, dtype=want)
             arrays.append(da.from_array(a) if a.ndim else a)
@@ -89,7 +98,7 @@ def _gd_upstream(op, name, v, shape, t):
     if got != tuple(shape):
         raise ValueError(f"{op}: upstream '{name}' must have the output's shape "
                          f"{tuple(shape)}, got {got}")
-    return v.astype(t)
+    return _gd_unempty(v.astype(t))
 
 
 def _gd_tangent(op, name, v, shape, t):
@@ -102,7 +111,7 @@ def _gd_tangent(op, name, v, shape, t):
     probe, got = _gd_probe(op, v)
     _g_float_input(op, "tangent", name, probe)
     shape = tuple(shape)
-    v = v.astype(t)
+    v = _gd_unempty(v.astype(t))
     return da.broadcast_to(v, shape) if _g_tangent_broadcast(op, name, got, shape) else v
 
 
@@ -201,6 +210,8 @@ def _gd_block(*blocks, kname, flags, dtypes, t, multi):
     broadcast of the blocks' shapes), results in new arrays (a tuple if ``multi``)."""
     s = np.broadcast_shapes(*(np.shape(b) for b, (r, sc) in zip(blocks, flags) if not sc))
     outs = [np.empty(s, dtype=dt) for dt in dtypes]
+    if 0 in s:              # a chunk of no rows (or none along a dim): nothing to run
+        return tuple(outs) if multi else outs[0]
     ins = []
     for b, (r, sc) in zip(blocks, flags):
         if r < 0:

@@ -373,6 +373,9 @@ def _gd_reduce(fn, x, axis, keepdims, empty):
         shape = _g_reduce_shape(x.shape, axis, keepdims)
         if empty is not None or 0 in shape:
             return da.full(shape, 0 if empty is None else empty, dtype=x.dtype)
+        if fn in ("max", "min"):        # at the call, as in memory: the shapes are known
+            raise ValueError(f"zero-size array to reduction operation "
+                             f"{fn}imum which has no identity")
     return getattr(da, fn)(x, axis=axis, keepdims=keepdims).astype(x.dtype)
 
 
