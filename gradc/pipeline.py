@@ -235,12 +235,19 @@ def build_program(program, *, check: bool = False, fuse: bool = True
     return out
 
 
-def issue_warnings(compiled: Mapping[str, CompiledOp | str], stacklevel: int = 3) -> None:
-    """Issue each op's compiler warnings once (:class:`GradcWarning`), attributed to
-    the caller of the caller of this function (``stacklevel`` 3), or further out."""
-    seen = set()
-    for cop in compiled.values():
+def compiler_warnings(compiled) -> list:
+    """The compiler warnings (:class:`GradcWarning` of severity warning, not notes) of
+    the compiled ops ``compiled`` (or strings, which have none), each once, in order."""
+    found = {}
+    for cop in compiled:
         for w in getattr(cop, "diagnostics", ()):
-            if w.severity == "warning" and w.key() not in seen:
-                seen.add(w.key())
-                warnings.warn(w, stacklevel=stacklevel)
+            if w.severity == "warning":
+                found.setdefault(w.key(), w)
+    return list(found.values())
+
+
+def issue_warnings(compiled: Mapping[str, CompiledOp | str], stacklevel: int = 3) -> None:
+    """Issue each op's compiler warnings once (:func:`compiler_warnings`), attributed to
+    the caller of the caller of this function (``stacklevel`` 3), or further out."""
+    for w in compiler_warnings(compiled.values()):
+        warnings.warn(w, stacklevel=stacklevel)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gradc.ir.interpret import interpret
-from gradc.pipeline import CompiledOp, build_op, linearize
+from gradc.pipeline import CompiledOp, build_op, compiler_warnings, linearize
 
 EPS = 1e-6
 TOL = 1e-5            # first order: central differences of float64 values
@@ -320,8 +320,7 @@ def check_op(op, ops, consts, *, seed: int = 0) -> CheckResult:
     forward mode), which the result reports as ``jvp_missing``."""
     cop = build_op(op, ops, consts)
     result = _check_op(op, cop, build_op(op, ops, consts, custom=False), seed)
-    result.warnings = tuple({w.key(): w for w in cop.diagnostics
-                             if w.severity == "warning" and w.code != "W405"}.values())
+    result.warnings = tuple(w for w in compiler_warnings([cop]) if w.code != "W405")
     return result
 
 
