@@ -155,7 +155,7 @@ except ImportError:          # hypothesis is in the test extra
 # waits for 100 collections of the middle generation instead of 10: what a file's
 # compilations leave (Numba's IR) lives until the next file starts.  Together: 320 s of
 # collections to 175 s with the freeze alone, 13.8 s to 7.5 s in two files of row kernels
-# with the threshold too; results unchanged.
+# with the threshold too; the largest worker's resident set 8.6 GB against 8.0 GB.
 gc.set_threshold(700, 10, 100)
 
 
